@@ -1,0 +1,88 @@
+// Symbolic integer expressions over the graph's dims (B, S, ...).
+//
+// Grammar (strings in specs and manifests):
+//   expr  := term (('+' | '-') term)*
+//   term  := unary (('*' | '/' | '%') unary)*         '/' is floor division
+//   unary := '-' unary | atom
+//   atom  := INT | NAME | '(' expr ')' | FUNC '(' expr ',' expr ')'
+//   FUNC  := ceil_div | min | max | round_up
+// Expressions are immutable and cheap to copy (shared nodes). They are simplified on
+// construction (constant folding, x+0, x*1, x*0, x/1, ...), so equal-by-construction
+// shapes compare equal with `==` (structural equality after simplification).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace teeny {
+
+using Bindings = std::map<std::string, int64_t>;
+
+class Expr {
+ public:
+  enum class Kind { kConst, kDim, kAdd, kSub, kMul, kFloorDiv, kMod, kCeilDiv, kMin, kMax, kRoundUp };
+
+  Expr();                        // the constant 0
+  Expr(int64_t value);           // NOLINT: implicit from integers is the point
+  Expr(int value) : Expr(static_cast<int64_t>(value)) {}  // NOLINT
+  static Expr dim(const std::string& name);
+  // Parses the grammar above. Throws teeny::Error naming the column on bad input.
+  static Expr parse(const std::string& text);
+
+  Kind kind() const;
+  bool is_const() const { return kind() == Kind::kConst; }
+  std::optional<int64_t> const_value() const;  // set iff is_const()
+  const std::string& dim_name() const;         // kDim only
+  const Expr& lhs() const;                     // binary kinds only
+  const Expr& rhs() const;
+
+  // Evaluates under `bindings`. Throws teeny::Error for an unbound dim, division by zero.
+  int64_t eval(const Bindings& bindings) const;
+  // Substitutes bound dims and re-simplifies (used by compile --bind).
+  Expr substitute(const Bindings& bindings) const;
+  // The dim names used, sorted and unique.
+  std::vector<std::string> dims() const;
+  // Readable, re-parsable form with minimal parentheses: "B*4", "ceil_div(B*S, 128)".
+  std::string str() const;
+
+  friend bool operator==(const Expr& a, const Expr& b);
+  friend bool operator!=(const Expr& a, const Expr& b) { return !(a == b); }
+
+ private:
+  struct Node;
+  explicit Expr(std::shared_ptr<const Node> node);
+  static Expr make(Kind kind, Expr lhs, Expr rhs);  // simplifies
+  std::shared_ptr<const Node> node_;
+
+  friend Expr operator+(const Expr& a, const Expr& b);
+  friend Expr operator-(const Expr& a, const Expr& b);
+  friend Expr operator*(const Expr& a, const Expr& b);
+  friend Expr operator/(const Expr& a, const Expr& b);  // floor division
+  friend Expr operator%(const Expr& a, const Expr& b);
+  friend Expr ceil_div(const Expr& a, const Expr& b);
+  friend Expr min(const Expr& a, const Expr& b);
+  friend Expr max(const Expr& a, const Expr& b);
+  friend Expr round_up(const Expr& a, const Expr& b);
+};
+
+Expr operator+(const Expr& a, const Expr& b);
+Expr operator-(const Expr& a, const Expr& b);
+Expr operator*(const Expr& a, const Expr& b);
+Expr operator/(const Expr& a, const Expr& b);
+Expr operator%(const Expr& a, const Expr& b);
+Expr ceil_div(const Expr& a, const Expr& b);
+Expr min(const Expr& a, const Expr& b);
+Expr max(const Expr& a, const Expr& b);
+Expr round_up(const Expr& a, const Expr& b);
+
+using Shape = std::vector<Expr>;
+
+Expr product(const Shape& shape);  // 1 for a scalar shape
+std::string shape_str(const Shape& shape);  // "[B, 784]"
+std::vector<int64_t> eval_shape(const Shape& shape, const Bindings& bindings);
+
+}  // namespace teeny

@@ -1,0 +1,171 @@
+// The op interface: one op = one plain struct of functions (design.md, "The op interface").
+//
+// core/ never names an op. Ops fill in an OpDef in their own file under ops/ and are listed
+// once in ops/ops.inc. Graph-level (shapes, attrs) and launch-level (kernels, launches, args,
+// params, row stride, cost) descriptions are both here, but launches are *data*: typed
+// argument lists and symbolic grids that compile verifies against the kernel's C signature
+// and PTX, and that the bundle stores, so any teeny binary can run any bundle.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/attrs.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/expr.h"
+
+namespace teeny {
+
+// A symbolic tensor: element type, shape, and the row stride in elements (distance between
+// consecutive rows of the last dim). Natural stride = last dim; an op may pad it.
+struct TensorType {
+  DType dtype = DType::kF32;
+  Shape shape;
+  Expr row_stride;  // elements; equals shape.back() unless padded (scalar: 1)
+};
+TensorType contiguous(DType dtype, Shape shape);  // row_stride = natural
+bool is_padded(const TensorType& type);           // row_stride != last dim
+
+// What an op sees at graph level: the node's name, attrs and input types.
+struct OpContext {
+  std::string node;
+  Attrs attrs;
+  std::vector<TensorType> inputs;
+  std::optional<DType> requested_dtype;  // the node's optional `dtype:` key
+  TensorType output;  // filled in after infer(); valid in params/lower/cost
+};
+
+// An error from an op's shape rule or attr checks, pointing at a key of the node
+// ("inputs", "attrs.out_features", ...). core adds file:line:col and the node name.
+struct OpError : Error {
+  OpError(std::string key, std::string message)
+      : Error(std::move(message)), key(std::move(key)) {}
+  std::string key;
+};
+
+// ---- params ---------------------------------------------------------------------------
+enum class ParamInit {
+  kTrained,  // loaded by name `<node>.<slot>` from weights; zero (or random) otherwise
+  kZero,     // always zero
+  kHost,     // host-computed bytes (little-endian, in the param's dtype), stored in the bundle
+};
+
+struct ParamSpec {
+  std::string slot;  // PyTorch slot name: "weight", "bias", "running_mean", "anchor_x", ...
+  Shape shape;
+  DType dtype = DType::kF32;
+  ParamInit init = ParamInit::kTrained;
+  std::vector<uint8_t> host_bytes;  // kHost only; compile checks size == numel * dtype size
+};
+
+// ---- kernels and launches ---------------------------------------------------------------
+// CUDA C++ source for one kernel. The source writes its entry as `extern "C" __global__ void
+// TEENY_ENTRY(...)`; compile replaces TEENY_ENTRY with the derived symbol
+// `<name>_entry_point` (name unique per distinct source after deduplication), and checks the
+// signature there against every launch that uses the kernel.
+struct KernelSource {
+  std::string name;    // base name, e.g. "linear_f32_bm64_bn64"
+  std::string source;  // full translation unit
+  std::string file;    // op source file and line that generated it, for NVRTC errors
+  int line = 0;
+};
+#define TEENY_KERNEL_ORIGIN __FILE__, __LINE__
+inline constexpr const char* kEntryPlaceholder = "TEENY_ENTRY";
+
+// One kernel argument, typed and named. The C type follows from kind + dtype:
+//   kInput / kParam -> "const T*", kOutput -> "T*", kI32 -> "int", kI64 -> "long long",
+//   kF32 -> "float". Names must match the kernel's C parameter names.
+enum class ArgKind { kInput, kParam, kOutput, kI32, kI64, kF32 };
+struct KernelArg {
+  ArgKind kind;
+  std::string name;
+  int input_index = -1;  // kInput: which node input
+  std::string slot;      // kParam: which param slot
+  Expr value;            // kI32 / kI64: symbolic value
+  double fvalue = 0.0;   // kF32
+  DType dtype = DType::kF32;  // pointee type for pointers
+};
+KernelArg input(int index, std::string name, DType dtype);
+KernelArg param(std::string slot, std::string name, DType dtype);
+KernelArg output(std::string name, DType dtype);
+KernelArg i32(std::string name, Expr value);
+KernelArg i64(std::string name, Expr value);
+KernelArg f32(std::string name, double value);
+std::string arg_c_type(const KernelArg& arg);  // "const float*", "int", ...
+
+struct Launch {
+  int kernel = 0;               // index into Lowering::kernels
+  std::array<int, 3> block{1, 1, 1};  // concrete: generated from the kernel's own constants
+  std::array<Expr, 3> grid{Expr(1), Expr(1), Expr(1)};
+  Expr dynamic_smem;            // bytes
+  std::vector<KernelArg> args;
+  Expr bytes;                   // cost: bytes moved by this launch
+  Expr flops;                   // cost: floating-point operations
+};
+
+struct Lowering {
+  std::vector<KernelSource> kernels;
+  std::vector<Launch> launches;  // run in order
+};
+
+// ---- host reference ----------------------------------------------------------------------
+// A concrete host tensor: row-major, contiguous (no padding), values as double.
+struct HostTensor {
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;
+  std::vector<double> data;
+  int64_t numel() const;
+};
+
+struct RefContext {
+  const OpContext& op;  // symbolic view (attrs etc.)
+  std::vector<HostTensor> inputs;            // concrete, values already in their dtype
+  std::vector<HostTensor> params;            // in ParamSpec order
+  std::vector<int64_t> output_shape;         // concrete
+};
+// Returns the output (dtype = op.output.dtype, shape = output_shape), computed in double;
+// core rounds it to the output dtype.
+using ReferenceFn = std::function<HostTensor(const RefContext&)>;
+
+// ---- the op --------------------------------------------------------------------------------
+struct InputSpec {
+  std::string name;
+  std::string doc;
+};
+
+struct OpDef {
+  std::string name;  // namespaced where model-specific: "yolo.detect_decode"
+  std::string doc;
+  std::vector<InputSpec> inputs;  // the last one repeats if `variadic`
+  bool variadic = false;          // concat: N >= min_inputs
+  int min_inputs = 0;             // used when variadic
+  std::vector<AttrSpec> attrs;
+  std::vector<DType> dtypes{DType::kF32};  // accepted input/output float dtypes
+
+  // Shape rule: the output type from the inputs and attrs. Throws OpError.
+  std::function<TensorType(const OpContext&)> infer;
+  // Params (shapes may use the graph's dims). Absent: none.
+  std::function<std::vector<ParamSpec>(const OpContext&)> params;
+  // Kernels and launches. Absent: the op is a view and aliases input 0's buffer
+  // (infer must then return input 0's dtype and a shape with the same element count).
+  std::function<Lowering(const OpContext&)> lower;
+  ReferenceFn reference;
+
+  std::string source_file;  // set with TEENY_OP_FILE, for `teeny ops` and errors
+};
+#define TEENY_OP_FILE __FILE__
+
+// Helpers shared by ops (all in core/op.cpp).
+// Normalises a possibly negative axis against `rank`; throws OpError at `key`.
+int normalize_axis(int64_t axis, size_t rank, const std::string& key);
+// NumPy broadcasting of two symbolic shapes; throws OpError("inputs", ...) on mismatch.
+Shape broadcast_shapes(const Shape& a, const Shape& b);
+// The float dtype both inputs share (errors if they differ or are unsupported by `def`).
+DType common_float_dtype(const OpDef& def, const OpContext& ctx);
+
+}  // namespace teeny

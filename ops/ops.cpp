@@ -1,0 +1,13 @@
+#include "ops/ops.h"
+
+namespace teeny::ops {
+
+void register_all(Registry& registry) {
+#define TEENY_OP(factory) registry.add(factory());
+#define TEENY_PASS(factory) registry.add_pass(factory());
+#include "ops/ops.inc"
+#undef TEENY_OP
+#undef TEENY_PASS
+}
+
+}  // namespace teeny::ops
