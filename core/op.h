@@ -82,7 +82,7 @@ inline constexpr const char* kEntryPlaceholder = "TEENY_ENTRY";
 //   kF32 -> "float". Names must match the kernel's C parameter names.
 enum class ArgKind { kInput, kParam, kOutput, kI32, kI64, kF32 };
 struct KernelArg {
-  ArgKind kind;
+  ArgKind kind = ArgKind::kInput;
   std::string name;
   int input_index = -1;  // kInput: which node input
   std::string slot;      // kParam: which param slot

@@ -1,0 +1,60 @@
+#include "core/attrs.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+
+namespace teeny {
+
+bool Attrs::has(const std::string& name) const {
+  return values_.contains(name) && !values_.at(name).is_null();
+}
+
+const nlohmann::json& Attrs::get(const std::string& name) const {
+  if (!has(name)) throw Error(fmt::format("internal: attribute '{}' was not validated", name));
+  return values_.at(name);
+}
+
+int64_t Attrs::i(const std::string& name) const { return get(name).get<int64_t>(); }
+double Attrs::f(const std::string& name) const { return get(name).get<double>(); }
+bool Attrs::b(const std::string& name) const { return get(name).get<bool>(); }
+std::string Attrs::s(const std::string& name) const { return get(name).get<std::string>(); }
+
+std::pair<int64_t, int64_t> Attrs::pair(const std::string& name) const {
+  const auto& v = get(name);
+  if (v.is_array()) return {v.at(0).get<int64_t>(), v.at(1).get<int64_t>()};
+  return {v.get<int64_t>(), v.get<int64_t>()};
+}
+
+std::vector<int64_t> Attrs::ints(const std::string& name) const {
+  return get(name).get<std::vector<int64_t>>();
+}
+
+std::vector<std::vector<int64_t>> Attrs::int_lists(const std::string& name) const {
+  return get(name).get<std::vector<std::vector<int64_t>>>();
+}
+
+Shape Attrs::shape(const std::string& name) const {
+  Shape out;
+  for (const auto& entry : get(name)) {
+    if (entry.is_number_integer()) out.push_back(Expr(entry.get<int64_t>()));
+    else out.push_back(Expr::parse(entry.get<std::string>()));
+  }
+  return out;
+}
+
+std::string attr_type_name(AttrType type) {
+  switch (type) {
+    case AttrType::kInt: return "int";
+    case AttrType::kFloat: return "float";
+    case AttrType::kBool: return "bool";
+    case AttrType::kEnum: return "enum";
+    case AttrType::kIntPair: return "int or [h, w]";
+    case AttrType::kIntList: return "list of ints";
+    case AttrType::kIntListList: return "list of int lists";
+    case AttrType::kShape: return "shape";
+  }
+  return "?";
+}
+
+}  // namespace teeny

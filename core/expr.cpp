@@ -1,0 +1,361 @@
+#include "core/expr.h"
+
+#include <algorithm>
+#include <cctype>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+
+namespace teeny {
+
+struct Expr::Node {
+  Kind kind;
+  int64_t value = 0;
+  std::string name;
+  Expr lhs, rhs;  // default-constructed children are never read for leaves
+  Node(Kind k, int64_t v, std::string n) : kind(k), value(v), name(std::move(n)), lhs(nullptr), rhs(nullptr) {}
+  Node(Kind k, Expr a, Expr b) : kind(k), lhs(std::move(a)), rhs(std::move(b)) {}
+};
+
+namespace {
+
+int64_t floor_div(int64_t a, int64_t b) {
+  int64_t q = a / b;
+  if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
+  return q;
+}
+
+int64_t floor_mod(int64_t a, int64_t b) { return a - floor_div(a, b) * b; }
+
+bool commutative(Expr::Kind k) {
+  return k == Expr::Kind::kAdd || k == Expr::Kind::kMul || k == Expr::Kind::kMin ||
+         k == Expr::Kind::kMax;
+}
+
+const char* function_name(Expr::Kind k) {
+  switch (k) {
+    case Expr::Kind::kCeilDiv: return "ceil_div";
+    case Expr::Kind::kMin: return "min";
+    case Expr::Kind::kMax: return "max";
+    case Expr::Kind::kRoundUp: return "round_up";
+    default: return nullptr;
+  }
+}
+
+int64_t apply(Expr::Kind k, int64_t a, int64_t b, const char* what) {
+  auto need_nonzero = [&] {
+    if (b == 0) throw Error(fmt::format("division by zero in {}", what));
+  };
+  switch (k) {
+    case Expr::Kind::kAdd: return a + b;
+    case Expr::Kind::kSub: return a - b;
+    case Expr::Kind::kMul: return a * b;
+    case Expr::Kind::kFloorDiv: need_nonzero(); return floor_div(a, b);
+    case Expr::Kind::kMod: need_nonzero(); return floor_mod(a, b);
+    case Expr::Kind::kCeilDiv: need_nonzero(); return -floor_div(-a, b);
+    case Expr::Kind::kMin: return std::min(a, b);
+    case Expr::Kind::kMax: return std::max(a, b);
+    case Expr::Kind::kRoundUp: need_nonzero(); return -floor_div(-a, b) * b;
+    default: return 0;
+  }
+}
+
+}  // namespace
+
+Expr::Expr() : Expr(int64_t{0}) {}
+Expr::Expr(int64_t value) : node_(std::make_shared<const Node>(Kind::kConst, value, "")) {}
+Expr::Expr(std::shared_ptr<const Node> node) : node_(std::move(node)) {}
+
+Expr Expr::dim(const std::string& name) {
+  return Expr(std::make_shared<const Node>(Kind::kDim, 0, name));
+}
+
+Expr::Kind Expr::kind() const { return node_->kind; }
+std::optional<int64_t> Expr::const_value() const {
+  if (node_->kind == Kind::kConst) return node_->value;
+  return std::nullopt;
+}
+const std::string& Expr::dim_name() const { return node_->name; }
+const Expr& Expr::lhs() const { return node_->lhs; }
+const Expr& Expr::rhs() const { return node_->rhs; }
+
+Expr Expr::make(Kind k, Expr a, Expr b) {
+  auto ca = a.const_value(), cb = b.const_value();
+  if (ca && cb) return Expr(apply(k, *ca, *cb, "expression"));
+  // Canonical form: constants on the right of commutative ops; x - c becomes x + (-c).
+  if (commutative(k) && ca) {
+    std::swap(a, b);
+    std::swap(ca, cb);
+  }
+  if (k == Kind::kSub && cb) return make(Kind::kAdd, a, Expr(-*cb));
+  switch (k) {
+    case Kind::kAdd:
+      if (cb == 0) return a;
+      if (cb && a.kind() == Kind::kAdd && a.rhs().is_const())  // (x + c1) + c2
+        return make(Kind::kAdd, a.lhs(), Expr(*a.rhs().const_value() + *cb));
+      break;
+    case Kind::kSub:
+      if (a == b) return Expr(0);
+      if (ca == 0) return make(Kind::kMul, b, Expr(-1));
+      break;
+    case Kind::kMul:
+      if (cb == 1) return a;
+      if (cb == 0) return Expr(0);
+      if (cb && a.kind() == Kind::kMul && a.rhs().is_const())  // (x * c1) * c2
+        return make(Kind::kMul, a.lhs(), Expr(*a.rhs().const_value() * *cb));
+      break;
+    case Kind::kFloorDiv:
+    case Kind::kCeilDiv:
+      if (cb == 1) return a;
+      if (ca == 0) return Expr(0);
+      // (x * c) / c == x exactly (for c > 0).
+      if (cb && *cb > 0 && a.kind() == Kind::kMul && a.rhs().const_value() == cb) return a.lhs();
+      break;
+    case Kind::kMod:
+      if (cb == 1) return Expr(0);
+      if (cb && *cb > 0 && a.kind() == Kind::kMul && a.rhs().const_value() == cb) return Expr(0);
+      break;
+    case Kind::kRoundUp:
+      if (cb == 1) return a;
+      if (cb && *cb > 0 && a.kind() == Kind::kMul && a.rhs().const_value() == cb) return a;
+      break;
+    case Kind::kMin:
+    case Kind::kMax:
+      if (a == b) return a;
+      break;
+    default:
+      break;
+  }
+  return Expr(std::make_shared<const Node>(k, std::move(a), std::move(b)));
+}
+
+Expr operator+(const Expr& a, const Expr& b) { return Expr::make(Expr::Kind::kAdd, a, b); }
+Expr operator-(const Expr& a, const Expr& b) { return Expr::make(Expr::Kind::kSub, a, b); }
+Expr operator*(const Expr& a, const Expr& b) { return Expr::make(Expr::Kind::kMul, a, b); }
+Expr operator/(const Expr& a, const Expr& b) { return Expr::make(Expr::Kind::kFloorDiv, a, b); }
+Expr operator%(const Expr& a, const Expr& b) { return Expr::make(Expr::Kind::kMod, a, b); }
+Expr ceil_div(const Expr& a, const Expr& b) { return Expr::make(Expr::Kind::kCeilDiv, a, b); }
+Expr min(const Expr& a, const Expr& b) { return Expr::make(Expr::Kind::kMin, a, b); }
+Expr max(const Expr& a, const Expr& b) { return Expr::make(Expr::Kind::kMax, a, b); }
+Expr round_up(const Expr& a, const Expr& b) { return Expr::make(Expr::Kind::kRoundUp, a, b); }
+
+bool operator==(const Expr& a, const Expr& b) {
+  if (a.node_ == b.node_) return true;
+  if (a.kind() != b.kind()) return false;
+  switch (a.kind()) {
+    case Expr::Kind::kConst: return a.node_->value == b.node_->value;
+    case Expr::Kind::kDim: return a.node_->name == b.node_->name;
+    default: return a.lhs() == b.lhs() && a.rhs() == b.rhs();
+  }
+}
+
+int64_t Expr::eval(const Bindings& bindings) const {
+  switch (kind()) {
+    case Kind::kConst: return node_->value;
+    case Kind::kDim: {
+      auto it = bindings.find(node_->name);
+      if (it == bindings.end()) throw Error(fmt::format("dim '{}' is not bound", node_->name));
+      return it->second;
+    }
+    default: {
+      int64_t b = rhs().eval(bindings);
+      if (b == 0 && (kind() == Kind::kFloorDiv || kind() == Kind::kMod ||
+                     kind() == Kind::kCeilDiv || kind() == Kind::kRoundUp))
+        throw Error(fmt::format("division by zero evaluating '{}'", str()));
+      return apply(kind(), lhs().eval(bindings), b, "expression");
+    }
+  }
+}
+
+Expr Expr::substitute(const Bindings& bindings) const {
+  switch (kind()) {
+    case Kind::kConst: return *this;
+    case Kind::kDim: {
+      auto it = bindings.find(node_->name);
+      return it == bindings.end() ? *this : Expr(it->second);
+    }
+    default: return make(kind(), lhs().substitute(bindings), rhs().substitute(bindings));
+  }
+}
+
+std::vector<std::string> Expr::dims() const {
+  std::set<std::string> names;
+  std::vector<const Expr*> stack{this};
+  while (!stack.empty()) {
+    const Expr* e = stack.back();
+    stack.pop_back();
+    if (e->kind() == Kind::kDim) names.insert(e->dim_name());
+    if (!e->is_const() && e->kind() != Kind::kDim) {
+      stack.push_back(&e->lhs());
+      stack.push_back(&e->rhs());
+    }
+  }
+  return {names.begin(), names.end()};
+}
+
+namespace {
+
+int precedence(Expr::Kind k) {
+  switch (k) {
+    case Expr::Kind::kAdd:
+    case Expr::Kind::kSub: return 1;
+    case Expr::Kind::kMul:
+    case Expr::Kind::kFloorDiv:
+    case Expr::Kind::kMod: return 2;
+    default: return 3;  // atoms and function calls
+  }
+}
+
+}  // namespace
+
+std::string Expr::str() const {
+  switch (kind()) {
+    case Kind::kConst: return std::to_string(node_->value);
+    case Kind::kDim: return node_->name;
+    default: break;
+  }
+  if (const char* fn = function_name(kind()))
+    return fmt::format("{}({}, {})", fn, lhs().str(), rhs().str());
+  int p = precedence(kind());
+  auto operand = [&](const Expr& e, bool right) {
+    int q = precedence(e.kind());
+    // A negative constant operand of * / % reads as unary minus; it binds tighter, so no parens.
+    bool paren = right ? q <= p : q < p;
+    return paren ? "(" + e.str() + ")" : e.str();
+  };
+  if (kind() == Kind::kAdd && rhs().is_const() && *rhs().const_value() < 0)
+    return fmt::format("{} - {}", operand(lhs(), false), -*rhs().const_value());
+  const char* op = kind() == Kind::kAdd ? " + " : kind() == Kind::kSub ? " - "
+                 : kind() == Kind::kMul ? "*" : kind() == Kind::kFloorDiv ? "/" : "%";
+  return operand(lhs(), false) + op + operand(rhs(), true);
+}
+
+// ---- parsing ---------------------------------------------------------------------------------
+namespace {
+
+class Parser {
+ public:
+  explicit Parser(const std::string& text) : text_(text) {}
+
+  Expr parse() {
+    skip_space();
+    if (pos_ == text_.size()) fail("empty expression");
+    Expr e = expr();
+    skip_space();
+    if (pos_ != text_.size()) fail(fmt::format("unexpected '{}'", text_[pos_]));
+    return e;
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& what) const {
+    throw Error(fmt::format("bad expression '{}': {} at column {}", text_, what, pos_ + 1));
+  }
+  void skip_space() {
+    while (pos_ < text_.size() && std::isspace(static_cast<unsigned char>(text_[pos_]))) ++pos_;
+  }
+  bool accept(char c) {
+    skip_space();
+    if (pos_ < text_.size() && text_[pos_] == c) {
+      ++pos_;
+      return true;
+    }
+    return false;
+  }
+  void expect(char c) {
+    if (!accept(c)) fail(pos_ < text_.size() ? fmt::format("expected '{}' but found '{}'", c, text_[pos_])
+                                             : fmt::format("expected '{}' at the end", c));
+  }
+  Expr expr() {
+    Expr e = term();
+    for (;;) {
+      if (accept('+')) e = e + term();
+      else if (accept('-')) e = e - term();
+      else return e;
+    }
+  }
+  Expr term() {
+    Expr e = unary();
+    for (;;) {
+      if (accept('*')) e = e * unary();
+      else if (accept('/')) e = e / unary();
+      else if (accept('%')) e = e % unary();
+      else return e;
+    }
+  }
+  Expr unary() {
+    if (accept('-')) return Expr(0) - unary();
+    return atom();
+  }
+  Expr atom() {
+    skip_space();
+    if (pos_ == text_.size()) fail("expected a number, name or '(' at the end");
+    char c = text_[pos_];
+    if (accept('(')) {
+      Expr e = expr();
+      expect(')');
+      return e;
+    }
+    if (std::isdigit(static_cast<unsigned char>(c))) {
+      size_t start = pos_;
+      while (pos_ < text_.size() && std::isdigit(static_cast<unsigned char>(text_[pos_]))) ++pos_;
+      std::string digits = text_.substr(start, pos_ - start);
+      if (digits.size() > 18) fail("number too large");
+      return Expr(static_cast<int64_t>(std::stoll(digits)));
+    }
+    if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
+      size_t start = pos_;
+      while (pos_ < text_.size() &&
+             (std::isalnum(static_cast<unsigned char>(text_[pos_])) || text_[pos_] == '_'))
+        ++pos_;
+      std::string name = text_.substr(start, pos_ - start);
+      static const std::vector<std::pair<std::string, Expr (*)(const Expr&, const Expr&)>> functions = {
+          {"ceil_div", ceil_div}, {"min", min}, {"max", max}, {"round_up", round_up}};
+      for (const auto& [fn_name, fn] : functions) {
+        if (name != fn_name) continue;
+        expect('(');
+        Expr a = expr();
+        expect(',');
+        Expr b = expr();
+        expect(')');
+        return fn(a, b);
+      }
+      skip_space();
+      if (pos_ < text_.size() && text_[pos_] == '(') {
+        pos_ = start;
+        fail(fmt::format("unknown function '{}' (functions: ceil_div, min, max, round_up)", name));
+      }
+      return Expr::dim(name);
+    }
+    fail(fmt::format("unexpected '{}'", c));
+  }
+
+  const std::string& text_;
+  size_t pos_ = 0;
+};
+
+}  // namespace
+
+Expr Expr::parse(const std::string& text) { return Parser(text).parse(); }
+
+Expr product(const Shape& shape) {
+  Expr p(1);
+  for (const auto& d : shape) p = p * d;
+  return p;
+}
+
+std::string shape_str(const Shape& shape) {
+  std::string out = "[";
+  for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + shape[i].str();
+  return out + "]";
+}
+
+std::vector<int64_t> eval_shape(const Shape& shape, const Bindings& bindings) {
+  std::vector<int64_t> out;
+  out.reserve(shape.size());
+  for (const auto& d : shape) out.push_back(d.eval(bindings));
+  return out;
+}
+
+}  // namespace teeny
