@@ -1,0 +1,87 @@
+// linear: y = x Wᵀ + b over all leading dims (PyTorch nn.Linear layout: weight [out, in]).
+// Lowers to the shared tiled GEMM (ops/dense_gemm.h); the output rows are padded to a
+// 16-byte multiple so the padded-row-stride path is exercised end to end.
+#include <fmt/format.h>
+
+#include "ops/ops.h"
+
+namespace teeny::ops {
+namespace {
+
+// Elements per 16 bytes: f32 rows pad to a multiple of 4, 16-bit rows to a multiple of 8.
+int64_t row_align(DType dtype) { return 16 / static_cast<int64_t>(dtype_size(dtype)); }
+
+
+TensorType infer_linear(const OpDef& meta, const OpContext& ctx) {
+  const TensorType& x = ctx.inputs.at(0);
+  if (x.shape.empty()) {
+    throw OpError("inputs", "linear needs an input with at least one dim [..., in], got a scalar");
+  }
+  const DType dtype = common_float_dtype(meta, ctx);
+  const Expr& in = x.shape.back();
+  if (ctx.attrs.has("in_features")) {
+    const int64_t expected = ctx.attrs.i("in_features");
+    if (in != Expr(expected)) {
+      throw OpError("inputs", fmt::format("in_features is {} but the input has {} features (shape {})",
+                                          expected, in.str(), shape_str(x.shape)));
+    }
+  }
+  Shape out_shape = x.shape;
+  out_shape.back() = Expr(ctx.attrs.i("out_features"));
+  TensorType out = contiguous(dtype, out_shape);
+  out.row_stride = round_up(out_shape.back(), Expr(row_align(dtype)));
+  return out;
+}
+
+std::vector<ParamSpec> linear_params(const OpContext& ctx) {
+  const DType dtype = ctx.output.dtype;
+  const Expr out = ctx.output.shape.back();
+  const Expr in = ctx.inputs.at(0).shape.back();
+  std::vector<ParamSpec> params;
+  params.push_back({"weight", {out, in}, dtype, ParamInit::kTrained, {}});
+  if (ctx.attrs.b("bias")) params.push_back({"bias", {out}, dtype, ParamInit::kTrained, {}});
+  return params;
+}
+
+HostTensor linear_reference(const RefContext& ref) {
+  const HostTensor& x = ref.inputs.at(0);
+  const HostTensor& weight = ref.params.at(0);
+  const bool has_bias = ref.op.attrs.b("bias");
+  const int64_t in = x.shape.back();
+  const int64_t out = weight.shape.at(0);
+  const int64_t rows = in == 0 ? 0 : x.numel() / in;
+  HostTensor y{ref.op.output.dtype, ref.output_shape, std::vector<double>(rows * out)};
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t o = 0; o < out; ++o) {
+      double acc = has_bias ? ref.params.at(1).data[o] : 0.0;
+      for (int64_t k = 0; k < in; ++k) acc += x.data[r * in + k] * weight.data[o * in + k];
+      y.data[r * out + o] = acc;
+    }
+  }
+  return y;
+}
+
+}  // namespace
+
+OpDef linear_op() {
+  OpDef def;
+  def.name = "linear";
+  def.doc = "y = x Wᵀ + b over all leading dims; weight [out, in], bias [out]; output rows padded "
+            "to 16 bytes";
+  def.inputs = {{"x", "[..., in]"}};
+  def.attrs = {
+      {"out_features", AttrType::kInt, "output features (rows of weight)", std::nullopt, {}, false, 1.0},
+      {"bias", AttrType::kBool, "add a bias [out]", nlohmann::json(true), {}, false, std::nullopt},
+      {"in_features", AttrType::kInt, "optional check: must equal x's last dim", std::nullopt, {}, true,
+       1.0},
+  };
+  def.dtypes = {DType::kF32, DType::kBF16, DType::kF16};
+  const OpDef meta = def;
+  def.infer = [meta](const OpContext& ctx) { return infer_linear(meta, ctx); };
+  def.params = linear_params;
+  def.reference = linear_reference;
+  def.source_file = TEENY_OP_FILE;
+  return def;
+}
+
+}  // namespace teeny::ops
