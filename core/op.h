@@ -157,6 +157,9 @@ struct OpDef {
   ReferenceFn reference;
 
   std::string source_file;  // set with TEENY_OP_FILE, for `teeny ops` and errors
+  // The slot names `params` can produce (e.g. {"weight", "bias"}), listed by `teeny ops`,
+  // which has no node to call `params` on. A test checks them against `params` on graphs/.
+  std::vector<std::string> param_slots;
 };
 #define TEENY_OP_FILE __FILE__
 
