@@ -1,0 +1,163 @@
+// `teeny profile`: per-launch GPU times of a bundle, measured with CUPTI activity records
+// (or CUDA events when CUPTI cannot be used), summarised with the op's cost into GB/s,
+// GFLOP/s and % of the device's peak.
+//
+// Protocol per binding: load the bundle, warm up (by count and by time), then timed
+// iterations (by count and by time), each iteration synchronised. Every kernel record is
+// joined to (iteration, launch) through the external correlation id pushed around its launch
+// and validated: none dropped, exactly one record per launch per iteration, the expected
+// kernel, end > start. A run that fails validation is reported as untrusted, with reasons.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/bundle.h"
+#include "core/cupti.h"
+#include "core/expr.h"
+#include "core/stats.h"
+
+namespace teeny {
+
+enum class ProfileMode {
+  kSequence,  // graph order, back to back: warm L2 as in real use
+  kIsolated,  // L2 flushed before each launch (flush excluded from timing)
+};
+const char* profile_mode_name(ProfileMode mode);  // "sequence", "isolated"
+
+struct ProfileOptions {
+  int warmup_iterations = 10;
+  double warmup_min_seconds = 0.2;  // and at least this long, so clocks settle
+  int iterations = 100;
+  double min_seconds = 0.5;         // timed iterations continue until both are met...
+  int max_iterations = 100000;      // ...but never beyond this (records are kept in memory)
+  ProfileMode mode = ProfileMode::kSequence;
+  bool cuda_graph = false;
+  bool keep_trace = false;          // keep per-record timings for --trace
+  std::string weights_path;         // safetensors; empty: trained params zero-initialised
+};
+
+// What is known about one launch of the bundle once dims are bound.
+struct LaunchFacts {
+  int index = 0;
+  std::string node, kernel, entry;
+  std::array<int64_t, 3> grid{1, 1, 1};
+  std::array<int, 3> block{1, 1, 1};
+  int64_t dynamic_smem_bytes = 0;
+  int static_smem_bytes = 0;      // cuFuncGetAttribute(SHARED_SIZE_BYTES)
+  int registers = 0;              // cuFuncGetAttribute(NUM_REGS)
+  int active_blocks_per_sm = 0;   // cuOccupancyMaxActiveBlocksPerMultiprocessor
+  double occupancy = 0;           // theoretical: active warps / max warps per SM
+  int64_t bytes = 0, flops = 0;   // the op's cost expressions, evaluated
+};
+
+// The GPU interval of one launch in one iteration (ns; CUPTI's clock or event offsets).
+struct LaunchTiming {
+  uint64_t start_ns = 0, end_ns = 0;
+  uint32_t device_id = 0, stream_id = 0;
+  uint64_t graph_node_id = 0;
+};
+
+// Kernel records joined to launches: timings[iteration][launch].
+struct MatchedRecords {
+  std::vector<std::vector<LaunchTiming>> timings;
+  std::vector<std::string> problems;  // empty: trusted
+  size_t excluded_records = 0;        // kernels not launched by teeny (e.g. L2 flush), ignored
+};
+
+// Joins CUPTI records to launches and validates them. `launches` gives the expected kernel
+// per launch; iterations are numbered [0, iterations). With `cuda_graph`, every launch of an
+// iteration shares the replay's correlation id, so records are ordered by start time (the
+// captured graph is a chain) and their names and graph node ids checked against the launch
+// order and against iteration 0.
+MatchedRecords match_records(const ActivityBatch& batch, const std::vector<LaunchFacts>& launches,
+                             uint32_t iterations, bool cuda_graph);
+
+// The device's ceilings used for "% of peak".
+struct DevicePeaks {
+  double bandwidth_gbps = 0;  // 2 * memory clock * bus width / 8
+  double fp32_gflops = 0;     // SMs * FP32 lanes per SM * 2 * SM clock
+  std::string source;         // how they were obtained, e.g. "from device attributes"
+};
+
+struct Environment {
+  std::string gpu_name;
+  int cc_major = 0, cc_minor = 0, sm_count = 0;
+  int driver_version = 0;          // cuDriverGetVersion, e.g. 13000
+  int cuda_headers_version = 0;    // CUDA_VERSION teeny was built with
+  std::string nvrtc_version;       // the NVRTC that compiled the bundle
+  std::string cupti_version;
+  double sm_clock_mhz = 0, memory_clock_mhz = 0;
+  int memory_bus_bits = 0;
+  int64_t l2_bytes = 0;
+  DevicePeaks peaks;
+  std::string timing_method;       // "CUPTI activity records" or "CUDA events (...why...)"
+  bool cupti = false;
+  std::string mode;
+  bool cuda_graph = false;
+};
+
+struct LaunchStats {
+  LaunchFacts facts;
+  Summary duration_us;
+  double share = 0;  // of the summed mean kernel time of an iteration, in [0, 1]
+  double gbps = 0, gflops = 0;                       // at the median duration
+  double pct_peak_bandwidth = 0, pct_peak_fp32 = 0;  // in %, against Environment::peaks
+};
+
+// One kernel slice for --trace.
+struct TraceSlice {
+  int iteration = 0, launch = 0;
+  uint32_t device_id = 0, stream_id = 0;
+  uint64_t start_ns = 0, end_ns = 0;
+};
+
+struct ProfileRun {
+  Bindings bindings;
+  int warmup_iterations = 0;
+  double warmup_seconds = 0;
+  int iterations = 0;
+  std::vector<LaunchStats> launches;
+  Summary gpu_time_us;      // per iteration: first kernel start to last kernel end
+  Summary enqueue_us;       // per iteration: host time to enqueue all launches
+  double kernel_sum_us = 0; // sum of the per-launch median durations
+  std::vector<std::string> untrusted;  // why the numbers are not trusted; empty: trusted
+  std::vector<std::string> warnings;   // noise, iteration cap, ...
+  size_t excluded_records = 0;
+  std::vector<TraceSlice> trace;       // when ProfileOptions::keep_trace
+};
+
+struct ProfileReport {
+  std::string bundle_path, graph_name;
+  Environment environment;
+  std::string sweep_dim;  // empty unless --sweep
+  std::vector<ProfileRun> runs;
+};
+
+// Noise thresholds on the relative IQR above which a warning is attached to a run.
+inline constexpr double kNoisyEndToEnd = 0.05;
+inline constexpr double kNoisyLaunch = 0.10;
+
+// Statistics, figures and warnings for one run from validated timings (CPU only; used by
+// profile_bundle and by tests with synthetic timings). `enqueue_us` has one entry per
+// iteration.
+ProfileRun summarize_run(const Bindings& bindings, const std::vector<LaunchFacts>& launches,
+                         const MatchedRecords& matched, const std::vector<double>& enqueue_us,
+                         const DevicePeaks& peaks, bool keep_trace);
+
+// Peak figures from device attributes: memory clock in kHz, bus width in bits, SM clock in
+// kHz. FP32 lanes per SM follow the compute capability (64 on sm_80, 128 on sm_86 and later).
+DevicePeaks peaks_from_attributes(int cc_major, int cc_minor, int sm_count, double sm_clock_khz,
+                                  double memory_clock_khz, int memory_bus_bits);
+
+// Parses "--sweep D=a,b,c" into the dim name and values (each > 0). Throws Error.
+std::pair<std::string, std::vector<int64_t>> parse_sweep(const std::string& text);
+
+// Runs the whole protocol on the GPU for each set of bindings, in one process. Throws Error
+// (exit code 3) for a missing driver/device or a CUDA/CUPTI failure.
+ProfileReport profile_bundle(const std::string& bundle_path, const std::vector<Bindings>& runs,
+                             const ProfileOptions& options);
+
+}  // namespace teeny
