@@ -1,0 +1,160 @@
+#include "core/compare.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "core/host_executor.h"
+
+namespace teeny {
+
+Tolerance tolerance_for(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return {1e-4, 1e-3};
+    case DType::kF16: return {1e-3, 5e-3};
+    case DType::kBF16: return {1e-2, 1.6e-2};
+    case DType::kI32: return {0, 0};
+  }
+  return {0, 0};
+}
+
+Comparison compare_values(const HostTensor& got, const HostTensor& expected, Tolerance tolerance) {
+  if (got.shape != expected.shape || got.data.size() != expected.data.size()) {
+    throw Error(fmt::format("comparing [{}] with [{}]: shapes differ", fmt::join(got.shape, ", "),
+                            fmt::join(expected.shape, ", ")));
+  }
+  Comparison result;
+  result.count = static_cast<int64_t>(got.data.size());
+  const double rel_floor = tolerance.atol > 0 ? tolerance.atol : 1.0;
+  double worst_excess = -1;
+  for (size_t i = 0; i < got.data.size(); ++i) {
+    const double g = got.data[i], e = expected.data[i];
+    double diff = 0, excess = 0;
+    bool mismatch = false;
+    if (std::isnan(g) || std::isnan(e)) {
+      mismatch = std::isnan(g) != std::isnan(e);
+      diff = mismatch ? INFINITY : 0;
+      excess = diff;
+    } else if (std::isinf(g) || std::isinf(e)) {
+      mismatch = g != e;
+      diff = mismatch ? INFINITY : 0;
+      excess = diff;
+    } else {
+      diff = std::fabs(g - e);
+      const double allowed = tolerance.atol + tolerance.rtol * std::fabs(e);
+      mismatch = diff > allowed;
+      excess = diff - allowed;
+    }
+    if (mismatch) ++result.mismatches;
+    result.max_abs = std::max(result.max_abs, diff);
+    result.max_rel = std::max(result.max_rel, diff / std::max(std::fabs(e), rel_floor));
+    if (excess > worst_excess) {
+      worst_excess = excess;
+      result.worst_index = static_cast<int64_t>(i);
+      result.worst_got = g;
+      result.worst_expected = e;
+    }
+  }
+  return result;
+}
+
+bool CheckReport::ok() const {
+  if (first_failure >= 0) return false;
+  return std::all_of(outputs.begin(), outputs.end(), [](const NodeCheck& c) { return c.result.ok(); });
+}
+
+CheckReport check_against_reference(GpuExecutor& executor, const Registry& registry,
+                                    const RunData& data,
+                                    const std::map<std::string, HostTensor>& full_run_outputs) {
+  const BoundBundle& bound = executor.bound();
+  const Bundle& bundle = *bound.bundle;
+  CheckReport report;
+  std::map<std::string, HostTensor> node_by_node;
+  for (size_t i = 0; i < bundle.nodes.size(); ++i) {
+    const BundleNode& node = bundle.nodes[i];
+    for (size_t launch : bound.node_launches(i)) executor.enqueue(launch);
+    executor.synchronize(fmt::format("running node '{}' of bundle {} for --check", node.name,
+                                     bound.label));
+    std::vector<HostTensor> inputs;
+    for (const std::string& input : node.inputs) inputs.push_back(executor.read(input));
+    HostTensor gpu = executor.read(node.name);
+    HostTensor reference = reference_node(bound, registry, i, inputs, data.params);
+    NodeCheck check{node.name, node.op, gpu.dtype, gpu.shape,
+                    compare_values(gpu, reference, tolerance_for(gpu.dtype))};
+    if (!check.result.ok() && report.first_failure < 0) {
+      report.first_failure = static_cast<int>(report.nodes.size());
+    }
+    report.nodes.push_back(std::move(check));
+    node_by_node[node.name] = std::move(gpu);
+  }
+  for (const auto& [name, values] : full_run_outputs) {
+    auto it = node_by_node.find(name);
+    if (it == node_by_node.end()) continue;  // a graph input passed straight through
+    report.outputs.push_back({name, "", values.dtype, values.shape,
+                              compare_values(values, it->second, tolerance_for(values.dtype))});
+  }
+  return report;
+}
+
+namespace {
+
+std::string flat_to_index(int64_t flat, const std::vector<int64_t>& shape) {
+  std::vector<int64_t> index(shape.size());
+  for (size_t d = shape.size(); d-- > 0;) {
+    index[d] = flat % shape[d];
+    flat /= shape[d];
+  }
+  return fmt::format("[{}]", fmt::join(index, ", "));
+}
+
+std::string describe_failure(const NodeCheck& check, const char* against) {
+  const Tolerance tolerance = tolerance_for(check.dtype);
+  return fmt::format(
+      "{} of {} elements outside atol {:g} + rtol {:g}*|expected|; worst at {}: gpu {:.9g} vs "
+      "{} {:.9g}",
+      check.result.mismatches, check.result.count, tolerance.atol, tolerance.rtol,
+      flat_to_index(check.result.worst_index, check.shape), check.result.worst_got, against,
+      check.result.worst_expected);
+}
+
+}  // namespace
+
+std::string format_check_report(const CheckReport& report) {
+  size_t name_width = 4, op_width = 2, shape_width = 5;
+  for (const NodeCheck& check : report.nodes) {
+    name_width = std::max(name_width, check.node.size());
+    op_width = std::max(op_width, check.op.size());
+    shape_width = std::max(shape_width, fmt::format("[{}]", fmt::join(check.shape, ", ")).size());
+  }
+  std::string out = fmt::format("{:<{}}  {:<{}}  {:<5}  {:<{}}  {:>10}  {:>10}  {}\n", "node",
+                                name_width, "op", op_width, "dtype", "shape", shape_width,
+                                "max abs", "max rel", "result");
+  for (const NodeCheck& check : report.nodes) {
+    out += fmt::format("{:<{}}  {:<{}}  {:<5}  {:<{}}  {:>10.3e}  {:>10.3e}  {}\n", check.node,
+                       name_width, check.op, op_width, dtype_name(check.dtype),
+                       fmt::format("[{}]", fmt::join(check.shape, ", ")), shape_width,
+                       check.result.max_abs, check.result.max_rel,
+                       check.result.ok() ? "ok" : "MISMATCH");
+  }
+  for (const NodeCheck& output : report.outputs) {
+    if (!output.result.ok()) {
+      out += fmt::format("check: output '{}' of the full run differs from the node-by-node run: {}\n",
+                         output.node, describe_failure(output, "node-by-node"));
+    }
+  }
+  if (report.first_failure >= 0) {
+    const NodeCheck& first = report.nodes[report.first_failure];
+    int failed = 0;
+    for (const NodeCheck& check : report.nodes) failed += check.result.ok() ? 0 : 1;
+    out += fmt::format("check: FAILED: {} of {} nodes differ from the host reference; first "
+                       "diverging node '{}' ({}): {}\n",
+                       failed, report.nodes.size(), first.node, first.op,
+                       describe_failure(first, "reference"));
+  } else if (report.ok()) {
+    out += fmt::format("check: ok: all {} nodes match the host reference\n", report.nodes.size());
+  }
+  return out;
+}
+
+}  // namespace teeny

@@ -1,0 +1,88 @@
+#include "core/host_executor.h"
+
+#include <fmt/format.h>
+
+namespace teeny {
+
+namespace {
+
+TensorType symbolic_type(const BundleTensor& tensor) {
+  return TensorType{tensor.dtype, tensor.shape, tensor.row_stride};
+}
+
+}  // namespace
+
+HostTensor reference_node(const BoundBundle& bound, const Registry& registry, size_t node_index,
+                          const std::vector<HostTensor>& inputs,
+                          const std::map<std::string, HostTensor>& params) {
+  const Bundle& bundle = *bound.bundle;
+  const BundleNode& node = bundle.nodes.at(node_index);
+  const OpDef* def = registry.find(node.op);
+  if (!def) {
+    throw Error(fmt::format("bundle {}: node '{}' uses op '{}', which this teeny does not know",
+                            bound.label, node.name, node.op));
+  }
+  const std::string where = fmt::format("host reference of node '{}' ({})", node.name, node.op);
+  if (inputs.size() != node.inputs.size()) {
+    throw Error(fmt::format("{}: {} inputs given, the node has {}", where, inputs.size(),
+                            node.inputs.size()));
+  }
+
+  OpContext ctx;
+  ctx.node = node.name;
+  ctx.attrs = Attrs(node.attrs);
+  for (const std::string& input : node.inputs) ctx.inputs.push_back(symbolic_type(bundle.tensor(input)));
+  ctx.requested_dtype = node.requested_dtype;
+  ctx.output = symbolic_type(bundle.tensor(node.name));
+
+  const BoundTensor& output = bound.tensor(node.name);
+  RefContext ref{ctx, inputs, {}, output.shape};
+  if (def->params) {
+    // The op's own slot order; the bundle records which param buffer holds each slot.
+    for (const ParamSpec& spec : def->params(ctx)) {
+      const BundleParam* found = nullptr;
+      for (const BundleParam& param : bundle.params) {
+        if (param.node == node.name && param.slot == spec.slot) found = &param;
+      }
+      if (!found) {
+        throw Error(fmt::format("{}: the bundle has no parameter for slot '{}'", where, spec.slot));
+      }
+      auto value = params.find(found->name);
+      if (value == params.end()) {
+        throw Error(fmt::format("{}: no value for parameter '{}'", where, found->name));
+      }
+      ref.params.push_back(value->second);
+    }
+  }
+
+  HostTensor result;
+  try {
+    result = def->reference(ref);
+  } catch (Error& error) {
+    error.context(where);
+    throw;
+  }
+  if (result.shape != output.shape || static_cast<int64_t>(result.data.size()) != output.numel()) {
+    throw Error(fmt::format("{}: returned shape [{}] with {} values; expected [{}]", where,
+                            fmt::join(result.shape, ", "), result.data.size(),
+                            fmt::join(output.shape, ", ")));
+  }
+  result.dtype = output.dtype;
+  for (double& value : result.data) value = round_to_dtype(value, output.dtype);
+  return result;
+}
+
+std::map<std::string, HostTensor> run_host(const BoundBundle& bound, const Registry& registry,
+                                           const RunData& data) {
+  const Bundle& bundle = *bound.bundle;
+  std::map<std::string, HostTensor> values;
+  for (const std::string& input : bundle.inputs) values[input] = data.inputs.at(input);
+  for (size_t i = 0; i < bundle.nodes.size(); ++i) {
+    std::vector<HostTensor> inputs;
+    for (const std::string& input : bundle.nodes[i].inputs) inputs.push_back(values.at(input));
+    values[bundle.nodes[i].name] = reference_node(bound, registry, i, inputs, data.params);
+  }
+  return values;
+}
+
+}  // namespace teeny

@@ -1,0 +1,26 @@
+// The host reference executor: runs a bound bundle on the CPU with each op's OpDef::reference
+// (double-precision accumulation, outputs rounded to their dtype). Used by `teeny run --device
+// cpu`, by `--check` (one node at a time, on the GPU's own inputs) and by tests.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/executor.h"
+#include "core/registry.h"
+
+namespace teeny {
+
+// The reference output of node `node_index` for concrete `inputs` (in the node's input order)
+// and the run's params (by name). Throws Error when the registry lacks the op or the reference
+// returns the wrong shape.
+HostTensor reference_node(const BoundBundle& bound, const Registry& registry, size_t node_index,
+                          const std::vector<HostTensor>& inputs,
+                          const std::map<std::string, HostTensor>& params);
+
+// Runs every node in order; returns the value of every tensor (graph inputs included).
+std::map<std::string, HostTensor> run_host(const BoundBundle& bound, const Registry& registry,
+                                           const RunData& data);
+
+}  // namespace teeny
