@@ -1,0 +1,190 @@
+// `teeny run BUNDLE ...`: load a bundle, run it on the GPU (or the host reference executor with
+// --device cpu), write outputs as .npy, and with --check compare every node to the reference.
+#include <algorithm>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "cli/commands.h"
+#include "cli/table.h"
+#include "core/bundle.h"
+#include "core/compare.h"
+#include "core/driver.h"
+#include "core/executor.h"
+#include "core/host_executor.h"
+#include "core/npy.h"
+
+namespace teeny::cli {
+namespace {
+
+struct RunOptions {
+  std::string bundle;
+  std::vector<std::string> binds;
+  std::string device = "gpu";
+  std::vector<std::string> inputs;
+  uint64_t seed = 0;
+  std::string weights;
+  std::string init = "zero";
+  std::vector<std::string> outputs;
+  std::string output_dir;
+  bool check = false;
+  bool cuda_graph = false;
+  int iterations = 1;
+};
+
+// "NAME=VALUE" flags into a map; duplicates and malformed values are errors.
+std::map<std::string, std::string> parse_pairs(const std::vector<std::string>& values,
+                                               const char* flag, const char* example) {
+  std::map<std::string, std::string> pairs;
+  for (const std::string& value : values) {
+    const size_t eq = value.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == value.size()) {
+      throw Error(fmt::format("malformed {} '{}': expected {}", flag, value, example));
+    }
+    if (!pairs.emplace(value.substr(0, eq), value.substr(eq + 1)).second) {
+      throw Error(fmt::format("{} {}: '{}' is given more than once", flag, value, value.substr(0, eq)));
+    }
+  }
+  return pairs;
+}
+
+std::string summary(const HostTensor& values) {
+  if (values.data.empty()) return "";
+  double low = values.data[0], high = values.data[0], sum = 0;
+  for (double v : values.data) {
+    low = std::min(low, v);
+    high = std::max(high, v);
+    sum += v;
+  }
+  return fmt::format("min {:.6g}  max {:.6g}  mean {:.6g}", low, high,
+                     sum / static_cast<double>(values.data.size()));
+}
+
+void run_run(const RunOptions& options) {
+  if (options.device == "cpu" && (options.check || options.cuda_graph)) {
+    throw Error(fmt::format("{} runs on the GPU; it cannot be combined with --device cpu",
+                            options.check ? "--check" : "--cuda-graph"));
+  }
+  Bundle bundle = read_bundle(options.bundle);
+  BoundBundle bound = bind_bundle(bundle, bundle_bindings(bundle, options.binds), options.bundle);
+
+  std::map<std::string, std::string> output_files =
+      parse_pairs(options.outputs, "--output", "NAME=FILE.npy");
+  for (const auto& [name, path] : output_files) {
+    if (std::find(bundle.outputs.begin(), bundle.outputs.end(), name) == bundle.outputs.end()) {
+      throw Error(fmt::format("--output {}={}: the bundle has no output '{}'{}", name, path, name,
+                              did_you_mean(name, bundle.outputs)))
+          .note(fmt::format("the bundle's outputs: {}", fmt::join(bundle.outputs, ", ")));
+    }
+  }
+  DataOptions data_options;
+  data_options.seed = options.seed;
+  data_options.input_files = parse_pairs(options.inputs, "--input", "NAME=FILE.npy");
+  data_options.weights_path = options.weights;
+  data_options.fill = options.init == "random" ? ParamFill::kRandom : ParamFill::kZero;
+  RunData data = prepare_data(bound, data_options);
+  for (const std::string& note : data.notes) std::cerr << "teeny: note: " << note << "\n";
+
+  std::vector<std::string> bound_dims;
+  for (const auto& [name, value] : bound.bindings) bound_dims.push_back(fmt::format("{}={}", name, value));
+  std::string out = fmt::format("bundle {} (graph '{}'){}\n", options.bundle, bundle.graph_name,
+                                bound_dims.empty() ? "" : fmt::format(", {}", fmt::join(bound_dims, ", ")));
+
+  std::map<std::string, HostTensor> results;
+  std::unique_ptr<CheckReport> report;
+  if (options.device == "cpu") {
+    std::map<std::string, HostTensor> values = run_host(bound, registry(), data);
+    for (const std::string& name : bundle.outputs) results[name] = values.at(name);
+    out += fmt::format("ran {} nodes on the host reference executor\n", bundle.nodes.size());
+  } else {
+    const cuda::Driver& driver = cuda::Driver::get();
+    std::shared_ptr<cuda::Device> device = cuda::Device::open(driver);
+    GpuExecutor executor(device, bound);
+    executor.upload(data);
+    RunTiming timing = executor.run(options.iterations, options.cuda_graph);
+    for (const std::string& name : bundle.outputs) results[name] = executor.read(name);
+    const MemoryPlan& plan = bound.plan;
+    out += fmt::format("device {} (sm_{}{}, {} SMs), driver {}.{}\n", device->name(),
+                       device->cc_major(), device->cc_minor(), device->sm_count(),
+                       driver.version() / 1000, driver.version() % 1000 / 10);
+    out += fmt::format("memory: activations {} planned by liveness (naive {}; {} of {} buffers "
+                       "share bytes), parameters {}\n",
+                       cuda::format_bytes(plan.arena_bytes), cuda::format_bytes(plan.naive_bytes),
+                       plan.shared, plan.buffers, cuda::format_bytes(executor.params_bytes()));
+    out += fmt::format("ran {} launches x {} iteration(s){}: {:.3f} ms, {:.3f} ms per iteration\n",
+                       bound.launches.size(), timing.iterations,
+                       timing.cuda_graph ? " as one CUDA graph" : "", timing.total_ms,
+                       timing.total_ms / timing.iterations);
+    if (options.check) {
+      report = std::make_unique<CheckReport>(
+          check_against_reference(executor, registry(), data, results));
+    }
+  }
+
+  if (!options.output_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(options.output_dir, ec);
+    if (ec) throw Error(fmt::format("--output-dir {}: {}", options.output_dir, ec.message()));
+    for (const std::string& name : bundle.outputs) {
+      output_files.emplace(name, (std::filesystem::path(options.output_dir) / (name + ".npy")).string());
+    }
+  }
+  std::vector<Row> rows{{"OUTPUT", "DTYPE", "SHAPE", "VALUES", "FILE"}};
+  for (const std::string& name : bundle.outputs) {
+    const HostTensor& values = results.at(name);
+    std::string file;
+    if (auto it = output_files.find(name); it != output_files.end()) {
+      write_npy(it->second, values);
+      file = it->second;
+      if (values.dtype != npy_storage_dtype(values.dtype)) file += " (bf16 stored as f32)";
+    }
+    rows.push_back({name, dtype_name(values.dtype), fmt::format("[{}]", fmt::join(values.shape, ", ")),
+                    summary(values), file});
+  }
+  out += "\n" + format_table(rows, "  ");
+  if (report) out += "\n" + format_check_report(*report);
+  std::cout << out;
+  if (report && !report->ok()) {
+    throw Error(report->first_failure >= 0
+                    ? fmt::format("--check: node '{}' is the first to differ from the host reference",
+                                  report->nodes[report->first_failure].node)
+                    : std::string("--check: the full run's outputs differ from the node-by-node run"),
+                ExitCode::kCheckMismatch);
+  }
+}
+
+}  // namespace
+
+void add_run_command(CLI::App& app) {
+  auto options = std::make_shared<RunOptions>();
+  CLI::App* cmd = app.add_subcommand("run", "Run a compiled bundle on the GPU (or the host "
+                                            "reference), write outputs, check against the reference");
+  cmd->add_option("BUNDLE", options->bundle, "bundle directory (from teeny compile)")->required();
+  cmd->add_option("--bind", options->binds, "bind a dim: D=N (repeatable; default: the spec's)")
+      ->allow_extra_args(false);
+  cmd->add_option("--device", options->device, "gpu (default) or cpu (the host reference executor)")
+      ->check(CLI::IsMember({"gpu", "cpu"}));
+  cmd->add_option("--input", options->inputs, "an input from a .npy file: NAME=FILE.npy (repeatable)")
+      ->allow_extra_args(false);
+  cmd->add_option("--seed", options->seed,
+                  "seed for random inputs (floats uniform in [-1, 1), ids in [0, num_embeddings)) "
+                  "and --init random");
+  cmd->add_option("--weights", options->weights, "trained parameters by <node>.<slot> (.safetensors)");
+  cmd->add_option("--init", options->init,
+                  "trained parameters not in --weights: zero (default) or random")
+      ->check(CLI::IsMember({"zero", "random"}));
+  cmd->add_option("--output", options->outputs, "write a graph output: NAME=FILE.npy (repeatable)")
+      ->allow_extra_args(false);
+  cmd->add_option("--output-dir", options->output_dir, "write every graph output as DIR/<name>.npy");
+  cmd->add_flag("--check", options->check,
+                "compare every node's GPU output with the host reference (exit code 2 on mismatch)");
+  cmd->add_flag("--cuda-graph", options->cuda_graph, "capture the launches once as a CUDA graph and replay it");
+  cmd->add_option("--iterations", options->iterations, "how many times to run the graph (default 1)")
+      ->check(CLI::PositiveNumber);
+  cmd->callback([options] { run_run(*options); });
+}
+
+}  // namespace teeny::cli
