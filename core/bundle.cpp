@@ -1,0 +1,613 @@
+#include "core/bundle.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include "core/error.h"
+#include "core/sha256.h"
+
+namespace teeny {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+constexpr const char* kManifest = "manifest.json";
+constexpr const char* kParamsFile = "params.bin";
+
+std::string kernel_file(const std::string& name) { return "kernels/" + name + ".ptx"; }
+
+const char* arg_kind_name(ArgKind kind) {
+  switch (kind) {
+    case ArgKind::kInput: return "input";
+    case ArgKind::kParam: return "param";
+    case ArgKind::kOutput: return "output";
+    case ArgKind::kI32: return "i32";
+    case ArgKind::kI64: return "i64";
+    case ArgKind::kF32: return "f32";
+  }
+  return "?";
+}
+
+const char* init_name(ParamInit init) {
+  switch (init) {
+    case ParamInit::kTrained: return "trained";
+    case ParamInit::kZero: return "zero";
+    case ParamInit::kHost: return "host";
+  }
+  return "?";
+}
+
+bool is_pointer(ArgKind kind) {
+  return kind == ArgKind::kInput || kind == ArgKind::kParam || kind == ArgKind::kOutput;
+}
+
+bool is_identifier(const std::string& name) {
+  if (name.empty() || std::isdigit(static_cast<unsigned char>(name[0]))) return false;
+  return std::all_of(name.begin(), name.end(),
+                     [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
+}
+
+json shape_json(const Shape& shape) {
+  json out = json::array();
+  for (const Expr& e : shape) out.push_back(e.str());
+  return out;
+}
+
+template <size_t N>
+json array_json(const std::array<int, N>& values) {
+  return json(std::vector<int>(values.begin(), values.end()));
+}
+
+// Non-finite floats have no JSON number; they are stored as strings.
+json float_json(double value) {
+  if (std::isnan(value)) return "nan";
+  if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
+  return value;
+}
+
+// ---- reading with paths in errors ---------------------------------------------------------------
+
+// A JSON value with its path in the manifest ("launches[2].args[0].size") for errors.
+class Field {
+ public:
+  Field(const json& value, std::string path) : value_(value), path_(std::move(path)) {}
+
+  [[noreturn]] void fail(const std::string& problem) const {
+    throw Error(fmt::format("{}: {}: {}", kManifest, path_.empty() ? "top level" : path_, problem));
+  }
+
+  bool has(const char* key) const { return value_.is_object() && value_.contains(key); }
+
+  Field operator[](const char* key) const {
+    if (!value_.is_object()) fail(fmt::format("expected an object, found {}", value_.type_name()));
+    auto it = value_.find(key);
+    if (it == value_.end()) fail(fmt::format("missing key '{}'", key));
+    return Field(*it, path_.empty() ? key : path_ + "." + key);
+  }
+
+  std::vector<Field> items() const {
+    if (!value_.is_array()) fail(fmt::format("expected an array, found {}", value_.type_name()));
+    std::vector<Field> out;
+    for (size_t i = 0; i < value_.size(); ++i) out.emplace_back(value_[i], fmt::format("{}[{}]", path_, i));
+    return out;
+  }
+
+  std::string str() const {
+    if (!value_.is_string()) fail(fmt::format("expected a string, found {}", value_.type_name()));
+    return value_.get<std::string>();
+  }
+
+  int64_t integer() const {
+    if (!value_.is_number_integer()) fail(fmt::format("expected an integer, found {}", value_.dump()));
+    return value_.get<int64_t>();
+  }
+
+  int small_int() const {
+    int64_t v = integer();
+    if (v < 0 || v > (int64_t{1} << 30)) fail(fmt::format("{} is out of range", v));
+    return static_cast<int>(v);
+  }
+
+  double number() const {
+    if (value_.is_number()) return value_.get<double>();
+    if (value_.is_string()) {
+      std::string s = value_.get<std::string>();
+      if (s == "nan") return std::nan("");
+      if (s == "inf") return INFINITY;
+      if (s == "-inf") return -INFINITY;
+    }
+    fail(fmt::format("expected a number, found {}", value_.dump()));
+  }
+
+  Expr expr() const {
+    std::string text = str();
+    try {
+      return Expr::parse(text);
+    } catch (const Error& e) {
+      fail(fmt::format("bad expression '{}': {}", text, e.message()));
+    }
+  }
+
+  Shape shape() const {
+    Shape out;
+    for (const Field& item : items()) out.push_back(item.expr());
+    return out;
+  }
+
+  DType dtype() const {
+    std::string name = str();
+    std::optional<DType> dtype = parse_dtype(name);
+    if (!dtype) fail(fmt::format("unknown dtype '{}'", name));
+    return *dtype;
+  }
+
+  std::vector<std::string> strings() const {
+    std::vector<std::string> out;
+    for (const Field& item : items()) out.push_back(item.str());
+    return out;
+  }
+
+  std::array<int, 3> int3() const {
+    std::vector<Field> values = items();
+    if (values.size() != 3) fail(fmt::format("expected 3 integers, found {}", values.size()));
+    return {values[0].small_int(), values[1].small_int(), values[2].small_int()};
+  }
+
+  const json& raw() const { return value_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  const json& value_;
+  std::string path_;
+};
+
+template <typename T>
+T parse_enum(const Field& field, const std::vector<std::pair<const char*, T>>& names) {
+  std::string text = field.str();
+  std::vector<std::string> choices;
+  for (const auto& [name, value] : names) {
+    if (text == name) return value;
+    choices.push_back(name);
+  }
+  field.fail(fmt::format("unknown value '{}'{}", text, did_you_mean(text, choices)));
+}
+
+// ---- files ----------------------------------------------------------------------------------
+
+std::string read_file(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw Error(fmt::format("cannot read: {}", std::strerror(errno)));
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) throw Error(fmt::format("cannot read: {}", std::strerror(errno)));
+  return text.str();
+}
+
+// Writes and fsyncs; every failure (disk full, file size limit, I/O error) is an error.
+void write_file(const fs::path& file, const void* data, size_t size) {
+  int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw Error(fmt::format("cannot create {}: {}", file.string(), std::strerror(errno)));
+  const char* bytes = static_cast<const char*>(data);
+  size_t done = 0;
+  while (done < size) {
+    ssize_t n = ::write(fd, bytes + done, size - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int err = errno;
+      ::close(fd);
+      throw Error(fmt::format("cannot write {}: {}", file.string(), std::strerror(err)));
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    throw Error(fmt::format("cannot write {}: {}", file.string(), std::strerror(errno)));
+  }
+}
+
+void write_file(const fs::path& file, const std::string& text) { write_file(file, text.data(), text.size()); }
+
+bool process_alive(long pid) { return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM; }
+
+// Temp and old directories left by a teeny process that died mid-write (SIGKILL, power loss).
+void remove_stale_temps(const fs::path& parent, const std::string& base) {
+  std::error_code ec;
+  for (const fs::directory_entry& entry : fs::directory_iterator(parent, ec)) {
+    std::string name = entry.path().filename().string();
+    for (const char* kind : {".tmp-", ".old-"}) {
+      std::string prefix = "." + base + kind;
+      if (name.rfind(prefix, 0) != 0) continue;
+      long pid = std::strtol(name.c_str() + prefix.size(), nullptr, 10);
+      if (pid > 0 && !process_alive(pid)) fs::remove_all(entry.path(), ec);
+    }
+  }
+}
+
+}  // namespace
+
+// ---- Bundle lookups ---------------------------------------------------------------------------
+
+const BundleTensor& Bundle::tensor(const std::string& name) const {
+  for (const BundleTensor& t : tensors) {
+    if (t.name == name) return t;
+  }
+  throw Error(fmt::format("bundle has no tensor '{}'", name));
+}
+
+const BundleNode* Bundle::find_node(const std::string& name) const {
+  for (const BundleNode& node : nodes) {
+    if (node.name == name) return &node;
+  }
+  return nullptr;
+}
+
+// ---- manifest ---------------------------------------------------------------------------------
+
+json bundle_to_json(const Bundle& bundle) {
+  json m;
+  m["format_version"] = bundle.format_version;
+  m["teeny_version"] = bundle.teeny_version;
+  m["nvrtc_version"] = bundle.nvrtc_version;
+  m["arch"] = bundle.arch;
+  m["nvrtc_options"] = bundle.nvrtc_options;
+  m["graph"] = {{"name", bundle.graph_name}, {"spec", bundle.spec_path}};
+
+  json dims = json::array();
+  for (const BundleDim& d : bundle.dims) {
+    dims.push_back({{"name", d.name}, {"min", d.min}, {"max", d.max}, {"default", d.default_value}});
+  }
+  m["dims"] = dims;
+  m["fixed"] = json::object();
+  for (const auto& [name, value] : bundle.fixed) m["fixed"][name] = value;
+  m["inputs"] = bundle.inputs;
+  m["outputs"] = bundle.outputs;
+
+  json tensors = json::array();
+  for (const BundleTensor& t : bundle.tensors) {
+    tensors.push_back({{"name", t.name},
+                       {"dtype", dtype_name(t.dtype)},
+                       {"shape", shape_json(t.shape)},
+                       {"row_stride", t.row_stride.str()},
+                       {"producer", t.producer},
+                       {"alias_of", t.alias_of}});
+  }
+  m["tensors"] = tensors;
+
+  json nodes = json::array();
+  for (const BundleNode& n : bundle.nodes) {
+    json node = {{"name", n.name}, {"op", n.op}, {"attrs", n.attrs}, {"inputs", n.inputs},
+                 {"fused_from", n.fused_from}};
+    node["dtype"] = n.requested_dtype ? json(dtype_name(*n.requested_dtype)) : json(nullptr);
+    nodes.push_back(std::move(node));
+  }
+  m["nodes"] = nodes;
+
+  json kernels = json::array();
+  json checksums = json::object();
+  for (const BundleKernel& k : bundle.kernels) {
+    kernels.push_back({{"name", k.name},
+                       {"entry", k.entry},
+                       {"file", kernel_file(k.name)},
+                       {"source", {{"file", k.source_file}, {"line", k.source_line}}},
+                       {"reqntid", k.reqntid ? array_json(*k.reqntid) : json(nullptr)},
+                       {"maxntid", k.maxntid ? array_json(*k.maxntid) : json(nullptr)},
+                       {"ptx_params", k.ptx_params}});
+    checksums[kernel_file(k.name)] = k.sha256;
+  }
+  m["kernels"] = kernels;
+
+  json launches = json::array();
+  for (const BundleLaunch& l : bundle.launches) {
+    json args = json::array();
+    for (const BundleArg& a : l.args) {
+      json arg = {{"kind", arg_kind_name(a.kind)}, {"name", a.name},   {"c_type", a.c_type},
+                  {"ptx_type", a.ptx_type},        {"size", a.size},   {"offset", a.offset}};
+      if (is_pointer(a.kind)) {
+        arg["tensor"] = a.tensor;
+        arg["dtype"] = dtype_name(a.dtype);
+      } else if (a.kind == ArgKind::kF32) {
+        arg["value"] = float_json(a.fvalue);
+      } else {
+        arg["value"] = a.value.str();
+      }
+      args.push_back(std::move(arg));
+    }
+    launches.push_back({{"node", l.node},
+                        {"index", l.index},
+                        {"kernel", bundle.kernels.at(l.kernel).name},
+                        {"block", array_json(l.block)},
+                        {"grid", {l.grid[0].str(), l.grid[1].str(), l.grid[2].str()}},
+                        {"dynamic_smem", l.dynamic_smem.str()},
+                        {"args", args},
+                        {"bytes", l.bytes.str()},
+                        {"flops", l.flops.str()}});
+  }
+  m["launches"] = launches;
+
+  json params = json::array();
+  for (const BundleParam& p : bundle.params) {
+    json param = {{"name", p.name},   {"node", p.node}, {"slot", p.slot}, {"dtype", dtype_name(p.dtype)},
+                  {"shape", shape_json(p.shape)}, {"init", init_name(p.init)}};
+    if (p.init == ParamInit::kHost) {
+      param["offset"] = p.offset;
+      param["size"] = p.size;
+    }
+    params.push_back(std::move(param));
+  }
+  m["params"] = params;
+  m["params_bin_size"] = bundle.param_bytes.size();
+  checksums[kParamsFile] =
+      sha256_hex(std::string_view(reinterpret_cast<const char*>(bundle.param_bytes.data()), bundle.param_bytes.size()));
+  m["checksums"] = checksums;
+  return m;
+}
+
+Bundle bundle_from_json(const json& manifest) {
+  Field root(manifest, "");
+  Bundle b;
+  b.format_version = static_cast<int>(root["format_version"].integer());
+  if (b.format_version != kBundleFormatVersion) {
+    root["format_version"].fail(fmt::format("bundle format version {} is not supported (this teeny reads version "
+                                            "{}); recompile the graph with this teeny",
+                                            b.format_version, kBundleFormatVersion));
+  }
+  b.teeny_version = root["teeny_version"].str();
+  b.nvrtc_version = root["nvrtc_version"].str();
+  b.arch = root["arch"].str();
+  b.nvrtc_options = root["nvrtc_options"].strings();
+  b.graph_name = root["graph"]["name"].str();
+  b.spec_path = root["graph"]["spec"].str();
+  for (const Field& d : root["dims"].items()) {
+    b.dims.push_back({d["name"].str(), d["min"].integer(), d["max"].integer(), d["default"].integer()});
+  }
+  Field fixed = root["fixed"];
+  if (!fixed.raw().is_object()) fixed.fail("expected an object of dim values");
+  for (const auto& [name, value] : fixed.raw().items()) b.fixed[name] = Field(value, "fixed." + name).integer();
+  b.inputs = root["inputs"].strings();
+  b.outputs = root["outputs"].strings();
+
+  std::map<std::string, bool> tensor_names;
+  for (const Field& t : root["tensors"].items()) {
+    BundleTensor tensor{t["name"].str(), t["dtype"].dtype(), t["shape"].shape(), t["row_stride"].expr(),
+                        t["producer"].str(), t["alias_of"].str()};
+    if (!tensor_names.emplace(tensor.name, true).second) t["name"].fail(fmt::format("duplicate tensor '{}'", tensor.name));
+    b.tensors.push_back(std::move(tensor));
+  }
+  auto check_tensor = [&](const Field& f) {
+    std::string name = f.str();
+    if (!tensor_names.count(name)) f.fail(fmt::format("unknown tensor '{}'", name));
+    return name;
+  };
+  for (size_t i = 0; i < b.inputs.size(); ++i) check_tensor(root["inputs"].items()[i]);
+  for (size_t i = 0; i < b.outputs.size(); ++i) check_tensor(root["outputs"].items()[i]);
+
+  for (const Field& n : root["nodes"].items()) {
+    BundleNode node;
+    node.name = n["name"].str();
+    node.op = n["op"].str();
+    node.attrs = n["attrs"].raw();
+    node.inputs = n["inputs"].strings();
+    node.fused_from = n["fused_from"].strings();
+    if (!n["dtype"].raw().is_null()) node.requested_dtype = n["dtype"].dtype();
+    b.nodes.push_back(std::move(node));
+  }
+
+  Field checksums = root["checksums"];
+  std::map<std::string, int> kernel_index;
+  for (const Field& k : root["kernels"].items()) {
+    BundleKernel kernel;
+    kernel.name = k["name"].str();
+    if (!is_identifier(kernel.name)) k["name"].fail(fmt::format("kernel name '{}' is not an identifier", kernel.name));
+    if (!kernel_index.emplace(kernel.name, static_cast<int>(b.kernels.size())).second) {
+      k["name"].fail(fmt::format("duplicate kernel '{}'", kernel.name));
+    }
+    kernel.entry = k["entry"].str();
+    kernel.source_file = k["source"]["file"].str();
+    kernel.source_line = static_cast<int>(k["source"]["line"].integer());
+    if (!k["reqntid"].raw().is_null()) kernel.reqntid = k["reqntid"].int3();
+    if (!k["maxntid"].raw().is_null()) kernel.maxntid = k["maxntid"].int3();
+    kernel.ptx_params = k["ptx_params"].strings();
+    kernel.sha256 = checksums[kernel_file(kernel.name).c_str()].str();
+    b.kernels.push_back(std::move(kernel));
+  }
+
+  for (const Field& l : root["launches"].items()) {
+    BundleLaunch launch;
+    launch.node = l["node"].str();
+    if (b.find_node(launch.node) == nullptr) l["node"].fail(fmt::format("unknown node '{}'", launch.node));
+    launch.index = l["index"].small_int();
+    std::string kernel = l["kernel"].str();
+    auto it = kernel_index.find(kernel);
+    if (it == kernel_index.end()) l["kernel"].fail(fmt::format("unknown kernel '{}'", kernel));
+    launch.kernel = it->second;
+    launch.block = l["block"].int3();
+    std::vector<Field> grid = l["grid"].items();
+    if (grid.size() != 3) l["grid"].fail(fmt::format("expected 3 expressions, found {}", grid.size()));
+    for (int d = 0; d < 3; ++d) launch.grid[d] = grid[d].expr();
+    launch.dynamic_smem = l["dynamic_smem"].expr();
+    for (const Field& a : l["args"].items()) {
+      BundleArg arg;
+      arg.kind = parse_enum<ArgKind>(a["kind"], {{"input", ArgKind::kInput}, {"param", ArgKind::kParam},
+                                                 {"output", ArgKind::kOutput}, {"i32", ArgKind::kI32},
+                                                 {"i64", ArgKind::kI64}, {"f32", ArgKind::kF32}});
+      arg.name = a["name"].str();
+      arg.c_type = a["c_type"].str();
+      arg.ptx_type = a["ptx_type"].str();
+      arg.size = a["size"].small_int();
+      arg.offset = a["offset"].small_int();
+      if (is_pointer(arg.kind)) {
+        arg.tensor = a["tensor"].str();
+        arg.dtype = a["dtype"].dtype();
+        if (arg.kind != ArgKind::kParam) check_tensor(a["tensor"]);
+      } else if (arg.kind == ArgKind::kF32) {
+        arg.fvalue = a["value"].number();
+      } else {
+        arg.value = a["value"].expr();
+      }
+      launch.args.push_back(std::move(arg));
+    }
+    launch.bytes = l["bytes"].expr();
+    launch.flops = l["flops"].expr();
+    b.launches.push_back(std::move(launch));
+  }
+
+  int64_t params_size = root["params_bin_size"].integer();
+  for (const Field& p : root["params"].items()) {
+    BundleParam param;
+    param.name = p["name"].str();
+    param.node = p["node"].str();
+    param.slot = p["slot"].str();
+    param.dtype = p["dtype"].dtype();
+    param.shape = p["shape"].shape();
+    param.init = parse_enum<ParamInit>(p["init"], {{"trained", ParamInit::kTrained}, {"zero", ParamInit::kZero},
+                                                    {"host", ParamInit::kHost}});
+    if (param.init == ParamInit::kHost) {
+      int64_t offset = p["offset"].integer(), size = p["size"].integer();
+      if (offset < 0 || size < 0 || offset + size > params_size) {
+        p.fail(fmt::format("bytes [{}, {}) lie outside {} ({} bytes)", offset, offset + size, kParamsFile, params_size));
+      }
+      param.offset = static_cast<uint64_t>(offset);
+      param.size = static_cast<uint64_t>(size);
+    }
+    b.params.push_back(std::move(param));
+  }
+  for (const BundleLaunch& launch : b.launches) {
+    for (const BundleArg& arg : launch.args) {
+      if (arg.kind != ArgKind::kParam) continue;
+      bool known = std::any_of(b.params.begin(), b.params.end(), [&](const BundleParam& p) { return p.name == arg.tensor; });
+      if (!known) throw Error(fmt::format("{}: launch of node '{}' uses unknown param '{}'", kManifest, launch.node, arg.tensor));
+    }
+  }
+  return b;
+}
+
+// ---- files ------------------------------------------------------------------------------------
+
+void write_bundle(const Bundle& bundle, const std::string& path) {
+  fs::path target = fs::path(path).lexically_normal();
+  if (target.filename().empty()) target = target.parent_path();  // "out.teeny/"
+  const std::string base = target.filename().string();
+  const fs::path parent = target.parent_path().empty() ? fs::path(".") : target.parent_path();
+  auto fail = [&](const std::string& problem) {
+    return Error(fmt::format("cannot write bundle '{}': {}", path, problem));
+  };
+
+  std::error_code ec;
+  if (fs::exists(target, ec) && !(fs::is_directory(target, ec) && fs::exists(target / kManifest, ec))) {
+    throw fail("it exists and is not a teeny bundle (no manifest.json); not replacing it");
+  }
+  for (const BundleKernel& kernel : bundle.kernels) {
+    if (!is_identifier(kernel.name)) throw fail(fmt::format("kernel name '{}' is not an identifier", kernel.name));
+  }
+  remove_stale_temps(parent, base);
+
+  static std::atomic<int> counter{0};
+  const fs::path temp = parent / fmt::format(".{}.tmp-{}-{}", base, ::getpid(), counter++);
+  if (!fs::create_directory(temp, ec)) throw fail(fmt::format("cannot create {}: {}", temp.string(), ec.message()));
+  try {
+    // Checksums are of the bytes written, whatever the in-memory bundle said.
+    Bundle written = bundle;
+    fs::create_directory(temp / "kernels", ec);
+    if (ec) throw Error(fmt::format("cannot create {}: {}", (temp / "kernels").string(), ec.message()));
+    for (BundleKernel& kernel : written.kernels) {
+      write_file(temp / kernel_file(kernel.name), kernel.ptx);
+      kernel.sha256 = sha256_hex(kernel.ptx);
+    }
+    write_file(temp / kParamsFile, bundle.param_bytes.data(), bundle.param_bytes.size());
+    // The manifest goes last: a directory with a manifest is complete.
+    write_file(temp / kManifest, bundle_to_json(written).dump(2) + "\n");
+
+    if (fs::exists(target, ec)) {
+      // Swap atomically where the filesystem can; otherwise move the old bundle aside first.
+      if (::renameat2(AT_FDCWD, temp.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) != 0) {
+        const fs::path old = parent / fmt::format(".{}.old-{}-{}", base, ::getpid(), counter++);
+        fs::rename(target, old);
+        try {
+          fs::rename(temp, target);
+        } catch (...) {
+          fs::rename(old, target, ec);
+          throw;
+        }
+        fs::remove_all(old, ec);
+      } else {
+        fs::remove_all(temp, ec);  // now holds the previous bundle
+      }
+    } else {
+      fs::rename(temp, target);
+    }
+  } catch (const fs::filesystem_error& e) {
+    fs::remove_all(temp, ec);
+    throw fail(e.code().message() + ": " + e.path1().string());
+  } catch (const Error& e) {
+    fs::remove_all(temp, ec);
+    throw fail(e.message());
+  }
+}
+
+Bundle read_bundle(const std::string& path) {
+  const fs::path dir(path);
+  auto fail = [&](const std::string& problem) { return Error(fmt::format("bundle '{}': {}", path, problem)); };
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
+    throw fail(fs::exists(dir, ec) ? "not a directory" : "no such directory");
+  }
+  auto read = [&](const std::string& name) {
+    if (!fs::exists(dir / name, ec)) throw fail(fmt::format("missing file {}", name));
+    try {
+      return read_file(dir / name);
+    } catch (const Error& e) {
+      throw fail(fmt::format("{}: {}", name, e.message()));
+    }
+  };
+
+  std::string text = read(kManifest);
+  json manifest;
+  try {
+    manifest = json::parse(text);
+  } catch (const json::parse_error& e) {
+    throw fail(fmt::format("{} is not valid JSON (truncated or corrupted?): {}", kManifest, e.what()));
+  }
+  Bundle bundle;
+  try {
+    bundle = bundle_from_json(manifest);
+  } catch (const Error& e) {
+    throw fail(e.message());
+  }
+
+  auto verify = [&](const std::string& name, const std::string& data, const std::string& expected) {
+    std::string actual = sha256_hex(data);
+    if (actual != expected) {
+      throw fail(fmt::format("{} has been altered: its SHA-256 is {}, the manifest says {}", name, actual, expected));
+    }
+  };
+  for (BundleKernel& kernel : bundle.kernels) {
+    kernel.ptx = read(kernel_file(kernel.name));
+    verify(kernel_file(kernel.name), kernel.ptx, kernel.sha256);
+  }
+  std::string params = read(kParamsFile);
+  std::string params_sha;
+  try {
+    params_sha = Field(manifest, "")["checksums"][kParamsFile].str();
+  } catch (const Error& e) {
+    throw fail(e.message());
+  }
+  verify(kParamsFile, params, params_sha);
+  bundle.param_bytes.assign(params.begin(), params.end());
+  return bundle;
+}
+
+}  // namespace teeny

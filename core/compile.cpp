@@ -1,0 +1,640 @@
+#include "core/compile.h"
+
+#include <algorithm>
+#include <cctype>
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "core/nvrtc.h"
+#include "core/sha256.h"
+
+namespace teeny {
+namespace {
+
+// ---- C signature parsing -----------------------------------------------------------------
+
+bool is_ident_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
+
+// Comments become spaces (newlines kept) so positions and line structure survive.
+std::string strip_comments(const std::string& source) {
+  std::string out = source;
+  size_t i = 0;
+  const size_t n = out.size();
+  while (i < n) {
+    if (out[i] == '"' || out[i] == '\'') {
+      char quote = out[i++];
+      while (i < n && out[i] != quote && out[i] != '\n') i += out[i] == '\\' ? 2 : 1;
+      ++i;
+    } else if (out[i] == '/' && i + 1 < n && out[i + 1] == '/') {
+      while (i < n && out[i] != '\n') out[i++] = ' ';
+    } else if (out[i] == '/' && i + 1 < n && out[i + 1] == '*') {
+      size_t end = out.find("*/", i + 2);
+      end = end == std::string::npos ? n : end + 2;
+      for (; i < end; ++i) {
+        if (out[i] != '\n') out[i] = ' ';
+      }
+    } else {
+      ++i;
+    }
+  }
+  return out;
+}
+
+bool has_word(const std::string& text, const std::string& word) {
+  for (size_t at = text.find(word); at != std::string::npos; at = text.find(word, at + 1)) {
+    bool left = at == 0 || !is_ident_char(text[at - 1]);
+    bool right = at + word.size() >= text.size() || !is_ident_char(text[at + word.size()]);
+    if (left && right) return true;
+  }
+  return false;
+}
+
+// "const float * __restrict__ x" -> {"const float*", "x"}
+CParam parse_c_param(const std::string& text) {
+  std::vector<std::string> tokens;
+  for (size_t i = 0; i < text.size();) {
+    if (is_ident_char(text[i])) {
+      size_t start = i;
+      while (i < text.size() && is_ident_char(text[i])) ++i;
+      std::string word = text.substr(start, i - start);
+      if (word != "__restrict__" && word != "__restrict") tokens.push_back(word);
+    } else if (std::isspace(static_cast<unsigned char>(text[i]))) {
+      ++i;
+    } else {
+      tokens.push_back(std::string(1, text[i++]));
+    }
+  }
+  CParam param;
+  if (!tokens.empty() && is_ident_char(tokens.back()[0]) && tokens.size() > 1) {
+    param.name = tokens.back();
+    tokens.pop_back();
+  }
+  for (const std::string& token : tokens) {
+    bool word = is_ident_char(token[0]);
+    if (word && !param.type.empty() && is_ident_char(param.type.back())) param.type += ' ';
+    if (word && !param.type.empty() && param.type.back() == '*') param.type += ' ';
+    param.type += token;
+  }
+  return param;
+}
+
+std::string join_params(const std::vector<std::string>& items) {
+  return fmt::format("({})", fmt::join(items, ", "));
+}
+
+std::string describe(const CParam& param) {
+  return param.name.empty() ? param.type : fmt::format("{} {}", param.type, param.name);
+}
+std::string describe(const KernelArg& arg) { return fmt::format("{} {}", arg_c_type(arg), arg.name); }
+
+// ---- helpers -------------------------------------------------------------------------------
+
+bool is_identifier(const std::string& name) {
+  if (name.empty() || std::isdigit(static_cast<unsigned char>(name[0]))) return false;
+  return std::all_of(name.begin(), name.end(), is_ident_char);
+}
+
+std::string block_str(const std::array<int, 3>& block) {
+  return fmt::format("[{}, {}, {}]", block[0], block[1], block[2]);
+}
+
+// A launch waiting for its kernel to be compiled and verified.
+struct PendingLaunch {
+  const Node* node;
+  int index;            // within the node
+  int kernel;           // bundle kernel index
+  Launch launch;        // fixed dims substituted
+  std::map<std::string, std::string> param_names;  // slot -> full name
+};
+
+class GraphCompiler {
+ public:
+  GraphCompiler(const Graph& graph, const Registry& registry, const CompileOptions& options,
+                CompileStats& stats)
+      : graph_(graph), registry_(registry), options_(options), stats_(stats) {}
+
+  Bundle run() {
+    if (options_.fuse) {
+      for (const GraphPass& pass : registry_.passes()) stats_.passes_applied += pass.apply(graph_, registry_);
+    }
+    fix_dims();
+    describe_graph();
+    for (const Node& node : graph_.nodes) lower_node(node);
+    compile_kernels_();
+    for (const PendingLaunch& pending : pending_) verify_launch(pending);
+    stats_.kernels = static_cast<int>(bundle_.kernels.size());
+    return std::move(bundle_);
+  }
+
+ private:
+  // ---- graph-level -------------------------------------------------------------------------
+
+  void fix_dims() {
+    for (const auto& [name, value] : options_.fixed) {
+      const DimDecl* dim = graph_.find_dim(name);
+      if (dim == nullptr) {
+        std::vector<std::string> names;
+        for (const DimDecl& d : graph_.dims) names.push_back(d.name);
+        throw Error(fmt::format("--bind {}={}: unknown dim '{}'{}", name, value, name, did_you_mean(name, names)));
+      }
+      if (value < dim->min || value > dim->max) {
+        throw Error(fmt::format("--bind {}={}: {} must be in [{}, {}]", name, value, name, dim->min, dim->max));
+      }
+    }
+    if (options_.fixed.empty()) return;
+    auto fix = [&](TensorType& type) {
+      type.shape = fixed(type.shape);
+      type.row_stride = type.row_stride.substitute(options_.fixed);
+    };
+    for (GraphInput& input : graph_.inputs) fix(input.type);
+    for (Node& node : graph_.nodes) {
+      for (TensorType& type : node.ctx.inputs) fix(type);
+      fix(node.ctx.output);
+    }
+  }
+
+  Shape fixed(const Shape& shape) const {
+    Shape out;
+    for (const Expr& e : shape) out.push_back(e.substitute(options_.fixed));
+    return out;
+  }
+  Expr fixed(const Expr& e) const { return e.substitute(options_.fixed); }
+
+  void describe_graph() {
+    bundle_.teeny_version = TEENY_VERSION;
+    bundle_.nvrtc_version = nvrtc_version();
+    bundle_.arch = options_.arch;
+    bundle_.graph_name = graph_.name;
+    bundle_.spec_path = graph_.source ? graph_.source->path : "";
+    bundle_.fixed = options_.fixed;
+    for (const DimDecl& dim : graph_.dims) {
+      bundle_.dims.push_back({dim.name, dim.min, dim.max, dim.default_value});
+    }
+    for (const GraphInput& input : graph_.inputs) {
+      bundle_.inputs.push_back(input.name);
+      bundle_.tensors.push_back({input.name, input.type.dtype, input.type.shape, input.type.row_stride, "", ""});
+      buffer_of_[input.name] = input.name;
+    }
+    for (const Node& node : graph_.nodes) {
+      BundleNode out;
+      out.name = node.name;
+      out.op = node.op->name;
+      out.attrs = node.ctx.attrs.json();
+      out.inputs = node.inputs;
+      out.requested_dtype = node.ctx.requested_dtype;
+      out.fused_from = node.fused_from;
+      bundle_.nodes.push_back(std::move(out));
+    }
+    bundle_.outputs = graph_.outputs;
+  }
+
+  Error node_error(const Node& node, const std::string& message) const {
+    return graph_.error_at(node, "op", fmt::format("op '{}', {}", node.op->name, message));
+  }
+
+  // Every expression stored in the bundle may only use the graph's dims.
+  void check_dims_known(const Node& node, const Expr& e, const std::string& what) const {
+    for (const std::string& dim : e.dims()) {
+      if (graph_.find_dim(dim) == nullptr) {
+        throw node_error(node, fmt::format("{} '{}' uses '{}', which is not a dim of the graph", what, e.str(), dim));
+      }
+    }
+  }
+
+  // ---- per node ------------------------------------------------------------------------------
+
+  void lower_node(const Node& node) {
+    const OpContext& ctx = node.ctx;
+    std::vector<ParamSpec> specs = node.op->params ? node.op->params(ctx) : std::vector<ParamSpec>{};
+    std::map<std::string, std::string> param_names = add_params(node, specs);
+
+    BundleTensor tensor{node.name, ctx.output.dtype, ctx.output.shape, ctx.output.row_stride, node.name, ""};
+    if (!node.op->lower) {
+      add_view(node, tensor);
+      return;
+    }
+    buffer_of_[node.name] = node.name;
+    bundle_.tensors.push_back(std::move(tensor));
+
+    Lowering lowering = node.op->lower(ctx);
+    std::vector<int> kernel_ids;
+    for (const KernelSource& kernel : lowering.kernels) kernel_ids.push_back(add_kernel(node, kernel));
+    for (size_t i = 0; i < lowering.launches.size(); ++i) {
+      Launch launch = lowering.launches[i];
+      std::string where = fmt::format("launch {}", i);
+      if (launch.kernel < 0 || launch.kernel >= static_cast<int>(kernel_ids.size())) {
+        throw node_error(node, fmt::format("{}: kernel index {} is out of range (the lowering has {} kernels)",
+                                           where, launch.kernel, kernel_ids.size()));
+      }
+      for (Expr& g : launch.grid) g = fixed(g);
+      launch.dynamic_smem = fixed(launch.dynamic_smem);
+      launch.bytes = fixed(launch.bytes);
+      launch.flops = fixed(launch.flops);
+      for (int d = 0; d < 3; ++d) check_dims_known(node, launch.grid[d], where + " grid");
+      check_dims_known(node, launch.dynamic_smem, where + " dynamic shared memory");
+      check_dims_known(node, launch.bytes, where + " cost (bytes)");
+      check_dims_known(node, launch.flops, where + " cost (FLOPs)");
+      for (size_t a = 0; a < launch.args.size(); ++a) {
+        KernelArg& arg = launch.args[a];
+        if (arg.kind == ArgKind::kI32 || arg.kind == ArgKind::kI64) {
+          arg.value = fixed(arg.value);
+          check_dims_known(node, arg.value, fmt::format("{}, argument {} '{}'", where, a, arg.name));
+        }
+        check_arg_binding(node, specs, i, a, arg);
+      }
+      pending_.push_back({&node, static_cast<int>(i), kernel_ids[launch.kernel], std::move(launch), param_names});
+    }
+  }
+
+  // Views share their input's buffer; a view may only reinterpret contiguous rows.
+  void add_view(const Node& node, BundleTensor tensor) {
+    const TensorType& in = node.ctx.inputs.at(0);
+    const TensorType& out = node.ctx.output;
+    if (out.dtype != in.dtype) {
+      throw node_error(node, fmt::format("view output dtype {} differs from input dtype {}",
+                                         dtype_name(out.dtype), dtype_name(in.dtype)));
+    }
+    bool same_rows = !in.shape.empty() && !out.shape.empty() && in.shape.back() == out.shape.back() &&
+                     in.row_stride == out.row_stride;
+    if (is_padded(in) && !same_rows) {
+      throw node_error(node, fmt::format("cannot view '{}' as {}: its rows are padded (row stride {}, "
+                                         "last dim {}), so a view must keep the last dim and stride",
+                                         node.inputs[0], shape_str(out.shape), in.row_stride.str(),
+                                         in.shape.back().str()));
+    }
+    tensor.alias_of = buffer_of_.at(node.inputs[0]);
+    buffer_of_[node.name] = tensor.alias_of;
+    bundle_.tensors.push_back(std::move(tensor));
+  }
+
+  std::map<std::string, std::string> add_params(const Node& node, const std::vector<ParamSpec>& specs) {
+    std::map<std::string, std::string> names;
+    for (const ParamSpec& spec : specs) {
+      auto renamed = node.param_names.find(spec.slot);
+      std::string name = renamed != node.param_names.end() ? renamed->second : node.name + "." + spec.slot;
+      if (!names.emplace(spec.slot, name).second) {
+        throw node_error(node, fmt::format("param slot '{}' is declared twice", spec.slot));
+      }
+      for (const BundleParam& existing : bundle_.params) {
+        if (existing.name == name) {
+          throw node_error(node, fmt::format("param '{}' is also a param of node '{}'", name, existing.node));
+        }
+      }
+      BundleParam param;
+      param.name = name;
+      param.node = node.name;
+      param.slot = spec.slot;
+      param.dtype = spec.dtype;
+      param.shape = fixed(spec.shape);
+      param.init = spec.init;
+      for (const Expr& e : param.shape) check_dims_known(node, e, fmt::format("param '{}' shape", name));
+      if (spec.init == ParamInit::kHost) add_host_bytes(node, spec, param);
+      bundle_.params.push_back(std::move(param));
+    }
+    return names;
+  }
+
+  // Check (d): host init bytes are exactly numel × dtype size of a concrete shape.
+  void add_host_bytes(const Node& node, const ParamSpec& spec, BundleParam& param) {
+    Expr numel = product(param.shape);
+    if (!numel.is_const()) {
+      throw node_error(node, fmt::format("param '{}' has host-computed init bytes but a symbolic shape {}; "
+                                         "host init needs a concrete shape",
+                                         param.name, shape_str(param.shape)));
+    }
+    uint64_t expected = static_cast<uint64_t>(*numel.const_value()) * dtype_size(spec.dtype);
+    if (spec.host_bytes.size() != expected) {
+      throw node_error(node, fmt::format("param '{}' init bytes: expected {} ({} = {} elements x {} bytes of {}), found {}",
+                                         param.name, expected, shape_str(param.shape), *numel.const_value(),
+                                         dtype_size(spec.dtype), dtype_name(spec.dtype), spec.host_bytes.size()));
+    }
+    // 16-byte aligned ranges, so every param can be uploaded or mapped with vector loads.
+    while (bundle_.param_bytes.size() % 16 != 0) bundle_.param_bytes.push_back(0);
+    param.offset = bundle_.param_bytes.size();
+    param.size = expected;
+    bundle_.param_bytes.insert(bundle_.param_bytes.end(), spec.host_bytes.begin(), spec.host_bytes.end());
+  }
+
+  // The argument refers to something that exists, with the dtype the kernel will read.
+  void check_arg_binding(const Node& node, const std::vector<ParamSpec>& specs, size_t launch, size_t position,
+                         const KernelArg& arg) const {
+    std::string where = fmt::format("launch {}, argument {} '{}'", launch, position, arg.name);
+    auto check_dtype = [&](DType actual, const std::string& what) {
+      if (arg.dtype != actual) {
+        throw node_error(node, fmt::format("{}: dtype mismatch: expected {} ({}), found {}", where,
+                                           dtype_name(actual), what, dtype_name(arg.dtype)));
+      }
+    };
+    switch (arg.kind) {
+      case ArgKind::kInput:
+        if (arg.input_index < 0 || arg.input_index >= static_cast<int>(node.ctx.inputs.size())) {
+          throw node_error(node, fmt::format("{}: input index {} is out of range (the node has {} inputs)", where,
+                                             arg.input_index, node.ctx.inputs.size()));
+        }
+        check_dtype(node.ctx.inputs[arg.input_index].dtype,
+                    fmt::format("input {} '{}'", arg.input_index, node.inputs[arg.input_index]));
+        break;
+      case ArgKind::kParam: {
+        auto spec = std::find_if(specs.begin(), specs.end(), [&](const ParamSpec& s) { return s.slot == arg.slot; });
+        if (spec == specs.end()) {
+          std::vector<std::string> slots;
+          for (const ParamSpec& s : specs) slots.push_back(s.slot);
+          throw node_error(node, fmt::format("{}: no param slot '{}'{}", where, arg.slot, did_you_mean(arg.slot, slots)));
+        }
+        check_dtype(spec->dtype, fmt::format("param slot '{}'", arg.slot));
+        break;
+      }
+      case ArgKind::kOutput:
+        check_dtype(node.ctx.output.dtype, "the node's output");
+        break;
+      case ArgKind::kI32:
+      case ArgKind::kI64:
+      case ArgKind::kF32:
+        break;
+    }
+  }
+
+  // ---- kernels -------------------------------------------------------------------------------
+
+  // Identical sources share one kernel; distinct sources with the same name get suffixes.
+  int add_kernel(const Node& node, const KernelSource& kernel) {
+    if (!is_identifier(kernel.name)) {
+      throw node_error(node, fmt::format("kernel name '{}' (generated at {}:{}) is not a C identifier", kernel.name,
+                                         kernel.file, kernel.line));
+    }
+    if (auto it = kernel_by_source_.find(kernel.source); it != kernel_by_source_.end()) return it->second;
+    std::string name = kernel.name;
+    for (int suffix = 1; used_names_.count(name); ++suffix) name = fmt::format("{}_{}", kernel.name, suffix);
+    used_names_.insert(name);
+
+    KernelSource unique = kernel;
+    unique.name = name;
+    std::string entry = name + "_entry_point";
+    try {
+      unique.source = substitute_entry(kernel.source, entry, name);
+    } catch (const Error& e) {
+      throw node_error(node, e.message());
+    }
+    int id = static_cast<int>(bundle_.kernels.size());
+    BundleKernel out;
+    out.name = name;
+    out.entry = entry;
+    out.source_file = kernel.file;
+    out.source_line = kernel.line;
+    bundle_.kernels.push_back(std::move(out));
+    sources_.push_back(std::move(unique));
+    kernel_by_source_[kernel.source] = id;
+    return id;
+  }
+
+  void compile_kernels_() {
+    NvrtcConfig config;
+    config.arch = options_.arch;
+    config.extra_options = options_.extra_nvrtc_options;
+    config.use_cache = options_.use_cache;
+    config.cache_dir = options_.cache_dir;
+    config.jobs = options_.jobs;
+    bundle_.nvrtc_options = nvrtc_options(config);
+    NvrtcStats nvrtc_stats;
+    std::vector<CompiledKernel> compiled = compile_kernels(sources_, config, &nvrtc_stats);
+    stats_.compiled = nvrtc_stats.compiled;
+    stats_.cached = nvrtc_stats.cached;
+    stats_.warnings.insert(stats_.warnings.end(), nvrtc_stats.cache_warnings.begin(),
+                           nvrtc_stats.cache_warnings.end());
+    for (size_t k = 0; k < compiled.size(); ++k) {
+      BundleKernel& kernel = bundle_.kernels[k];
+      kernel.ptx = std::move(compiled[k].ptx);
+      kernel.sha256 = sha256_hex(kernel.ptx);
+      entries_.push_back(parse_ptx_entries(kernel.ptx, fmt::format("kernels/{}.ptx", kernel.name)));
+      if (const PtxEntry* entry = find_visible_entry(entries_.back(), kernel.entry)) {
+        kernel.reqntid = entry->reqntid;
+        kernel.maxntid = entry->maxntid;
+        for (const PtxParam& param : entry->params) kernel.ptx_params.push_back(param.type);
+      }
+    }
+  }
+
+  // ---- verification ----------------------------------------------------------------------------
+
+  void verify_launch(const PendingLaunch& pending) {
+    const Node& node = *pending.node;
+    const BundleKernel& kernel = bundle_.kernels[pending.kernel];
+    const Launch& launch = pending.launch;
+    const std::string where = fmt::format("launch {}", pending.index);
+
+    // (a) the C signature: count, names, C types.
+    std::vector<CParam> signature;
+    try {
+      signature = parse_kernel_signature(sources_[pending.kernel].source, kernel.entry);
+    } catch (const Error& e) {
+      throw node_error(node, fmt::format("{}: kernel '{}' (generated at {}:{}): {}", where, kernel.name,
+                                         kernel.source_file, kernel.source_line, e.message()));
+    }
+    std::vector<std::string> launch_text, signature_text;
+    for (const KernelArg& arg : launch.args) launch_text.push_back(describe(arg));
+    for (const CParam& param : signature) signature_text.push_back(describe(param));
+    for (size_t p = 0; p < std::max(launch.args.size(), signature.size()); ++p) {
+      std::string expected, found;
+      if (p >= launch.args.size()) {
+        expected = fmt::format("nothing (the launch passes {} arguments)", launch.args.size());
+        found = fmt::format("'{}'", signature_text[p]);
+      } else if (p >= signature.size()) {
+        expected = fmt::format("'{}'", launch_text[p]);
+        found = fmt::format("nothing (the kernel declares {} parameters)", signature.size());
+      } else if (launch_text[p] != signature_text[p]) {
+        expected = fmt::format("'{}'", launch_text[p]);
+        found = fmt::format("'{}'", signature_text[p]);
+      } else {
+        continue;
+      }
+      throw node_error(node, fmt::format("{}, argument {}: C signature mismatch with kernel '{}': expected {}, found {}",
+                                         where, p, kernel.entry, expected, found))
+          .note("launch arguments: " + join_params(launch_text))
+          .note(fmt::format("kernel signature ({}:{}): {}", kernel.source_file, kernel.source_line,
+                            join_params(signature_text)));
+    }
+
+    // (b) the PTX entry exists, and its parameters have the arguments' sizes and alignments.
+    const PtxEntry* entry = find_visible_entry(entries_[pending.kernel], kernel.entry);
+    if (entry == nullptr) {
+      std::vector<std::string> names;
+      for (const PtxEntry& e : entries_[pending.kernel]) names.push_back((e.visible ? ".visible .entry " : ".entry ") + e.name);
+      throw node_error(node, fmt::format("{}: kernel '{}' has no '.visible .entry {}' in its PTX", where, kernel.name,
+                                         kernel.entry))
+          .note(names.empty() ? std::string("the PTX declares no entries")
+                              : fmt::format("the PTX declares: {}", fmt::join(names, ", ")));
+    }
+    std::vector<BundleArg> args;
+    int offset = 0;
+    for (size_t p = 0; p < std::max(launch.args.size(), entry->params.size()); ++p) {
+      if (p >= entry->params.size() || p >= launch.args.size()) {
+        std::string expected = p < launch.args.size() ? fmt::format("a parameter for '{}'", launch_text[p])
+                                                      : fmt::format("nothing (the launch passes {} arguments)", launch.args.size());
+        std::string found = p < entry->params.size() ? fmt::format("{} {}", entry->params[p].type, entry->params[p].name)
+                                                     : fmt::format("nothing (the entry has {} parameters)", entry->params.size());
+        throw node_error(node, fmt::format("{}, argument {}: PTX parameter mismatch in '.visible .entry {}': expected {}, found {}",
+                                           where, p, kernel.entry, expected, found));
+      }
+      const KernelArg& arg = launch.args[p];
+      const PtxParam& ptx = entry->params[p];
+      ArgLayout layout = arg_layout(arg);
+      if (ptx.size != layout.size || ptx.align != layout.align) {
+        throw node_error(node, fmt::format("{}, argument {}: PTX parameter mismatch in '.visible .entry {}': expected "
+                                           "size {} align {} for '{}', found {} size {} align {}",
+                                           where, p, kernel.entry, layout.size, layout.align, launch_text[p], ptx.type,
+                                           ptx.size, ptx.align));
+      }
+      // CUDA's parameter buffer: each argument at the next multiple of its alignment.
+      offset = (offset + ptx.align - 1) / ptx.align * ptx.align;
+      args.push_back(bundle_arg(node, pending, arg, ptx, offset));
+      offset += ptx.size;
+    }
+
+    // (c) the block against the PTX's launch-shape directives.
+    const std::array<int, 3>& block = launch.block;
+    int64_t threads = int64_t{block[0]} * block[1] * block[2];
+    if (block[0] < 1 || block[1] < 1 || block[2] < 1 || threads > 1024 || block[2] > 64) {
+      throw node_error(node, fmt::format("{}: block {} is not a valid CUDA block (each dim >= 1, z <= 64, "
+                                         "at most 1024 threads)", where, block_str(block)));
+    }
+    if (entry->reqntid && *entry->reqntid != block) {
+      throw node_error(node, fmt::format("{}: block does not match '.reqntid {}' of '{}': expected {}, found {}",
+                                         where, ntid_str(*entry->reqntid), kernel.entry, block_str(*entry->reqntid),
+                                         block_str(block)));
+    }
+    if (entry->maxntid) {
+      int64_t limit = int64_t{(*entry->maxntid)[0]} * (*entry->maxntid)[1] * (*entry->maxntid)[2];
+      if (threads > limit) {
+        throw node_error(node, fmt::format("{}: block {} exceeds '.maxntid {}' of '{}': expected at most {} threads, "
+                                           "found {}", where, block_str(block), ntid_str(*entry->maxntid),
+                                           kernel.entry, limit, threads));
+      }
+    }
+
+    BundleLaunch out;
+    out.node = node.name;
+    out.index = pending.index;
+    out.kernel = pending.kernel;
+    out.block = block;
+    out.grid = launch.grid;
+    out.dynamic_smem = launch.dynamic_smem;
+    out.args = std::move(args);
+    out.bytes = launch.bytes;
+    out.flops = launch.flops;
+    bundle_.launches.push_back(std::move(out));
+  }
+
+  BundleArg bundle_arg(const Node& node, const PendingLaunch& pending, const KernelArg& arg, const PtxParam& ptx,
+                       int offset) const {
+    BundleArg out;
+    out.kind = arg.kind;
+    out.name = arg.name;
+    out.c_type = arg_c_type(arg);
+    out.ptx_type = ptx.type;
+    out.size = ptx.size;
+    out.offset = offset;
+    out.value = arg.value;
+    out.fvalue = arg.fvalue;
+    out.dtype = arg.dtype;
+    switch (arg.kind) {
+      case ArgKind::kInput: out.tensor = node.inputs[arg.input_index]; break;
+      case ArgKind::kOutput: out.tensor = node.name; break;
+      case ArgKind::kParam: out.tensor = pending.param_names.at(arg.slot); break;
+      default: break;
+    }
+    return out;
+  }
+
+  Graph graph_;  // a copy: passes and compile --bind rewrite it
+  const Registry& registry_;
+  const CompileOptions& options_;
+  CompileStats& stats_;
+  Bundle bundle_;
+  std::map<std::string, std::string> buffer_of_;  // tensor -> tensor owning its buffer
+  std::map<std::string, int> kernel_by_source_;   // original source -> bundle kernel
+  std::set<std::string> used_names_;
+  std::vector<KernelSource> sources_;             // per bundle kernel, entry substituted
+  std::vector<std::vector<PtxEntry>> entries_;    // per bundle kernel
+  std::vector<PendingLaunch> pending_;
+};
+
+}  // namespace
+
+std::vector<CParam> parse_kernel_signature(const std::string& source, const std::string& entry) {
+  const std::string text = strip_comments(source);
+  for (size_t at = text.find(entry); at != std::string::npos; at = text.find(entry, at + 1)) {
+    size_t end = at + entry.size();
+    if ((at > 0 && is_ident_char(text[at - 1])) || (end < text.size() && is_ident_char(text[end]))) continue;
+    size_t open = end;
+    while (open < text.size() && std::isspace(static_cast<unsigned char>(text[open]))) ++open;
+    if (open >= text.size() || text[open] != '(') continue;
+    // The declaration runs back to the previous statement or block boundary.
+    size_t start = text.find_last_of(";{}", at);
+    std::string head = text.substr(start == std::string::npos ? 0 : start + 1, at - (start == std::string::npos ? 0 : start + 1));
+    if (!has_word(head, "__global__")) continue;
+
+    std::vector<CParam> params;
+    int depth = 0;
+    size_t item = open + 1;
+    for (size_t i = open + 1; i < text.size(); ++i) {
+      char c = text[i];
+      if (c == '(' || c == '<' || c == '[') {
+        ++depth;
+      } else if ((c == ')' || c == '>' || c == ']') && depth > 0) {
+        --depth;
+      } else if ((c == ',' && depth == 0) || c == ')') {
+        std::string piece = text.substr(item, i - item);
+        bool blank = piece.find_first_not_of(" \t\r\n") == std::string::npos;
+        if (!(c == ')' && params.empty() && (blank || parse_c_param(piece).type == "void"))) {
+          if (blank) throw Error(fmt::format("cannot read the parameter list of '{}': empty parameter", entry));
+          params.push_back(parse_c_param(piece));
+        }
+        if (c == ')') return params;
+        item = i + 1;
+      }
+    }
+    throw Error(fmt::format("cannot read the parameter list of '{}': no closing ')'", entry));
+  }
+  throw Error(fmt::format("no 'extern \"C\" __global__ void {}(...)' in the kernel source", entry));
+}
+
+std::string substitute_entry(const std::string& source, const std::string& entry, const std::string& kernel_name) {
+  const std::string placeholder = kEntryPlaceholder;
+  std::string out;
+  size_t copied = 0;
+  for (size_t at = source.find(placeholder); at != std::string::npos; at = source.find(placeholder, at + 1)) {
+    size_t end = at + placeholder.size();
+    if ((at > 0 && is_ident_char(source[at - 1])) || (end < source.size() && is_ident_char(source[end]))) continue;
+    out.append(source, copied, at - copied).append(entry);
+    copied = end;
+  }
+  if (copied == 0) {
+    throw Error(fmt::format("kernel '{}' source has no {}; write the entry as 'extern \"C\" __global__ void {}(...)'",
+                            kernel_name, placeholder, placeholder));
+  }
+  return out.append(source, copied, std::string::npos);
+}
+
+ArgLayout arg_layout(const KernelArg& arg) {
+  switch (arg.kind) {
+    case ArgKind::kInput:
+    case ArgKind::kParam:
+    case ArgKind::kOutput:
+    case ArgKind::kI64: return {8, 8};
+    case ArgKind::kI32:
+    case ArgKind::kF32: return {4, 4};
+  }
+  return {0, 0};
+}
+
+Bundle compile_graph(const Graph& graph, const Registry& registry, const CompileOptions& options,
+                     CompileStats* stats) {
+  CompileStats local;
+  CompileStats& out = stats != nullptr ? *stats : local;
+  out = CompileStats{};
+  return GraphCompiler(graph, registry, options, out).run();
+}
+
+}  // namespace teeny

@@ -1,0 +1,67 @@
+// teeny compile: graph -> lowering -> deduplicated kernels -> NVRTC -> verification -> Bundle.
+//
+// Verification is the point of this file: every launch's argument list is checked against the
+// kernel's C signature (names, C types) and the PTX `.visible .entry` parameter list (count,
+// size, alignment); the block against `.reqntid` / `.maxntid`; host init bytes against
+// shape × dtype size. A mismatch is an error naming the op, node, launch, argument position,
+// what was expected and what was found.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/bundle.h"
+#include "core/graph.h"
+#include "core/ptx.h"
+#include "core/registry.h"
+
+namespace teeny {
+
+struct CompileOptions {
+  std::string arch = "sm_90";
+  // Dims fixed at compile time (compile --bind): substituted into every shape before
+  // lowering, so kernels may specialise on them. Must be declared dims, within range.
+  Bindings fixed;
+  bool fuse = true;        // run registry.passes() (--no-fuse turns them off)
+  int jobs = 0;            // NVRTC threads; 0: one per hardware thread
+  bool use_cache = true;
+  std::string cache_dir;   // empty: TEENY_CACHE_DIR, else ~/.cache/teeny
+  std::vector<std::string> extra_nvrtc_options;
+};
+
+struct CompileStats {
+  int passes_applied = 0;  // rewrites made by graph passes
+  int kernels = 0;         // unique kernels in the bundle
+  int compiled = 0;        // of those, compiled by NVRTC now
+  int cached = 0;          // of those, read from the kernel cache
+  std::vector<std::string> warnings;  // e.g. a cache entry that could not be written
+};
+
+Bundle compile_graph(const Graph& graph, const Registry& registry, const CompileOptions& options,
+                     CompileStats* stats = nullptr);
+
+// ---- pieces of verification, exposed for tests --------------------------------------------
+
+struct CParam {
+  std::string type;  // normalised: "const float*", "int", "long long"
+  std::string name;
+};
+
+// The parameters of `extern "C" __global__ void <entry>(...)` in `source` (comments ignored,
+// `__launch_bounds__(...)` / `__block_size__(...)` allowed before the name, `__restrict__`
+// dropped). Throws Error if the definition is not found or cannot be read.
+std::vector<CParam> parse_kernel_signature(const std::string& source, const std::string& entry);
+
+// Replaces every TEENY_ENTRY identifier in `source` by `entry`; throws if there is none.
+std::string substitute_entry(const std::string& source, const std::string& entry,
+                             const std::string& kernel_name);
+
+// The size and alignment in the kernel's parameter buffer of an argument's C type
+// (pointers 8, int 4, long long 8, float 4).
+struct ArgLayout {
+  int size = 0;
+  int align = 0;
+};
+ArgLayout arg_layout(const KernelArg& arg);
+
+}  // namespace teeny
