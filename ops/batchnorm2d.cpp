@@ -1,0 +1,106 @@
+// batchnorm2d: inference batch norm over x [B, C, H, W] with PyTorch's slots weight, bias,
+// running_mean, running_var [C]: y = (x - mean) / sqrt(var + eps) * weight + bias.
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "ops/kernel_util.h"
+#include "ops/vision_common.h"
+#include "ops/ops.h"
+
+namespace teeny::ops {
+namespace {
+
+constexpr int kThreads = 256;
+
+std::vector<ParamSpec> batchnorm2d_params(const OpContext& ctx) {
+  const Shape channels = {ctx.inputs.at(0).shape.at(1)};
+  std::vector<ParamSpec> params;
+  for (const char* slot : {"weight", "bias", "running_mean", "running_var"})
+    params.push_back({slot, channels, DType::kF32, ParamInit::kTrained, {}});
+  return params;
+}
+
+Lowering batchnorm2d_lower(const OpContext& ctx) {
+  const Shape& shape = ctx.inputs.at(0).shape;
+  const Expr plane = shape[2] * shape[3];
+  // 16-byte accesses when every channel plane is a whole number of float4s.
+  const int vec = plane.const_value() && *plane.const_value() % 4 == 0 ? 4 : 1;
+  const Expr count = product(shape) / Expr(vec);
+  std::vector<KernelArg> args = {input(0, "x", DType::kF32),
+                                 param("weight", "weight", DType::kF32),
+                                 param("bias", "bias", DType::kF32),
+                                 param("running_mean", "running_mean", DType::kF32),
+                                 param("running_var", "running_var", DType::kF32),
+                                 output("y", DType::kF32),
+                                 f32("eps", ctx.attrs.f("eps")),
+                                 i64("count", count),
+                                 i32("plane", plane / Expr(vec)),
+                                 i32("channels", shape[1])};
+  std::string src = kernel_prelude() + kernel_constant("THREADS", kThreads) + kernel_constant("VEC", vec);
+  src += kernel_entry(args) + R"CUDA( {
+  // One VEC-wide group per thread; a group never straddles two channel planes.
+  const long long i = (long long)blockIdx.x * THREADS + threadIdx.x;
+  if (i >= count) return;
+  const int c = (int)((i / plane) % channels);
+  const float scale = __ldg(weight + c) / sqrtf(__ldg(running_var + c) + eps);
+  const float shift = __ldg(bias + c) - __ldg(running_mean + c) * scale;
+  if constexpr (VEC == 4) {
+    float v[4];
+    if (tn_aligned16(x) && tn_aligned16(y)) {
+      tn_load16<float>(x + i * 4, v);
+      for (int k = 0; k < 4; ++k) v[k] = fmaf(v[k], scale, shift);
+      tn_store16<float>(y + i * 4, v);
+    } else {
+      for (int k = 0; k < 4; ++k) y[i * 4 + k] = fmaf(__ldg(x + i * 4 + k), scale, shift);
+    }
+  } else {
+    y[i] = fmaf(__ldg(x + i), scale, shift);
+  }
+}
+)CUDA";
+  Launch launch;
+  launch.block = {kThreads, 1, 1};
+  launch.grid = {ceil_div(count, Expr(kThreads)), Expr(1), Expr(1)};
+  launch.args = std::move(args);
+  launch.bytes = Expr(8) * product(shape) + Expr(16) * shape[1];
+  launch.flops = Expr(2) * product(shape);
+  return Lowering{{KernelSource{fmt::format("batchnorm2d_v{}", vec), src, TEENY_KERNEL_ORIGIN}}, {launch}};
+}
+
+HostTensor batchnorm2d_reference(const RefContext& ref) {
+  const HostTensor& x = ref.inputs.at(0);
+  const double eps = ref.op.attrs.f("eps");
+  const int64_t channels = x.shape[1], plane = x.shape[2] * x.shape[3];
+  HostTensor y{ref.op.output.dtype, ref.output_shape, std::vector<double>(x.data.size())};
+  for (size_t i = 0; i < x.data.size(); ++i) {
+    const size_t c = (i / plane) % channels;
+    y.data[i] = (x.data[i] - ref.params[2].data[c]) / std::sqrt(ref.params[3].data[c] + eps) *
+                    ref.params[0].data[c] + ref.params[1].data[c];
+  }
+  return y;
+}
+
+}  // namespace
+
+OpDef batchnorm2d_op() {
+  OpDef def;
+  def.name = "batchnorm2d";
+  def.doc = "inference batch norm over x [B, C, H, W]: (x - running_mean) / sqrt(running_var + eps) * "
+            "weight + bias; params [C]";
+  def.inputs = {{"x", "[B, C, H, W]"}};
+  def.attrs = {{"eps", AttrType::kFloat, "added to the variance", nlohmann::json(1e-5), {}, false, 0.0}};
+  const OpDef meta = def;
+  def.infer = [meta](const OpContext& ctx) {
+    const DType dtype = output_float_dtype(meta, ctx, common_float_dtype(meta, ctx));
+    check_nchw(meta.name, ctx.inputs.at(0));
+    return contiguous(dtype, ctx.inputs.at(0).shape);
+  };
+  def.params = batchnorm2d_params;
+  def.lower = batchnorm2d_lower;
+  def.reference = batchnorm2d_reference;
+  def.source_file = TEENY_OP_FILE;
+  return def;
+}
+
+}  // namespace teeny::ops

@@ -1,0 +1,54 @@
+// conv2d: NCHW convolution with stride, padding, dilation and groups (depthwise when groups = C),
+// PyTorch layout weight [Co, C/groups, kH, kW] and bias [Co]. Kernels: ops/vision_common.cpp.
+#include "ops/vision_common.h"
+#include "ops/kernel_util.h"
+#include "ops/ops.h"
+
+namespace teeny::ops {
+namespace {
+
+std::vector<ParamSpec> conv2d_params(const OpContext& ctx) {
+  const ConvGeometry g = conv_geometry("conv2d", ctx);
+  std::vector<ParamSpec> params = {{"weight", g.weight_shape(), DType::kF32, ParamInit::kTrained, {}}};
+  if (ctx.attrs.b("bias")) params.push_back({"bias", {Expr(g.a.out_channels)}, DType::kF32, ParamInit::kTrained, {}});
+  return params;
+}
+
+HostTensor conv2d_reference(const RefContext& ref) {
+  const ConvAttrs a = conv_attrs(ref.op.attrs);
+  HostTensor y{ref.op.output.dtype, ref.output_shape,
+               conv_reference(a, ref.inputs.at(0), ref.params.at(0), ref.output_shape)};
+  if (ref.op.attrs.b("bias")) {
+    const std::vector<double>& bias = ref.params.at(1).data;
+    const int64_t plane = ref.output_shape[2] * ref.output_shape[3];
+    for (size_t i = 0; i < y.data.size(); ++i) y.data[i] += bias[(i / plane) % a.out_channels];
+  }
+  return y;
+}
+
+}  // namespace
+
+OpDef conv2d_op() {
+  OpDef def;
+  def.name = "conv2d";
+  def.doc = "2-D convolution over x [B, C, H, W]; weight [Co, C/groups, kH, kW], bias [Co]; "
+            "implicit GEMM (1x1 on the GEMM path), depthwise kernel when groups = C";
+  def.inputs = {{"x", "[B, C, H, W]"}};
+  def.attrs = conv_attr_specs();
+  def.attrs.push_back({"bias", AttrType::kBool, "add a bias [Co]", nlohmann::json(true), {}, false, std::nullopt});
+  const OpDef meta = def;
+  def.infer = [meta](const OpContext& ctx) {
+    const DType dtype = output_float_dtype(meta, ctx, common_float_dtype(meta, ctx));
+    return contiguous(dtype, conv_geometry(meta.name, ctx).output_shape());
+  };
+  def.params = conv2d_params;
+  def.lower = [](const OpContext& ctx) {
+    const ConvEpilogue epilogue{ctx.attrs.b("bias") ? ConvEpilogue::kBias : ConvEpilogue::kNone, 0.0};
+    return lower_conv("conv2d", conv_geometry("conv2d", ctx), "weight", epilogue);
+  };
+  def.reference = conv2d_reference;
+  def.source_file = TEENY_OP_FILE;
+  return def;
+}
+
+}  // namespace teeny::ops

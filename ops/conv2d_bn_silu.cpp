@@ -1,0 +1,68 @@
+// conv2d_bn_silu: Conv (no bias) -> inference BatchNorm -> SiLU in one kernel, the Ultralytics
+// `Conv` block with its slot names (conv.weight, bn.*). The batch norm is folded per output
+// channel in the kernel's epilogue. Kernels: ops/vision_common.cpp; the graph pass that forms this
+// op from three nodes: ops/fuse_conv_bn_silu.cpp.
+#include <cmath>
+
+#include "ops/vision_common.h"
+#include "ops/kernel_util.h"
+#include "ops/ops.h"
+
+namespace teeny::ops {
+namespace {
+
+constexpr const char* kOp = "conv2d_bn_silu";
+
+std::vector<ParamSpec> conv2d_bn_silu_params(const OpContext& ctx) {
+  const ConvGeometry g = conv_geometry(kOp, ctx);
+  const Shape channels = {Expr(g.a.out_channels)};
+  std::vector<ParamSpec> params = {{"conv.weight", g.weight_shape(), DType::kF32, ParamInit::kTrained, {}}};
+  for (const char* slot : {"bn.weight", "bn.bias", "bn.running_mean", "bn.running_var"})
+    params.push_back({slot, channels, DType::kF32, ParamInit::kTrained, {}});
+  return params;
+}
+
+HostTensor conv2d_bn_silu_reference(const RefContext& ref) {
+  const ConvAttrs a = conv_attrs(ref.op.attrs);
+  const double eps = ref.op.attrs.f("eps");
+  HostTensor y{ref.op.output.dtype, ref.output_shape,
+               conv_reference(a, ref.inputs.at(0), ref.params.at(0), ref.output_shape)};
+  const auto& gamma = ref.params.at(1).data;
+  const auto& beta = ref.params.at(2).data;
+  const auto& mean = ref.params.at(3).data;
+  const auto& var = ref.params.at(4).data;
+  const int64_t plane = ref.output_shape[2] * ref.output_shape[3];
+  for (size_t i = 0; i < y.data.size(); ++i) {
+    const size_t c = (i / plane) % a.out_channels;
+    const double v = (y.data[i] - mean[c]) / std::sqrt(var[c] + eps) * gamma[c] + beta[c];
+    y.data[i] = v / (1.0 + std::exp(-v));
+  }
+  return y;
+}
+
+}  // namespace
+
+OpDef conv2d_bn_silu_op() {
+  OpDef def;
+  def.name = kOp;
+  def.doc = "fused conv2d (no bias) -> batchnorm2d -> silu in one kernel (Ultralytics Conv block); "
+            "params conv.weight [Co, C/groups, kH, kW], bn.weight/bias/running_mean/running_var [Co]";
+  def.inputs = {{"x", "[B, C, H, W]"}};
+  def.attrs = conv_attr_specs();
+  def.attrs.push_back({"eps", AttrType::kFloat, "batch-norm epsilon", nlohmann::json(1e-3), {}, false, 0.0});
+  const OpDef meta = def;
+  def.infer = [meta](const OpContext& ctx) {
+    const DType dtype = output_float_dtype(meta, ctx, common_float_dtype(meta, ctx));
+    return contiguous(dtype, conv_geometry(meta.name, ctx).output_shape());
+  };
+  def.params = conv2d_bn_silu_params;
+  def.lower = [](const OpContext& ctx) {
+    return lower_conv(kOp, conv_geometry(kOp, ctx), "conv.weight",
+                      ConvEpilogue{ConvEpilogue::kBnSilu, ctx.attrs.f("eps")});
+  };
+  def.reference = conv2d_bn_silu_reference;
+  def.source_file = TEENY_OP_FILE;
+  return def;
+}
+
+}  // namespace teeny::ops

@@ -1,0 +1,86 @@
+// upsample_nearest2d: x [B, C, H, W] -> [B, C, H*s, W*s], each input copied to an s x s block.
+#include <fmt/format.h>
+
+#include "ops/kernel_util.h"
+#include "ops/ops.h"
+#include "ops/vision_common.h"
+
+namespace teeny::ops {
+namespace {
+
+constexpr int kThreads = 256;
+
+// One input element per thread: a coalesced read, then s rows of s adjacent stores (one
+// 8-byte store per row for s = 2).
+Lowering upsample_lower(const OpContext& ctx) {
+  const int64_t scale = ctx.attrs.i("scale_factor");
+  const Shape& in = ctx.inputs.at(0).shape;
+  std::vector<KernelArg> args = {input(0, "x", DType::kF32), output("y", DType::kF32),
+                                 i64("count", product(in)), i32("in_h", in[2]), i32("in_w", in[3])};
+  std::string src = kernel_prelude() + kernel_constant("THREADS", kThreads) + kernel_constant("S", scale);
+  src += kernel_entry(args) + R"CUDA( {
+  const long long i = (long long)blockIdx.x * THREADS + threadIdx.x;
+  if (i >= count) return;
+  const int iw = (int)(i % in_w);
+  const long long rows = i / in_w;  // plane * in_h + ih
+  const float v = __ldg(x + i);
+  const int out_w = in_w * S;
+  float* dst = y + rows * S * out_w + (long long)iw * S;
+#pragma unroll
+  for (int r = 0; r < S; ++r) {
+    if constexpr (S == 2) {
+      if ((reinterpret_cast<unsigned long long>(y) & 7ull) == 0) {
+        *reinterpret_cast<float2*>(dst + r * out_w) = make_float2(v, v);
+        continue;
+      }
+    }
+#pragma unroll
+    for (int c = 0; c < S; ++c) dst[r * out_w + c] = v;
+  }
+}
+)CUDA";
+  Launch launch;
+  launch.block = {kThreads, 1, 1};
+  launch.grid = {ceil_div(product(in), Expr(kThreads)), Expr(1), Expr(1)};
+  launch.args = std::move(args);
+  launch.bytes = Expr(4 * (1 + scale * scale)) * product(in);
+  launch.flops = Expr(0);
+  return Lowering{{KernelSource{fmt::format("upsample_nearest2d_s{}", scale), src, TEENY_KERNEL_ORIGIN}}, {launch}};
+}
+
+HostTensor upsample_reference(const RefContext& ref) {
+  const int64_t s = ref.op.attrs.i("scale_factor");
+  const HostTensor& x = ref.inputs.at(0);
+  const int64_t planes = x.shape[0] * x.shape[1], in_h = x.shape[2], in_w = x.shape[3];
+  const int64_t out_h = in_h * s, out_w = in_w * s;
+  HostTensor y{ref.op.output.dtype, ref.output_shape, std::vector<double>(planes * out_h * out_w)};
+  for (int64_t p = 0; p < planes; ++p)
+    for (int64_t oh = 0; oh < out_h; ++oh)
+      for (int64_t ow = 0; ow < out_w; ++ow)
+        y.data[(p * out_h + oh) * out_w + ow] = x.data[(p * in_h + oh / s) * in_w + ow / s];
+  return y;
+}
+
+}  // namespace
+
+OpDef upsample_nearest2d_op() {
+  OpDef def;
+  def.name = "upsample_nearest2d";
+  def.doc = "nearest-neighbour upsampling of x [B, C, H, W] by an integer factor -> [B, C, H*s, W*s]";
+  def.inputs = {{"x", "[B, C, H, W]"}};
+  def.attrs = {{"scale_factor", AttrType::kInt, "integer scale s", nlohmann::json(2), {}, false, 1.0}};
+  const OpDef meta = def;
+  def.infer = [meta](const OpContext& ctx) {
+    const DType dtype = output_float_dtype(meta, ctx, common_float_dtype(meta, ctx));
+    const TensorType& x = ctx.inputs.at(0);
+    check_nchw(meta.name, x);
+    const Expr s(ctx.attrs.i("scale_factor"));
+    return contiguous(dtype, {x.shape[0], x.shape[1], x.shape[2] * s, x.shape[3] * s});
+  };
+  def.lower = upsample_lower;
+  def.reference = upsample_reference;
+  def.source_file = TEENY_OP_FILE;
+  return def;
+}
+
+}  // namespace teeny::ops

@@ -1,0 +1,65 @@
+// What the vision ops share: the NCHW input check, and for conv2d and conv2d_bn_silu the attrs,
+// geometry and shape rule, the three kernel generators (implicit GEMM, its 1x1 GEMM path,
+// depthwise) with a fused per-channel epilogue, and the host reference.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/op.h"
+
+namespace teeny::ops {
+
+// Requires x [B, C, H, W], unpadded; throws OpError("inputs", ...) naming `op`.
+void check_nchw(const std::string& op, const TensorType& x);
+
+// The conv attrs both ops take (conv2d adds `bias`, conv2d_bn_silu adds `eps`).
+std::vector<AttrSpec> conv_attr_specs();
+
+struct ConvAttrs {
+  int64_t out_channels = 0, groups = 1;
+  int64_t kh = 1, kw = 1, sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1;
+};
+ConvAttrs conv_attrs(const Attrs& attrs);
+
+struct ConvGeometry {
+  ConvAttrs a;
+  int64_t in_channels = 0;
+  Expr batch, in_h, in_w, out_h, out_w;
+
+  int64_t cin_per_group() const { return in_channels / a.groups; }
+  int64_t cout_per_group() const { return a.out_channels / a.groups; }
+  int64_t reduction() const { return cin_per_group() * a.kh * a.kw; }  // GEMM K
+  bool depthwise() const { return a.groups > 1 && a.groups == in_channels; }
+  bool pointwise() const {
+    return a.kh == 1 && a.kw == 1 && a.sh == 1 && a.sw == 1 && a.ph == 0 && a.pw == 0;
+  }
+  Shape weight_shape() const;  // [Co, C/groups, kH, kW]
+  Shape output_shape() const;  // [B, Co, Ho, Wo]
+};
+
+// Validates x [B, C, H, W] (f32, contiguous, constant C) and the attrs against it. Throws
+// OpError naming the key; `op` names the op in messages.
+ConvGeometry conv_geometry(const std::string& op, const OpContext& ctx);
+
+// Per-output-channel step after accumulation, fused into the conv kernel.
+struct ConvEpilogue {
+  enum Kind { kNone, kBias, kBnSilu } kind = kNone;
+  double eps = 0.0;  // kBnSilu
+};
+
+// One kernel and one launch for the conv: depthwise kernel when groups == C, the 1x1 GEMM
+// path for pointwise convs, the implicit-GEMM kernel otherwise. Param args: `weight_slot`,
+// then `bias` (kBias) or `bn.weight, bn.bias, bn.running_mean, bn.running_var` (kBnSilu).
+Lowering lower_conv(const std::string& op, const ConvGeometry& g, const std::string& weight_slot,
+                    const ConvEpilogue& epilogue);
+
+// Bytes and FLOPs of the conv itself (epilogue params excluded).
+Expr conv_flops(const ConvGeometry& g);
+Expr conv_bytes(const ConvGeometry& g);
+
+// Plain-loop convolution without bias, in double: y [B, Co, Ho, Wo].
+std::vector<double> conv_reference(const ConvAttrs& a, const HostTensor& x, const HostTensor& weight,
+                                   const std::vector<int64_t>& output_shape);
+
+}  // namespace teeny::ops

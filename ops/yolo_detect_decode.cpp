@@ -1,0 +1,156 @@
+// yolo.detect_decode: box distances [B, 4, A] (l, t, r, b) -> [B, 4, A] (cx, cy, w, h) * stride,
+// as Ultralytics dist2bbox(xywh=True). The anchor grid (make_anchors: cell centres, offset 0.5,
+// y-major then x, level by level) and per-anchor strides are host-computed params uploaded as
+// init bytes in the param's dtype.
+#include <fmt/format.h>
+
+#include "ops/kernel_util.h"
+#include "ops/ops.h"
+
+namespace teeny::ops {
+namespace {
+
+constexpr const char* kOp = "yolo.detect_decode";
+constexpr int kBlockA = 128;  // anchors per CTA, one per thread
+
+struct Level {
+  int64_t h, w, stride;
+};
+
+std::vector<Level> levels_of(const Attrs& attrs) {
+  std::vector<Level> levels;
+  for (const auto& l : attrs.int_lists("levels")) levels.push_back({l.at(0), l.at(1), l.at(2)});
+  return levels;
+}
+
+// Anchors of Ultralytics make_anchors(offset=0.5): for each level, rows y-major then x.
+struct Anchors {
+  std::vector<double> x, y, stride;
+};
+Anchors make_anchors(const std::vector<Level>& levels) {
+  Anchors a;
+  for (const Level& l : levels)
+    for (int64_t y = 0; y < l.h; ++y)
+      for (int64_t x = 0; x < l.w; ++x) {
+        a.x.push_back(static_cast<double>(x) + 0.5);
+        a.y.push_back(static_cast<double>(y) + 0.5);
+        a.stride.push_back(static_cast<double>(l.stride));
+      }
+  return a;
+}
+
+TensorType infer_decode(const OpDef& meta, const OpContext& ctx) {
+  const DType dtype = output_float_dtype(meta, ctx, common_float_dtype(meta, ctx));
+  const auto lists = ctx.attrs.int_lists("levels");
+  if (lists.empty()) throw OpError("attrs.levels", "levels must list at least one [h, w, stride]");
+  int64_t anchors = 0;
+  std::vector<std::string> terms;
+  for (size_t i = 0; i < lists.size(); ++i) {
+    const auto& l = lists[i];
+    if (l.size() != 3 || l[0] < 1 || l[1] < 1 || l[2] < 1)
+      throw OpError("attrs.levels", fmt::format("level {} must be [h, w, stride] with positive values, got [{}]", i,
+                                                fmt::join(l, ", ")));
+    anchors += l[0] * l[1];
+    terms.push_back(fmt::format("{}*{}", l[0], l[1]));
+  }
+  const TensorType& boxes = ctx.inputs.at(0);
+  if (boxes.shape.size() != 3 || boxes.shape[1] != Expr(4))
+    throw OpError("inputs", fmt::format("{} expects boxes [B, 4, A], got {}", kOp, shape_str(boxes.shape)));
+  if (is_padded(boxes))
+    throw OpError("inputs", fmt::format("{} needs contiguous boxes, got row stride {} for A = {}", kOp,
+                                        boxes.row_stride.str(), boxes.shape[2].str()));
+  if (boxes.shape[2] != Expr(anchors))
+    throw OpError("inputs", fmt::format("boxes have A = {} anchors but levels give {} ({})", boxes.shape[2].str(),
+                                        anchors, fmt::join(terms, " + ")));
+  return contiguous(dtype, boxes.shape);
+}
+
+std::vector<ParamSpec> decode_params(const OpContext& ctx) {
+  const Anchors a = make_anchors(levels_of(ctx.attrs));
+  const DType dtype = ctx.output.dtype;
+  const Shape shape = {Expr(static_cast<int64_t>(a.x.size()))};
+  std::vector<ParamSpec> params;
+  for (const auto& [slot, values] : {std::pair{"anchor_x", &a.x}, std::pair{"anchor_y", &a.y},
+                                      std::pair{"strides", &a.stride}}) {
+    ParamSpec spec{slot, shape, dtype, ParamInit::kHost, {}};
+    for (double v : *values) append_element(spec.host_bytes, dtype, v);
+    params.push_back(std::move(spec));
+  }
+  return params;
+}
+
+// A flat grid over batch x anchor tiles; the kernel splits it with a divide and a remainder.
+Lowering decode_lower(const OpContext& ctx) {
+  const Expr& batch = ctx.output.shape[0];
+  const int64_t anchors = *ctx.output.shape[2].const_value();
+  std::vector<KernelArg> args = {input(0, "boxes", DType::kF32),     param("anchor_x", "anchor_x", DType::kF32),
+                                 param("anchor_y", "anchor_y", DType::kF32), param("strides", "strides", DType::kF32),
+                                 output("y", DType::kF32)};
+  std::string src = kernel_prelude() + kernel_constant("BLOCK_A", kBlockA) + kernel_constant("A", anchors);
+  src += "constexpr int A_TILES = (A + BLOCK_A - 1) / BLOCK_A;\n";
+  src += kernel_entry(args) + R"CUDA( {
+  const int img = blockIdx.x / A_TILES;
+  const int a = (blockIdx.x % A_TILES) * BLOCK_A + threadIdx.x;
+  if (a >= A) return;
+  const float* d = boxes + (long long)img * 4 * A + a;
+  float* out = y + (long long)img * 4 * A + a;
+  const float ax = __ldg(anchor_x + a), ay = __ldg(anchor_y + a), s = __ldg(strides + a);
+  // dist2bbox(xywh=True), in its order of operations, then * stride.
+  const float x1 = ax - __ldg(d), y1 = ay - __ldg(d + A);
+  const float x2 = ax + __ldg(d + 2 * A), y2 = ay + __ldg(d + 3 * A);
+  out[0] = (x1 + x2) / 2.f * s;
+  out[A] = (y1 + y2) / 2.f * s;
+  out[2 * A] = (x2 - x1) * s;
+  out[3 * A] = (y2 - y1) * s;
+}
+)CUDA";
+  Launch launch;
+  launch.block = {kBlockA, 1, 1};
+  launch.grid = {batch * Expr((anchors + kBlockA - 1) / kBlockA), Expr(1), Expr(1)};
+  launch.args = std::move(args);
+  launch.bytes = Expr(4) * (Expr(8) * batch * Expr(anchors) + Expr(3 * anchors));
+  launch.flops = Expr(12) * batch * Expr(anchors);
+  return Lowering{{KernelSource{"yolo_detect_decode", src, TEENY_KERNEL_ORIGIN}}, {launch}};
+}
+
+// Independent of the param bytes: the anchors are recomputed from the attrs, so `run --check`
+// also catches wrong init bytes.
+HostTensor decode_reference(const RefContext& ref) {
+  const Anchors a = make_anchors(levels_of(ref.op.attrs));
+  const HostTensor& boxes = ref.inputs.at(0);
+  const int64_t batch = boxes.shape[0], anchors = boxes.shape[2];
+  HostTensor y{ref.op.output.dtype, ref.output_shape, std::vector<double>(boxes.data.size())};
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t i = 0; i < anchors; ++i) {
+      const double* d = &boxes.data[b * 4 * anchors + i];
+      double* out = &y.data[b * 4 * anchors + i];
+      const double x1 = a.x[i] - d[0], y1 = a.y[i] - d[anchors];
+      const double x2 = a.x[i] + d[2 * anchors], y2 = a.y[i] + d[3 * anchors];
+      out[0] = (x1 + x2) / 2 * a.stride[i];
+      out[anchors] = (y1 + y2) / 2 * a.stride[i];
+      out[2 * anchors] = (x2 - x1) * a.stride[i];
+      out[3 * anchors] = (y2 - y1) * a.stride[i];
+    }
+  return y;
+}
+
+}  // namespace
+
+OpDef yolo_detect_decode_op() {
+  OpDef def;
+  def.name = kOp;
+  def.doc = "YOLO box decode: distances [B, 4, A] (l, t, r, b) -> (cx, cy, w, h) * stride, anchors as "
+            "Ultralytics make_anchors over `levels`; anchor_x/anchor_y/strides are host-computed params";
+  def.inputs = {{"boxes", "[B, 4, A] distances l, t, r, b"}};
+  def.attrs = {{"levels", AttrType::kIntListList, "[[h, w, stride], ...]; A = sum of h*w", std::nullopt, {}, false,
+                std::nullopt}};
+  const OpDef meta = def;
+  def.infer = [meta](const OpContext& ctx) { return infer_decode(meta, ctx); };
+  def.params = decode_params;
+  def.lower = decode_lower;
+  def.reference = decode_reference;
+  def.source_file = TEENY_OP_FILE;
+  return def;
+}
+
+}  // namespace teeny::ops
