@@ -1,0 +1,198 @@
+// Unary elementwise ops: relu, silu, sigmoid, tanh, gelu, scale (ops.md, "Elementwise").
+//
+// One grid-stride kernel per (op, dtype): 16-byte vector loads/stores when the rows allow it
+// (contiguous input: the whole tensor is one flat row with a scalar tail; padded input: rows
+// whose stride and pointers are 16-byte aligned), a scalar path otherwise. Output is
+// contiguous. Compute is in f32 for every storage dtype.
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "ops/kernel_util.h"
+#include "ops/ops.h"
+
+namespace teeny::ops {
+namespace {
+
+constexpr int kBlock = 256;
+constexpr int kUnroll = 4;            // independent 16-byte loads in flight per thread
+constexpr int kMaxBlocks = 132 * 8;   // H200: 132 SMs x 8 resident blocks of kBlock threads
+
+struct UnaryFn {
+  // Kernel name suffix and CUDA expression of float `v` (and `value` for scale), per attrs.
+  std::function<std::pair<std::string, std::string>(const Attrs&)> cuda;
+  std::function<double(double, const Attrs&)> host;
+  int flops_per_element = 1;
+};
+
+UnaryFn fixed(std::string cuda, std::function<double(double)> host, int flops) {
+  return {[cuda](const Attrs&) { return std::make_pair(std::string(), cuda); },
+          [host](double v, const Attrs&) { return host(v); }, flops};
+}
+
+const char* kUnaryBody = R"CUDA(
+  const long long n = rows * (long long)cols;
+  const long long threads = (long long)gridDim.x * kBlock;
+  const long long tid = (long long)blockIdx.x * kBlock + threadIdx.x;
+  constexpr int kVec = tn_pack<T>::kN;
+  if (x_stride == cols) {
+    // Contiguous: one flat row of n elements, vectorised up to a scalar tail.
+    long long head = 0;
+    if (tn_aligned16(x) && tn_aligned16(y)) {
+      const long long nv = n / kVec;
+      for (long long i = tid; i < nv; i += threads * kUnroll) {
+        float v[kUnroll][kVec];
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u)
+          if (i + u * threads < nv) tn_load16(x + (i + u * threads) * kVec, v[u]);
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          if (i + u * threads < nv) {
+#pragma unroll
+            for (int k = 0; k < kVec; ++k) v[u][k] = TN_OP(v[u][k]);
+            tn_store16(y + (i + u * threads) * kVec, v[u]);
+          }
+        }
+      }
+      head = nv * kVec;
+    }
+    for (long long i = head + tid; i < n; i += threads) y[i] = tn_cast<T>(TN_OP(tn_f32(x[i])));
+  } else if (cols % kVec == 0 && x_stride % kVec == 0 && tn_aligned16(x) && tn_aligned16(y)) {
+    // Padded rows that keep 16-byte alignment.
+    const int packs = cols / kVec;
+    const long long nv = rows * packs;
+    for (long long i = tid; i < nv; i += threads) {
+      const long long r = i / packs;
+      const int c = (int)(i - r * packs) * kVec;
+      float v[kVec];
+      tn_load16(x + r * x_stride + c, v);
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) v[k] = TN_OP(v[k]);
+      tn_store16(y + r * cols + c, v);
+    }
+  } else {
+    for (long long i = tid; i < n; i += threads) {
+      const long long r = i / cols;
+      const int c = (int)(i - r * cols);
+      y[i] = tn_cast<T>(TN_OP(tn_f32(x[r * x_stride + c])));
+    }
+  }
+}
+)CUDA";
+
+Expr rows_of(const TensorType& type) {
+  if (type.shape.empty()) return Expr(1);
+  return product(Shape(type.shape.begin(), type.shape.end() - 1));
+}
+Expr cols_of(const TensorType& type) {
+  return type.shape.empty() ? Expr(1) : type.shape.back();
+}
+
+OpDef unary_op(const std::string& name, std::string doc, UnaryFn fn,
+               std::vector<AttrSpec> attrs = {}) {
+  OpDef def;
+  def.name = name;
+  def.doc = std::move(doc);
+  def.inputs = {{"x", "input tensor (any shape)"}};
+  def.attrs = std::move(attrs);
+  def.dtypes = {DType::kF32, DType::kBF16, DType::kF16};
+  def.source_file = TEENY_OP_FILE;
+  const OpDef meta = def;
+  const bool has_value = name == "scale";
+
+  def.infer = [meta](const OpContext& ctx) {
+    const DType dtype = common_float_dtype(meta, ctx);
+    return contiguous(output_float_dtype(meta, ctx, dtype), ctx.inputs[0].shape);
+  };
+  def.lower = [name, fn, has_value](const OpContext& ctx) {
+    const TensorType& x = ctx.inputs[0];
+    const DType dtype = x.dtype;
+    std::vector<KernelArg> args = {
+        input(0, "x", dtype), output("y", dtype), i64("rows", rows_of(x)),
+        i32("cols", cols_of(x)), i32("x_stride", x.row_stride)};
+    if (has_value) args.push_back(f32("value", ctx.attrs.f("value")));
+
+    const auto [variant, expression] = fn.cuda(ctx.attrs);
+    std::string source = kernel_prelude() + kernel_typedef("T", dtype) +
+                         kernel_constant("kBlock", kBlock) +
+                         kernel_constant("kUnroll", kUnroll) +
+                         fmt::format("#define TN_OP(v) ({})\n", expression) + kernel_entry(args) +
+                         " {" + kUnaryBody;
+    Lowering lowering;
+    lowering.kernels.push_back({fmt::format("{}{}_{}", name, variant, dtype_name(dtype)),
+                                std::move(source), TEENY_KERNEL_ORIGIN});
+    Launch launch;
+    launch.block = {kBlock, 1, 1};
+    const Expr n = product(x.shape);
+    launch.grid[0] = min(ceil_div(n, Expr(kBlock * vector_width(dtype))), Expr(kMaxBlocks));
+    launch.args = std::move(args);
+    launch.bytes = n * Expr(static_cast<int64_t>(2 * dtype_size(dtype)));
+    launch.flops = n * Expr(fn.flops_per_element);
+    lowering.launches.push_back(std::move(launch));
+    return lowering;
+  };
+  def.reference = [fn](const RefContext& ref) {
+    HostTensor out;
+    out.dtype = ref.op.output.dtype;
+    out.shape = ref.output_shape;
+    out.data.reserve(ref.inputs[0].data.size());
+    for (double v : ref.inputs[0].data) out.data.push_back(fn.host(v, ref.op.attrs));
+    return out;
+  };
+  return def;
+}
+
+double host_sigmoid(double v) { return 1.0 / (1.0 + std::exp(-v)); }
+
+}  // namespace
+
+OpDef relu_op() {
+  return unary_op("relu", "max(x, 0) (NaN propagates)",
+                  fixed("v < 0.f ? 0.f : v", [](double v) { return v < 0 ? 0.0 : v; }, 1));
+}
+
+OpDef silu_op() {
+  return unary_op("silu", "x * sigmoid(x)",
+                  fixed("v / (1.f + expf(-v))", [](double v) { return v * host_sigmoid(v); }, 4));
+}
+
+OpDef sigmoid_op() {
+  return unary_op("sigmoid", "1 / (1 + exp(-x))",
+                  fixed("1.f / (1.f + expf(-v))", [](double v) { return host_sigmoid(v); }, 3));
+}
+
+OpDef tanh_op() {
+  return unary_op("tanh", "hyperbolic tangent",
+                  fixed("tanhf(v)", [](double v) { return std::tanh(v); }, 5));
+}
+
+OpDef gelu_op() {
+  AttrSpec approximate = attr_spec("approximate", AttrType::kEnum,
+                                   "none: x * Phi(x) with erf; tanh: the tanh approximation",
+                                   nlohmann::json("none"), {"none", "tanh"});
+  UnaryFn fn;
+  fn.cuda = [](const Attrs& attrs) {
+    if (attrs.s("approximate") == "tanh")
+      return std::make_pair(
+          std::string("_tanh"),
+          std::string("0.5f * v * (1.f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)))"));
+    return std::make_pair(std::string(), std::string("0.5f * v * (1.f + erff(v * 0.7071067811865476f))"));
+  };
+  fn.host = [](double v, const Attrs& attrs) {
+    if (attrs.s("approximate") == "tanh")
+      return 0.5 * v * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v)));
+    return 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0)));
+  };
+  fn.flops_per_element = 8;
+  return unary_op("gelu", "Gaussian error linear unit (PyTorch nn.GELU)", fn, {approximate});
+}
+
+OpDef scale_op() {
+  AttrSpec value = attr_spec("value", AttrType::kFloat, "the factor");
+  UnaryFn fn;
+  fn.cuda = [](const Attrs&) { return std::make_pair(std::string(), std::string("v * value")); };
+  fn.host = [](double v, const Attrs& attrs) { return v * attrs.f("value"); };
+  return unary_op("scale", "y = x * value", fn, {value});
+}
+
+}  // namespace teeny::ops
