@@ -3,6 +3,8 @@
 // 16-byte multiple so the padded-row-stride path is exercised end to end.
 #include <fmt/format.h>
 
+#include "ops/dense_gemm.h"
+#include "ops/kernel_util.h"
 #include "ops/ops.h"
 
 namespace teeny::ops {
@@ -17,7 +19,11 @@ TensorType infer_linear(const OpDef& meta, const OpContext& ctx) {
   if (x.shape.empty()) {
     throw OpError("inputs", "linear needs an input with at least one dim [..., in], got a scalar");
   }
-  const DType dtype = common_float_dtype(meta, ctx);
+  const DType dtype = output_float_dtype(meta, ctx, common_float_dtype(meta, ctx));
+  if (dtype != x.dtype) {
+    throw OpError("dtype", fmt::format("linear computes in its input dtype {}; got dtype {}",
+                                       dtype_name(x.dtype), dtype_name(dtype)));
+  }
   const Expr& in = x.shape.back();
   if (ctx.attrs.has("in_features")) {
     const int64_t expected = ctx.attrs.i("in_features");
@@ -41,6 +47,41 @@ std::vector<ParamSpec> linear_params(const OpContext& ctx) {
   params.push_back({"weight", {out, in}, dtype, ParamInit::kTrained, {}});
   if (ctx.attrs.b("bias")) params.push_back({"bias", {out}, dtype, ParamInit::kTrained, {}});
   return params;
+}
+
+Lowering lower_linear(const OpContext& ctx) {
+  const TensorType& x = ctx.inputs.at(0);
+  const DType dtype = ctx.output.dtype;
+  const bool has_bias = ctx.attrs.b("bias");
+  const Expr k = x.shape.back();
+  const Expr n = ctx.output.shape.back();
+  const Expr m = product(Shape(x.shape.begin(), x.shape.end() - 1));
+  const GemmTile tile = choose_gemm_tile(dtype, n);
+
+  Launch launch;
+  launch.args.push_back(input(0, "x", dtype));
+  launch.args.push_back(param("weight", "weight", dtype));
+  if (has_bias) launch.args.push_back(param("bias", "bias", dtype));
+  launch.args.push_back(output("y", dtype));
+  launch.args.push_back(i32("M", m));
+  launch.args.push_back(i32("N", n));
+  launch.args.push_back(i32("K", k));
+  launch.args.push_back(i32("ldx", x.row_stride));
+  launch.args.push_back(i32("ldy", ctx.output.row_stride));
+  launch.block = {tile.threads, 1, 1};
+  launch.grid = {gemm_tiles(tile, m, n), Expr(1), Expr(1)};
+  const Expr elem(static_cast<int64_t>(dtype_size(dtype)));
+  launch.bytes = (m * k + n * k + m * n + (has_bias ? n : Expr(0))) * elem;
+  launch.flops = Expr(2) * m * n * k + (has_bias ? m * n : Expr(0));
+
+  KernelSource kernel;
+  kernel.name = gemm_kernel_name("linear", dtype, GemmBLayout::kNK, has_bias, tile);
+  kernel.source = gemm_device_source(dtype, GemmBLayout::kNK, has_bias, tile) + bounded_kernel_entry(launch.args, tile.threads, tile.min_blocks) +
+                  fmt::format(" {{\n  tn_gemm_block(x, weight, {}, y, M, N, K, ldx, K, ldy, blockIdx.x);\n}}\n",
+                              has_bias ? "bias" : "nullptr");
+  kernel.file = __FILE__;
+  kernel.line = __LINE__;
+  return Lowering{{kernel}, {launch}};
 }
 
 HostTensor linear_reference(const RefContext& ref) {
@@ -79,6 +120,8 @@ OpDef linear_op() {
   const OpDef meta = def;
   def.infer = [meta](const OpContext& ctx) { return infer_linear(meta, ctx); };
   def.params = linear_params;
+  def.param_slots = {"weight", "bias"};
+  def.lower = lower_linear;
   def.reference = linear_reference;
   def.source_file = TEENY_OP_FILE;
   return def;

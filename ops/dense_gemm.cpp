@@ -1,0 +1,391 @@
+#include "ops/dense_gemm.h"
+
+#include <fmt/format.h>
+
+#include "ops/kernel_util.h"
+
+namespace teeny::ops {
+namespace {
+
+// Shared by both paths: output tile coordinates in grouped order — kGroupM consecutive tile
+// ids walk down M under one N tile, so that B panel stays in L2 while A streams.
+const char* kTileOrder = R"CUDA(
+__device__ __forceinline__ void tn_gemm_tile_coords(int pid, int M, int N, int& tile_m, int& tile_n) {
+  const int tiles_m = (M + kBM - 1) / kBM, tiles_n = (N + kBN - 1) / kBN;
+  const int per_group = kGroupM * tiles_n;
+  const int first_m = (pid / per_group) * kGroupM;
+  const int group_rows = min(tiles_m - first_m, kGroupM);
+  tile_m = first_m + (pid % per_group) % group_rows;
+  tile_n = (pid % per_group) / group_rows;
+}
+)CUDA";
+
+// f32 on CUDA cores: each thread owns a kTM x kTN micro-tile, split into 4x4 sub-blocks
+// spaced a warp-tile apart so the float4 shared-memory reads are conflict-free. A (and B in
+// [N, K] layout) are stored transposed in shared memory ([k][m]) so the inner loop reads
+// float4 along m/n. Global tiles are prefetched into registers while the current shared tile
+// is consumed (one __syncthreads per k-step).
+const char* kGemmF32 = R"CUDA(
+constexpr int kThreadsN = kBN / kTN, kThreadsM = kBM / kTM;
+static_assert(kThreadsN * kThreadsM == kThreads, "thread grid must match the block");
+static_assert(kTM % 4 == 0 && kTN % 4 == 0 && kBK % 4 == 0, "micro-tiles are float4 groups");
+constexpr int kRowGroupStride = kThreadsM * 4, kColGroupStride = kThreadsN * 4;
+// float4 chunks per tile and per thread
+constexpr int kAChunks = kBM * kBK / 4 / kThreads;
+constexpr int kBChunks = kBN * kBK / 4 / kThreads;
+static_assert(kAChunks * kThreads * 4 == kBM * kBK && kBChunks * kThreads * 4 == kBN * kBK,
+              "tile loads must divide evenly over the block");
+
+// Loads a [rows, kBK] slab (K contiguous) chunk: 4 consecutive k of one row, zero outside.
+__device__ __forceinline__ float4 tn_load_k4(const float* __restrict__ P, int rows, int K, int ld,
+                                             bool vec_ok, int r, int k) {
+  if (r < rows && vec_ok && k + 3 < K) return __ldg(reinterpret_cast<const float4*>(P + (long long)r * ld + k));
+  float v[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) v[i] = (r < rows && k + i < K) ? __ldg(P + (long long)r * ld + k + i) : 0.f;
+  return make_float4(v[0], v[1], v[2], v[3]);
+}
+
+__device__ __forceinline__ void tn_gemm_block(const float* __restrict__ A, const float* __restrict__ B,
+                                              const float* __restrict__ bias, float* __restrict__ C,
+                                              int M, int N, int K, int lda, int ldb, int ldc, int pid) {
+  __shared__ __align__(16) float As[2][kBK][kBM];
+  __shared__ __align__(16) float Bs[2][kBK][kBN];
+  int tile_m, tile_n;
+  tn_gemm_tile_coords(pid, M, N, tile_m, tile_n);
+  const int m0 = tile_m * kBM, n0 = tile_n * kBN;
+  const int tid = threadIdx.x, tx = tid % kThreadsN, ty = tid / kThreadsN;
+  const float* A0 = A + (long long)m0 * lda;
+  const bool a_vec = lda % 4 == 0 && tn_aligned16(A);
+  const bool b_vec = ldb % 4 == 0 && tn_aligned16(B);
+
+  float4 a_next[kAChunks], b_next[kBChunks];
+  auto load_tiles = [&](int k0) {
+#pragma unroll
+    for (int c = 0; c < kAChunks; ++c) {
+      const int idx = tid + c * kThreads, r = idx / (kBK / 4), k = (idx % (kBK / 4)) * 4;
+      a_next[c] = tn_load_k4(A0, M - m0, K, lda, a_vec, r, k0 + k);
+    }
+#pragma unroll
+    for (int c = 0; c < kBChunks; ++c) {
+      const int idx = tid + c * kThreads;
+      if (kBTransposed) {  // B is [N, K]
+        const int r = idx / (kBK / 4), k = (idx % (kBK / 4)) * 4;
+        b_next[c] = tn_load_k4(B + (long long)n0 * ldb, N - n0, K, ldb, b_vec, r, k0 + k);
+      } else {  // B is [K, N]: 4 consecutive n of one k
+        const int k = idx / (kBN / 4), n = (idx % (kBN / 4)) * 4;
+        const int gk = k0 + k, gn = n0 + n;
+        if (gk < K && b_vec && gn + 3 < N) {
+          b_next[c] = __ldg(reinterpret_cast<const float4*>(B + (long long)gk * ldb + gn));
+        } else {
+          float v[4];
+#pragma unroll
+          for (int i = 0; i < 4; ++i) v[i] = (gk < K && gn + i < N) ? __ldg(B + (long long)gk * ldb + gn + i) : 0.f;
+          b_next[c] = make_float4(v[0], v[1], v[2], v[3]);
+        }
+      }
+    }
+  };
+  auto store_tiles = [&](int buf) {
+#pragma unroll
+    for (int c = 0; c < kAChunks; ++c) {
+      const int idx = tid + c * kThreads, r = idx / (kBK / 4), k = (idx % (kBK / 4)) * 4;
+      As[buf][k + 0][r] = a_next[c].x; As[buf][k + 1][r] = a_next[c].y;
+      As[buf][k + 2][r] = a_next[c].z; As[buf][k + 3][r] = a_next[c].w;
+    }
+#pragma unroll
+    for (int c = 0; c < kBChunks; ++c) {
+      const int idx = tid + c * kThreads;
+      if (kBTransposed) {
+        const int r = idx / (kBK / 4), k = (idx % (kBK / 4)) * 4;
+        Bs[buf][k + 0][r] = b_next[c].x; Bs[buf][k + 1][r] = b_next[c].y;
+        Bs[buf][k + 2][r] = b_next[c].z; Bs[buf][k + 3][r] = b_next[c].w;
+      } else {
+        const int k = idx / (kBN / 4), n = (idx % (kBN / 4)) * 4;
+        *reinterpret_cast<float4*>(&Bs[buf][k][n]) = b_next[c];
+      }
+    }
+  };
+
+  float acc[kTM][kTN];
+#pragma unroll
+  for (int i = 0; i < kTM; ++i)
+#pragma unroll
+    for (int j = 0; j < kTN; ++j) acc[i][j] = 0.f;
+
+  const int k_tiles = (K + kBK - 1) / kBK;
+  load_tiles(0);
+  store_tiles(0);
+  __syncthreads();
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    const int buf = kt & 1;
+    if (kt + 1 < k_tiles) load_tiles((kt + 1) * kBK);
+#pragma unroll
+    for (int kk = 0; kk < kBK; ++kk) {
+      float a[kTM], b[kTN];
+#pragma unroll
+      for (int g = 0; g < kTM / 4; ++g) {
+        const float4 v = *reinterpret_cast<const float4*>(&As[buf][kk][g * kRowGroupStride + ty * 4]);
+        a[g * 4 + 0] = v.x; a[g * 4 + 1] = v.y; a[g * 4 + 2] = v.z; a[g * 4 + 3] = v.w;
+      }
+#pragma unroll
+      for (int g = 0; g < kTN / 4; ++g) {
+        const float4 v = *reinterpret_cast<const float4*>(&Bs[buf][kk][g * kColGroupStride + tx * 4]);
+        b[g * 4 + 0] = v.x; b[g * 4 + 1] = v.y; b[g * 4 + 2] = v.z; b[g * 4 + 3] = v.w;
+      }
+#pragma unroll
+      for (int i = 0; i < kTM; ++i)
+#pragma unroll
+        for (int j = 0; j < kTN; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+    }
+    // The other buffer was last read in the previous step, before its closing barrier.
+    if (kt + 1 < k_tiles) store_tiles(buf ^ 1);
+    __syncthreads();
+  }
+
+  // Epilogue: + bias, masked stores; columns in [N, ldc) are row padding and get zeros.
+  const bool c_vec = ldc % 4 == 0 && tn_aligned16(C);
+#pragma unroll
+  for (int i = 0; i < kTM; ++i) {
+    const int m = m0 + (i / 4) * kRowGroupStride + ty * 4 + (i % 4);
+    if (m >= M) continue;
+    float* row = C + (long long)m * ldc;
+#pragma unroll
+    for (int g = 0; g < kTN / 4; ++g) {
+      const int n = n0 + g * kColGroupStride + tx * 4;
+      float v[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float b = (kHasBias && n + j < N) ? __ldg(bias + n + j) : 0.f;
+        v[j] = n + j < N ? acc[i][g * 4 + j] + b : 0.f;
+      }
+      if (c_vec) {
+        if (n < ldc) *reinterpret_cast<float4*>(row + n) = make_float4(v[0], v[1], v[2], v[3]);
+      } else {
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          if (n + j < ldc) row[n + j] = v[j];
+      }
+    }
+  }
+}
+)CUDA";
+
+// f16/bf16 on tensor cores: kWarpsM x kWarpsN warps, each computing a (kBM/kWarpsM) x
+// (kBN/kWarpsN) warp tile from m16n8k16 MMAs. Shared tiles are padded by 8 elements per row
+// so ldmatrix's eight 16-byte row reads hit distinct banks. Tiles arrive by cp.async (16-byte
+// chunks, double-buffered); ragged or misaligned chunks are filled with plain loads.
+const char* kGemmMma = R"CUDA(
+constexpr int kWarpTileM = kBM / kWarpsM, kWarpTileN = kBN / kWarpsN;
+constexpr int kMI = kWarpTileM / 16, kNI = kWarpTileN / 8;
+static_assert(kWarpsM * kWarpsN * 32 == kThreads, "warp grid must match the block");
+static_assert(kWarpTileM % 16 == 0 && kWarpTileN % 16 == 0 && kBK % 16 == 0, "MMA tile shape");
+constexpr int kPad = 8;
+constexpr int kALd = kBK + kPad;                          // As[m][k]
+constexpr int kBRows = kBTransposed ? kBN : kBK;          // Bs[n][k] or Bs[k][n]
+constexpr int kBLd = (kBTransposed ? kBK : kBN) + kPad;
+constexpr int kAChunks = kBM * kBK / 8 / kThreads;
+constexpr int kBChunks = kBN * kBK / 8 / kThreads;
+static_assert(kAChunks * kThreads * 8 == kBM * kBK && kBChunks * kThreads * 8 == kBN * kBK,
+              "tile loads must divide evenly over the block");
+
+__device__ __forceinline__ unsigned tn_smem_addr(const void* p) {
+  return (unsigned)__cvta_generic_to_shared(p);
+}
+__device__ __forceinline__ void tn_cp_async16(void* dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" :: "r"(tn_smem_addr(dst)), "l"(src));
+}
+__device__ __forceinline__ void tn_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int kPending> __device__ __forceinline__ void tn_cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" :: "n"(kPending));
+}
+__device__ __forceinline__ void tn_ldmatrix_x4(unsigned (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tn_smem_addr(p)));
+}
+__device__ __forceinline__ void tn_ldmatrix_x4_trans(unsigned (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tn_smem_addr(p)));
+}
+__device__ __forceinline__ void tn_mma16816(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." TN_MMA_TYPE "." TN_MMA_TYPE ".f32 "
+               "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// One 8-element chunk of a tile: cp.async when whole and aligned, else element-wise (zeros
+// outside [rows, cols)).
+__device__ __forceinline__ void tn_load_chunk(T* dst, const T* __restrict__ src_row, bool row_ok,
+                                              int col, int cols, bool vec_ok) {
+  if (row_ok && vec_ok && col + 7 < cols) {
+    tn_cp_async16(dst, src_row + col);
+  } else {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) dst[i] = (row_ok && col + i < cols) ? src_row[col + i] : tn_from_raw<T>(0);
+  }
+}
+
+__device__ __forceinline__ void tn_gemm_block(const T* __restrict__ A, const T* __restrict__ B,
+                                              const T* __restrict__ bias, T* __restrict__ C,
+                                              int M, int N, int K, int lda, int ldb, int ldc, int pid) {
+  __shared__ __align__(16) T As[2][kBM][kALd];
+  __shared__ __align__(16) T Bs[2][kBRows][kBLd];
+  int tile_m, tile_n;
+  tn_gemm_tile_coords(pid, M, N, tile_m, tile_n);
+  const int m0 = tile_m * kBM, n0 = tile_n * kBN;
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int wm = warp / kWarpsN, wn = warp % kWarpsN;
+  const bool a_vec = lda % 8 == 0 && tn_aligned16(A);
+  const bool b_vec = ldb % 8 == 0 && tn_aligned16(B);
+
+  auto load_tiles = [&](int buf, int k0) {
+#pragma unroll
+    for (int c = 0; c < kAChunks; ++c) {
+      const int idx = tid + c * kThreads, r = idx / (kBK / 8), k = (idx % (kBK / 8)) * 8;
+      tn_load_chunk(&As[buf][r][k], A + (long long)(m0 + r) * lda, m0 + r < M, k0 + k, K, a_vec);
+    }
+#pragma unroll
+    for (int c = 0; c < kBChunks; ++c) {
+      const int idx = tid + c * kThreads;
+      if (kBTransposed) {  // B is [N, K]
+        const int r = idx / (kBK / 8), k = (idx % (kBK / 8)) * 8;
+        tn_load_chunk(&Bs[buf][r][k], B + (long long)(n0 + r) * ldb, n0 + r < N, k0 + k, K, b_vec);
+      } else {  // B is [K, N]
+        const int k = idx / (kBN / 8), n = (idx % (kBN / 8)) * 8;
+        tn_load_chunk(&Bs[buf][k][n], B + (long long)(k0 + k) * ldb, k0 + k < K, n0 + n, N, b_vec);
+      }
+    }
+    tn_cp_async_commit();
+  };
+
+  float acc[kMI][kNI][4];
+#pragma unroll
+  for (int i = 0; i < kMI; ++i)
+#pragma unroll
+    for (int j = 0; j < kNI; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+
+  const int k_tiles = (K + kBK - 1) / kBK;
+  load_tiles(0, 0);
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    const int buf = kt & 1;
+    // The other buffer was last read in the previous step, before its closing barrier.
+    if (kt + 1 < k_tiles) {
+      load_tiles(buf ^ 1, (kt + 1) * kBK);
+      tn_cp_async_wait<1>();
+    } else {
+      tn_cp_async_wait<0>();
+    }
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < kBK; kk += 16) {
+      unsigned a[kMI][4], b[kNI][2];
+#pragma unroll
+      for (int i = 0; i < kMI; ++i)
+        tn_ldmatrix_x4(a[i], &As[buf][wm * kWarpTileM + i * 16 + lane % 16][kk + (lane / 16) * 8]);
+#pragma unroll
+      for (int j = 0; j < kNI; j += 2) {
+        // Matrices: (n 0-7, k 0-7), (n 0-7, k 8-15), (n 8-15, k 0-7), (n 8-15, k 8-15).
+        const int mat = lane / 8, n = wn * kWarpTileN + j * 8 + (mat / 2) * 8, k = kk + (mat % 2) * 8;
+        unsigned r[4];
+        if (kBTransposed) tn_ldmatrix_x4(r, &Bs[buf][n + lane % 8][k]);
+        else tn_ldmatrix_x4_trans(r, &Bs[buf][k + lane % 8][n]);
+        b[j][0] = r[0]; b[j][1] = r[1]; b[j + 1][0] = r[2]; b[j + 1][1] = r[3];
+      }
+#pragma unroll
+      for (int i = 0; i < kMI; ++i)
+#pragma unroll
+        for (int j = 0; j < kNI; ++j) tn_mma16816(acc[i][j], a[i], b[j][0], b[j][1]);
+    }
+    __syncthreads();
+  }
+
+  // Epilogue: accumulator element e of (i, j) is row g (+8 for e >= 2), columns 2t, 2t+1.
+  // Columns in [N, ldc) are row padding and get zeros.
+  const int g = lane / 4, t = lane % 4;
+  const bool c_pair = ldc % 2 == 0 && (reinterpret_cast<unsigned long long>(C) & 3ull) == 0;
+#pragma unroll
+  for (int i = 0; i < kMI; ++i) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int m = m0 + wm * kWarpTileM + i * 16 + g + h * 8;
+      if (m >= M) continue;
+      T* row = C + (long long)m * ldc;
+#pragma unroll
+      for (int j = 0; j < kNI; ++j) {
+        const int n = n0 + wn * kWarpTileN + j * 8 + t * 2;
+        float v[2];
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float b = (kHasBias && n + e < N) ? tn_f32(bias[n + e]) : 0.f;
+          v[e] = n + e < N ? acc[i][j][h * 2 + e] + b : 0.f;
+        }
+        if (c_pair && n + 1 < ldc) {
+          const unsigned packed = (unsigned)tn_raw(tn_cast<T>(v[0])) | ((unsigned)tn_raw(tn_cast<T>(v[1])) << 16);
+          *reinterpret_cast<unsigned*>(row + n) = packed;
+        } else {
+#pragma unroll
+          for (int e = 0; e < 2; ++e)
+            if (n + e < ldc) row[n + e] = tn_cast<T>(v[e]);
+        }
+      }
+    }
+  }
+}
+)CUDA";
+
+const char* layout_name(GemmBLayout layout) { return layout == GemmBLayout::kNK ? "nk" : "kn"; }
+
+}  // namespace
+
+std::string bounded_kernel_entry(const std::vector<KernelArg>& args, int threads, int min_blocks) {
+  std::string entry = kernel_entry(args);
+  const std::string plain = std::string("void ") + kEntryPlaceholder;
+  entry.replace(entry.find(plain), plain.size(),
+                fmt::format("void __launch_bounds__({}, {}) {}", threads, min_blocks, kEntryPlaceholder));
+  return entry;
+}
+
+GemmTile choose_gemm_tile(DType dtype, const Expr& n) {
+  const bool narrow = n.is_const() && *n.const_value() < 512;
+  if (dtype == DType::kF32) return narrow ? GemmTile{64, 64, 16, 256, 2} : GemmTile{128, 128, 8, 256, 2};
+  return narrow ? GemmTile{64, 64, 32, 128, 1} : GemmTile{128, 128, 32, 256, 1};
+}
+
+Expr gemm_tiles(const GemmTile& tile, const Expr& m, const Expr& n) {
+  return ceil_div(m, Expr(tile.bm)) * ceil_div(n, Expr(tile.bn));
+}
+
+std::string gemm_kernel_name(const std::string& op, DType dtype, GemmBLayout layout, bool has_bias,
+                             const GemmTile& tile) {
+  return fmt::format("{}_{}_{}{}_{}x{}x{}", op, dtype_name(dtype), layout_name(layout),
+                     has_bias ? "_bias" : "", tile.bm, tile.bn, tile.bk);
+}
+
+std::string gemm_device_source(DType dtype, GemmBLayout layout, bool has_bias, const GemmTile& tile) {
+  std::string src = kernel_prelude();
+  src += kernel_typedef("T", dtype);
+  src += kernel_constant("kBM", tile.bm) + kernel_constant("kBN", tile.bn) +
+         kernel_constant("kBK", tile.bk) + kernel_constant("kThreads", tile.threads) +
+         kernel_constant("kGroupM", 8);
+  src += fmt::format("constexpr bool kBTransposed = {};\nconstexpr bool kHasBias = {};\n",
+                     layout == GemmBLayout::kNK, has_bias);
+  src += kTileOrder;
+  if (dtype == DType::kF32) {
+    // 128x128 tiles: 8x8 per thread; 64x64 tiles: 4x4 per thread (256 threads either way).
+    const int micro = tile.bm == 128 ? 8 : 4;
+    src += kernel_constant("kTM", micro) + kernel_constant("kTN", micro);
+    src += kGemmF32;
+  } else {
+    const int warps = tile.threads / 32;
+    const int warps_m = 2;
+    src += kernel_constant("kWarpsM", warps_m) + kernel_constant("kWarpsN", warps / warps_m);
+    src += fmt::format("#define TN_MMA_TYPE \"{}\"\n", dtype == DType::kBF16 ? "bf16" : "f16");
+    src += kGemmMma;
+  }
+  return src;
+}
+
+}  // namespace teeny::ops
