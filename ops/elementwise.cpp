@@ -116,7 +116,7 @@ OpDef unary_op(const std::string& name, std::string doc, UnaryFn fn,
     std::string source = kernel_prelude() + kernel_typedef("T", dtype) +
                          kernel_constant("kBlock", kBlock) +
                          kernel_constant("kUnroll", kUnroll) +
-                         fmt::format("#define TN_OP(v) ({})\n", expression) + kernel_entry(args) +
+                         fmt::format("#define TN_OP(v) ({})\n", expression) + kernel_entry(args, kBlock) +
                          " {" + kUnaryBody;
     Lowering lowering;
     lowering.kernels.push_back({fmt::format("{}{}_{}", name, variant, dtype_name(dtype)),

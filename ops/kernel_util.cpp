@@ -184,13 +184,15 @@ std::string kernel_constant(const std::string& name, long long value) {
   return fmt::format("constexpr int {} = {};\n", name, value);
 }
 
-std::string kernel_entry(const std::vector<KernelArg>& args) {
+std::string kernel_entry(const std::vector<KernelArg>& args, int max_threads) {
   std::string params;
   for (const KernelArg& arg : args) {
     if (!params.empty()) params += ", ";
     params += arg_c_type(arg) + " " + arg.name;
   }
-  return fmt::format("extern \"C\" __global__ void {}({})", kEntryPlaceholder, params);
+  const std::string bounds =
+      max_threads > 0 ? fmt::format("__launch_bounds__({}) ", max_threads) : std::string();
+  return fmt::format("extern \"C\" __global__ void {}{}({})", bounds, kEntryPlaceholder, params);
 }
 
 RowPlan plan_rows(const Expr& cols, DType dtype) {

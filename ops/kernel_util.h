@@ -47,7 +47,10 @@ std::string kernel_constant(const std::string& name, long long value);
 
 // The entry declaration generated from the launch's argument list, so names and C types are
 // written once: `extern "C" __global__ void TEENY_ENTRY(const float* x, float* y, int n)`.
-std::string kernel_entry(const std::vector<KernelArg>& args);
+// With `max_threads` > 0 (the launch's block size): `... void __launch_bounds__(256)
+// TEENY_ENTRY(...)`, which becomes the PTX .maxntid that compile checks the block against
+// and lets ptxas budget registers for that block.
+std::string kernel_entry(const std::vector<KernelArg>& args, int max_threads = 0);
 
 // How a row-wise kernel (softmax, norms) spreads rows over threads: a group of `threads`
 // (a warp, or a whole block) per row, `rows_per_block` groups per block, and `items` 16-byte

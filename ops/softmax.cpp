@@ -144,7 +144,8 @@ OpDef softmax_family(const std::string& name, bool log_form) {
                      i32("cols", x.shape.back()), i32("x_stride", x.row_stride)};
       std::string source = header + kernel_constant("kThreads", plan.threads) +
                            kernel_constant("kRowsPerBlock", plan.rows_per_block) +
-                           kernel_constant("kItems", plan.items) + kernel_entry(launch.args) +
+                           kernel_constant("kItems", plan.items) +
+                           kernel_entry(launch.args, plan.block()) +
                            " {" + kRowBody;
       lowering.kernels.push_back({fmt::format("{}_rows_{}_t{}_i{}", name, dtype_name(dtype),
                                               plan.threads, plan.items),
@@ -158,7 +159,7 @@ OpDef softmax_family(const std::string& name, bool log_form) {
                      i64("inner", product_range(x.shape, axis + 1, rank)),
                      i32("last", x.shape.back()), i32("x_stride", x.row_stride)};
       std::string source = header + kernel_constant("kBlock", kColumnBlock) +
-                           kernel_entry(launch.args) + " {" + kColumnBody;
+                           kernel_entry(launch.args, kColumnBlock) + " {" + kColumnBody;
       lowering.kernels.push_back({fmt::format("{}_columns_{}", name, dtype_name(dtype)),
                                   std::move(source), TEENY_KERNEL_ORIGIN});
       launch.block = {kColumnBlock, 1, 1};
