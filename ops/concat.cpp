@@ -1,0 +1,161 @@
+// concat (ops.md, "Shape and data movement"): joins N >= 2 tensors along `axis`, one launch
+// per input (every launch runs the same kernel).
+//
+// Input i viewed as [outer, cols_i] with cols_i = extent_i * inner lands in the output viewed
+// as [outer, out_cols] at column offset_i * inner. The copy is a grid-stride loop over
+// 16-byte packs when the input is contiguous and every row start stays 16-byte aligned,
+// element by element otherwise (padded input rows are honoured there).
+#include <fmt/format.h>
+
+#include "ops/kernel_util.h"
+#include "ops/ops.h"
+
+namespace teeny::ops {
+namespace {
+
+constexpr int kBlock = 256;
+constexpr int kMaxBlocks = 132 * 8;
+
+const char* kConcatBody = R"CUDA(
+template <typename I>
+__device__ __forceinline__ void tn_concat(const T* x, T* y, long long outer, int cols, int last,
+                                          int x_stride, long long out_cols, long long col_offset) {
+  constexpr int kVec = tn_pack<T>::kN;
+  const I threads = (I)gridDim.x * kBlock;
+  const I tid = (I)blockIdx.x * kBlock + threadIdx.x;
+  const bool contiguous = x_stride == last;
+  if (contiguous && cols % kVec == 0 && out_cols % kVec == 0 && col_offset % kVec == 0 &&
+      tn_aligned16(x) && tn_aligned16(y)) {
+    const int packs = cols / kVec;
+    for (I i = tid; i < (I)(outer * packs); i += threads) {
+      const I o = i / (I)packs;
+      const I c = (i - o * (I)packs) * kVec;
+      float v[kVec];
+      tn_load16(x + o * (I)cols + c, v);
+      tn_store16(y + o * (I)out_cols + (I)col_offset + c, v);
+    }
+  } else {
+    for (I i = tid; i < (I)(outer * cols); i += threads) {
+      const I o = i / (I)cols;
+      const I c = i - o * (I)cols;
+      const I src = contiguous ? i : (i / (I)last) * (I)x_stride + i % (I)last;
+      y[o * (I)out_cols + (I)col_offset + c] = x[src];
+    }
+  }
+}
+)CUDA";
+
+struct ConcatGeometry {
+  size_t axis;
+  Expr outer, inner;
+  std::vector<Expr> offsets;  // along axis, per input
+  Expr total;
+};
+
+ConcatGeometry geometry(const OpContext& ctx) {
+  const TensorType& first = ctx.inputs[0];
+  const size_t rank = first.shape.size();
+  if (rank == 0) throw OpError("inputs", "concat needs inputs of rank >= 1");
+  ConcatGeometry g;
+  g.axis = normalize_axis(ctx.attrs.i("axis"), rank, "attrs.axis");
+  g.outer = product(Shape(first.shape.begin(), first.shape.begin() + g.axis));
+  g.inner = product(Shape(first.shape.begin() + g.axis + 1, first.shape.end()));
+  Expr offset(0);
+  for (size_t i = 0; i < ctx.inputs.size(); ++i) {
+    const Shape& shape = ctx.inputs[i].shape;
+    bool matches = shape.size() == rank;
+    for (size_t k = 0; matches && k < rank; ++k) matches = k == g.axis || shape[k] == first.shape[k];
+    if (!matches)
+      throw OpError(fmt::format("inputs.{}", i),
+                    fmt::format("concat: input {} has shape {} but input 0 has {}; all dims but "
+                                "axis {} must match",
+                                i, shape_str(shape), shape_str(first.shape), g.axis));
+    g.offsets.push_back(offset);
+    offset = offset + shape[g.axis];
+  }
+  g.total = offset;
+  return g;
+}
+
+}  // namespace
+
+OpDef concat_op() {
+  OpDef def;
+  def.name = "concat";
+  def.doc = "joins the inputs along `axis` (one launch per input)";
+  def.inputs = {{"x", "tensors to join (2 or more), equal in every dim but axis"}};
+  def.variadic = true;
+  def.min_inputs = 2;
+  def.attrs = {attr_spec("axis", AttrType::kInt, "the axis to join along", nlohmann::json(1))};
+  def.dtypes = {DType::kF32, DType::kBF16, DType::kF16};
+  def.source_file = TEENY_OP_FILE;
+  const OpDef meta = def;
+
+  def.infer = [meta](const OpContext& ctx) {
+    const DType dtype = common_float_dtype(meta, ctx);
+    const ConcatGeometry g = geometry(ctx);
+    Shape shape = ctx.inputs[0].shape;
+    shape[g.axis] = g.total;
+    return contiguous(output_float_dtype(meta, ctx, dtype), shape);
+  };
+
+  def.lower = [](const OpContext& ctx) {
+    const ConcatGeometry g = geometry(ctx);
+    const DType dtype = ctx.inputs[0].dtype;
+    Lowering lowering;
+    for (size_t i = 0; i < ctx.inputs.size(); ++i) {
+      const TensorType& x = ctx.inputs[i];
+      const Expr cols = x.shape[g.axis] * g.inner;
+      Launch launch;
+      launch.args = {input(static_cast<int>(i), "x", dtype), output("y", dtype),
+                     i64("outer", g.outer), i32("cols", cols), i32("last", x.shape.back()),
+                     i32("x_stride", x.row_stride), i64("out_cols", g.total * g.inner),
+                     i64("col_offset", g.offsets[i] * g.inner)};
+      if (i == 0) {
+        std::string source =
+            kernel_prelude() + kernel_typedef("T", dtype) + kernel_constant("kBlock", kBlock) +
+            kConcatBody + kernel_entry(launch.args, kBlock) +
+            " {\n"
+            "  if (outer * out_cols < (1ll << 31))\n"
+            "    tn_concat<unsigned>(x, y, outer, cols, last, x_stride, out_cols, col_offset);\n"
+            "  else\n"
+            "    tn_concat<long long>(x, y, outer, cols, last, x_stride, out_cols, col_offset);\n"
+            "}\n";
+        lowering.kernels.push_back({fmt::format("concat_{}", dtype_name(dtype)), std::move(source),
+                                    TEENY_KERNEL_ORIGIN});
+      }
+      launch.kernel = 0;
+      launch.block = {kBlock, 1, 1};
+      const Expr n = g.outer * cols;
+      launch.grid[0] = min(ceil_div(n, Expr(kBlock * vector_width(dtype))), Expr(kMaxBlocks));
+      launch.bytes = Expr(2) * n * Expr(static_cast<int64_t>(dtype_size(dtype)));
+      launch.flops = Expr(0);
+      lowering.launches.push_back(std::move(launch));
+    }
+    return lowering;
+  };
+
+  def.reference = [](const RefContext& ref) {
+    const std::vector<int64_t>& out_shape = ref.output_shape;
+    const size_t axis = normalize_axis(ref.op.attrs.i("axis"), out_shape.size(), "attrs.axis");
+    int64_t outer = 1, inner = 1;
+    for (size_t k = 0; k < axis; ++k) outer *= out_shape[k];
+    for (size_t k = axis + 1; k < out_shape.size(); ++k) inner *= out_shape[k];
+    HostTensor out;
+    out.dtype = ref.op.output.dtype;
+    out.shape = out_shape;
+    out.data.resize(outer * out_shape[axis] * inner);
+    int64_t offset = 0;
+    for (const HostTensor& x : ref.inputs) {
+      const int64_t cols = x.shape[axis] * inner;
+      for (int64_t o = 0; o < outer; ++o)
+        for (int64_t c = 0; c < cols; ++c)
+          out.data[o * out_shape[axis] * inner + offset * inner + c] = x.data[o * cols + c];
+      offset += x.shape[axis];
+    }
+    return out;
+  };
+  return def;
+}
+
+}  // namespace teeny::ops

@@ -1,0 +1,115 @@
+// embedding (ops.md, "Dense"): i32 ids [...] -> rows of weight [num_embeddings, dim].
+//
+// One warp per id: the id is read once, bounds-checked (ids outside [0, num) give a zero row;
+// the weight is never read out of bounds), and the row is copied in 16-byte packs when the
+// weight and output rows are aligned, element by element otherwise.
+#include <fmt/format.h>
+
+#include "ops/kernel_util.h"
+#include "ops/ops.h"
+
+namespace teeny::ops {
+namespace {
+
+constexpr int kWarpsPerBlock = 8;
+
+const char* kEmbeddingBody = R"CUDA(
+  constexpr int kN = tn_pack<T>::kN;
+  const long long r = (long long)blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (r >= count) return;
+  const int id = ids[(r / ids_last) * ids_stride + r % ids_last];
+  T* yr = y + r * dim;
+  if (id < 0 || id >= num) {
+    for (int c = lane; c < dim; c += 32) yr[c] = tn_cast<T>(0.f);
+    return;
+  }
+  const T* wr = weight + (long long)id * dim;
+  int head = 0;
+  if (tn_aligned16(wr) && tn_aligned16(yr)) {
+    head = dim / kN * kN;
+    for (int c = lane * kN; c < head; c += 32 * kN) {
+      float v[kN];
+      tn_load16(wr + c, v);
+      tn_store16(yr + c, v);
+    }
+  }
+  for (int c = head + lane; c < dim; c += 32) yr[c] = wr[c];
+}
+)CUDA";
+
+}  // namespace
+
+OpDef embedding_op() {
+  OpDef def;
+  def.name = "embedding";
+  def.doc = "rows of weight picked by i32 ids; ids outside [0, num_embeddings) give a zero row";
+  def.inputs = {{"ids", "i32 token ids, any shape"}};
+  def.attrs = {attr_spec("num_embeddings", AttrType::kInt, "rows of the table"),
+               attr_spec("dim", AttrType::kInt, "embedding width")};
+  def.attrs[0].min_value = 1;
+  def.attrs[1].min_value = 1;
+  // Output (and weight) dtype: f32, or the node's `dtype:`.
+  def.dtypes = {DType::kF32, DType::kBF16, DType::kF16};
+  def.param_slots = {"weight"};
+  def.source_file = TEENY_OP_FILE;
+  const OpDef meta = def;
+
+  def.infer = [meta](const OpContext& ctx) {
+    const TensorType& ids = ctx.inputs[0];
+    if (ids.dtype != DType::kI32)
+      throw OpError("inputs", fmt::format("embedding ids must be i32, got {}", dtype_name(ids.dtype)));
+    Shape shape = ids.shape;
+    shape.push_back(Expr(ctx.attrs.i("dim")));
+    return contiguous(output_float_dtype(meta, ctx, DType::kF32), shape);
+  };
+  def.params = [](const OpContext& ctx) {
+    ParamSpec weight;
+    weight.slot = "weight";
+    weight.shape = {Expr(ctx.attrs.i("num_embeddings")), Expr(ctx.attrs.i("dim"))};
+    weight.dtype = ctx.output.dtype;
+    return std::vector<ParamSpec>{weight};
+  };
+  def.lower = [](const OpContext& ctx) {
+    const TensorType& ids = ctx.inputs[0];
+    const DType dtype = ctx.output.dtype;
+    const Expr count = product(ids.shape);
+    Launch launch;
+    launch.args = {input(0, "ids", DType::kI32), param("weight", "weight", dtype),
+                   output("y", dtype), i64("count", count),
+                   i32("ids_last", ids.shape.empty() ? Expr(1) : ids.shape.back()),
+                   i32("ids_stride", ids.row_stride), i32("num", ctx.attrs.i("num_embeddings")),
+                   i32("dim", ctx.attrs.i("dim"))};
+    std::string source = kernel_prelude() + kernel_typedef("T", dtype) +
+                         kernel_constant("kWarpsPerBlock", kWarpsPerBlock) +
+                         kernel_entry(launch.args, 32 * kWarpsPerBlock) + " {" + kEmbeddingBody;
+    Lowering lowering;
+    lowering.kernels.push_back({fmt::format("embedding_{}", dtype_name(dtype)), std::move(source),
+                                TEENY_KERNEL_ORIGIN});
+    launch.block = {32 * kWarpsPerBlock, 1, 1};
+    launch.grid[0] = ceil_div(count, Expr(kWarpsPerBlock));
+    launch.bytes = count * Expr(4) +
+                   Expr(2) * count * Expr(ctx.attrs.i("dim")) * Expr(static_cast<int64_t>(dtype_size(dtype)));
+    launch.flops = Expr(0);
+    lowering.launches.push_back(std::move(launch));
+    return lowering;
+  };
+  def.reference = [](const RefContext& ref) {
+    const int64_t num = ref.op.attrs.i("num_embeddings");
+    const int64_t dim = ref.op.attrs.i("dim");
+    const std::vector<double>& weight = ref.params[0].data;
+    HostTensor out;
+    out.dtype = ref.op.output.dtype;
+    out.shape = ref.output_shape;
+    out.data.assign(ref.inputs[0].data.size() * dim, 0.0);
+    for (size_t r = 0; r < ref.inputs[0].data.size(); ++r) {
+      const int64_t id = static_cast<int64_t>(ref.inputs[0].data[r]);
+      if (id < 0 || id >= num) continue;
+      for (int64_t c = 0; c < dim; ++c) out.data[r * dim + c] = weight[id * dim + c];
+    }
+    return out;
+  };
+  return def;
+}
+
+}  // namespace teeny::ops

@@ -1,0 +1,260 @@
+// layernorm and rmsnorm over the last dim (ops.md, "Dense"), any row length.
+//
+// Same row scheme as softmax (plan_rows): a warp or a block per row; a row that fits the
+// group's registers is read once (layernorm: mean, then the variance of the cached values,
+// then the write; rmsnorm: mean square, then the write); longer rows stream in chunks
+// (layernorm three passes, rmsnorm two). Statistics in f32; weight/bias in the input's dtype.
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "ops/kernel_util.h"
+#include "ops/ops.h"
+
+namespace teeny::ops {
+namespace {
+
+// TN_RMS, TN_WEIGHT, TN_AFFINE, kThreads, kRowsPerBlock and kItems come before this body.
+const char* kNormBody = R"CUDA(
+  __shared__ float smem32[32];
+  constexpr int kN = tn_pack<T>::kN;
+  const int group = threadIdx.x / kThreads;
+  const int t = threadIdx.x % kThreads;
+  const long long r = (long long)blockIdx.x * kRowsPerBlock + group;
+  if (r >= rows) return;  // whole groups only: a block-wide group has kRowsPerBlock == 1
+  const T* xr = x + r * x_stride;
+  T* yr = y + r * cols;
+  const bool vec = tn_aligned16(xr) && tn_aligned16(yr);
+#if TN_AFFINE
+  const bool vec_w = tn_aligned16(weight) && tn_aligned16(bias);
+#elif TN_WEIGHT
+  const bool vec_w = tn_aligned16(weight);
+#endif
+  const float inv_cols = 1.f / (float)cols;
+  if (cols <= kThreads * kItems * kN) {
+    float v[kItems][kN];
+    tn_row_load<T, kThreads, kItems>(xr, cols, vec, t, 0.f, v);
+    float shift = 0.f, scale;
+#if TN_RMS
+    float ss = 0.f;
+#pragma unroll
+    for (int i = 0; i < kItems; ++i)
+#pragma unroll
+      for (int k = 0; k < kN; ++k) ss += v[i][k] * v[i][k];
+    scale = rsqrtf(tn_group_sum<kThreads>(ss, smem32) * inv_cols + eps);
+#else
+    float s = 0.f;
+#pragma unroll
+    for (int i = 0; i < kItems; ++i)
+#pragma unroll
+      for (int k = 0; k < kN; ++k) s += v[i][k];
+    shift = tn_group_sum<kThreads>(s, smem32) * inv_cols;
+    float sq = 0.f;
+#pragma unroll
+    for (int i = 0; i < kItems; ++i)
+#pragma unroll
+      for (int k = 0; k < kN; ++k) {
+        const float dev = (i * kThreads + t) * kN + k < cols ? v[i][k] - shift : 0.f;
+        sq += dev * dev;
+      }
+    scale = rsqrtf(tn_group_sum<kThreads>(sq, smem32) * inv_cols + eps);
+#endif
+#pragma unroll
+    for (int i = 0; i < kItems; ++i)
+#pragma unroll
+      for (int k = 0; k < kN; ++k) v[i][k] = (v[i][k] - shift) * scale;
+#if TN_WEIGHT
+    {
+      float w[kItems][kN];
+      tn_row_load<T, kThreads, kItems>(weight, cols, vec_w, t, 0.f, w);
+#pragma unroll
+      for (int i = 0; i < kItems; ++i)
+#pragma unroll
+        for (int k = 0; k < kN; ++k) v[i][k] *= w[i][k];
+    }
+#endif
+#if TN_AFFINE
+    {
+      float b[kItems][kN];
+      tn_row_load<T, kThreads, kItems>(bias, cols, vec_w, t, 0.f, b);
+#pragma unroll
+      for (int i = 0; i < kItems; ++i)
+#pragma unroll
+        for (int k = 0; k < kN; ++k) v[i][k] += b[i][k];
+    }
+#endif
+    tn_row_store<T, kThreads, kItems>(yr, cols, vec, t, v);
+    return;
+  }
+  // Streaming: rows longer than the registers hold.
+  constexpr int kChunk = kThreads * kN;
+  float shift = 0.f, scale;
+#if TN_RMS
+  float ss = 0.f;
+  for (int c0 = 0; c0 < cols; c0 += kChunk) {
+    float v[1][kN];
+    tn_row_load<T, kThreads, 1>(xr + c0, cols - c0, vec, t, 0.f, v);
+#pragma unroll
+    for (int k = 0; k < kN; ++k) ss += v[0][k] * v[0][k];
+  }
+  scale = rsqrtf(tn_group_sum<kThreads>(ss, smem32) * inv_cols + eps);
+#else
+  float s = 0.f;
+  for (int c0 = 0; c0 < cols; c0 += kChunk) {
+    float v[1][kN];
+    tn_row_load<T, kThreads, 1>(xr + c0, cols - c0, vec, t, 0.f, v);
+#pragma unroll
+    for (int k = 0; k < kN; ++k) s += v[0][k];
+  }
+  shift = tn_group_sum<kThreads>(s, smem32) * inv_cols;
+  float sq = 0.f;
+  for (int c0 = 0; c0 < cols; c0 += kChunk) {
+    float v[1][kN];
+    tn_row_load<T, kThreads, 1>(xr + c0, cols - c0, vec, t, 0.f, v);
+#pragma unroll
+    for (int k = 0; k < kN; ++k) {
+      const float dev = c0 + t * kN + k < cols ? v[0][k] - shift : 0.f;
+      sq += dev * dev;
+    }
+  }
+  scale = rsqrtf(tn_group_sum<kThreads>(sq, smem32) * inv_cols + eps);
+#endif
+  for (int c0 = 0; c0 < cols; c0 += kChunk) {
+    float v[1][kN];
+    tn_row_load<T, kThreads, 1>(xr + c0, cols - c0, vec, t, 0.f, v);
+#pragma unroll
+    for (int k = 0; k < kN; ++k) v[0][k] = (v[0][k] - shift) * scale;
+#if TN_WEIGHT
+    float w[1][kN];
+    tn_row_load<T, kThreads, 1>(weight + c0, cols - c0, vec_w, t, 0.f, w);
+#pragma unroll
+    for (int k = 0; k < kN; ++k) v[0][k] *= w[0][k];
+#endif
+#if TN_AFFINE
+    float b[1][kN];
+    tn_row_load<T, kThreads, 1>(bias + c0, cols - c0, vec_w, t, 0.f, b);
+#pragma unroll
+    for (int k = 0; k < kN; ++k) v[0][k] += b[0][k];
+#endif
+    tn_row_store<T, kThreads, 1>(yr + c0, cols - c0, vec, t, v);
+  }
+}
+)CUDA";
+
+OpDef norm_op(const std::string& name, bool rms) {
+  OpDef def;
+  def.name = name;
+  def.doc = rms ? "y = x / sqrt(mean(x^2) + eps) * weight, over the last dim"
+                : "y = (x - mean) / sqrt(var + eps) * weight + bias, over the last dim (biased var)";
+  def.inputs = {{"x", "input [..., D]"}};
+  def.attrs.push_back(attr_spec("eps", AttrType::kFloat, "added to the variance",
+                                nlohmann::json(rms ? 1e-6 : 1e-5)));
+  if (!rms)
+    def.attrs.push_back(attr_spec("affine", AttrType::kBool, "learnable weight and bias",
+                                  nlohmann::json(true)));
+  def.dtypes = {DType::kF32, DType::kBF16, DType::kF16};
+  def.param_slots = rms ? std::vector<std::string>{"weight"}
+                        : std::vector<std::string>{"weight", "bias"};
+  def.source_file = TEENY_OP_FILE;
+  const OpDef meta = def;
+
+  def.infer = [meta](const OpContext& ctx) {
+    const DType dtype = common_float_dtype(meta, ctx);
+    const TensorType& x = ctx.inputs[0];
+    if (x.shape.empty()) throw OpError("inputs", meta.name + " needs an input of rank >= 1");
+    return contiguous(output_float_dtype(meta, ctx, dtype), x.shape);
+  };
+  const auto has_weight = [rms](const OpContext& ctx) { return rms || ctx.attrs.b("affine"); };
+  def.params = [rms, has_weight](const OpContext& ctx) {
+    std::vector<ParamSpec> params;
+    if (!has_weight(ctx)) return params;
+    const Expr d = ctx.inputs[0].shape.back();
+    ParamSpec weight;
+    weight.slot = "weight";
+    weight.shape = {d};
+    weight.dtype = ctx.inputs[0].dtype;
+    params.push_back(weight);
+    if (!rms) {
+      ParamSpec bias = weight;
+      bias.slot = "bias";
+      params.push_back(bias);
+    }
+    return params;
+  };
+
+  def.lower = [name, rms, has_weight](const OpContext& ctx) {
+    const TensorType& x = ctx.inputs[0];
+    const DType dtype = x.dtype;
+    const bool weighted = has_weight(ctx);
+    const bool affine = weighted && !rms;
+    const Expr cols = x.shape.back();
+    const Expr rows = product(Shape(x.shape.begin(), x.shape.end() - 1));
+    const RowPlan plan = plan_rows(cols, dtype);
+
+    Launch launch;
+    launch.args = {input(0, "x", dtype)};
+    if (weighted) launch.args.push_back(param("weight", "weight", dtype));
+    if (affine) launch.args.push_back(param("bias", "bias", dtype));
+    for (KernelArg arg : {output("y", dtype), i64("rows", rows), i32("cols", cols),
+                          i32("x_stride", x.row_stride), f32("eps", ctx.attrs.f("eps"))})
+      launch.args.push_back(std::move(arg));
+
+    std::string source = kernel_prelude() + kernel_typedef("T", dtype) +
+                         fmt::format("#define TN_RMS {}\n#define TN_WEIGHT {}\n#define TN_AFFINE {}\n",
+                                     rms ? 1 : 0, weighted ? 1 : 0, affine ? 1 : 0) +
+                         kernel_constant("kThreads", plan.threads) +
+                         kernel_constant("kRowsPerBlock", plan.rows_per_block) +
+                         kernel_constant("kItems", plan.items) +
+                         kernel_entry(launch.args, plan.block()) + " {" + kNormBody;
+    Lowering lowering;
+    lowering.kernels.push_back({fmt::format("{}{}_{}_t{}_i{}", name, weighted ? "" : "_plain",
+                                            dtype_name(dtype), plan.threads, plan.items),
+                                std::move(source), TEENY_KERNEL_ORIGIN});
+    launch.block = {plan.block(), 1, 1};
+    launch.grid[0] = ceil_div(rows, Expr(plan.rows_per_block));
+    const Expr elem = Expr(static_cast<int64_t>(dtype_size(dtype)));
+    const int param_count = weighted ? (affine ? 2 : 1) : 0;
+    launch.bytes = (Expr(2) * rows * cols + Expr(param_count) * cols) * elem;
+    launch.flops = rows * cols * Expr(rms ? 4 : 7);
+    lowering.launches.push_back(std::move(launch));
+    return lowering;
+  };
+
+  def.reference = [rms, has_weight](const RefContext& ref) {
+    const std::vector<int64_t>& shape = ref.output_shape;
+    const int64_t cols = shape.back();
+    const int64_t rows = cols == 0 ? 0 : ref.inputs[0].numel() / cols;
+    const double eps = ref.op.attrs.f("eps");
+    const bool weighted = has_weight(ref.op);
+    const std::vector<double>& x = ref.inputs[0].data;
+    HostTensor out;
+    out.dtype = ref.op.output.dtype;
+    out.shape = shape;
+    out.data.resize(x.size());
+    for (int64_t r = 0; r < rows; ++r) {
+      const double* row = x.data() + r * cols;
+      double mean = 0.0, second = 0.0;
+      if (!rms) {
+        for (int64_t c = 0; c < cols; ++c) mean += row[c];
+        mean /= cols;
+      }
+      for (int64_t c = 0; c < cols; ++c) second += (row[c] - mean) * (row[c] - mean);
+      const double inv = 1.0 / std::sqrt(second / cols + eps);
+      for (int64_t c = 0; c < cols; ++c) {
+        double v = (row[c] - mean) * inv;
+        if (weighted) v *= ref.params[0].data[c];
+        if (weighted && !rms) v += ref.params[1].data[c];
+        out.data[r * cols + c] = v;
+      }
+    }
+    return out;
+  };
+  return def;
+}
+
+}  // namespace
+
+OpDef layernorm_op() { return norm_op("layernorm", false); }
+OpDef rmsnorm_op() { return norm_op("rmsnorm", true); }
+
+}  // namespace teeny::ops

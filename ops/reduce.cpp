@@ -1,0 +1,180 @@
+// reduce_sum, reduce_mean, reduce_max over one axis (ops.md, "Dense"), any extent.
+//
+// Last axis: a warp or a block per row (plan_rows), streaming the row in 16-byte packs with
+// several packs in flight per thread, then a shuffle/shared-memory reduction. Any other
+// axis: one thread per (outer, inner) output element, coalesced across inner. f32 accumulation.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <limits>
+
+#include "ops/kernel_util.h"
+#include "ops/ops.h"
+
+namespace teeny::ops {
+namespace {
+
+constexpr int kColumnBlock = 256;
+
+// TN_MAX (reduce_max) and TN_MEAN (divide by the extent) select the reduction.
+const char* kCombine = R"CUDA(
+#if TN_MAX
+#define TN_IDENTITY tn_neg_inf()
+#define TN_COMBINE(acc, v) fmaxf(acc, v)
+#define TN_GROUP(v, smem) tn_group_max<kThreads>(v, smem)
+#else
+#define TN_IDENTITY 0.f
+#define TN_COMBINE(acc, v) ((acc) + (v))
+#define TN_GROUP(v, smem) tn_group_sum<kThreads>(v, smem)
+#endif
+__device__ __forceinline__ float tn_final(float acc, int len) {
+  return TN_MEAN ? acc / (float)len : acc;
+}
+)CUDA";
+
+const char* kRowBody = R"CUDA(
+  __shared__ float smem32[32];
+  constexpr int kN = tn_pack<T>::kN;
+  constexpr int kChunk = kThreads * kItems * kN;
+  const int group = threadIdx.x / kThreads;
+  const int t = threadIdx.x % kThreads;
+  const long long r = (long long)blockIdx.x * kRowsPerBlock + group;
+  if (r >= rows) return;  // whole groups only: a block-wide group has kRowsPerBlock == 1
+  const T* xr = x + r * x_stride;
+  const bool vec = tn_aligned16(xr);
+  float acc = TN_IDENTITY;
+  for (int c0 = 0; c0 < len; c0 += kChunk) {
+    float v[kItems][kN];
+    tn_row_load<T, kThreads, kItems>(xr + c0, len - c0, vec, t, TN_IDENTITY, v);
+#pragma unroll
+    for (int i = 0; i < kItems; ++i)
+#pragma unroll
+      for (int k = 0; k < kN; ++k) acc = TN_COMBINE(acc, v[i][k]);
+  }
+  acc = TN_GROUP(acc, smem32);
+  if (t == 0) y[r] = tn_cast<T>(tn_final(acc, len));
+}
+)CUDA";
+
+const char* kColumnBody = R"CUDA(
+  const long long column = (long long)blockIdx.x * kBlock + threadIdx.x;
+  if (column >= outer * inner) return;
+  const long long o = column / inner, i = column - o * inner;
+  const long long base = o * len * inner + i;
+  float acc = TN_IDENTITY;
+  for (int d = 0; d < len; ++d) {
+    const long long f = base + (long long)d * inner;
+    acc = TN_COMBINE(acc, tn_f32(x[(f / last) * x_stride + f % last]));
+  }
+  y[column] = tn_cast<T>(tn_final(acc, len));
+}
+)CUDA";
+
+enum class Reduction { kSum, kMean, kMax };
+
+Expr product_range(const Shape& shape, size_t begin, size_t end) {
+  return product(Shape(shape.begin() + begin, shape.begin() + end));
+}
+
+OpDef reduce_op(const std::string& name, Reduction kind, std::string doc) {
+  OpDef def;
+  def.name = name;
+  def.doc = std::move(doc);
+  def.inputs = {{"x", "input tensor (rank >= 1)"}};
+  def.attrs = {attr_spec("axis", AttrType::kInt, "the axis to reduce (negative counts from the end)"),
+               attr_spec("keepdim", AttrType::kBool, "keep the reduced axis with extent 1",
+                         nlohmann::json(false))};
+  def.dtypes = {DType::kF32, DType::kBF16, DType::kF16};
+  def.source_file = TEENY_OP_FILE;
+  const OpDef meta = def;
+
+  def.infer = [meta](const OpContext& ctx) {
+    const DType dtype = common_float_dtype(meta, ctx);
+    const TensorType& x = ctx.inputs[0];
+    if (x.shape.empty()) throw OpError("inputs", meta.name + " needs an input of rank >= 1");
+    const size_t axis = normalize_axis(ctx.attrs.i("axis"), x.shape.size(), "attrs.axis");
+    Shape shape = x.shape;
+    if (ctx.attrs.b("keepdim")) shape[axis] = Expr(1);
+    else shape.erase(shape.begin() + axis);
+    return contiguous(output_float_dtype(meta, ctx, dtype), shape);
+  };
+
+  def.lower = [name, kind](const OpContext& ctx) {
+    const TensorType& x = ctx.inputs[0];
+    const size_t rank = x.shape.size();
+    const size_t axis = normalize_axis(ctx.attrs.i("axis"), rank, "attrs.axis");
+    const DType dtype = x.dtype;
+    const Expr len = x.shape[axis];
+    const Expr out_numel = product(ctx.output.shape);
+    const std::string header =
+        kernel_prelude() + kernel_typedef("T", dtype) +
+        fmt::format("#define TN_MAX {}\n#define TN_MEAN {}\n", kind == Reduction::kMax ? 1 : 0,
+                    kind == Reduction::kMean ? 1 : 0);
+    Lowering lowering;
+    Launch launch;
+    if (axis + 1 == rank) {
+      const RowPlan plan = plan_rows(len, dtype);
+      launch.args = {input(0, "x", dtype), output("y", dtype), i64("rows", out_numel),
+                     i32("len", len), i32("x_stride", x.row_stride)};
+      std::string source = header + kernel_constant("kThreads", plan.threads) +
+                           kernel_constant("kRowsPerBlock", plan.rows_per_block) +
+                           kernel_constant("kItems", plan.items) + kCombine +
+                           kernel_entry(launch.args, plan.block()) + " {" + kRowBody;
+      lowering.kernels.push_back({fmt::format("{}_rows_{}_t{}_i{}", name, dtype_name(dtype),
+                                              plan.threads, plan.items),
+                                  std::move(source), TEENY_KERNEL_ORIGIN});
+      launch.block = {plan.block(), 1, 1};
+      launch.grid[0] = ceil_div(out_numel, Expr(plan.rows_per_block));
+    } else {
+      launch.args = {input(0, "x", dtype), output("y", dtype),
+                     i64("outer", product_range(x.shape, 0, axis)), i32("len", len),
+                     i64("inner", product_range(x.shape, axis + 1, rank)),
+                     i32("last", x.shape.back()), i32("x_stride", x.row_stride)};
+      std::string source = header + kernel_constant("kBlock", kColumnBlock) + kCombine +
+                           kernel_entry(launch.args, kColumnBlock) + " {" + kColumnBody;
+      lowering.kernels.push_back({fmt::format("{}_columns_{}", name, dtype_name(dtype)),
+                                  std::move(source), TEENY_KERNEL_ORIGIN});
+      launch.block = {kColumnBlock, 1, 1};
+      launch.grid[0] = ceil_div(out_numel, Expr(kColumnBlock));
+    }
+    const Expr numel = product(x.shape);
+    launch.bytes = (numel + out_numel) * Expr(static_cast<int64_t>(dtype_size(dtype)));
+    launch.flops = numel;
+    lowering.launches.push_back(std::move(launch));
+    return lowering;
+  };
+
+  def.reference = [kind](const RefContext& ref) {
+    const std::vector<int64_t>& in_shape = ref.inputs[0].shape;
+    const size_t axis = normalize_axis(ref.op.attrs.i("axis"), in_shape.size(), "attrs.axis");
+    int64_t outer = 1, inner = 1;
+    for (size_t k = 0; k < axis; ++k) outer *= in_shape[k];
+    for (size_t k = axis + 1; k < in_shape.size(); ++k) inner *= in_shape[k];
+    const int64_t len = in_shape[axis];
+    const std::vector<double>& x = ref.inputs[0].data;
+    HostTensor out;
+    out.dtype = ref.op.output.dtype;
+    out.shape = ref.output_shape;
+    out.data.resize(outer * inner);
+    for (int64_t o = 0; o < outer; ++o) {
+      for (int64_t i = 0; i < inner; ++i) {
+        double acc = kind == Reduction::kMax ? -std::numeric_limits<double>::infinity() : 0.0;
+        for (int64_t d = 0; d < len; ++d) {
+          const double v = x[(o * len + d) * inner + i];
+          acc = kind == Reduction::kMax ? std::max(acc, v) : acc + v;
+        }
+        out.data[o * inner + i] = kind == Reduction::kMean ? acc / len : acc;
+      }
+    }
+    return out;
+  };
+  return def;
+}
+
+}  // namespace
+
+OpDef reduce_sum_op() { return reduce_op("reduce_sum", Reduction::kSum, "sum over `axis`"); }
+OpDef reduce_mean_op() { return reduce_op("reduce_mean", Reduction::kMean, "mean over `axis`"); }
+OpDef reduce_max_op() { return reduce_op("reduce_max", Reduction::kMax, "maximum over `axis`"); }
+
+}  // namespace teeny::ops

@@ -1,0 +1,208 @@
+// transpose (ops.md, "Shape and data movement"): permutes dims with a real copy.
+//
+// Swapping the last two dims (leading dims fixed): 32x32 tiles staged through shared memory
+// (padded to 33 columns against bank conflicts), so both the read and the write are
+// coalesced. Any other permutation: a gather over the output, one 16-byte pack per thread
+// step when the last dim stays last and rows are aligned, element by element otherwise.
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "ops/kernel_util.h"
+#include "ops/ops.h"
+
+namespace teeny::ops {
+namespace {
+
+constexpr int kTile = 32;
+constexpr int kTileRows = 8;  // block = kTile x kTileRows threads; each copies kTile/kTileRows
+constexpr int kGatherBlock = 256;
+constexpr int kMaxBlocks = 132 * 8;
+constexpr int kMaxGridYZ = 65535;
+
+const char* kTiledBody = R"CUDA(
+  __shared__ float tile[kTile][kTile + 1];
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int tiles_r = (rows + kTile - 1) / kTile;
+  const int c0 = blockIdx.x * kTile;
+  for (long long z = blockIdx.z; z < batch; z += gridDim.z) {
+    const T* xz = x + z * rows * x_stride;
+    T* yz = y + z * rows * cols;
+    for (int tr = blockIdx.y; tr < tiles_r; tr += gridDim.y) {
+      const int r0 = tr * kTile;
+#pragma unroll
+      for (int j = ty; j < kTile; j += kTileRows)
+        if (r0 + j < rows && c0 + tx < cols) tile[j][tx] = tn_f32(xz[(long long)(r0 + j) * x_stride + c0 + tx]);
+      __syncthreads();
+#pragma unroll
+      for (int j = ty; j < kTile; j += kTileRows)
+        if (c0 + j < cols && r0 + tx < rows) yz[(long long)(c0 + j) * rows + r0 + tx] = tn_cast<T>(tile[tx][j]);
+      __syncthreads();
+    }
+  }
+}
+)CUDA";
+
+// Generated before this: kDims, kLastKept, and in the entry the arrays d[] (output dims) and
+// s[] (input element stride of each output dim).
+const char* kGatherBody = R"CUDA(
+template <typename I>
+__device__ __forceinline__ I tn_source(I e, const long long (&d)[kDims], const long long (&s)[kDims]) {
+  I offset = 0;
+#pragma unroll
+  for (int j = kDims - 1; j >= 0; --j) {
+    I idx = e;
+    if (j > 0) { const I q = e / (I)d[j]; idx = e - q * (I)d[j]; e = q; }
+    offset += idx * (I)s[j];
+  }
+  return offset;
+}
+
+template <typename I>
+__device__ __forceinline__ void tn_gather(const T* x, T* y, long long n, const long long (&d)[kDims],
+                                          const long long (&s)[kDims]) {
+  constexpr int kVec = tn_pack<T>::kN;
+  const I threads = (I)gridDim.x * kBlock;
+  const I tid = (I)blockIdx.x * kBlock + threadIdx.x;
+  bool vec = kLastKept && d[kDims - 1] % kVec == 0 && tn_aligned16(x) && tn_aligned16(y);
+#pragma unroll
+  for (int j = 0; j < kDims - 1; ++j) vec = vec && s[j] % kVec == 0;
+  if (vec) {
+    for (I i = tid; i < (I)(n / kVec); i += threads) {
+      float v[kVec];
+      tn_load16(x + tn_source<I>(i * kVec, d, s), v);
+      tn_store16(y + i * kVec, v);
+    }
+  } else {
+    for (I i = tid; i < (I)n; i += threads) y[i] = x[tn_source<I>(i, d, s)];
+  }
+}
+)CUDA";
+
+std::vector<int> read_perm(const OpContext& ctx) {
+  const size_t rank = ctx.inputs[0].shape.size();
+  const std::vector<int64_t> raw = ctx.attrs.ints("perm");
+  if (raw.size() != rank)
+    throw OpError("attrs.perm", fmt::format("transpose: perm has {} entries but the input has rank {}",
+                                            raw.size(), rank));
+  std::vector<int> perm;
+  std::vector<bool> seen(rank, false);
+  for (int64_t p : raw) {
+    const int axis = normalize_axis(p, rank, "attrs.perm");
+    if (seen[axis])
+      throw OpError("attrs.perm", fmt::format("transpose: perm repeats axis {}", axis));
+    seen[axis] = true;
+    perm.push_back(axis);
+  }
+  return perm;
+}
+
+bool swaps_last_two(const std::vector<int>& perm) {
+  const int rank = static_cast<int>(perm.size());
+  if (rank < 2) return false;
+  for (int k = 0; k + 2 < rank; ++k)
+    if (perm[k] != k) return false;
+  return perm[rank - 2] == rank - 1 && perm[rank - 1] == rank - 2;
+}
+
+}  // namespace
+
+OpDef transpose_op() {
+  OpDef def;
+  def.name = "transpose";
+  def.doc = "permutes dims (output dim k is input dim perm[k]); a real copy";
+  def.inputs = {{"x", "input tensor"}};
+  def.attrs = {attr_spec("perm", AttrType::kIntList, "a permutation of the input's dims")};
+  def.dtypes = {DType::kF32, DType::kBF16, DType::kF16};
+  def.source_file = TEENY_OP_FILE;
+  const OpDef meta = def;
+
+  def.infer = [meta](const OpContext& ctx) {
+    const DType dtype = common_float_dtype(meta, ctx);
+    const std::vector<int> perm = read_perm(ctx);
+    Shape shape;
+    for (int p : perm) shape.push_back(ctx.inputs[0].shape[p]);
+    return contiguous(output_float_dtype(meta, ctx, dtype), shape);
+  };
+
+  def.lower = [](const OpContext& ctx) {
+    const TensorType& x = ctx.inputs[0];
+    const DType dtype = x.dtype;
+    const std::vector<int> perm = read_perm(ctx);
+    const size_t rank = perm.size();
+    const Expr n = product(x.shape);
+    Lowering lowering;
+    Launch launch;
+    if (swaps_last_two(perm)) {
+      const Expr rows = x.shape[rank - 2], cols = x.shape[rank - 1];
+      const Expr batch = product(Shape(x.shape.begin(), x.shape.end() - 2));
+      launch.args = {input(0, "x", dtype), output("y", dtype), i64("batch", batch),
+                     i32("rows", rows), i32("cols", cols), i32("x_stride", x.row_stride)};
+      std::string source = kernel_prelude() + kernel_typedef("T", dtype) +
+                           kernel_constant("kTile", kTile) + kernel_constant("kTileRows", kTileRows) +
+                           kernel_entry(launch.args, kTile * kTileRows) + " {" + kTiledBody;
+      lowering.kernels.push_back({fmt::format("transpose_tiled_{}", dtype_name(dtype)),
+                                  std::move(source), TEENY_KERNEL_ORIGIN});
+      launch.block = {kTile, kTileRows, 1};
+      launch.grid = {ceil_div(cols, Expr(kTile)), min(ceil_div(rows, Expr(kTile)), Expr(kMaxGridYZ)),
+                     min(batch, Expr(kMaxGridYZ))};
+    } else {
+      const std::vector<Expr> in_strides = element_strides(x);
+      launch.args = {input(0, "x", dtype), output("y", dtype), i64("n", n)};
+      std::string dims, strides;
+      for (size_t k = 0; k < rank; ++k) {
+        launch.args.push_back(i64(fmt::format("d{}", k), x.shape[perm[k]]));
+        launch.args.push_back(i64(fmt::format("s{}", k), in_strides[perm[k]]));
+        dims += fmt::format("{}d{}", k ? ", " : "", k);
+        strides += fmt::format("{}s{}", k ? ", " : "", k);
+      }
+      const bool last_kept = rank > 0 && perm.back() == static_cast<int>(rank) - 1;
+      const int dims_count = std::max<int>(static_cast<int>(rank), 1);
+      if (rank == 0) {
+        dims = "1";
+        strides = "1";
+      }
+      std::string source =
+          kernel_prelude() + kernel_typedef("T", dtype) + kernel_constant("kBlock", kGatherBlock) +
+          kernel_constant("kDims", dims_count) + kernel_constant("kLastKept", last_kept ? 1 : 0) +
+          kGatherBody + kernel_entry(launch.args, kGatherBlock) + " {\n" +
+          fmt::format("  const long long d[kDims] = {{{}}};\n", dims) +
+          fmt::format("  const long long s[kDims] = {{{}}};\n", strides) +
+          "  if (n < (1ll << 31)) tn_gather<unsigned>(x, y, n, d, s);\n"
+          "  else tn_gather<long long>(x, y, n, d, s);\n}\n";
+      std::string perm_name;
+      for (int p : perm) perm_name += std::to_string(p);
+      lowering.kernels.push_back({fmt::format("transpose_{}_{}", perm_name, dtype_name(dtype)),
+                                  std::move(source), TEENY_KERNEL_ORIGIN});
+      launch.block = {kGatherBlock, 1, 1};
+      launch.grid[0] = min(ceil_div(n, Expr(kGatherBlock * vector_width(dtype))), Expr(kMaxBlocks));
+    }
+    launch.bytes = Expr(2) * n * Expr(static_cast<int64_t>(dtype_size(dtype)));
+    launch.flops = Expr(0);
+    lowering.launches.push_back(std::move(launch));
+    return lowering;
+  };
+
+  def.reference = [](const RefContext& ref) {
+    const std::vector<int> perm = read_perm(ref.op);
+    const std::vector<int64_t>& in_shape = ref.inputs[0].shape;
+    const std::vector<int64_t> in_strides = host_strides(in_shape);
+    const std::vector<int64_t>& out_shape = ref.output_shape;
+    HostTensor out;
+    out.dtype = ref.op.output.dtype;
+    out.shape = out_shape;
+    out.data.resize(ref.inputs[0].data.size());
+    for (size_t e = 0; e < out.data.size(); ++e) {
+      int64_t rest = static_cast<int64_t>(e), offset = 0;
+      for (size_t k = out_shape.size(); k-- > 0;) {
+        offset += (rest % out_shape[k]) * in_strides[perm[k]];
+        rest /= out_shape[k];
+      }
+      out.data[e] = ref.inputs[0].data[offset];
+    }
+    return out;
+  };
+  return def;
+}
+
+}  // namespace teeny::ops
