@@ -132,6 +132,17 @@ struct RefContext {
 // core rounds it to the output dtype.
 using ReferenceFn = std::function<HostTensor(const RefContext&)>;
 
+// ---- conformance cases -------------------------------------------------------------------
+// One GPU-vs-host-reference case for tests/test_gpu_conformance.cpp, which runs every
+// registered op's cases: the graph is compiled, run at each binding with seeded random inputs
+// and params, and every node's GPU output is compared with its host reference computed from
+// the GPU's own inputs to that node (core/compare.h states the per-dtype tolerances).
+struct ConformanceCase {
+  std::string label;               // e.g. "rows, bf16" (shown on failure)
+  std::string graph;               // a whole graph spec (YAML text)
+  std::vector<Bindings> bindings;  // each run's dims; empty: the spec's defaults
+};
+
 // ---- the op --------------------------------------------------------------------------------
 struct InputSpec {
   std::string name;
@@ -160,6 +171,9 @@ struct OpDef {
   // The slot names `params` can produce (e.g. {"weight", "bias"}), listed by `teeny ops`,
   // which has no node to call `params` on. A test checks them against `params` on graphs/.
   std::vector<std::string> param_slots;
+  // GPU conformance cases (shapes incl. awkward widths, each supported dtype). Every op should
+  // provide some; a CPU test lists the ops that do not.
+  std::function<std::vector<ConformanceCase>()> conformance_cases;
 };
 #define TEENY_OP_FILE __FILE__
 
