@@ -1,0 +1,162 @@
+// matmul: a [..., M, K] · b [..., K, N] -> [..., M, N], batch dims broadcast (NumPy rules).
+// One launch over all batches: the block id picks the batch and the output tile; per-batch
+// offsets come from each operand's batch strides (0 where it broadcasts).
+#include <fmt/format.h>
+
+#include "ops/dense_gemm.h"
+#include "ops/kernel_util.h"
+#include "ops/ops.h"
+
+namespace teeny::ops {
+namespace {
+
+Shape batch_dims(const Shape& shape) { return Shape(shape.begin(), shape.end() - 2); }
+
+TensorType infer_matmul(const OpDef& meta, const OpContext& ctx) {
+  const TensorType& a = ctx.inputs.at(0);
+  const TensorType& b = ctx.inputs.at(1);
+  if (a.shape.size() < 2 || b.shape.size() < 2) {
+    throw OpError("inputs", fmt::format("matmul needs inputs of rank >= 2 ([..., M, K] and [..., K, N]); "
+                                        "got {} and {}", shape_str(a.shape), shape_str(b.shape)));
+  }
+  const DType dtype = common_float_dtype(meta, ctx);
+  if (output_float_dtype(meta, ctx, dtype) != dtype) {
+    throw OpError("dtype", fmt::format("matmul computes in its input dtype {}", dtype_name(dtype)));
+  }
+  const Expr& ka = a.shape.back();
+  const Expr& kb = b.shape[b.shape.size() - 2];
+  if (ka != kb) {
+    throw OpError("inputs", fmt::format("matmul: a's last dim ({}) must equal b's second-to-last dim ({}); "
+                                        "a is {}, b is {}", ka.str(), kb.str(), shape_str(a.shape),
+                                        shape_str(b.shape)));
+  }
+  Shape out = broadcast_shapes(batch_dims(a.shape), batch_dims(b.shape));
+  out.push_back(a.shape[a.shape.size() - 2]);
+  out.push_back(b.shape.back());
+  return contiguous(dtype, out);
+}
+
+// Element stride of each output batch dim in `operand` (0 where the operand broadcasts).
+std::vector<Expr> batch_strides(const TensorType& operand, const Shape& out_batch) {
+  const std::vector<Expr> strides = element_strides(operand);
+  const Shape batch = batch_dims(operand.shape);
+  std::vector<Expr> result(out_batch.size(), Expr(0));
+  const size_t offset = out_batch.size() - batch.size();
+  for (size_t i = 0; i < batch.size(); ++i) {
+    if (batch[i].const_value() != 1) result[offset + i] = strides[i];
+  }
+  return result;
+}
+
+Lowering lower_matmul(const OpContext& ctx) {
+  const TensorType& a = ctx.inputs.at(0);
+  const TensorType& b = ctx.inputs.at(1);
+  const DType dtype = ctx.output.dtype;
+  const Shape out_batch = batch_dims(ctx.output.shape);
+  const Expr m = a.shape[a.shape.size() - 2];
+  const Expr k = a.shape.back();
+  const Expr n = b.shape.back();
+  const Expr batches = product(out_batch);
+  const GemmTile tile = choose_gemm_tile(dtype, n);
+  const std::vector<Expr> a_strides = batch_strides(a, out_batch);
+  const std::vector<Expr> b_strides = batch_strides(b, out_batch);
+
+  Launch launch;
+  launch.args = {input(0, "a", dtype), input(1, "b", dtype), output("c", dtype),
+                 i32("M", m),          i32("N", n),          i32("K", k),
+                 i32("lda", a.row_stride), i32("ldb", b.row_stride)};
+  std::string offsets;
+  for (size_t i = out_batch.size(); i-- > 0;) {
+    launch.args.push_back(i32(fmt::format("batch{}", i), out_batch[i]));
+    launch.args.push_back(i64(fmt::format("a_stride{}", i), a_strides[i]));
+    launch.args.push_back(i64(fmt::format("b_stride{}", i), b_strides[i]));
+    offsets += fmt::format(
+        "  {{\n    const long long idx = z % batch{0};\n    z /= batch{0};\n"
+        "    a_off += idx * a_stride{0};\n    b_off += idx * b_stride{0};\n  }}\n", i);
+  }
+  launch.block = {tile.threads, 1, 1};
+  launch.grid = {gemm_tiles(tile, m, n) * batches, Expr(1), Expr(1)};
+  const Expr elem(static_cast<int64_t>(dtype_size(dtype)));
+  launch.bytes = (product(a.shape) + product(b.shape) + product(ctx.output.shape)) * elem;
+  launch.flops = Expr(2) * batches * m * n * k;
+
+  KernelSource kernel;
+  kernel.name = gemm_kernel_name("matmul", dtype, GemmBLayout::kKN, false, tile) +
+                fmt::format("_b{}", out_batch.size());
+  kernel.source = gemm_device_source(dtype, GemmBLayout::kKN, false, tile) +
+                  bounded_kernel_entry(launch.args, tile.threads, tile.min_blocks) +
+                  fmt::format(
+                      " {{\n"
+                      "  const int tiles = ((M + kBM - 1) / kBM) * ((N + kBN - 1) / kBN);\n"
+                      "  long long z = blockIdx.x / tiles;\n"
+                      "  const int pid = blockIdx.x % tiles;\n"
+                      "  const long long c_off = z * M * (long long)N;\n"
+                      "  long long a_off = 0, b_off = 0;\n"
+                      "{}"
+                      "  tn_gemm_block(a + a_off, b + b_off, nullptr, c + c_off, M, N, K, lda, ldb, N, pid);\n"
+                      "}}\n",
+                      offsets);
+  kernel.file = __FILE__;
+  kernel.line = __LINE__;
+  return Lowering{{kernel}, {launch}};
+}
+
+// Index of the operand element for output batch index `z` (row-major over `out_batch`).
+int64_t operand_batch(int64_t z, const std::vector<int64_t>& out_batch, const std::vector<int64_t>& batch) {
+  int64_t index = 0, scale = 1;
+  for (size_t i = out_batch.size(); i-- > 0;) {
+    const int64_t idx = z % out_batch[i];
+    z /= out_batch[i];
+    const size_t offset = out_batch.size() - batch.size();
+    if (i >= offset) {
+      const int64_t extent = batch[i - offset];
+      index += (extent == 1 ? 0 : idx) * scale;
+      scale *= extent;
+    }
+  }
+  return index;
+}
+
+HostTensor matmul_reference(const RefContext& ref) {
+  const HostTensor& a = ref.inputs.at(0);
+  const HostTensor& b = ref.inputs.at(1);
+  const size_t rank = ref.output_shape.size();
+  const int64_t m = ref.output_shape[rank - 2], n = ref.output_shape[rank - 1];
+  const int64_t k = a.shape.back();
+  const std::vector<int64_t> out_batch(ref.output_shape.begin(), ref.output_shape.end() - 2);
+  const std::vector<int64_t> a_batch(a.shape.begin(), a.shape.end() - 2);
+  const std::vector<int64_t> b_batch(b.shape.begin(), b.shape.end() - 2);
+  int64_t batches = 1;
+  for (int64_t d : out_batch) batches *= d;
+  HostTensor c{ref.op.output.dtype, ref.output_shape, std::vector<double>(batches * m * n)};
+  for (int64_t z = 0; z < batches; ++z) {
+    const double* pa = a.data.data() + operand_batch(z, out_batch, a_batch) * m * k;
+    const double* pb = b.data.data() + operand_batch(z, out_batch, b_batch) * k * n;
+    double* pc = c.data.data() + z * m * n;
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double acc = 0.0;
+        for (int64_t p = 0; p < k; ++p) acc += pa[i * k + p] * pb[p * n + j];
+        pc[i * n + j] = acc;
+      }
+  }
+  return c;
+}
+
+}  // namespace
+
+OpDef matmul_op() {
+  OpDef def;
+  def.name = "matmul";
+  def.doc = "a [..., M, K] · b [..., K, N] -> [..., M, N]; batch dims broadcast";
+  def.inputs = {{"a", "[..., M, K]"}, {"b", "[..., K, N]"}};
+  def.dtypes = {DType::kF32, DType::kBF16, DType::kF16};
+  const OpDef meta = def;
+  def.infer = [meta](const OpContext& ctx) { return infer_matmul(meta, ctx); };
+  def.lower = lower_matmul;
+  def.reference = matmul_reference;
+  def.source_file = TEENY_OP_FILE;
+  return def;
+}
+
+}  // namespace teeny::ops

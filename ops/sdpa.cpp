@@ -1,0 +1,263 @@
+// sdpa: softmax(q kᵀ · scale [+ causal mask]) v for q [N, Sq, Dh], k/v [N, Skv, Dh].
+//
+// Flash-attention style: one block per (n, tile of kBQ queries); K/V stream through shared
+// memory in tiles of kBKV keys with an online softmax, so nothing S×S is ever stored. kTPQ
+// threads share one query row (each owns kDH / kTPQ of its dims, partial dot products are
+// combined with shuffles), which keeps q and the output accumulator in registers for head
+// dims up to 256. Causal: tiles wholly above the diagonal are never loaded, and the heaviest
+// query tiles are scheduled first. The causal mask is PyTorch's `is_causal` (key j is visible
+// to query i iff j <= i). Math in f32 whatever the storage dtype.
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "ops/dense_gemm.h"
+#include "ops/kernel_util.h"
+#include "ops/ops.h"
+
+namespace teeny::ops {
+namespace {
+
+constexpr int kMaxHeadDim = 256;
+constexpr int kQueriesPerBlock = 64;
+
+int threads_per_query(int64_t head_dim) { return head_dim <= 64 ? 1 : head_dim <= 128 ? 2 : 4; }
+int keys_per_tile(int64_t head_dim) { return head_dim <= 128 ? 32 : 16; }  // K+V tiles <= 32 KiB
+
+TensorType infer_sdpa(const OpDef& meta, const OpContext& ctx) {
+  const TensorType& q = ctx.inputs.at(0);
+  const TensorType& k = ctx.inputs.at(1);
+  const TensorType& v = ctx.inputs.at(2);
+  const char* names[] = {"q", "k", "v"};
+  for (int i = 0; i < 3; ++i) {
+    if (ctx.inputs[i].shape.size() != 3) {
+      throw OpError("inputs", fmt::format("sdpa needs q, k, v of shape [N, S, Dh]; {} is {}", names[i],
+                                          shape_str(ctx.inputs[i].shape)));
+    }
+  }
+  const DType dtype = common_float_dtype(meta, ctx);
+  if (output_float_dtype(meta, ctx, dtype) != dtype) {
+    throw OpError("dtype", fmt::format("sdpa computes in its input dtype {}", dtype_name(dtype)));
+  }
+  if (q.shape[0] != k.shape[0] || q.shape[0] != v.shape[0]) {
+    throw OpError("inputs", fmt::format("sdpa: q, k, v must have the same first dim N; got {}, {}, {}",
+                                        shape_str(q.shape), shape_str(k.shape), shape_str(v.shape)));
+  }
+  if (k.shape[1] != v.shape[1]) {
+    throw OpError("inputs", fmt::format("sdpa: k and v must have the same length; got {} and {}",
+                                        shape_str(k.shape), shape_str(v.shape)));
+  }
+  if (q.shape[2] != k.shape[2] || q.shape[2] != v.shape[2]) {
+    throw OpError("inputs", fmt::format("sdpa: q, k, v must have the same head dim; got {}, {}, {}",
+                                        shape_str(q.shape), shape_str(k.shape), shape_str(v.shape)));
+  }
+  const auto head_dim = q.shape[2].const_value();
+  if (!head_dim) {
+    throw OpError("inputs", fmt::format("sdpa needs a fixed head dim; q is {}", shape_str(q.shape)));
+  }
+  const int tpq = threads_per_query(*head_dim);
+  if (*head_dim > kMaxHeadDim || *head_dim % tpq != 0) {
+    throw OpError("inputs", fmt::format("sdpa supports head dims up to {} (multiples of {} above {}); got {}",
+                                        kMaxHeadDim, tpq, tpq == 2 ? 64 : 128, *head_dim));
+  }
+  return contiguous(dtype, q.shape);
+}
+
+double sdpa_scale(const OpContext& ctx, int64_t head_dim) {
+  return ctx.attrs.has("scale") ? ctx.attrs.f("scale") : 1.0 / std::sqrt(static_cast<double>(head_dim));
+}
+
+const char* kSdpaConstants = R"CUDA(
+constexpr int kDHT = kDH / kTPQ;                   // dims owned by one thread
+constexpr int kVec = tn_pack<T>::kN;               // elements per 16-byte load
+constexpr float kLog2e = 1.4426950408889634f;
+#define TN_NEG_INF __uint_as_float(0xff800000u)  // no math.h under NVRTC: no INFINITY
+static_assert(kThreads == kBQ * kTPQ, "block = queries x threads per query");
+)CUDA";
+
+const char* kSdpaBody = R"CUDA( {
+  __shared__ __align__(16) float Ks[kBKV][kDH];
+  __shared__ __align__(16) float Vs[kBKV][kDH];
+  const int q_tiles = (Sq + kBQ - 1) / kBQ;
+  const int qt = q_tiles - 1 - (int)(blockIdx.x / N);  // heaviest causal tiles first
+  const int n = (int)(blockIdx.x % N);
+  const int tid = threadIdx.x, part = tid % kTPQ;
+  const int qi = qt * kBQ + tid / kTPQ;
+  const T* qn = q + (long long)n * Sq * ldq;
+  const T* kn = k + (long long)n * Skv * ldk;
+  const T* vn = v + (long long)n * Skv * ldv;
+
+  // q pre-scaled so scores are in log2 units: softmax via exp2.
+  float qr[kDHT], acc[kDHT];
+  const float qscale = scale * kLog2e;
+#pragma unroll
+  for (int d = 0; d < kDHT; ++d) {
+    qr[d] = qi < Sq ? tn_f32(qn[(long long)qi * ldq + part * kDHT + d]) * qscale : 0.f;
+    acc[d] = 0.f;
+  }
+  float m_run = TN_NEG_INF, l_run = 0.f;
+  const int q_last = min(Sq, (qt + 1) * kBQ) - 1;
+  const int kv_end = kCausal ? min(Skv, q_last + 1) : Skv;
+  const bool kv_vec = kDH % kVec == 0 && ldk % kVec == 0 && ldv % kVec == 0 && tn_aligned16(kn) &&
+                      tn_aligned16(vn);
+
+  for (int j0 = 0; j0 < kv_end; j0 += kBKV) {
+    __syncthreads();  // the previous tile is consumed
+    if (kv_vec) {
+      for (int idx = tid; idx < kBKV * kDH / kVec; idx += kThreads) {
+        const int r = idx / (kDH / kVec), c = (idx % (kDH / kVec)) * kVec, j = j0 + r;
+        float kv[kVec], vv[kVec];
+        if (j < Skv) {
+          tn_load16(kn + (long long)j * ldk + c, kv);
+          tn_load16(vn + (long long)j * ldv + c, vv);
+        } else {
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) kv[e] = vv[e] = 0.f;
+        }
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) {
+          Ks[r][c + e] = kv[e];
+          Vs[r][c + e] = vv[e];
+        }
+      }
+    } else {
+      for (int idx = tid; idx < kBKV * kDH; idx += kThreads) {
+        const int r = idx / kDH, c = idx % kDH, j = j0 + r;
+        Ks[r][c] = j < Skv ? tn_f32(kn[(long long)j * ldk + c]) : 0.f;
+        Vs[r][c] = j < Skv ? tn_f32(vn[(long long)j * ldv + c]) : 0.f;
+      }
+    }
+    __syncthreads();
+
+    float s[kBKV];
+    float tile_max = TN_NEG_INF;
+#pragma unroll
+    for (int j = 0; j < kBKV; ++j) {
+      float dot = 0.f;
+#pragma unroll
+      for (int d = 0; d < kDHT; ++d) dot = fmaf(qr[d], Ks[j][part * kDHT + d], dot);
+#pragma unroll
+      for (int o = 1; o < kTPQ; o <<= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+      const int kj = j0 + j;
+      s[j] = (kj < Skv && (!kCausal || kj <= qi)) ? dot : TN_NEG_INF;
+      tile_max = fmaxf(tile_max, s[j]);
+    }
+    // Key 0 is visible to every row, so m_run is finite from the first tile on.
+    const float m_new = fmaxf(m_run, tile_max);
+    const float alpha = exp2f(m_run - m_new);
+    l_run *= alpha;
+#pragma unroll
+    for (int d = 0; d < kDHT; ++d) acc[d] *= alpha;
+#pragma unroll
+    for (int j = 0; j < kBKV; ++j) {
+      const float p = exp2f(s[j] - m_new);
+      l_run += p;
+#pragma unroll
+      for (int d = 0; d < kDHT; ++d) acc[d] = fmaf(p, Vs[j][part * kDHT + d], acc[d]);
+    }
+    m_run = m_new;
+  }
+
+  if (qi < Sq) {
+    const float inv = 1.f / l_run;
+    T* dst = out + ((long long)n * Sq + qi) * kDH + part * kDHT;
+#pragma unroll
+    for (int d = 0; d < kDHT; ++d) dst[d] = tn_cast<T>(acc[d] * inv);
+  }
+}
+)CUDA";
+
+Lowering lower_sdpa(const OpContext& ctx) {
+  const TensorType& q = ctx.inputs.at(0);
+  const TensorType& k = ctx.inputs.at(1);
+  const TensorType& v = ctx.inputs.at(2);
+  const DType dtype = ctx.output.dtype;
+  const int64_t head_dim = *q.shape[2].const_value();
+  const bool causal = ctx.attrs.b("causal");
+  const int tpq = threads_per_query(head_dim);
+  const int bkv = keys_per_tile(head_dim);
+  const int threads = kQueriesPerBlock * tpq;
+  const Expr n = q.shape[0], sq = q.shape[1], skv = k.shape[1];
+
+  Launch launch;
+  launch.args = {input(0, "q", dtype), input(1, "k", dtype), input(2, "v", dtype), output("out", dtype),
+                 i32("N", n), i32("Sq", sq), i32("Skv", skv), i32("ldq", q.row_stride),
+                 i32("ldk", k.row_stride), i32("ldv", v.row_stride),
+                 f32("scale", sdpa_scale(ctx, head_dim))};
+  launch.block = {threads, 1, 1};
+  launch.grid = {n * ceil_div(sq, Expr(kQueriesPerBlock)), Expr(1), Expr(1)};
+  const Expr elem(static_cast<int64_t>(dtype_size(dtype)));
+  launch.bytes = (Expr(2) * n * sq * Expr(head_dim) + Expr(2) * n * skv * Expr(head_dim)) * elem;
+  // q·kᵀ and p·v, 2 FLOPs per multiply-add; causal does about half.
+  const Expr full = Expr(4) * n * sq * skv * Expr(head_dim);
+  launch.flops = causal ? full / Expr(2) : full;
+
+  KernelSource kernel;
+  kernel.name = fmt::format("sdpa_{}_d{}{}", dtype_name(dtype), head_dim, causal ? "_causal" : "");
+  kernel.source = kernel_prelude() + kernel_typedef("T", dtype) + kernel_constant("kDH", head_dim) +
+                  kernel_constant("kTPQ", tpq) + kernel_constant("kBQ", kQueriesPerBlock) +
+                  kernel_constant("kBKV", bkv) + kernel_constant("kThreads", threads) +
+                  fmt::format("constexpr bool kCausal = {};\n", causal) + kSdpaConstants +
+                  bounded_kernel_entry(launch.args, threads, 1) + kSdpaBody;
+  kernel.file = __FILE__;
+  kernel.line = __LINE__;
+  return Lowering{{kernel}, {launch}};
+}
+
+HostTensor sdpa_reference(const RefContext& ref) {
+  const HostTensor& q = ref.inputs.at(0);
+  const HostTensor& k = ref.inputs.at(1);
+  const HostTensor& v = ref.inputs.at(2);
+  const int64_t n = q.shape[0], sq = q.shape[1], dh = q.shape[2], skv = k.shape[1];
+  const bool causal = ref.op.attrs.b("causal");
+  const double scale = sdpa_scale(ref.op, dh);
+  HostTensor out{ref.op.output.dtype, ref.output_shape, std::vector<double>(n * sq * dh, 0.0)};
+  std::vector<double> scores(skv);
+  for (int64_t b = 0; b < n; ++b) {
+    for (int64_t i = 0; i < sq; ++i) {
+      const double* qi = &q.data[(b * sq + i) * dh];
+      const int64_t visible = causal ? std::min(skv, i + 1) : skv;
+      double max_score = -INFINITY;
+      for (int64_t j = 0; j < visible; ++j) {
+        const double* kj = &k.data[(b * skv + j) * dh];
+        double dot = 0.0;
+        for (int64_t d = 0; d < dh; ++d) dot += qi[d] * kj[d];
+        scores[j] = dot * scale;
+        max_score = std::max(max_score, scores[j]);
+      }
+      double total = 0.0;
+      for (int64_t j = 0; j < visible; ++j) total += scores[j] = std::exp(scores[j] - max_score);
+      double* oi = &out.data[(b * sq + i) * dh];
+      for (int64_t j = 0; j < visible; ++j) {
+        const double* vj = &v.data[(b * skv + j) * dh];
+        for (int64_t d = 0; d < dh; ++d) oi[d] += scores[j] / total * vj[d];
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+OpDef sdpa_op() {
+  OpDef def;
+  def.name = "sdpa";
+  def.doc = "softmax(q kᵀ · scale [+ causal mask]) v, q/k/v [N, S, Dh]; flash-style tiling, never "
+            "materialises S×S";
+  def.inputs = {{"q", "[N, Sq, Dh]"}, {"k", "[N, Skv, Dh]"}, {"v", "[N, Skv, Dh]"}};
+  def.attrs = {
+      {"causal", AttrType::kBool, "mask keys after the query (PyTorch is_causal)", nlohmann::json(false), {},
+       false, std::nullopt},
+      {"scale", AttrType::kFloat, "score scale; default 1/sqrt(Dh)", std::nullopt, {}, true, std::nullopt},
+  };
+  def.dtypes = {DType::kF32, DType::kBF16, DType::kF16};
+  const OpDef meta = def;
+  def.infer = [meta](const OpContext& ctx) { return infer_sdpa(meta, ctx); };
+  def.lower = lower_sdpa;
+  def.reference = sdpa_reference;
+  def.source_file = TEENY_OP_FILE;
+  return def;
+}
+
+}  // namespace teeny::ops

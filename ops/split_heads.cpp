@@ -1,0 +1,110 @@
+// split_heads: x [B, S, H*Dh] -> [B*H, S, Dh] (out[b*H + h, s, d] = x[b, s, h*Dh + d]).
+// A copy kernel: one thread per 16-byte unit when head rows and the input row stride allow,
+// else per element; reads honour a padded input row stride, the output is contiguous.
+#include <fmt/format.h>
+
+#include "ops/kernel_util.h"
+#include "ops/ops.h"
+
+namespace teeny::ops {
+namespace {
+
+constexpr int kThreads = 256;
+
+TensorType infer_split_heads(const OpDef& meta, const OpContext& ctx) {
+  const TensorType& x = ctx.inputs.at(0);
+  if (x.shape.size() != 3) {
+    throw OpError("inputs", fmt::format("split_heads needs x of shape [B, S, H*Dh]; got {}", shape_str(x.shape)));
+  }
+  if (output_float_dtype(meta, ctx, x.dtype) != x.dtype) {
+    throw OpError("dtype", "split_heads copies its input; it cannot change the dtype");
+  }
+  const int64_t heads = ctx.attrs.i("heads");
+  const auto width = x.shape[2].const_value();
+  if (width && *width % heads != 0) {
+    throw OpError("attrs.heads", fmt::format("split_heads: the last dim {} is not divisible by heads = {}",
+                                             *width, heads));
+  }
+  return contiguous(x.dtype, {x.shape[0] * Expr(heads), x.shape[1], x.shape[2] / Expr(heads)});
+}
+
+Lowering lower_split_heads(const OpContext& ctx) {
+  const TensorType& x = ctx.inputs.at(0);
+  const DType dtype = x.dtype;
+  const Expr heads(ctx.attrs.i("heads"));
+  const Expr head_dim = ctx.output.shape[2];
+  const int vec = vector_width(dtype);
+  // 16-byte units never straddle a head or a row when both widths are multiples of them.
+  const bool vectorised = head_dim.is_const() && *head_dim.const_value() % vec == 0 &&
+                          x.row_stride.is_const() && *x.row_stride.const_value() % vec == 0;
+  const int unit = vectorised ? vec : 1;
+  const Expr units = product(ctx.output.shape) / Expr(unit);
+
+  Launch launch;
+  launch.args = {input(0, "x", dtype),          output("y", dtype),   i64("units", units),
+                 i32("S", x.shape[1]),           i32("heads", heads), i32("head_dim", head_dim),
+                 i32("ldx", x.row_stride)};
+  launch.block = {kThreads, 1, 1};
+  launch.grid = {ceil_div(units, Expr(kThreads)), Expr(1), Expr(1)};
+  launch.bytes = Expr(2) * product(ctx.output.shape) * Expr(static_cast<int64_t>(dtype_size(dtype)));
+  launch.flops = Expr(0);
+
+  KernelSource kernel;
+  kernel.name = fmt::format("split_heads_{}_u{}", dtype_name(dtype), unit);
+  kernel.source = kernel_prelude() + kernel_typedef("T", dtype) + kernel_constant("kUnit", unit) +
+                  kernel_entry(launch.args) + R"CUDA( {
+  const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= units) return;
+  const int per_head = head_dim / kUnit;
+  const int d = (int)(i % per_head) * kUnit;
+  long long t = i / per_head;
+  const int s = (int)(t % S);
+  t /= S;
+  const int h = (int)(t % heads);
+  const long long b = t / heads;
+  const T* src = x + (b * S + s) * ldx + (long long)h * head_dim + d;
+  T* dst = y + i * kUnit;
+  if (kUnit > 1 && tn_aligned16(src) && tn_aligned16(dst)) {
+    *reinterpret_cast<uint4*>(dst) = __ldg(reinterpret_cast<const uint4*>(src));
+  } else {
+#pragma unroll
+    for (int e = 0; e < kUnit; ++e) dst[e] = src[e];
+  }
+}
+)CUDA";
+  kernel.file = __FILE__;
+  kernel.line = __LINE__;
+  return Lowering{{kernel}, {launch}};
+}
+
+HostTensor split_heads_reference(const RefContext& ref) {
+  const HostTensor& x = ref.inputs.at(0);
+  const int64_t heads = ref.op.attrs.i("heads");
+  const int64_t batch = x.shape[0], seq = x.shape[1], width = x.shape[2], head_dim = width / heads;
+  HostTensor y{ref.op.output.dtype, ref.output_shape, std::vector<double>(x.data.size())};
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t s = 0; s < seq; ++s)
+        for (int64_t d = 0; d < head_dim; ++d)
+          y.data[((b * heads + h) * seq + s) * head_dim + d] = x.data[(b * seq + s) * width + h * head_dim + d];
+  return y;
+}
+
+}  // namespace
+
+OpDef split_heads_op() {
+  OpDef def;
+  def.name = "split_heads";
+  def.doc = "x [B, S, H*Dh] -> [B*H, S, Dh]";
+  def.inputs = {{"x", "[B, S, H*Dh]"}};
+  def.attrs = {{"heads", AttrType::kInt, "number of heads H", std::nullopt, {}, false, 1.0}};
+  def.dtypes = {DType::kF32, DType::kBF16, DType::kF16};
+  const OpDef meta = def;
+  def.infer = [meta](const OpContext& ctx) { return infer_split_heads(meta, ctx); };
+  def.lower = lower_split_heads;
+  def.reference = split_heads_reference;
+  def.source_file = TEENY_OP_FILE;
+  return def;
+}
+
+}  // namespace teeny::ops
