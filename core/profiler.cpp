@@ -2,14 +2,19 @@
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
+#include <cstdlib>
 #include <limits>
 #include <map>
+#include <memory>
 #include <unordered_map>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "core/driver.h"
 #include "core/error.h"
+#include "core/executor.h"
 
 namespace teeny {
 
@@ -170,6 +175,7 @@ ProfileRun summarize_run(const Bindings& bindings, const std::vector<LaunchFacts
     }
     if (last > first) gpu_time.push_back(static_cast<double>(last - first) / 1e3);
   }
+  if (!matched.end_to_end_us.empty()) gpu_time = matched.end_to_end_us;
   if (!gpu_time.empty()) run.gpu_time_us = summarize(gpu_time);
   if (!enqueue_us.empty()) run.enqueue_us = summarize(enqueue_us);
 
@@ -234,6 +240,294 @@ std::pair<std::string, std::vector<int64_t>> parse_sweep(const std::string& text
     pos = comma + 1;
   }
   return {name, values};
+}
+
+// ---- the protocol on the GPU ------------------------------------------------------------------
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Warm-up iterations are tagged from here on, so a late warm-up record can never pass for a
+// timed one (it shows up as a stray tag instead).
+constexpr uint32_t kWarmupTagBase = 0x80000000u;
+
+std::vector<LaunchFacts> launch_facts(const cuda::Device& device, const GpuExecutor& executor) {
+  const cuda::Driver& driver = device.driver();
+  const BoundBundle& bound = executor.bound();
+  const int max_threads_per_sm =
+      device.attribute(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, "threads per SM");
+  std::vector<LaunchFacts> facts;
+  for (size_t i = 0; i < bound.launches.size(); ++i) {
+    const BoundLaunch& launch = bound.launches[i];
+    const BundleKernel& kernel = bound.bundle->kernels.at(static_cast<size_t>(launch.kernel));
+    LaunchFacts f;
+    f.index = static_cast<int>(i);
+    f.node = launch.label();
+    f.kernel = kernel.name;
+    f.entry = kernel.entry;
+    f.grid = launch.grid;
+    f.block = launch.block;
+    f.dynamic_smem_bytes = launch.dynamic_smem;
+    f.bytes = launch.bytes;
+    f.flops = launch.flops;
+    const CUfunction function = executor.function(i);
+    const std::string what = fmt::format("querying kernel '{}' for node '{}'", kernel.name, f.node);
+    TEENY_CU(driver, FuncGetAttribute, what, &f.registers, CU_FUNC_ATTRIBUTE_NUM_REGS, function);
+    TEENY_CU(driver, FuncGetAttribute, what, &f.static_smem_bytes, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
+             function);
+    const int threads = launch.block[0] * launch.block[1] * launch.block[2];
+    TEENY_CU(driver, OccupancyMaxActiveBlocksPerMultiprocessor,
+             fmt::format("computing the theoretical occupancy of kernel '{}'", kernel.name),
+             &f.active_blocks_per_sm, function, threads, static_cast<size_t>(launch.dynamic_smem));
+    const int warps = (threads + 31) / 32;
+    f.occupancy = static_cast<double>(f.active_blocks_per_sm * warps) / (max_threads_per_sm / 32);
+    facts.push_back(std::move(f));
+  }
+  return facts;
+}
+
+Environment describe_environment(const cuda::Device& device, const Bundle& bundle) {
+  Environment e;
+  e.gpu_name = device.name();
+  e.cc_major = device.cc_major();
+  e.cc_minor = device.cc_minor();
+  e.sm_count = device.sm_count();
+  e.driver_version = device.driver().version();
+  e.cuda_headers_version = CUDA_VERSION;
+  e.nvrtc_version = bundle.nvrtc_version;
+  e.cupti_version = CuptiTracer::version();
+  const double sm_khz = device.attribute(CU_DEVICE_ATTRIBUTE_CLOCK_RATE, "SM clock rate");
+  const double memory_khz = device.attribute(CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE, "memory clock rate");
+  e.memory_bus_bits = device.attribute(CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH, "memory bus width");
+  e.l2_bytes = device.attribute(CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, "L2 cache size");
+  e.sm_clock_mhz = sm_khz / 1e3;
+  e.memory_clock_mhz = memory_khz / 1e3;
+  e.peaks = peaks_from_attributes(e.cc_major, e.cc_minor, e.sm_count, sm_khz, memory_khz, e.memory_bus_bits);
+  return e;
+}
+
+// Times one binding: enqueues iterations and turns what was measured into MatchedRecords.
+class Session {
+ public:
+  Session(std::shared_ptr<cuda::Device> device, GpuExecutor& executor, CuptiTracer* tracer,
+          const ProfileOptions& options, int64_t l2_bytes)
+      : device_(std::move(device)), executor_(executor), tracer_(tracer),
+        launches_(executor.bound().launches.size()) {
+    if (options.mode == ProfileMode::kIsolated)
+      flush_ = std::make_unique<cuda::DeviceBuffer>(device_, static_cast<size_t>(2 * l2_bytes),
+                                                    "the L2 flush buffer (2x the L2 size)");
+    if (!tracer_) {
+      for (size_t i = 0; i < (options.cuda_graph ? 1 : launches_); ++i) {
+        starts_.push_back(std::make_unique<cuda::Event>(device_));
+        ends_.push_back(std::make_unique<cuda::Event>(device_));
+      }
+    }
+    if (options.cuda_graph) {
+      // In isolated mode the flushes are captured too: memset nodes produce no kernel records.
+      graph_ = cuda::CudaGraph::capture(device_, executor_.stream(), [this] {
+        for (size_t i = 0; i < launches_; ++i) {
+          flush_l2(0);
+          executor_.enqueue(i);
+        }
+      });
+    }
+  }
+
+  // One synchronised iteration; returns the host time spent enqueueing the launches (us).
+  double iteration(uint32_t tag) {
+    double enqueue_s = 0;
+    if (graph_) {
+      const uint64_t id = encode_external_id(tag, kWholeGraph);
+      if (tracer_) tracer_->push_external_id(id, "a CUDA graph replay");
+      if (!tracer_) starts_[0]->record(executor_.stream());
+      const auto t0 = Clock::now();
+      graph_->launch(executor_.stream());
+      enqueue_s = seconds_since(t0);
+      if (!tracer_) ends_[0]->record(executor_.stream());
+      if (tracer_) tracer_->pop_external_id(id, "a CUDA graph replay");
+    } else {
+      for (size_t i = 0; i < launches_; ++i) {
+        flush_l2(tag);
+        const uint64_t id = encode_external_id(tag, static_cast<uint32_t>(i));
+        if (tracer_) tracer_->push_external_id(id, "a kernel launch");
+        if (!tracer_) starts_[i]->record(executor_.stream());
+        const auto t0 = Clock::now();
+        executor_.enqueue(i);
+        enqueue_s += seconds_since(t0);
+        if (!tracer_) ends_[i]->record(executor_.stream());
+        if (tracer_) tracer_->pop_external_id(id, "a kernel launch");
+      }
+    }
+    executor_.synchronize("profiling (an asynchronous kernel failure shows here; `teeny run --check` "
+                          "names the node)");
+    if (!tracer_) read_events();
+    return enqueue_s * 1e6;
+  }
+
+  // Event timings of the iterations since the last call, as launch intervals. Iteration
+  // origins are spaced by their host start times so a trace still reads left to right.
+  MatchedRecords take_event_timings() {
+    MatchedRecords m;
+    if (graph_) {
+      m.end_to_end_us = event_end_to_end_;
+      m.timings.assign(event_end_to_end_.size(), std::vector<LaunchTiming>(launches_));
+    } else {
+      m.timings = std::move(event_timings_);
+      size_t not_positive = 0;
+      for (const auto& row : m.timings)
+        for (const LaunchTiming& t : row) not_positive += t.end_ns <= t.start_ns ? 1 : 0;
+      if (not_positive > 0)
+        m.problems.push_back(fmt::format(
+            "CUDA events measured {} launch durations as zero or negative (below their resolution)",
+            not_positive));
+    }
+    event_timings_.clear();
+    event_end_to_end_.clear();
+    return m;
+  }
+
+ private:
+  void flush_l2(uint32_t tag) {
+    if (!flush_) return;
+    TEENY_CU(device_->driver(), MemsetD8Async, "flushing the L2 cache before a launch (isolated mode)",
+             flush_->ptr(), static_cast<unsigned char>(tag & 0xFF), flush_->size(),
+             executor_.stream().handle());
+  }
+
+  void read_events() {
+    if (graph_) {
+      event_end_to_end_.push_back(1e3 * ends_[0]->elapsed_ms_since(*starts_[0]));
+      return;
+    }
+    const uint64_t origin = static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - created_).count());
+    std::vector<LaunchTiming> row(launches_);
+    for (size_t i = 0; i < launches_; ++i) {
+      // Event offsets from the first launch's start; ms with about 0.5 us resolution.
+      const double start_ns = 1e6 * starts_[i]->elapsed_ms_since(*starts_[0]);
+      const double end_ns = 1e6 * ends_[i]->elapsed_ms_since(*starts_[0]);
+      row[i].start_ns = origin + static_cast<uint64_t>(std::max(0.0, start_ns));
+      row[i].end_ns = origin + static_cast<uint64_t>(std::max(0.0, end_ns));
+    }
+    event_timings_.push_back(std::move(row));
+  }
+
+  std::shared_ptr<cuda::Device> device_;
+  GpuExecutor& executor_;
+  CuptiTracer* tracer_;
+  size_t launches_;
+  std::unique_ptr<cuda::DeviceBuffer> flush_;
+  std::unique_ptr<cuda::CudaGraph> graph_;
+  std::vector<std::unique_ptr<cuda::Event>> starts_, ends_;
+  std::vector<std::vector<LaunchTiming>> event_timings_;
+  std::vector<double> event_end_to_end_;
+  Clock::time_point created_ = Clock::now();
+};
+
+ProfileRun profile_one(const Bundle& bundle, const std::string& bundle_path,
+                       const std::vector<std::string>& binds, std::shared_ptr<cuda::Device> device,
+                       CuptiTracer* tracer, const ProfileOptions& options, const Environment& env,
+                       std::vector<std::string>& notes) {
+  const BoundBundle bound = bind_bundle(bundle, bundle_bindings(bundle, binds), bundle_path);
+  DataOptions data_options;
+  data_options.seed = options.seed;
+  data_options.weights_path = options.weights_path;
+  data_options.fill = ParamFill::kRandom;
+  const RunData data = prepare_data(bound, data_options);
+  for (const std::string& note : data.notes)
+    if (std::find(notes.begin(), notes.end(), note) == notes.end()) notes.push_back(note);
+
+  GpuExecutor executor(device, bound);
+  executor.upload(data);
+  const std::vector<LaunchFacts> facts = launch_facts(*device, executor);
+  Session session(device, executor, tracer, options, env.l2_bytes);
+
+  ProfileRun run;
+  const auto warmup_start = Clock::now();
+  int warmup = 0;
+  while ((warmup < options.warmup_iterations || seconds_since(warmup_start) < options.warmup_min_seconds) &&
+         warmup < options.max_iterations) {
+    session.iteration(kWarmupTagBase + static_cast<uint32_t>(warmup));
+    ++warmup;
+  }
+  const double warmup_seconds = seconds_since(warmup_start);
+  if (tracer) tracer->take();  // warm-up records are not timed
+  session.take_event_timings();
+
+  std::vector<double> enqueue_us;
+  const auto timed_start = Clock::now();
+  bool capped = false;
+  while (static_cast<int>(enqueue_us.size()) < options.iterations ||
+         seconds_since(timed_start) < options.min_seconds) {
+    if (static_cast<int>(enqueue_us.size()) >= options.max_iterations) {
+      capped = true;
+      break;
+    }
+    enqueue_us.push_back(session.iteration(static_cast<uint32_t>(enqueue_us.size())));
+  }
+  const uint32_t iterations = static_cast<uint32_t>(enqueue_us.size());
+  const MatchedRecords matched = tracer ? match_records(tracer->take(), facts, iterations, options.cuda_graph)
+                                        : session.take_event_timings();
+  run = summarize_run(bound.bindings, facts, matched, enqueue_us, env.peaks, options.keep_trace);
+  run.warmup_iterations = warmup;
+  run.warmup_seconds = warmup_seconds;
+  if (capped)
+    run.warnings.push_back(fmt::format("stopped at {} iterations before --min-time {} s was reached",
+                                       options.max_iterations, options.min_seconds));
+  if (!tracer && options.cuda_graph)
+    run.warnings.push_back(
+        "per-launch times unavailable: a CUDA graph replay timed with CUDA events gives only the "
+        "end-to-end time (CUPTI is needed for per-launch times)");
+  return run;
+}
+
+}  // namespace
+
+ProfileReport profile_bundle(const std::string& bundle_path,
+                             const std::vector<std::vector<std::string>>& bind_sets,
+                             const std::string& sweep_dim, const ProfileOptions& options) {
+  if (options.iterations < 1)
+    throw Error(fmt::format("--iterations must be at least 1, got {}", options.iterations));
+  if (options.warmup_iterations < 0)
+    throw Error(fmt::format("--warmup must be 0 or more, got {}", options.warmup_iterations));
+  if (!(options.min_seconds >= 0))
+    throw Error(fmt::format("--min-time must be 0 or more seconds, got {}", options.min_seconds));
+  const Bundle bundle = read_bundle(bundle_path);
+  const cuda::Driver& driver = cuda::Driver::get();
+  std::shared_ptr<cuda::Device> device = cuda::Device::open(driver);
+
+  ProfileReport report;
+  report.bundle_path = bundle_path;
+  report.graph_name = bundle.graph_name;
+  report.sweep_dim = sweep_dim;
+  report.environment = describe_environment(*device, bundle);
+  Environment& env = report.environment;
+  env.mode = profile_mode_name(options.mode);
+  env.cuda_graph = options.cuda_graph;
+
+  // Tracing starts before any module of the bundle is loaded.
+  std::string why_not;
+  std::unique_ptr<CuptiTracer> tracer;
+  const char* no_cupti = std::getenv("TEENY_PROFILE_NO_CUPTI");
+  if (no_cupti != nullptr && std::string(no_cupti) == "1")
+    why_not = "disabled by TEENY_PROFILE_NO_CUPTI=1";
+  else
+    tracer = CuptiTracer::start(&why_not);
+  env.cupti = tracer != nullptr;
+  env.timing_method =
+      tracer ? "CUPTI activity records (CONCURRENT_KERNEL, joined by external correlation id)"
+             : fmt::format("CUDA events around each launch, about 0.5 us resolution (CUPTI unavailable: {})",
+                           why_not);
+
+  for (const std::vector<std::string>& binds : bind_sets)
+    report.runs.push_back(
+        profile_one(bundle, bundle_path, binds, device, tracer.get(), options, env, report.notes));
+  return report;
 }
 
 }  // namespace teeny

@@ -36,7 +36,8 @@ struct ProfileOptions {
   ProfileMode mode = ProfileMode::kSequence;
   bool cuda_graph = false;
   bool keep_trace = false;          // keep per-record timings for --trace
-  std::string weights_path;         // safetensors; empty: trained params zero-initialised
+  std::string weights_path;         // safetensors; empty: trained params random (see profile_bundle)
+  uint64_t seed = 0;                // random inputs and params
 };
 
 // What is known about one launch of the bundle once dims are bound.
@@ -65,6 +66,9 @@ struct MatchedRecords {
   std::vector<std::vector<LaunchTiming>> timings;
   std::vector<std::string> problems;  // empty: trusted
   size_t excluded_records = 0;        // kernels not launched by teeny (e.g. L2 flush), ignored
+  // Only when per-launch intervals are unavailable (a CUDA graph replay timed with events):
+  // the measured end-to-end time per iteration.
+  std::vector<double> end_to_end_us;
 };
 
 // Joins CUPTI records to launches and validates them. `launches` gives the expected kernel
@@ -134,6 +138,7 @@ struct ProfileReport {
   Environment environment;
   std::string sweep_dim;  // empty unless --sweep
   std::vector<ProfileRun> runs;
+  std::vector<std::string> notes;  // for stderr: how params were filled, ...
 };
 
 // Noise thresholds on the relative IQR above which a warning is attached to a run.
@@ -155,9 +160,14 @@ DevicePeaks peaks_from_attributes(int cc_major, int cc_minor, int sm_count, doub
 // Parses "--sweep D=a,b,c" into the dim name and values (each > 0). Throws Error.
 std::pair<std::string, std::vector<int64_t>> parse_sweep(const std::string& text);
 
-// Runs the whole protocol on the GPU for each set of bindings, in one process. Throws Error
-// (exit code 3) for a missing driver/device or a CUDA/CUPTI failure.
-ProfileReport profile_bundle(const std::string& bundle_path, const std::vector<Bindings>& runs,
-                             const ProfileOptions& options);
+// Runs the whole protocol on the GPU once per entry of `bind_sets` ("--bind D=N" values), in
+// one process with one CUPTI session. `sweep_dim` names the dim that varies (or is empty).
+// Inputs are random (options.seed); trained params come from options.weights_path or are
+// random, so kernels see realistic data. Setting TEENY_PROFILE_NO_CUPTI=1 forces the
+// CUDA-event fallback (to measure CUPTI's overhead). Throws Error (exit code 3) for a missing
+// driver/device or a CUDA/CUPTI failure.
+ProfileReport profile_bundle(const std::string& bundle_path,
+                             const std::vector<std::vector<std::string>>& bind_sets,
+                             const std::string& sweep_dim, const ProfileOptions& options);
 
 }  // namespace teeny
