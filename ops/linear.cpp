@@ -3,6 +3,7 @@
 // 16-byte multiple so the padded-row-stride path is exercised end to end.
 #include <fmt/format.h>
 
+#include "ops/conformance.h"
 #include "ops/dense_gemm.h"
 #include "ops/kernel_util.h"
 #include "ops/ops.h"
@@ -123,6 +124,31 @@ OpDef linear_op() {
   def.param_slots = {"weight", "bias"};
   def.lower = lower_linear;
   def.reference = linear_reference;
+  def.conformance_cases = [] {
+    std::vector<ConformanceCase> cases;
+    const std::vector<Bindings> few = {{{"B", 2}, {"W", 3}}, {{"B", 33}, {"W", 64}}};
+    for (DType dtype : float_dtypes()) {
+      const std::string dt = dtype_name(dtype);
+      // 17 outputs use the 64-wide tile, 600 the 128-wide one; K = W sweeps awkward widths.
+      for (int out : {17, 600}) {
+        cases.push_back({fmt::format("[B, W] -> {} {}", out, dt),
+                         case_graph({"B", "W"}, {{"x", dtype, "[B, W]"}},
+                                    {{"y", "linear", {"x"}, {{"out_features", out}}}}),
+                         awkward_rows()});
+      }
+      cases.push_back({"[B, 5, W] -> 130, no bias " + dt,
+                       case_graph({"B", "W"}, {{"x", dtype, "[B, 5, W]"}},
+                                  {{"y", "linear", {"x"}, {{"out_features", 130}, {"bias", false}}}}),
+                       few});
+      // The first linear's rows are padded (17 of 20 or 24): the second reads a padded stride.
+      cases.push_back({"padded input (linear 17 -> linear 40) " + dt,
+                       case_graph({"B"}, {{"x", dtype, "[B, 8]"}},
+                                  {{"p", "linear", {"x"}, {{"out_features", 17}}},
+                                   {"y", "linear", {"p"}, {{"out_features", 40}}}}),
+                       {{{"B", 1}}, {{"B", 999}}}});
+    }
+    return cases;
+  };
   def.source_file = TEENY_OP_FILE;
   return def;
 }

@@ -3,6 +3,7 @@
 // offsets come from each operand's batch strides (0 where it broadcasts).
 #include <fmt/format.h>
 
+#include "ops/conformance.h"
 #include "ops/dense_gemm.h"
 #include "ops/kernel_util.h"
 #include "ops/ops.h"
@@ -155,6 +156,30 @@ OpDef matmul_op() {
   def.infer = [meta](const OpContext& ctx) { return infer_matmul(meta, ctx); };
   def.lower = lower_matmul;
   def.reference = matmul_reference;
+  def.conformance_cases = [] {
+    std::vector<ConformanceCase> cases;
+    for (DType dtype : float_dtypes()) {
+      const std::string dt = dtype_name(dtype);
+      cases.push_back({"[B, 19, W] @ [W, 33] " + dt,
+                       case_graph({"B", "W"}, {{"a", dtype, "[B, 19, W]"}, {"b", dtype, "[W, 33]"}},
+                                  {{"c", "matmul", {"a", "b"}}}),
+                       awkward_rows()});
+      cases.push_back({"[B, 1, 20, 17] @ [3, 17, 600] (broadcast both ways) " + dt,
+                       case_graph({"B"}, {{"a", dtype, "[B, 1, 20, 17]"}, {"b", dtype, "[3, 17, 600]"}},
+                                  {{"c", "matmul", {"a", "b"}}}),
+                       {{{"B", 1}}, {{"B", 5}}}});
+      cases.push_back({"[B, S, 64] @ [B, 64, S] " + dt,
+                       case_graph({"B", "S"}, {{"a", dtype, "[B, S, 64]"}, {"b", dtype, "[B, 64, S]"}},
+                                  {{"c", "matmul", {"a", "b"}}}),
+                       {{{"B", 1}, {"S", 1}}, {{"B", 3}, {"S", 130}}, {{"B", 2}, {"S", 257}}}});
+      cases.push_back({"padded a (linear 17 of 20/24) @ [17, 70] " + dt,
+                       case_graph({"B"}, {{"x", dtype, "[B, 8]"}, {"b", dtype, "[17, 70]"}},
+                                  {{"p", "linear", {"x"}, {{"out_features", 17}}},
+                                   {"c", "matmul", {"p", "b"}}}),
+                       {{{"B", 1}}, {{"B", 300}}}});
+    }
+    return cases;
+  };
   def.source_file = TEENY_OP_FILE;
   return def;
 }

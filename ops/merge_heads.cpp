@@ -3,6 +3,7 @@
 // input row stride allow, else per element; reads honour a padded input row stride.
 #include <fmt/format.h>
 
+#include "ops/conformance.h"
 #include "ops/kernel_util.h"
 #include "ops/ops.h"
 
@@ -102,6 +103,24 @@ OpDef merge_heads_op() {
   def.infer = [meta](const OpContext& ctx) { return infer_merge_heads(meta, ctx); };
   def.lower = lower_merge_heads;
   def.reference = merge_heads_reference;
+  def.conformance_cases = [] {
+    std::vector<ConformanceCase> cases;
+    const std::vector<Bindings> sizes = {{{"B", 1}, {"S", 1}}, {{"B", 3}, {"S", 17}}, {{"B", 2}, {"S", 129}}};
+    for (DType dtype : float_dtypes()) {
+      const std::string dt = dtype_name(dtype);
+      for (const char* shape : {"[B*12, S, 64]", "[B*12, S, 3]"}) {
+        cases.push_back({fmt::format("{} heads 12 {}", shape, dt),
+                         case_graph({"B", "S"}, {{"x", dtype, shape}}, {{"y", "merge_heads", {"x"}, {{"heads", 12}}}}),
+                         sizes});
+      }
+      cases.push_back({"padded input (linear 18 of 20/24), heads 2 " + dt,
+                       case_graph({"B", "S"}, {{"x", dtype, "[B*2, S, 8]"}},
+                                  {{"p", "linear", {"x"}, {{"out_features", 18}}},
+                                   {"y", "merge_heads", {"p"}, {{"heads", 2}}}}),
+                       sizes});
+    }
+    return cases;
+  };
   def.source_file = TEENY_OP_FILE;
   return def;
 }

@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "ops/conformance.h"
 #include "ops/dense_gemm.h"
 #include "ops/kernel_util.h"
 #include "ops/ops.h"
@@ -23,7 +24,8 @@ constexpr int kMaxHeadDim = 256;
 constexpr int kQueriesPerBlock = 64;
 
 int threads_per_query(int64_t head_dim) { return head_dim <= 64 ? 1 : head_dim <= 128 ? 2 : 4; }
-int keys_per_tile(int64_t head_dim) { return head_dim <= 128 ? 32 : 16; }  // K+V tiles <= 32 KiB
+// Scores for a tile live in registers next to q and the accumulator: 16 keeps d <= 256 unspilled.
+constexpr int kKeysPerTile = 16;
 
 TensorType infer_sdpa(const OpDef& meta, const OpContext& ctx) {
   const TensorType& q = ctx.inputs.at(0);
@@ -176,7 +178,6 @@ Lowering lower_sdpa(const OpContext& ctx) {
   const int64_t head_dim = *q.shape[2].const_value();
   const bool causal = ctx.attrs.b("causal");
   const int tpq = threads_per_query(head_dim);
-  const int bkv = keys_per_tile(head_dim);
   const int threads = kQueriesPerBlock * tpq;
   const Expr n = q.shape[0], sq = q.shape[1], skv = k.shape[1];
 
@@ -197,7 +198,7 @@ Lowering lower_sdpa(const OpContext& ctx) {
   kernel.name = fmt::format("sdpa_{}_d{}{}", dtype_name(dtype), head_dim, causal ? "_causal" : "");
   kernel.source = kernel_prelude() + kernel_typedef("T", dtype) + kernel_constant("kDH", head_dim) +
                   kernel_constant("kTPQ", tpq) + kernel_constant("kBQ", kQueriesPerBlock) +
-                  kernel_constant("kBKV", bkv) + kernel_constant("kThreads", threads) +
+                  kernel_constant("kBKV", kKeysPerTile) + kernel_constant("kThreads", threads) +
                   fmt::format("constexpr bool kCausal = {};\n", causal) + kSdpaConstants +
                   bounded_kernel_entry(launch.args, threads, 1) + kSdpaBody;
   kernel.file = __FILE__;
@@ -256,6 +257,36 @@ OpDef sdpa_op() {
   def.infer = [meta](const OpContext& ctx) { return infer_sdpa(meta, ctx); };
   def.lower = lower_sdpa;
   def.reference = sdpa_reference;
+  def.conformance_cases = [] {
+    std::vector<ConformanceCase> cases;
+    const std::vector<Bindings> lengths = {{{"N", 1}, {"S", 1}}, {{"N", 3}, {"S", 17}},
+                                           {{"N", 2}, {"S", 100}}, {{"N", 5}, {"S", 257}}};
+    for (DType dtype : float_dtypes()) {
+      const std::string dt = dtype_name(dtype);
+      for (int head_dim : {64, 17, 128, 256}) {
+        for (bool causal : {false, true}) {
+          const std::string shape = fmt::format("[N, S, {}]", head_dim);
+          cases.push_back({fmt::format("[N, S, {}]{} {}", head_dim, causal ? " causal" : "", dt),
+                           case_graph({"N", "S"}, {{"q", dtype, shape}, {"k", dtype, shape}, {"v", dtype, shape}},
+                                      {{"o", "sdpa", {"q", "k", "v"}, {{"causal", causal}}}}),
+                           lengths});
+        }
+      }
+      for (bool causal : {false, true}) {
+        cases.push_back({fmt::format("q [N, S, 64], k/v [N, T, 64]{} {}", causal ? " causal" : "", dt),
+                         case_graph({"N", "S", "T"},
+                                    {{"q", dtype, "[N, S, 64]"}, {"k", dtype, "[N, T, 64]"}, {"v", dtype, "[N, T, 64]"}},
+                                    {{"o", "sdpa", {"q", "k", "v"}, {{"causal", causal}, {"scale", 0.3}}}}),
+                         {{{"N", 2}, {"S", 33}, {"T", 70}}, {{"N", 1}, {"S", 70}, {"T", 33}}}});
+      }
+      cases.push_back({"padded q/k/v (linear 17 of 20/24) " + dt,
+                       case_graph({"N", "S"}, {{"x", dtype, "[N, S, 8]"}},
+                                  {{"p", "linear", {"x"}, {{"out_features", 17}}},
+                                   {"o", "sdpa", {"p", "p", "p"}, {{"causal", true}}}}),
+                       {{{"N", 2}, {"S", 100}}}});
+    }
+    return cases;
+  };
   def.source_file = TEENY_OP_FILE;
   return def;
 }

@@ -3,6 +3,7 @@
 // else per element; reads honour a padded input row stride, the output is contiguous.
 #include <fmt/format.h>
 
+#include "ops/conformance.h"
 #include "ops/kernel_util.h"
 #include "ops/ops.h"
 
@@ -103,6 +104,24 @@ OpDef split_heads_op() {
   def.infer = [meta](const OpContext& ctx) { return infer_split_heads(meta, ctx); };
   def.lower = lower_split_heads;
   def.reference = split_heads_reference;
+  def.conformance_cases = [] {
+    std::vector<ConformanceCase> cases;
+    const std::vector<Bindings> sizes = {{{"B", 1}, {"S", 1}}, {{"B", 3}, {"S", 17}}, {{"B", 2}, {"S", 129}}};
+    for (DType dtype : float_dtypes()) {
+      const std::string dt = dtype_name(dtype);
+      for (const char* shape : {"[B, S, 768]", "[B, S, 36]"}) {
+        cases.push_back({fmt::format("{} heads 12 {}", shape, dt),
+                         case_graph({"B", "S"}, {{"x", dtype, shape}}, {{"y", "split_heads", {"x"}, {{"heads", 12}}}}),
+                         sizes});
+      }
+      cases.push_back({"padded input (linear 18 of 20/24), heads 2 " + dt,
+                       case_graph({"B", "S"}, {{"x", dtype, "[B, S, 8]"}},
+                                  {{"p", "linear", {"x"}, {{"out_features", 18}}},
+                                   {"y", "split_heads", {"p"}, {{"heads", 2}}}}),
+                       sizes});
+    }
+    return cases;
+  };
   def.source_file = TEENY_OP_FILE;
   return def;
 }
