@@ -69,6 +69,7 @@ struct Graph {
   const Node* find_node(const std::string& name) const;
   Bindings default_bindings() const;
   // An error at a node key ("attrs.axis", "inputs.1", ...), falling back to the node's map.
+  // The message is prefixed with "node '<name>': ".
   Error error_at(const Node& node, const std::string& key, std::string message) const;
 };
 
@@ -79,5 +80,10 @@ Graph parse_graph(const std::string& text, const std::string& path, const Regist
 // Parses "--bind D=N" values against the graph's dims (range-checked); unmentioned dims
 // take their defaults.
 Bindings bind_dims(const std::vector<DimDecl>& dims, const std::vector<std::string>& binds);
+
+// Every graph input's and node's concrete shape under `bindings`. Throws Error at the input
+// or node whose shape cannot be evaluated or has a size <= 0.
+std::map<std::string, std::vector<int64_t>> bind_shapes(const Graph& graph,
+                                                        const Bindings& bindings);
 
 }  // namespace teeny

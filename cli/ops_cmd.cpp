@@ -1,0 +1,148 @@
+// `teeny ops [NAME] [--format table|json]`: the registered ops with their inputs, attrs,
+// params and docs.
+#include <iostream>
+#include <memory>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "cli/table.h"
+
+namespace teeny::cli {
+namespace {
+
+struct OpsOptions {
+  std::string name;
+  std::string format = "table";
+};
+
+// The op file relative to the project ("ops/linear.cpp"), not the build machine's path.
+std::string source_path(const std::string& file) {
+  size_t at = file.rfind("/ops/");
+  return at == std::string::npos ? file : file.substr(at + 1);
+}
+
+std::string value_text(const nlohmann::json& value) {
+  return value.is_string() ? value.get<std::string>() : value.dump();
+}
+
+std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
+
+std::vector<std::string> input_names(const OpDef& op) {
+  std::vector<std::string> names;
+  for (const InputSpec& input : op.inputs) names.push_back(input.name);
+  if (op.variadic && !names.empty()) names.back() += "...";
+  return names;
+}
+
+std::vector<std::string> dtype_list(const OpDef& op) {
+  std::vector<std::string> names;
+  for (DType type : op.dtypes) names.push_back(dtype_name(type));
+  return names;
+}
+
+// "out_features" (required), "bias=true" (default), "scale?" (optional, no default).
+std::string attr_summary(const AttrSpec& attr) {
+  if (attr.default_value) return fmt::format("{}={}", attr.name, value_text(*attr.default_value));
+  return attr.optional ? attr.name + "?" : attr.name;
+}
+
+nlohmann::json op_json(const OpDef& op) {
+  nlohmann::json inputs = nlohmann::json::array();
+  for (const InputSpec& input : op.inputs) inputs.push_back({{"name", input.name}, {"doc", input.doc}});
+  nlohmann::json attrs = nlohmann::json::array();
+  for (const AttrSpec& attr : op.attrs) {
+    nlohmann::json entry = {{"name", attr.name},
+                            {"type", attr_type_name(attr.type)},
+                            {"doc", attr.doc},
+                            {"required", !attr.default_value && !attr.optional}};
+    if (attr.default_value) entry["default"] = *attr.default_value;
+    if (!attr.choices.empty()) entry["choices"] = attr.choices;
+    if (attr.min_value) entry["min"] = *attr.min_value;
+    attrs.push_back(entry);
+  }
+  nlohmann::json out = {{"name", op.name},     {"doc", op.doc},          {"inputs", inputs},
+                        {"variadic", op.variadic}, {"attrs", attrs},
+                        {"params", op.param_slots}, {"dtypes", dtype_list(op)},
+                        {"source", source_path(op.source_file)}};
+  if (op.variadic) out["min_inputs"] = op.min_inputs;
+  return out;
+}
+
+std::string op_details(const OpDef& op) {
+  std::string out = fmt::format("{}: {}\n", op.name, op.doc);
+  out += fmt::format("  source:  {}\n", source_path(op.source_file));
+  out += fmt::format("  dtypes:  {}\n", fmt::join(dtype_list(op), ", "));
+  std::vector<Row> inputs;
+  for (const InputSpec& input : op.inputs) inputs.push_back({input.name, input.doc});
+  out += op.variadic ? fmt::format("  inputs ({} or more; the last repeats):\n", op.min_inputs)
+                     : std::string("  inputs:\n");
+  out += format_table(inputs, "    ");
+  if (op.attrs.empty()) {
+    out += "  attrs:   none\n";
+  } else {
+    std::vector<Row> attrs{{"NAME", "TYPE", "DEFAULT", "DOC"}};
+    for (const AttrSpec& attr : op.attrs) {
+      std::string type = attr_type_name(attr.type);
+      if (!attr.choices.empty()) type += fmt::format(" ({})", fmt::join(attr.choices, "|"));
+      std::string fallback = attr.default_value ? value_text(*attr.default_value)
+                             : attr.optional    ? "(optional)"
+                                                : "(required)";
+      std::string doc = attr.doc;
+      if (attr.min_value) doc += fmt::format(" (at least {})", *attr.min_value);
+      attrs.push_back({attr.name, type, fallback, doc});
+    }
+    out += "  attrs:\n" + format_table(attrs, "    ");
+  }
+  out += fmt::format("  params:  {}\n",
+                     op.param_slots.empty() ? "none" : fmt::format("{}", fmt::join(op.param_slots, ", ")));
+  return out;
+}
+
+void run_ops(const OpsOptions& options) {
+  const Registry& ops = registry();
+  std::vector<const OpDef*> selected;
+  if (options.name.empty()) {
+    for (const std::string& name : ops.names()) selected.push_back(ops.find(name));
+  } else {
+    const OpDef* op = ops.find(options.name);
+    if (!op)
+      throw Error(fmt::format("unknown op '{}'{}", options.name,
+                              did_you_mean(options.name, ops.names())))
+          .note("`teeny ops` lists the registered ops");
+    selected.push_back(op);
+  }
+
+  if (options.format == "json") {
+    nlohmann::json out = nlohmann::json::array();
+    for (const OpDef* op : selected) out.push_back(op_json(*op));
+    std::cout << (options.name.empty() ? out : out.at(0)).dump(2) << "\n";
+  } else if (!options.name.empty()) {
+    std::cout << op_details(*selected.front());
+  } else {
+    std::vector<Row> rows{{"OP", "INPUTS", "ATTRS", "PARAMS", "DOC"}};
+    for (const OpDef* op : selected) {
+      std::vector<std::string> attrs;
+      for (const AttrSpec& attr : op->attrs) attrs.push_back(attr_summary(attr));
+      rows.push_back({op->name, fmt::format("{}", fmt::join(input_names(*op), ", ")),
+                      fmt::format("{}", fmt::join(attrs, ", ")),
+                      fmt::format("{}", fmt::join(op->param_slots, ", ")), first_line(op->doc)});
+    }
+    std::cout << format_table(rows);
+  }
+}
+
+}  // namespace
+
+void add_ops_command(CLI::App& app) {
+  auto options = std::make_shared<OpsOptions>();
+  CLI::App* cmd = app.add_subcommand("ops", "List the registered ops, or show one");
+  cmd->add_option("NAME", options->name, "show only this op");
+  cmd->add_option("--format", options->format, "output format")
+      ->check(CLI::IsMember({"table", "json"}));
+  cmd->callback([options] { run_ops(*options); });
+}
+
+}  // namespace teeny::cli

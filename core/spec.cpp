@@ -1,0 +1,869 @@
+// The spec parser (design.md, "Graph spec"): YAML text -> validated Graph with inferred
+// symbolic types. Every error carries file:line:col, the node and key, and a suggestion
+// where a nearest valid name exists.
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <yaml-cpp/yaml.h>
+
+#include "core/graph.h"
+
+namespace teeny {
+
+SourceLocation SourceFile::location(int line, int column) const {
+  SourceLocation loc;
+  loc.file = path;
+  loc.line = line;
+  loc.column = column;
+  if (line >= 1 && static_cast<size_t>(line) <= lines.size()) loc.line_text = lines[line - 1];
+  return loc;
+}
+
+const DimDecl* Graph::find_dim(const std::string& dim_name) const {
+  for (const DimDecl& dim : dims)
+    if (dim.name == dim_name) return &dim;
+  return nullptr;
+}
+
+const TensorType* Graph::find_tensor(const std::string& tensor) const {
+  for (const GraphInput& input : inputs)
+    if (input.name == tensor) return &input.type;
+  const Node* node = find_node(tensor);
+  return node ? &node->ctx.output : nullptr;
+}
+
+const Node* Graph::find_node(const std::string& node_name) const {
+  for (const Node& node : nodes)
+    if (node.name == node_name) return &node;
+  return nullptr;
+}
+
+Bindings Graph::default_bindings() const {
+  Bindings bindings;
+  for (const DimDecl& dim : dims) bindings[dim.name] = dim.default_value;
+  return bindings;
+}
+
+Error Graph::error_at(const Node& node, const std::string& key, std::string message) const {
+  // "attrs.axis" falls back to "attrs", then to the node's map.
+  Position pos = node.pos;
+  std::string k = key;
+  while (!k.empty()) {
+    auto it = node.key_pos.find(k);
+    if (it != node.key_pos.end()) {
+      pos = it->second;
+      break;
+    }
+    size_t dot = k.rfind('.');
+    k = dot == std::string::npos ? std::string() : k.substr(0, dot);
+  }
+  Error error(fmt::format("node '{}': {}", node.name, message));
+  if (source && pos.line > 0) error.at(source->location(pos.line, pos.column));
+  return error;
+}
+
+namespace {
+
+const std::vector<std::string> kTopKeys{"name", "dims", "inputs", "nodes", "outputs"};
+const std::vector<std::string> kDimKeys{"min", "max", "default"};
+const std::vector<std::string> kInputKeys{"dtype", "shape"};
+const std::vector<std::string> kNodeKeys{"name", "op", "inputs", "attrs", "dtype"};
+// Function names of the expression grammar cannot be dim names.
+const std::vector<std::string> kExprFunctions{"ceil_div", "min", "max", "round_up"};
+
+std::string join(const std::vector<std::string>& items, const char* sep = ", ") {
+  std::string out;
+  for (size_t i = 0; i < items.size(); ++i) out += (i ? sep : "") + items[i];
+  return out;
+}
+
+bool is_identifier(const std::string& text) {
+  if (text.empty() || !(std::isalpha(static_cast<unsigned char>(text[0])) || text[0] == '_'))
+    return false;
+  return std::all_of(text.begin(), text.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+  });
+}
+
+// Strict decimal integer (optional sign), the whole string.
+std::optional<int64_t> parse_int(const std::string& text) {
+  int64_t value = 0;
+  const char* first = text.data();
+  const char* last = text.data() + text.size();
+  if (first != last && *first == '+') ++first;
+  auto [ptr, ec] = std::from_chars(first, last, value);
+  if (ec != std::errc() || ptr != last || first == last) return std::nullopt;
+  return value;
+}
+
+Position position(const YAML::Node& node) {
+  YAML::Mark mark = node.Mark();
+  if (mark.is_null()) return {};
+  return {mark.line + 1, mark.column + 1};
+}
+
+// What a YAML value is, for "got ..." in messages.
+std::string describe(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Scalar: return fmt::format("'{}'", node.Scalar());
+    case YAML::NodeType::Sequence: return node.size() ? "a list" : "an empty list";
+    case YAML::NodeType::Map: return node.size() ? "a map" : "an empty map";
+    default: return "nothing";
+  }
+}
+
+struct Field {
+  YAML::Node key;
+  YAML::Node value;
+  Position key_pos;
+  Position value_pos;  // the key's position when the value is empty
+};
+using Fields = std::map<std::string, Field>;
+
+// A node as first seen, before validation: enough to name forward references and cycles.
+struct Sketch {
+  std::string name;
+  Position pos;
+  std::vector<std::string> inputs;
+};
+
+class SpecParser {
+ public:
+  SpecParser(std::shared_ptr<const SourceFile> source, const Registry& registry)
+      : source_(std::move(source)), registry_(registry) {
+    graph_.source = source_;
+  }
+
+  Graph parse(const YAML::Node& root) {
+    if (!root.IsMap())
+      throw error(position(root).line ? position(root) : Position{1, 1},
+                  fmt::format("a graph spec must be a map with keys {}, got {}", join(kTopKeys),
+                              describe(root)));
+    Fields top = fields(root, kTopKeys, "", "top-level ");
+    Position root_pos = position(root);
+
+    graph_.name = identifier(require(top, "name", root_pos, "", "top-level "), "graph name");
+    if (auto it = top.find("dims"); it != top.end()) parse_dims(it->second);
+    parse_inputs(require(top, "inputs", root_pos, "", "top-level "));
+    parse_nodes(require(top, "nodes", root_pos, "", "top-level "));
+    parse_outputs(require(top, "outputs", root_pos, "", "top-level "));
+    return std::move(graph_);
+  }
+
+ private:
+  Error error(Position pos, std::string message) const {
+    Error e(std::move(message));
+    if (pos.line > 0) e.at(source_->location(pos.line, pos.column));
+    return e;
+  }
+
+  // The entries of a map with string keys; unknown keys (when `allowed` is non-empty) and
+  // duplicate keys are errors. `what` prefixes messages ("node 'fc1': ").
+  Fields fields(const YAML::Node& map, const std::vector<std::string>& allowed,
+                const std::string& what, const std::string& key_kind = "") const {
+    Fields out;
+    for (const auto& entry : map) {
+      Position key_pos = position(entry.first);
+      if (!entry.first.IsScalar())
+        throw error(key_pos, fmt::format("{}keys must be names, got {}", what, describe(entry.first)));
+      const std::string& key = entry.first.Scalar();
+      if (!allowed.empty() && std::find(allowed.begin(), allowed.end(), key) == allowed.end())
+        throw error(key_pos, fmt::format("{}unknown {}key '{}'{}", what, key_kind, key,
+                                         did_you_mean(key, allowed)))
+            .note(fmt::format("valid keys: {}", join(allowed)));
+      if (auto it = out.find(key); it != out.end())
+        throw error(key_pos, fmt::format("{}duplicate key '{}' (first at line {}, column {})", what,
+                                         key, it->second.key_pos.line, it->second.key_pos.column));
+      Position value_pos = position(entry.second);
+      if (entry.second.IsNull() || value_pos.line == 0) value_pos = key_pos;
+      out[key] = Field{entry.first, entry.second, key_pos, value_pos};
+    }
+    return out;
+  }
+
+  // A key that must be present with a value; absent keys point at the enclosing map.
+  const Field& require(const Fields& map, const std::string& key, Position map_pos,
+                       const std::string& what, const std::string& key_kind = "") const {
+    auto it = map.find(key);
+    if (it == map.end())
+      throw error(map_pos, fmt::format("{}missing {}key '{}'", what, key_kind, key));
+    if (it->second.value.IsNull())
+      throw error(it->second.key_pos, fmt::format("{}key '{}' has no value", what, key));
+    return it->second;
+  }
+
+  std::string scalar(const Field& field, const std::string& what, const std::string& key,
+                     const char* expected) const {
+    if (!field.value.IsScalar())
+      throw error(field.value_pos, fmt::format("{}'{}' must be {}, got {}", what, key, expected,
+                                               describe(field.value)));
+    return field.value.Scalar();
+  }
+
+  std::string identifier(const Field& field, const std::string& kind) const {
+    std::string text = scalar(field, "", "name", "a name");
+    if (!is_identifier(text))
+      throw error(field.value_pos,
+                  fmt::format("{} '{}' is not an identifier (letters, digits and '_', not "
+                              "starting with a digit)",
+                              kind, text));
+    return text;
+  }
+
+  int64_t integer(const Field& field, const std::string& what, const std::string& key) const {
+    std::string text = scalar(field, what, key, "an integer");
+    std::optional<int64_t> value = parse_int(text);
+    if (!value)
+      throw error(field.value_pos,
+                  fmt::format("{}'{}' must be an integer, got '{}'", what, key, text));
+    return *value;
+  }
+
+  void parse_dims(const Field& dims_field) {
+    if (dims_field.value.IsNull()) return;
+    if (!dims_field.value.IsMap())
+      throw error(dims_field.value_pos,
+                  fmt::format("'dims' must be a map of dim names to {{min, max, default}}, got {}",
+                              describe(dims_field.value)));
+    for (const auto& [name, field] : ordered(fields(dims_field.value, {}, "dims: "))) {
+      if (!is_identifier(name))
+        throw error(field.key_pos,
+                    fmt::format("dim name '{}' is not an identifier (letters, digits and '_', "
+                                "not starting with a digit)",
+                                name));
+      if (std::find(kExprFunctions.begin(), kExprFunctions.end(), name) != kExprFunctions.end())
+        throw error(field.key_pos, fmt::format("dim name '{}' is an expression function ({})",
+                                               name, join(kExprFunctions)));
+      std::string what = fmt::format("dim '{}': ", name);
+      if (!field.value.IsMap())
+        throw error(field.value_pos,
+                    fmt::format("{}expected a map {{min, max, default}}, got {}", what,
+                                describe(field.value)));
+      Fields keys = fields(field.value, kDimKeys, what);
+      DimDecl dim;
+      dim.name = name;
+      dim.pos = field.key_pos;
+      Position map_pos = position(field.value);
+      if (auto it = keys.find("min"); it != keys.end()) {
+        dim.min = integer(it->second, what, "min");
+        if (dim.min < 1)
+          throw error(it->second.value_pos,
+                      fmt::format("{}min must be at least 1, got {}", what, dim.min));
+      }
+      const Field& max_field = require(keys, "max", map_pos, what);
+      dim.max = integer(max_field, what, "max");
+      if (dim.max < dim.min)
+        throw error(keys.count("min") ? keys.at("min").value_pos : max_field.value_pos,
+                    fmt::format("{}min {} is greater than max {}", what, dim.min, dim.max));
+      const Field& default_field = require(keys, "default", map_pos, what);
+      dim.default_value = integer(default_field, what, "default");
+      if (dim.default_value < dim.min || dim.default_value > dim.max)
+        throw error(default_field.value_pos,
+                    fmt::format("{}default {} is outside [{}, {}]", what, dim.default_value,
+                                dim.min, dim.max));
+      graph_.dims.push_back(dim);
+    }
+  }
+
+  // Map entries in source order (yaml-cpp iterates in order; Fields is keyed by name).
+  static std::vector<std::pair<std::string, Field>> ordered(const Fields& map) {
+    std::vector<std::pair<std::string, Field>> entries(map.begin(), map.end());
+    std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) {
+      return std::make_pair(a.second.key_pos.line, a.second.key_pos.column) <
+             std::make_pair(b.second.key_pos.line, b.second.key_pos.column);
+    });
+    return entries;
+  }
+
+  std::vector<std::string> dim_names() const {
+    std::vector<std::string> names;
+    for (const DimDecl& dim : graph_.dims) names.push_back(dim.name);
+    return names;
+  }
+
+  Error unknown_dim(Position pos, const std::string& what, const std::string& dim,
+                    const std::string& entry) const {
+    std::string where = entry == dim ? "" : fmt::format(" in '{}'", entry);
+    Error e = error(pos, fmt::format("{}unknown dim '{}'{}{}", what, dim, where,
+                                     did_you_mean(dim, dim_names())));
+    if (graph_.dims.empty())
+      e.note("the graph declares no dims; declare them under 'dims:'");
+    else
+      e.note(fmt::format("declared dims: {}", join(dim_names())));
+    return e;
+  }
+
+  // One shape entry: an int, a dim name or an expression string over declared dims.
+  Expr shape_entry(const YAML::Node& entry, const std::string& what,
+                   bool allow_negative_one = false) const {
+    Position pos = position(entry);
+    if (!entry.IsScalar())
+      throw error(pos, fmt::format("{}a shape entry must be an int, a dim name or an "
+                                   "expression string, got {}",
+                                   what, describe(entry)));
+    const std::string& text = entry.Scalar();
+    Expr expr;
+    try {
+      expr = Expr::parse(text);
+    } catch (const Error& e) {
+      throw error(pos, what + e.message());
+    }
+    for (const std::string& dim : expr.dims())
+      if (!graph_.find_dim(dim)) throw unknown_dim(pos, what, dim, text);
+    if (auto value = expr.const_value(); value && *value <= 0 &&
+                                        !(allow_negative_one && *value == -1))
+      throw error(pos, fmt::format("{}shape entry '{}' must be positive", what, text));
+    return expr;
+  }
+
+  Shape shape(const Field& field, const std::string& what) const {
+    if (!field.value.IsSequence())
+      throw error(field.value_pos,
+                  fmt::format("{}'shape' must be a list like [B, 784], got {}", what,
+                              describe(field.value)));
+    Shape out;
+    for (const auto& entry : field.value) out.push_back(shape_entry(entry, what));
+    return out;
+  }
+
+  DType dtype(const Field& field, const std::string& what) const {
+    std::string text = scalar(field, what, "dtype", "a dtype name");
+    std::optional<DType> parsed = parse_dtype(text);
+    if (!parsed)
+      throw error(field.value_pos, fmt::format("{}unknown dtype '{}'{}", what, text,
+                                               did_you_mean(text, dtype_names())))
+          .note(fmt::format("dtypes: {}", join(dtype_names())));
+    return *parsed;
+  }
+
+  // First definition of each name (graph input or node), for duplicate errors.
+  void claim_name(const std::string& name, Position pos, const std::string& what) {
+    auto [it, inserted] = defined_.emplace(name, pos);
+    if (!inserted)
+      throw error(pos, fmt::format("{}duplicate name '{}' (first defined on line {})", what,
+                                   name, it->second.line))
+          .note("graph input and node names must be unique");
+  }
+
+  void parse_inputs(const Field& inputs_field) {
+    if (!inputs_field.value.IsMap() || inputs_field.value.size() == 0)
+      throw error(inputs_field.value_pos,
+                  fmt::format("'inputs' must be a non-empty map of input names to {{dtype, "
+                              "shape}}, got {}",
+                              describe(inputs_field.value)));
+    for (const auto& [name, field] : ordered(fields(inputs_field.value, {}, "inputs: "))) {
+      if (!is_identifier(name))
+        throw error(field.key_pos,
+                    fmt::format("input name '{}' is not an identifier (letters, digits and "
+                                "'_', not starting with a digit)",
+                                name));
+      std::string what = fmt::format("input '{}': ", name);
+      if (!field.value.IsMap())
+        throw error(field.value_pos, fmt::format("{}expected a map {{dtype, shape}}, got {}",
+                                                 what, describe(field.value)));
+      Fields keys = fields(field.value, kInputKeys, what);
+      claim_name(name, field.key_pos, "");
+      GraphInput input;
+      input.name = name;
+      input.pos = field.key_pos;
+      DType type = DType::kF32;
+      if (auto it = keys.find("dtype"); it != keys.end()) type = dtype(it->second, what);
+      input.type = contiguous(type, shape(require(keys, "shape", position(field.value), what),
+                                          what));
+      graph_.inputs.push_back(std::move(input));
+    }
+  }
+
+  // Names and inputs of every node, read leniently: forward references and cycles are
+  // reported with the later node's line, before that node itself is validated.
+  std::vector<Sketch> sketch_nodes(const YAML::Node& nodes) const {
+    std::vector<Sketch> sketches;
+    for (const auto& node : nodes) {
+      Sketch sketch;
+      sketch.pos = position(node);
+      if (node.IsMap()) {
+        for (const auto& entry : node) {
+          if (!entry.first.IsScalar()) continue;
+          if (entry.first.Scalar() == "name" && entry.second.IsScalar())
+            sketch.name = entry.second.Scalar();
+          if (entry.first.Scalar() == "inputs" && entry.second.IsSequence())
+            for (const auto& input : entry.second)
+              if (input.IsScalar()) sketch.inputs.push_back(input.Scalar());
+        }
+      }
+      sketches.push_back(std::move(sketch));
+    }
+    return sketches;
+  }
+
+  // The path from `from` back to `target` through inputs of sketched nodes, if any.
+  std::optional<std::vector<std::string>> path_to(const std::vector<Sketch>& sketches,
+                                                  const std::string& from,
+                                                  const std::string& target) const {
+    std::set<std::string> seen;
+    std::function<bool(const std::string&, std::vector<std::string>&)> walk =
+        [&](const std::string& name, std::vector<std::string>& path) {
+          path.push_back(name);
+          if (name == target) return true;
+          if (seen.insert(name).second) {
+            for (const Sketch& sketch : sketches)
+              if (sketch.name == name) {
+                for (const std::string& input : sketch.inputs)
+                  if (walk(input, path)) return true;
+                break;
+              }
+          }
+          path.pop_back();
+          return false;
+        };
+    std::vector<std::string> path;
+    if (walk(from, path)) return path;
+    return std::nullopt;
+  }
+
+  void parse_nodes(const Field& nodes_field) {
+    if (!nodes_field.value.IsSequence() || nodes_field.value.size() == 0)
+      throw error(nodes_field.value_pos,
+                  fmt::format("'nodes' must be a non-empty list of nodes, got {}",
+                              describe(nodes_field.value)));
+    std::vector<Sketch> sketches = sketch_nodes(nodes_field.value);
+    size_t index = 0;
+    for (const auto& yaml_node : nodes_field.value) parse_node(yaml_node, index++, sketches);
+  }
+
+  void parse_node(const YAML::Node& yaml_node, size_t index, const std::vector<Sketch>& sketches) {
+    Position node_pos = position(yaml_node);
+    std::string anon = fmt::format("node #{}: ", index + 1);
+    if (!yaml_node.IsMap())
+      throw error(node_pos, fmt::format("{}expected a map {{name, op, inputs, attrs}}, got {}",
+                                        anon, describe(yaml_node)));
+    // Keys are checked before the name is known to be usable, so name the node by its
+    // name when it has a plain one.
+    std::string what = anon;
+    if (!sketches[index].name.empty()) what = fmt::format("node '{}': ", sketches[index].name);
+    Fields keys = fields(yaml_node, kNodeKeys, what);
+
+    Node node;
+    node.pos = node_pos;
+    node.name = identifier(require(keys, "name", node_pos, anon), "node name");
+    what = fmt::format("node '{}': ", node.name);
+    for (const auto& [key, field] : keys) node.key_pos[key] = field.value_pos;
+    claim_name(node.name, keys.at("name").value_pos, "");
+    node.ctx.node = node.name;
+
+    const Field& op_field = require(keys, "op", node_pos, what);
+    std::string op_name = scalar(op_field, what, "op", "an op name");
+    node.op = registry_.find(op_name);
+    if (!node.op)
+      throw error(op_field.value_pos, fmt::format("{}unknown op '{}'{}", what, op_name,
+                                                  did_you_mean(op_name, registry_.names())))
+          .note("`teeny ops` lists the registered ops");
+    const OpDef& op = *node.op;
+
+    parse_node_inputs(node, require(keys, "inputs", node_pos, what), what, index, sketches);
+
+    if (auto it = keys.find("dtype"); it != keys.end()) {
+      DType requested = dtype(it->second, what);
+      if (std::find(op.dtypes.begin(), op.dtypes.end(), requested) == op.dtypes.end())
+        throw unsupported_dtype(node, "dtype", requested, "");
+      node.ctx.requested_dtype = requested;
+    }
+
+    nlohmann::json attrs = parse_attrs(node, keys, what);
+    node.ctx.attrs = Attrs(std::move(attrs));
+
+    run_op(node);
+    graph_.nodes.push_back(std::move(node));
+  }
+
+  Error unsupported_dtype(const Node& node, const std::string& key, DType type,
+                          const std::string& whose) const {
+    std::vector<std::string> supported;
+    for (DType t : node.op->dtypes) supported.push_back(dtype_name(t));
+    return graph_.error_at(node, key,
+                           fmt::format("op '{}' does not support dtype {}{}; it supports {}",
+                                       node.op->name, dtype_name(type), whose,
+                                       join(supported)));
+  }
+
+  void parse_node_inputs(Node& node, const Field& field, const std::string& what, size_t index,
+                         const std::vector<Sketch>& sketches) {
+    if (!field.value.IsSequence())
+      throw error(field.value_pos, fmt::format("{}'inputs' must be a list of names, got {}",
+                                               what, describe(field.value)));
+    const OpDef& op = *node.op;
+    size_t i = 0;
+    for (const auto& entry : field.value) {
+      std::string key = fmt::format("inputs.{}", i++);
+      Position pos = position(entry);
+      node.key_pos[key] = pos;
+      if (!entry.IsScalar())
+        throw error(pos, fmt::format("{}input entries must be names, got {}", what,
+                                     describe(entry)));
+      const std::string& input = entry.Scalar();
+      if (input == node.name)
+        throw error(pos, fmt::format("{}cycle: {} -> {}", what, node.name, node.name));
+      const TensorType* type = graph_.find_tensor(input);
+      if (!type) throw undefined_input(pos, what, node.name, input, index, sketches);
+      node.inputs.push_back(input);
+      node.ctx.inputs.push_back(*type);
+    }
+
+    std::vector<std::string> names;
+    for (const InputSpec& spec : op.inputs) names.push_back(spec.name);
+    size_t count = node.inputs.size();
+    if (op.variadic) {
+      size_t min_inputs = static_cast<size_t>(std::max(op.min_inputs, 1));
+      if (count < min_inputs)
+        throw graph_.error_at(node, "inputs",
+                              fmt::format("op '{}' takes at least {} input{} ({}...), got {}",
+                                          op.name, min_inputs, min_inputs == 1 ? "" : "s",
+                                          join(names), count));
+    } else if (count != op.inputs.size()) {
+      throw graph_.error_at(node, "inputs",
+                            fmt::format("op '{}' takes {} input{} ({}), got {}", op.name,
+                                        op.inputs.size(), op.inputs.size() == 1 ? "" : "s",
+                                        join(names), count));
+    }
+    // Float inputs must be in the op's dtypes; integer inputs (ids) are the op's own check.
+    for (size_t k = 0; k < count; ++k) {
+      DType type = node.ctx.inputs[k].dtype;
+      if (is_float(type) &&
+          std::find(op.dtypes.begin(), op.dtypes.end(), type) == op.dtypes.end())
+        throw unsupported_dtype(node, fmt::format("inputs.{}", k), type,
+                                fmt::format(" (input '{}')", node.inputs[k]));
+    }
+  }
+
+  Error undefined_input(Position pos, const std::string& what, const std::string& node_name,
+                        const std::string& input, size_t index,
+                        const std::vector<Sketch>& sketches) const {
+    for (size_t later = index + 1; later < sketches.size(); ++later) {
+      if (sketches[later].name != input) continue;
+      if (auto cycle = path_to(sketches, input, node_name)) {
+        return error(pos, fmt::format("{}cycle: {} -> {}", what, node_name, join(*cycle, " -> ")))
+            .note("a node's inputs must be graph inputs or earlier nodes");
+      }
+      return error(pos, fmt::format("{}input '{}' is defined later, on line {}", what, input,
+                                    sketches[later].pos.line))
+          .note("a node's inputs must be graph inputs or earlier nodes; move it up");
+    }
+    std::vector<std::string> known;
+    for (const GraphInput& graph_input : graph_.inputs) known.push_back(graph_input.name);
+    for (const Node& earlier : graph_.nodes) known.push_back(earlier.name);
+    return error(pos, fmt::format("{}undefined input '{}'{}", what, input,
+                                  did_you_mean(input, known)));
+  }
+
+  // ---- attrs ---------------------------------------------------------------------------
+  nlohmann::json parse_attrs(Node& node, const Fields& keys, const std::string& what) {
+    const OpDef& op = *node.op;
+    std::vector<std::string> names;
+    for (const AttrSpec& spec : op.attrs) names.push_back(spec.name);
+
+    Fields given;
+    auto attrs_it = keys.find("attrs");
+    if (attrs_it != keys.end() && !attrs_it->second.value.IsNull()) {
+      const Field& field = attrs_it->second;
+      if (!field.value.IsMap())
+        throw error(field.value_pos, fmt::format("{}'attrs' must be a map of attr names to "
+                                                 "values, got {}",
+                                                 what, describe(field.value)));
+      given = fields(field.value, {}, what);
+      for (const auto& [name, attr] : given) {
+        node.key_pos["attrs." + name] = attr.value_pos;
+        if (std::find(names.begin(), names.end(), name) == names.end()) {
+          Error e = error(attr.key_pos, fmt::format("{}unknown attr '{}' for op '{}'{}", what,
+                                                    name, op.name, did_you_mean(name, names)));
+          e.note(names.empty() ? fmt::format("op '{}' takes no attrs", op.name)
+                               : fmt::format("op '{}' attrs: {}", op.name, join(names)));
+          throw e;
+        }
+      }
+    }
+
+    nlohmann::json values = nlohmann::json::object();
+    for (const AttrSpec& spec : op.attrs) {
+      auto it = given.find(spec.name);
+      if (it == given.end()) {
+        if (spec.default_value)
+          values[spec.name] = normalize_default(spec);
+        else if (!spec.optional)
+          throw graph_.error_at(node, "attrs", fmt::format("missing required attr '{}' for op '{}'",
+                                                           spec.name, op.name));
+        continue;
+      }
+      values[spec.name] = attr_value(spec, it->second, what);
+    }
+    return values;
+  }
+
+  static nlohmann::json normalize_default(const AttrSpec& spec) {
+    const nlohmann::json& value = *spec.default_value;
+    if (spec.type == AttrType::kIntPair && value.is_number_integer())
+      return nlohmann::json::array({value, value});
+    return value;
+  }
+
+  static const char* expected_text(AttrType type) {
+    switch (type) {
+      case AttrType::kInt: return "an integer";
+      case AttrType::kFloat: return "a number";
+      case AttrType::kBool: return "true or false";
+      case AttrType::kEnum: return "a name";
+      case AttrType::kIntPair: return "an integer or a list [h, w] of two integers";
+      case AttrType::kIntList: return "a list of integers";
+      case AttrType::kIntListList: return "a list of lists of integers";
+      case AttrType::kShape: return "a list of ints, dim names or expression strings";
+    }
+    return "";
+  }
+
+  nlohmann::json attr_value(const AttrSpec& spec, const Field& field, const std::string& what) {
+    const YAML::Node& value = field.value;
+    auto bad = [&]() {
+      return error(field.value_pos, fmt::format("{}attr '{}' must be {}, got {}", what,
+                                                spec.name, expected_text(spec.type),
+                                                describe(value)));
+    };
+    auto int_of = [&](const YAML::Node& item) {
+      if (!item.IsScalar()) throw bad();
+      std::optional<int64_t> parsed = parse_int(item.Scalar());
+      if (!parsed) throw bad();
+      return *parsed;
+    };
+    auto int_list = [&](const YAML::Node& list) {
+      if (!list.IsSequence()) throw bad();
+      std::vector<int64_t> out;
+      for (const auto& item : list) out.push_back(int_of(item));
+      return out;
+    };
+    auto check_min = [&](double number) {
+      if (spec.min_value && number < *spec.min_value)
+        throw error(field.value_pos, fmt::format("{}attr '{}' must be at least {}, got {}", what,
+                                                 spec.name, *spec.min_value, value.Scalar()));
+    };
+
+    switch (spec.type) {
+      case AttrType::kInt: {
+        int64_t number = int_of(value);
+        check_min(static_cast<double>(number));
+        return number;
+      }
+      case AttrType::kFloat: {
+        if (!value.IsScalar()) throw bad();
+        double number = 0;
+        if (!YAML::convert<double>::decode(value, number)) throw bad();
+        check_min(number);
+        return number;
+      }
+      case AttrType::kBool: {
+        bool flag = false;
+        if (!value.IsScalar() || !YAML::convert<bool>::decode(value, flag)) throw bad();
+        return flag;
+      }
+      case AttrType::kEnum: {
+        if (!value.IsScalar()) throw bad();
+        const std::string& text = value.Scalar();
+        if (std::find(spec.choices.begin(), spec.choices.end(), text) == spec.choices.end())
+          throw error(field.value_pos,
+                      fmt::format("{}attr '{}' must be one of {}; got '{}'{}", what, spec.name,
+                                  join(spec.choices), text, did_you_mean(text, spec.choices)));
+        return text;
+      }
+      case AttrType::kIntPair: {
+        if (value.IsScalar()) {
+          int64_t n = int_of(value);
+          return nlohmann::json::array({n, n});
+        }
+        std::vector<int64_t> pair = int_list(value);
+        if (pair.size() != 2) throw bad();
+        return pair;
+      }
+      case AttrType::kIntList: return int_list(value);
+      case AttrType::kIntListList: {
+        if (!value.IsSequence()) throw bad();
+        nlohmann::json lists = nlohmann::json::array();
+        for (const auto& item : value) lists.push_back(int_list(item));
+        return lists;
+      }
+      case AttrType::kShape: {
+        if (!value.IsSequence()) throw bad();
+        nlohmann::json entries = nlohmann::json::array();
+        std::string entry_what = fmt::format("{}attr '{}': ", what, spec.name);
+        for (const auto& item : value)
+          entries.push_back(shape_entry(item, entry_what, /*allow_negative_one=*/true).str());
+        return entries;
+      }
+    }
+    throw bad();
+  }
+
+  // The op's shape rule and params, with its errors located at the node key it names.
+  void run_op(Node& node) const {
+    const OpDef& op = *node.op;
+    try {
+      node.ctx.output = op.infer(node.ctx);
+      if (node.ctx.requested_dtype && node.ctx.output.dtype != *node.ctx.requested_dtype)
+        throw OpError("dtype", fmt::format("op '{}' produces {} here, not the requested {}",
+                                           op.name, dtype_name(node.ctx.output.dtype),
+                                           dtype_name(*node.ctx.requested_dtype)));
+      if (op.params) op.params(node.ctx);
+    } catch (const OpError& e) {
+      throw relocate(node, e.key, e);
+    } catch (const Error& e) {
+      throw relocate(node, "op", e);
+    }
+  }
+
+  Error relocate(const Node& node, const std::string& key, const Error& e) const {
+    Error out = graph_.error_at(node, key, e.message());
+    out.with_code(e.code());
+    for (const std::string& note : e.notes()) out.note(note);
+    return out;
+  }
+
+  // ---- outputs ---------------------------------------------------------------------------
+  void parse_outputs(const Field& field) {
+    if (!field.value.IsSequence() || field.value.size() == 0)
+      throw error(field.value_pos, fmt::format("'outputs' must be a non-empty list of names, "
+                                               "got {}",
+                                               describe(field.value)));
+    std::vector<std::string> known;
+    for (const GraphInput& input : graph_.inputs) known.push_back(input.name);
+    for (const Node& node : graph_.nodes) known.push_back(node.name);
+    for (const auto& entry : field.value) {
+      Position pos = position(entry);
+      if (!entry.IsScalar())
+        throw error(pos, fmt::format("output entries must be names, got {}", describe(entry)));
+      const std::string& name = entry.Scalar();
+      if (!graph_.find_tensor(name))
+        throw error(pos, fmt::format("undefined output '{}'{}", name, did_you_mean(name, known)));
+      if (std::find(graph_.outputs.begin(), graph_.outputs.end(), name) != graph_.outputs.end())
+        throw error(pos, fmt::format("output '{}' is listed twice", name));
+      graph_.outputs.push_back(name);
+    }
+  }
+
+  std::shared_ptr<const SourceFile> source_;
+  const Registry& registry_;
+  Graph graph_;
+  std::map<std::string, Position> defined_;
+};
+
+std::vector<std::string> split_lines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::string line;
+  std::istringstream stream(text);
+  while (std::getline(stream, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    lines.push_back(line);
+  }
+  return lines;
+}
+
+}  // namespace
+
+Graph parse_graph(const std::string& text, const std::string& path, const Registry& registry) {
+  auto source = std::make_shared<SourceFile>();
+  source->path = path;
+  source->lines = split_lines(text);
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    Error error(fmt::format("YAML syntax error: {}", e.msg));
+    if (!e.mark.is_null()) error.at(source->location(e.mark.line + 1, e.mark.column + 1));
+    throw error;
+  }
+  return SpecParser(source, registry).parse(root);
+}
+
+Graph load_graph(const std::string& path, const Registry& registry) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file)
+    throw Error(fmt::format("cannot read graph spec '{}': {}", path, std::strerror(errno)));
+  std::ostringstream text;
+  text << file.rdbuf();
+  return parse_graph(text.str(), path, registry);
+}
+
+Bindings bind_dims(const std::vector<DimDecl>& dims, const std::vector<std::string>& binds) {
+  std::vector<std::string> names;
+  for (const DimDecl& dim : dims) names.push_back(dim.name);
+  Bindings bindings;
+  std::set<std::string> bound;
+  for (const std::string& bind : binds) {
+    size_t eq = bind.find('=');
+    std::string name = eq == std::string::npos ? "" : bind.substr(0, eq);
+    std::optional<int64_t> value =
+        eq == std::string::npos ? std::nullopt : parse_int(bind.substr(eq + 1));
+    if (name.empty() || !value)
+      throw Error(fmt::format("malformed --bind '{}': expected DIM=N, e.g. --bind B=64", bind));
+    auto it = std::find_if(dims.begin(), dims.end(),
+                           [&](const DimDecl& dim) { return dim.name == name; });
+    if (it == dims.end())
+      throw Error(fmt::format("--bind {}: unknown dim '{}'{}", bind, name,
+                              did_you_mean(name, names)))
+          .note(names.empty() ? "the graph declares no dims"
+                              : fmt::format("declared dims: {}", join(names)));
+    if (*value < it->min || *value > it->max)
+      throw Error(fmt::format("--bind {}: {} must be in [{}, {}]", bind, name, it->min, it->max));
+    if (!bound.insert(name).second)
+      throw Error(fmt::format("--bind {}: dim '{}' is bound more than once", bind, name));
+    bindings[name] = *value;
+  }
+  for (const DimDecl& dim : dims) bindings.emplace(dim.name, dim.default_value);
+  return bindings;
+}
+
+std::map<std::string, std::vector<int64_t>> bind_shapes(const Graph& graph,
+                                                        const Bindings& bindings) {
+  auto bindings_text = [&](const Shape& shape) {
+    std::vector<std::string> parts;
+    for (const std::string& dim : product(shape).dims())
+      if (auto it = bindings.find(dim); it != bindings.end())
+        parts.push_back(fmt::format("{}={}", dim, it->second));
+    return join(parts);
+  };
+  // Evaluates one shape; a failure or a size <= 0 is reported by `fail`.
+  auto evaluate = [&](const Shape& shape, const std::function<Error(std::string)>& fail) {
+    std::vector<int64_t> concrete;
+    try {
+      concrete = eval_shape(shape, bindings);
+    } catch (const Error& e) {
+      throw fail(fmt::format("cannot evaluate shape {} with {}: {}", shape_str(shape),
+                             bindings_text(shape), e.message()));
+    }
+    for (int64_t size : concrete)
+      if (size <= 0)
+        throw fail(fmt::format("shape {} is [{}] with {}; sizes must be positive",
+                               shape_str(shape), fmt::join(concrete, ", "),
+                               bindings_text(shape)));
+    return concrete;
+  };
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const GraphInput& input : graph.inputs)
+    shapes[input.name] = evaluate(input.type.shape, [&](std::string message) {
+      Error e(fmt::format("input '{}': {}", input.name, message));
+      if (graph.source && input.pos.line > 0)
+        e.at(graph.source->location(input.pos.line, input.pos.column));
+      return e;
+    });
+  for (const Node& node : graph.nodes)
+    shapes[node.name] = evaluate(node.ctx.output.shape, [&](std::string message) {
+      return graph.error_at(node, "op", std::move(message));
+    });
+  return shapes;
+}
+
+}  // namespace teeny
