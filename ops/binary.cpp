@@ -10,6 +10,7 @@
 
 #include <algorithm>
 
+#include "ops/conformance.h"
 #include "ops/kernel_util.h"
 #include "ops/ops.h"
 
@@ -194,6 +195,31 @@ OpDef binary_op(const std::string& name, std::string doc, BinaryFn fn) {
     launch.flops = n;
     lowering.launches.push_back(std::move(launch));
     return lowering;
+  };
+
+  def.conformance_cases = [name] {
+    std::vector<ConformanceCase> cases;
+    for (DType dtype : float_dtypes()) {
+      const std::string dt = dtype_name(dtype);
+      cases.push_back({"same shape " + dt,
+                       case_graph({"B", "W"}, {{"a", dtype, "[B, W]"}, {"b", dtype, "[B, W]"}},
+                                  {{"y", name, {"a", "b"}}}),
+                       awkward_rows()});
+      cases.push_back({"row vector b " + dt,
+                       case_graph({"B", "W"}, {{"a", dtype, "[B, W]"}, {"b", dtype, "[W]"}},
+                                  {{"y", name, {"a", "b"}}}),
+                       awkward_rows()});
+      cases.push_back({"column a, outer broadcast " + dt,
+                       case_graph({"B", "W"}, {{"a", dtype, "[B, 1]"}, {"b", dtype, "[3, 1, W]"}},
+                                  {{"y", name, {"a", "b"}}}),
+                       awkward_rows()});
+    }
+    cases.push_back({"padded a rows (linear, 17 of 20)",
+                     case_graph({"B"}, {{"x", DType::kF32, "[B, 8]"}, {"b", DType::kF32, "[B, 17]"}},
+                                {{"p", "linear", {"x"}, {{"out_features", 17}}},
+                                 {"y", name, {"p", "b"}}}),
+                     {{{"B", 1}}, {{"B", 999}}}});
+    return cases;
   };
 
   def.reference = [fn](const RefContext& ref) {

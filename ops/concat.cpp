@@ -7,6 +7,7 @@
 // element by element otherwise (padded input rows are honoured there).
 #include <fmt/format.h>
 
+#include "ops/conformance.h"
 #include "ops/kernel_util.h"
 #include "ops/ops.h"
 
@@ -133,6 +134,33 @@ OpDef concat_op() {
       lowering.launches.push_back(std::move(launch));
     }
     return lowering;
+  };
+
+  def.conformance_cases = [] {
+    std::vector<ConformanceCase> cases;
+    for (DType dtype : float_dtypes()) {
+      const std::string dt = dtype_name(dtype);
+      cases.push_back({"axis 1: [B, W] [B, 8] [B, 1] " + dt,
+                       case_graph({"B", "W"},
+                                  {{"a", dtype, "[B, W]"}, {"b", dtype, "[B, 8]"}, {"c", dtype, "[B, 1]"}},
+                                  {{"y", "concat", {"a", "b", "c"}, {{"axis", 1}}}}),
+                       awkward_rows()});
+      cases.push_back({"axis 0: [B, W] [2, W] " + dt,
+                       case_graph({"B", "W"}, {{"a", dtype, "[B, W]"}, {"b", dtype, "[2, W]"}},
+                                  {{"y", "concat", {"a", "b"}, {{"axis", 0}}}}),
+                       awkward_rows()});
+      cases.push_back({"axis -1 of rank 3: [B, 2, W] [B, 2, 16] " + dt,
+                       case_graph({"B", "W"}, {{"a", dtype, "[B, 2, W]"}, {"b", dtype, "[B, 2, 16]"}},
+                                  {{"y", "concat", {"a", "b"}, {{"axis", -1}}}}),
+                       awkward_rows()});
+    }
+    cases.push_back({"padded rows (linear, 17 of 20) on both axes",
+                     case_graph({"B"}, {{"x", DType::kF32, "[B, 8]"}, {"b", DType::kF32, "[B, 17]"}},
+                                {{"p", "linear", {"x"}, {{"out_features", 17}}},
+                                 {"c", "concat", {"b", "p"}, {{"axis", 0}}},
+                                 {"y", "concat", {"p", "b"}, {{"axis", 1}}}}),
+                     {{{"B", 1}}, {{"B", 999}}}});
+    return cases;
   };
 
   def.reference = [](const RefContext& ref) {

@@ -8,6 +8,7 @@
 
 #include <cmath>
 
+#include "ops/conformance.h"
 #include "ops/kernel_util.h"
 #include "ops/ops.h"
 
@@ -88,8 +89,27 @@ Expr cols_of(const TensorType& type) {
   return type.shape.empty() ? Expr(1) : type.shape.back();
 }
 
+// Every dtype over awkward (B, W), once per attr set; and f32 input rows padded by linear.
+std::vector<ConformanceCase> unary_cases(const std::string& name,
+                                         const std::vector<nlohmann::json>& attr_sets) {
+  std::vector<ConformanceCase> cases;
+  for (const nlohmann::json& attrs : attr_sets) {
+    for (DType dtype : float_dtypes())
+      cases.push_back({fmt::format("[B, W] {} {}", dtype_name(dtype), attrs.dump()),
+                       case_graph({"B", "W"}, {{"x", dtype, "[B, W]"}}, {{"y", name, {"x"}, attrs}}),
+                       awkward_rows()});
+    cases.push_back({"padded input rows (linear, 17 of 20) " + attrs.dump(),
+                     case_graph({"B"}, {{"x", DType::kF32, "[B, 8]"}},
+                                {{"p", "linear", {"x"}, {{"out_features", 17}}},
+                                 {"y", name, {"p"}, attrs}}),
+                     {{{"B", 1}}, {{"B", 999}}}});
+  }
+  return cases;
+}
+
 OpDef unary_op(const std::string& name, std::string doc, UnaryFn fn,
-               std::vector<AttrSpec> attrs = {}) {
+               std::vector<AttrSpec> attrs = {},
+               std::vector<nlohmann::json> case_attrs = {nlohmann::json::object()}) {
   OpDef def;
   def.name = name;
   def.doc = std::move(doc);
@@ -131,6 +151,7 @@ OpDef unary_op(const std::string& name, std::string doc, UnaryFn fn,
     lowering.launches.push_back(std::move(launch));
     return lowering;
   };
+  def.conformance_cases = [name, case_attrs] { return unary_cases(name, case_attrs); };
   def.reference = [fn](const RefContext& ref) {
     HostTensor out;
     out.dtype = ref.op.output.dtype;
@@ -184,7 +205,8 @@ OpDef gelu_op() {
     return 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0)));
   };
   fn.flops_per_element = 8;
-  return unary_op("gelu", "Gaussian error linear unit (PyTorch nn.GELU)", fn, {approximate});
+  return unary_op("gelu", "Gaussian error linear unit (PyTorch nn.GELU)", fn, {approximate},
+                  {{{"approximate", "none"}}, {{"approximate", "tanh"}}});
 }
 
 OpDef scale_op() {
@@ -192,7 +214,7 @@ OpDef scale_op() {
   UnaryFn fn;
   fn.cuda = [](const Attrs&) { return std::make_pair(std::string(), std::string("v * value")); };
   fn.host = [](double v, const Attrs& attrs) { return v * attrs.f("value"); };
-  return unary_op("scale", "y = x * value", fn, {value});
+  return unary_op("scale", "y = x * value", fn, {value}, {{{"value", -2.5}}});
 }
 
 }  // namespace teeny::ops

@@ -5,6 +5,7 @@
 // weight and output rows are aligned, element by element otherwise.
 #include <fmt/format.h>
 
+#include "ops/conformance.h"
 #include "ops/kernel_util.h"
 #include "ops/ops.h"
 
@@ -93,6 +94,19 @@ OpDef embedding_op() {
     launch.flops = Expr(0);
     lowering.launches.push_back(std::move(launch));
     return lowering;
+  };
+  def.conformance_cases = [] {
+    std::vector<ConformanceCase> cases;
+    for (DType dtype : float_dtypes()) {
+      for (int dim : {64, 17, 1000}) {
+        CaseNode node{"y", "embedding", {"ids"}, {{"num_embeddings", 50}, {"dim", dim}}};
+        if (dtype != DType::kF32) node.dtype = dtype_name(dtype);
+        cases.push_back({fmt::format("ids [B, W], dim {} {}", dim, dtype_name(dtype)),
+                         case_graph({"B", "W"}, {{"ids", DType::kI32, "[B, W]"}}, {node}),
+                         {{{"B", 1}, {"W", 1}}, {{"B", 3}, {"W", 17}}, {{"B", 64}, {"W", 129}}}});
+      }
+    }
+    return cases;
   };
   def.reference = [](const RefContext& ref) {
     const int64_t num = ref.op.attrs.i("num_embeddings");

@@ -8,6 +8,7 @@
 
 #include <cmath>
 
+#include "ops/conformance.h"
 #include "ops/kernel_util.h"
 #include "ops/ops.h"
 
@@ -218,6 +219,32 @@ OpDef norm_op(const std::string& name, bool rms) {
     launch.flops = rows * cols * Expr(rms ? 4 : 7);
     lowering.launches.push_back(std::move(launch));
     return lowering;
+  };
+
+  def.conformance_cases = [name, rms] {
+    std::vector<ConformanceCase> cases;
+    for (DType dtype : float_dtypes()) {
+      const std::string dt = dtype_name(dtype);
+      cases.push_back({"rows [B, W] " + dt,
+                       case_graph({"B", "W"}, {{"x", dtype, "[B, W]"}}, {{"y", name, {"x"}}}),
+                       awkward_rows()});
+      for (int width : {17, 768, 4096, 20000})
+        cases.push_back({fmt::format("rows [B, {}] {}", width, dt),
+                         case_graph({"B"}, {{"x", dtype, fmt::format("[B, {}]", width)}},
+                                    {{"y", name, {"x"}}}),
+                         {{{"B", 1}}, {{"B", 129}}}});
+    }
+    if (!rms)
+      cases.push_back({"no affine [B, W] f32",
+                       case_graph({"B", "W"}, {{"x", DType::kF32, "[B, W]"}},
+                                  {{"y", name, {"x"}, {{"affine", false}}}}),
+                       awkward_rows()});
+    cases.push_back({"padded rows (linear, 17 of 20)",
+                     case_graph({"B"}, {{"x", DType::kF32, "[B, 8]"}},
+                                {{"p", "linear", {"x"}, {{"out_features", 17}}},
+                                 {"y", name, {"p"}}}),
+                     {{{"B", 1}}, {{"B", 999}}}});
+    return cases;
   };
 
   def.reference = [rms, has_weight](const RefContext& ref) {

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "ops/conformance.h"
 #include "ops/kernel_util.h"
 #include "ops/ops.h"
 
@@ -142,6 +143,36 @@ OpDef reduce_op(const std::string& name, Reduction kind, std::string doc) {
     launch.flops = numel;
     lowering.launches.push_back(std::move(launch));
     return lowering;
+  };
+
+  def.conformance_cases = [name] {
+    std::vector<ConformanceCase> cases;
+    for (DType dtype : float_dtypes()) {
+      const std::string dt = dtype_name(dtype);
+      cases.push_back({"last axis [B, W] " + dt,
+                       case_graph({"B", "W"}, {{"x", dtype, "[B, W]"}},
+                                  {{"y", name, {"x"}, {{"axis", -1}}}}),
+                       awkward_rows()});
+      cases.push_back({"first axis, keepdim [B, W] " + dt,
+                       case_graph({"B", "W"}, {{"x", dtype, "[B, W]"}},
+                                  {{"y", name, {"x"}, {{"axis", 0}, {"keepdim", true}}}}),
+                       awkward_rows()});
+      cases.push_back({"middle axis [3, B, W] " + dt,
+                       case_graph({"B", "W"}, {{"x", dtype, "[3, B, W]"}},
+                                  {{"y", name, {"x"}, {{"axis", 1}}}}),
+                       awkward_rows()});
+      cases.push_back({"last axis [B, 17] " + dt,
+                       case_graph({"B"}, {{"x", dtype, "[B, 17]"}},
+                                  {{"y", name, {"x"}, {{"axis", -1}}}}),
+                       {{{"B", 1}}, {{"B", 5000}}}});
+    }
+    cases.push_back({"padded rows (linear, 17 of 20), both axes",
+                     case_graph({"B"}, {{"x", DType::kF32, "[B, 8]"}},
+                                {{"p", "linear", {"x"}, {{"out_features", 17}}},
+                                 {"r", name, {"p"}, {{"axis", 1}}},
+                                 {"y", name, {"p"}, {{"axis", 0}}}}),
+                     {{{"B", 1}}, {{"B", 999}}}});
+    return cases;
   };
 
   def.reference = [kind](const RefContext& ref) {

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <limits>
 
+#include "ops/conformance.h"
 #include "ops/kernel_util.h"
 #include "ops/ops.h"
 
@@ -169,6 +170,38 @@ OpDef softmax_family(const std::string& name, bool log_form) {
     launch.flops = numel * Expr(5);  // max, sub, exp, add, scale per element
     lowering.launches.push_back(std::move(launch));
     return lowering;
+  };
+
+  def.conformance_cases = [name] {
+    std::vector<ConformanceCase> cases;
+    for (DType dtype : float_dtypes()) {
+      const std::string dt = dtype_name(dtype);
+      cases.push_back({"rows [B, W] " + dt,
+                       case_graph({"B", "W"}, {{"x", dtype, "[B, W]"}}, {{"y", name, {"x"}}}),
+                       awkward_rows()});
+      // Constant widths pick the register-cached plans: warp (17), block (1000, 4096), and
+      // streaming beyond the cache (20000).
+      for (int width : {17, 1000, 4096, 20000})
+        cases.push_back({fmt::format("rows [B, {}] {}", width, dt),
+                         case_graph({"B"}, {{"x", dtype, fmt::format("[B, {}]", width)}},
+                                    {{"y", name, {"x"}}}),
+                         {{{"B", 1}}, {{"B", 129}}}});
+      cases.push_back({"middle axis [B, W, 3] " + dt,
+                       case_graph({"B", "W"}, {{"x", dtype, "[B, W, 3]"}},
+                                  {{"y", name, {"x"}, {{"axis", 1}}}}),
+                       awkward_rows()});
+    }
+    cases.push_back({"first axis of padded rows (linear, 17 of 20)",
+                     case_graph({"B"}, {{"x", DType::kF32, "[B, 8]"}},
+                                {{"p", "linear", {"x"}, {{"out_features", 17}}},
+                                 {"y", name, {"p"}, {{"axis", 0}}}}),
+                     {{{"B", 1}}, {{"B", 999}}}});
+    cases.push_back({"padded rows (linear, 17 of 20)",
+                     case_graph({"B"}, {{"x", DType::kF32, "[B, 8]"}},
+                                {{"p", "linear", {"x"}, {{"out_features", 17}}},
+                                 {"y", name, {"p"}}}),
+                     {{{"B", 1}}, {{"B", 999}}}});
+    return cases;
   };
 
   def.reference = [log_form](const RefContext& ref) {

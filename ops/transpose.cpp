@@ -8,6 +8,7 @@
 
 #include <algorithm>
 
+#include "ops/conformance.h"
 #include "ops/kernel_util.h"
 #include "ops/ops.h"
 
@@ -181,6 +182,34 @@ OpDef transpose_op() {
     launch.flops = Expr(0);
     lowering.launches.push_back(std::move(launch));
     return lowering;
+  };
+
+  def.conformance_cases = [] {
+    std::vector<ConformanceCase> cases;
+    for (DType dtype : float_dtypes()) {
+      const std::string dt = dtype_name(dtype);
+      auto add = [&](const std::string& shape, std::vector<int> perm) {
+        cases.push_back({fmt::format("{} perm {} {}", shape, fmt::join(perm, ","), dt),
+                         case_graph({"B", "W"}, {{"x", dtype, shape}},
+                                    {{"y", "transpose", {"x"}, {{"perm", perm}}}}),
+                         awkward_rows()});
+      };
+      add("[B, W]", {1, 0});        // tiled
+      add("[3, B, W]", {0, 2, 1});  // tiled, batched
+      add("[B, 3, W]", {2, 0, 1});  // gather
+      add("[B, W, 2, 8]", {0, 2, 1, 3});  // gather with the last dim kept (16-byte packs)
+    }
+    cases.push_back({"tiled from padded rows (linear, 17 of 20)",
+                     case_graph({"B"}, {{"x", DType::kF32, "[B, 8]"}},
+                                {{"p", "linear", {"x"}, {{"out_features", 17}}},
+                                 {"y", "transpose", {"p"}, {{"perm", {1, 0}}}}}),
+                     {{{"B", 1}}, {{"B", 999}}}});
+    cases.push_back({"gather from padded rows (linear, 17 of 20)",
+                     case_graph({"B"}, {{"x", DType::kF32, "[2, B, 8]"}},
+                                {{"p", "linear", {"x"}, {{"out_features", 17}}},
+                                 {"y", "transpose", {"p"}, {{"perm", {2, 0, 1}}}}}),
+                     {{{"B", 1}}, {{"B", 999}}}});
+    return cases;
   };
 
   def.reference = [](const RefContext& ref) {

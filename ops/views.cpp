@@ -5,6 +5,7 @@
 
 #include <set>
 
+#include "ops/conformance.h"
 #include "ops/kernel_util.h"
 #include "ops/ops.h"
 
@@ -83,6 +84,21 @@ OpDef flatten_op() {
     return view_type(meta, x, shape);
   };
   def.reference = identity_reference;
+  def.conformance_cases = [] {
+    std::vector<ConformanceCase> cases;
+    for (DType dtype : float_dtypes())
+      cases.push_back({fmt::format("relu then flatten [B, 3, W] {}", dtype_name(dtype)),
+                       case_graph({"B", "W"}, {{"x", dtype, "[B, 3, W]"}},
+                                  {{"r", "relu", {"x"}}, {"y", "flatten", {"r"}}, {"z", "relu", {"y"}}}),
+                       awkward_rows()});
+    cases.push_back({"flatten leading dims of padded rows (linear, 17 of 20)",
+                     case_graph({"B"}, {{"x", DType::kF32, "[B, 3, 8]"}},
+                                {{"p", "linear", {"x"}, {{"out_features", 17}}},
+                                 {"y", "flatten", {"p"}, {{"start_dim", 0}, {"end_dim", 1}}},
+                                 {"z", "relu", {"y"}}}),
+                     {{{"B", 1}}, {{"B", 333}}}});
+    return cases;
+  };
   return def;
 }
 
@@ -124,6 +140,17 @@ OpDef reshape_op() {
     return view_type(meta, x, shape);
   };
   def.reference = identity_reference;
+  def.conformance_cases = [] {
+    std::vector<ConformanceCase> cases;
+    for (DType dtype : float_dtypes())
+      cases.push_back({fmt::format("relu then reshape [B, 6, W] -> [-1, 3, 2, W] {}", dtype_name(dtype)),
+                       case_graph({"B", "W"}, {{"x", dtype, "[B, 6, W]"}},
+                                  {{"r", "relu", {"x"}},
+                                   {"y", "reshape", {"r"}, {{"shape", {-1, 3, 2, "W"}}}},
+                                   {"z", "relu", {"y"}}}),
+                       awkward_rows()});
+    return cases;
+  };
   return def;
 }
 
