@@ -38,7 +38,7 @@ Lowering batchnorm2d_lower(const OpContext& ctx) {
                                  i32("plane", plane / Expr(vec)),
                                  i32("channels", shape[1])};
   std::string src = kernel_prelude() + kernel_constant("THREADS", kThreads) + kernel_constant("VEC", vec);
-  src += kernel_entry(args) + R"CUDA( {
+  src += kernel_entry(args, kThreads) + R"CUDA( {
   // One VEC-wide group per thread; a group never straddles two channel planes.
   const long long i = (long long)blockIdx.x * THREADS + threadIdx.x;
   if (i >= count) return;
@@ -97,8 +97,13 @@ OpDef batchnorm2d_op() {
     return contiguous(dtype, ctx.inputs.at(0).shape);
   };
   def.params = batchnorm2d_params;
+  def.param_slots = {"weight", "bias", "running_mean", "running_var"};
   def.lower = batchnorm2d_lower;
   def.reference = batchnorm2d_reference;
+  def.conformance_cases = [] {
+    return vision_cases("batchnorm2d", {{"195-pixel planes (scalar)", "[B, 8, 15, 13]", {{"eps", 1e-3}}},
+                                        {"64-pixel planes (16-byte)", "[B, 16, 8, 8]"}});
+  };
   def.source_file = TEENY_OP_FILE;
   return def;
 }

@@ -42,11 +42,37 @@ OpDef conv2d_op() {
     return contiguous(dtype, conv_geometry(meta.name, ctx).output_shape());
   };
   def.params = conv2d_params;
+  def.param_slots = {"weight", "bias"};
   def.lower = [](const OpContext& ctx) {
     const ConvEpilogue epilogue{ctx.attrs.b("bias") ? ConvEpilogue::kBias : ConvEpilogue::kNone, 0.0};
     return lower_conv("conv2d", conv_geometry("conv2d", ctx), "weight", epilogue);
   };
   def.reference = conv2d_reference;
+  def.conformance_cases = [] {
+    using nlohmann::json;
+    const std::vector<Bindings> b1_b2 = {{{"B", 1}}, {{"B", 2}}};
+    return vision_cases(
+        "conv2d",
+        {{"3x3 s2 p1 groups 2, odd 15x13", "[B, 8, 15, 13]",
+          {{"out_channels", 12}, {"kernel_size", 3}, {"stride", 2}, {"padding", 1}, {"groups", 2}}},
+         {"3x3 dilation 2 p2, no bias", "[B, 8, 15, 13]",
+          {{"out_channels", 16}, {"kernel_size", 3}, {"padding", 2}, {"dilation", 2}, {"bias", false}}},
+         {"3x5 s[1,2] p[1,2], Co 72", "[B, 8, 15, 13]",
+          {{"out_channels", 72}, {"kernel_size", {3, 5}}, {"stride", {1, 2}}, {"padding", {1, 2}}}},
+         {"3x3 Co 3", "[B, 8, 15, 13]", {{"out_channels", 3}, {"kernel_size", 3}}},
+         {"5x5 1 -> 6 (LeNet c1)", "[B, 1, 32, 32]", {{"out_channels", 6}, {"kernel_size", 5}}},
+         {"1x1, 195-pixel planes (scalar loads)", "[B, 8, 15, 13]", {{"out_channels", 24}, {"kernel_size", 1}}},
+         {"1x1, 64-pixel planes (16-byte loads)", "[B, 16, 8, 8]",
+          {{"out_channels", 32}, {"kernel_size", 1}, {"bias", false}}},
+         {"depthwise x2 multiplier, s2 p1", "[B, 8, 15, 13]",
+          {{"out_channels", 16}, {"kernel_size", 3}, {"stride", 2}, {"padding", 1}, {"groups", 8}}},
+         {"3x3 s2 p1, symbolic H and W", "[B, 3, H, W]",
+          {{"out_channels", 8}, {"kernel_size", 3}, {"stride", 2}, {"padding", 1}},
+          {"B", "H", "W"},
+          {{{"B", 1}, {"H", 1}, {"W", 1}}, {{"B", 2}, {"H", 33}, {"W", 17}}, {{"B", 32}, {"H", 7}, {"W", 64}}}},
+         {"3x3 p1 16 -> 128 at 96x96 (64x64 tiles)", "[B, 16, 96, 96]",
+          {{"out_channels", 128}, {"kernel_size", 3}, {"padding", 1}}, {"B"}, b1_b2}});
+  };
   def.source_file = TEENY_OP_FILE;
   return def;
 }

@@ -56,11 +56,21 @@ OpDef conv2d_bn_silu_op() {
     return contiguous(dtype, conv_geometry(meta.name, ctx).output_shape());
   };
   def.params = conv2d_bn_silu_params;
+  def.param_slots = {"conv.weight", "bn.weight", "bn.bias", "bn.running_mean", "bn.running_var"};
   def.lower = [](const OpContext& ctx) {
     return lower_conv(kOp, conv_geometry(kOp, ctx), "conv.weight",
                       ConvEpilogue{ConvEpilogue::kBnSilu, ctx.attrs.f("eps")});
   };
   def.reference = conv2d_bn_silu_reference;
+  def.conformance_cases = [] {
+    return vision_cases(
+        kOp, {{"3x3 p1 Co 64, odd 15x13", "[B, 8, 15, 13]", {{"out_channels", 64}, {"kernel_size", 3}, {"padding", 1}}},
+              {"3x3 s2 p1 3 -> 16 (stem), odd 33x31", "[B, 3, 33, 31]",
+               {{"out_channels", 16}, {"kernel_size", 3}, {"stride", 2}, {"padding", 1}}},
+              {"depthwise 3x3 p1", "[B, 8, 15, 13]",
+               {{"out_channels", 8}, {"kernel_size", 3}, {"padding", 1}, {"groups", 8}}},
+              {"1x1, eps 1e-5", "[B, 16, 8, 8]", {{"out_channels", 16}, {"kernel_size", 1}, {"eps", 1e-5}}}});
+  };
   def.source_file = TEENY_OP_FILE;
   return def;
 }

@@ -76,7 +76,7 @@ Lowering lower_window_pool(const std::string& op, bool is_max, const OpContext& 
   src += kernel_constant("THREADS", kThreads);
   src += kernel_constant("KH", p.kh) + kernel_constant("KW", p.kw) + kernel_constant("SH", p.sh) +
          kernel_constant("SW", p.sw) + kernel_constant("PH", p.ph) + kernel_constant("PW", p.pw);
-  src += kernel_entry(args) + " {\n" + R"CUDA(  const long long i = (long long)blockIdx.x * THREADS + threadIdx.x;
+  src += kernel_entry(args, kThreads) + " {\n" + R"CUDA(  const long long i = (long long)blockIdx.x * THREADS + threadIdx.x;
   if (i >= count) return;
   const int ow = (int)(i % out_w);
   const long long rows = i / out_w;
@@ -154,6 +154,12 @@ OpDef window_pool_op(const std::string& name, bool is_max, const std::string& do
   def.infer = [meta](const OpContext& ctx) { return infer_pool(meta, ctx); };
   def.lower = [name, is_max](const OpContext& ctx) { return lower_window_pool(name, is_max, ctx); };
   def.reference = [is_max](const RefContext& ref) { return window_pool_reference(is_max, ref); };
+  def.conformance_cases = [name] {
+    return vision_cases(name, {{"k3 s2 p1, odd 15x13", "[B, 8, 15, 13]", {{"kernel_size", 3}, {"stride", 2}, {"padding", 1}}},
+                               {"k5 s1 p2 (SPPF)", "[B, 16, 8, 8]", {{"kernel_size", 5}, {"stride", 1}, {"padding", 2}}},
+                               {"k2, default stride", "[B, 6, 28, 28]", {{"kernel_size", 2}}},
+                               {"k[2,3] s[1,2], odd 15x13", "[B, 8, 15, 13]", {{"kernel_size", {2, 3}}, {"stride", {1, 2}}}}});
+  };
   def.source_file = TEENY_OP_FILE;
   return def;
 }
@@ -173,7 +179,7 @@ Lowering lower_global_avgpool(const OpContext& ctx) {
                                  i32("plane", plane)};
   std::string src = kernel_prelude() + kernel_constant("THREADS", kThreads) +
                     kernel_constant("PLANE_THREADS", plane_threads) + kernel_constant("VEC", vec);
-  src += kernel_entry(args) + R"CUDA( {
+  src += kernel_entry(args, kThreads) + R"CUDA( {
   constexpr int PLANES_PER_CTA = THREADS / PLANE_THREADS;
   __shared__ float smem32[32];
   const int lane = threadIdx.x % PLANE_THREADS;
@@ -245,6 +251,10 @@ OpDef global_avgpool_op() {
   };
   def.lower = lower_global_avgpool;
   def.reference = global_avgpool_reference;
+  def.conformance_cases = [] {
+    return vision_cases("global_avgpool", {{"195-pixel planes (a warp each)", "[B, 8, 15, 13]"},
+                                           {"4096-pixel planes (a block each)", "[B, 4, 64, 64]"}});
+  };
   def.source_file = TEENY_OP_FILE;
   return def;
 }

@@ -18,7 +18,7 @@ Lowering upsample_lower(const OpContext& ctx) {
   std::vector<KernelArg> args = {input(0, "x", DType::kF32), output("y", DType::kF32),
                                  i64("count", product(in)), i32("in_h", in[2]), i32("in_w", in[3])};
   std::string src = kernel_prelude() + kernel_constant("THREADS", kThreads) + kernel_constant("S", scale);
-  src += kernel_entry(args) + R"CUDA( {
+  src += kernel_entry(args, kThreads) + R"CUDA( {
   const long long i = (long long)blockIdx.x * THREADS + threadIdx.x;
   if (i >= count) return;
   const int iw = (int)(i % in_w);
@@ -79,6 +79,10 @@ OpDef upsample_nearest2d_op() {
   };
   def.lower = upsample_lower;
   def.reference = upsample_reference;
+  def.conformance_cases = [] {
+    return vision_cases("upsample_nearest2d", {{"x2, odd 15x13", "[B, 8, 15, 13]"},
+                                               {"x3", "[B, 16, 8, 8]", {{"scale_factor", 3}}}});
+  };
   def.source_file = TEENY_OP_FILE;
   return def;
 }

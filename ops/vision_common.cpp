@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "ops/conformance.h"
 #include "ops/kernel_util.h"
 
 namespace teeny::ops {
@@ -63,6 +64,14 @@ void check_nchw(const std::string& op, const TensorType& x) {
   if (is_padded(x))
     throw OpError("inputs", fmt::format("{} needs a contiguous input, got row stride {} for width {}", op,
                                         x.row_stride.str(), x.shape[3].str()));
+}
+
+std::vector<ConformanceCase> vision_cases(const std::string& op, const std::vector<VisionCase>& cases) {
+  std::vector<ConformanceCase> out;
+  for (const VisionCase& c : cases)
+    out.push_back({c.label, case_graph(c.dims, {{"x", DType::kF32, c.shape}}, {{"y", op, {"x"}, c.attrs, ""}}),
+                   c.bindings});
+  return out;
 }
 
 ConvGeometry conv_geometry(const std::string& op, const OpContext& ctx) {
@@ -154,15 +163,6 @@ std::string epilogue_tag(const ConvEpilogue& e) {
     case ConvEpilogue::kBnSilu: return "_bnsilu";
   }
   return "";
-}
-
-// `extern "C" __global__ void __launch_bounds__(THREADS) TEENY_ENTRY(...)`: the bound makes
-// the PTX carry .maxntid, which compile checks against the launch's block.
-std::string bounded_entry(const std::vector<KernelArg>& args) {
-  std::string entry = kernel_entry(args);
-  const std::string marker = "__global__ void ";
-  entry.replace(entry.find(marker), marker.size(), marker + "__launch_bounds__(THREADS) ");
-  return entry;
 }
 
 std::string geometry_constants(const ConvGeometry& g) {
@@ -382,7 +382,7 @@ typedef {b_type} BVec;
   }}
 }}
 )CUDA",
-                     fmt::arg("b_type", vec == 4 ? "float4" : "float"), fmt::arg("entry", bounded_entry(args)),
+                     fmt::arg("b_type", vec == 4 ? "float4" : "float"), fmt::arg("entry", kernel_entry(args, t.threads())),
                      fmt::arg("loader", loader), fmt::arg("load_b", load_b), fmt::arg("store_b", store_b),
                      fmt::arg("channel", epilogue_channel_code(e)), fmt::arg("value", epilogue_value(e)));
   const std::string path = pointwise ? "gemm1x1" : fmt::format("igemm_k{}x{}s{}x{}", g.a.kh, g.a.kw, g.a.sh, g.a.sw);
@@ -438,7 +438,7 @@ constexpr int PATCH_W = (TILE_W - 1) * SW + (KW - 1) * DW + 1;
   y[(long long)plane * out_h * out_w + oh * out_w + ow] = {value};
 }}
 )CUDA",
-                     fmt::arg("entry", bounded_entry(args)), fmt::arg("channel", epilogue_channel_code(e)),
+                     fmt::arg("entry", kernel_entry(args, tile_h * tile_w)), fmt::arg("channel", epilogue_channel_code(e)),
                      fmt::arg("value", epilogue_value(e)));
   return KernelSource{fmt::format("{}_dw_k{}x{}s{}x{}_{}x{}{}", op, g.a.kh, g.a.kw, g.a.sh, g.a.sw, tile_h, tile_w,
                                   epilogue_tag(e)),

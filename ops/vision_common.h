@@ -6,12 +6,24 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "core/op.h"
 
 namespace teeny::ops {
 
 // Requires x [B, C, H, W], unpadded; throws OpError("inputs", ...) naming `op`.
 void check_nchw(const std::string& op, const TensorType& x);
+
+// GPU conformance cases of a one-input vision op: a graph `y = op(x)` per case, x of `shape`.
+struct VisionCase {
+  std::string label;
+  std::string shape;  // YAML list over `dims`, e.g. "[B, 8, 15, 13]"
+  nlohmann::json attrs = nlohmann::json::object();
+  std::vector<std::string> dims = {"B"};
+  std::vector<Bindings> bindings = {{{"B", 1}}, {{"B", 32}}};
+};
+std::vector<ConformanceCase> vision_cases(const std::string& op, const std::vector<VisionCase>& cases);
 
 // The conv attrs both ops take (conv2d adds `bias`, conv2d_bn_silu adds `eps`).
 std::vector<AttrSpec> conv_attr_specs();

@@ -4,6 +4,9 @@
 // init bytes in the param's dtype.
 #include <fmt/format.h>
 
+#include <tuple>
+
+#include "ops/conformance.h"
 #include "ops/kernel_util.h"
 #include "ops/ops.h"
 
@@ -88,7 +91,7 @@ Lowering decode_lower(const OpContext& ctx) {
                                  output("y", DType::kF32)};
   std::string src = kernel_prelude() + kernel_constant("BLOCK_A", kBlockA) + kernel_constant("A", anchors);
   src += "constexpr int A_TILES = (A + BLOCK_A - 1) / BLOCK_A;\n";
-  src += kernel_entry(args) + R"CUDA( {
+  src += kernel_entry(args, kBlockA) + R"CUDA( {
   const int img = blockIdx.x / A_TILES;
   const int a = (blockIdx.x % A_TILES) * BLOCK_A + threadIdx.x;
   if (a >= A) return;
@@ -147,8 +150,21 @@ OpDef yolo_detect_decode_op() {
   const OpDef meta = def;
   def.infer = [meta](const OpContext& ctx) { return infer_decode(meta, ctx); };
   def.params = decode_params;
+  def.param_slots = {"anchor_x", "anchor_y", "strides"};
   def.lower = decode_lower;
   def.reference = decode_reference;
+  def.conformance_cases = [] {
+    // 84 and 1344 anchors: a partial last tile, and the yolo_head levels.
+    std::vector<ConformanceCase> cases;
+    for (const auto& [label, levels, anchors] :
+         {std::tuple{"3 levels, A = 84", nlohmann::json{{8, 8, 8}, {4, 4, 16}, {2, 2, 32}}, 84},
+          std::tuple{"yolo_head levels, A = 1344", nlohmann::json{{32, 32, 8}, {16, 16, 16}, {8, 8, 32}}, 1344}})
+      cases.push_back({label,
+                       case_graph({"B"}, {{"boxes", DType::kF32, fmt::format("[B, 4, {}]", anchors)}},
+                                  {{"y", kOp, {"boxes"}, {{"levels", levels}}, ""}}),
+                       {{{"B", 1}}, {{"B", 32}}}});
+    return cases;
+  };
   def.source_file = TEENY_OP_FILE;
   return def;
 }

@@ -1,0 +1,112 @@
+"""Shared pieces of the vision PyTorch twins (lenet5.py, yolo_head.py).
+
+A twin builds the same model as a graph in graphs/, with module names equal to the graph's dotted
+param names, exports its weights as safetensors and a random input as .npy, runs
+`teeny compile` + `teeny run` on them, and compares teeny's output with PyTorch's within stated
+tolerances. Exit status: 0 match, 1 mismatch, 2 a teeny command failed.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import torch
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def parse_args(description, default_batch):
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--teeny", default=os.environ.get("TEENY", os.path.join(REPO, "build", "teeny")),
+                        help="teeny binary (default: $TEENY, else build/teeny)")
+    parser.add_argument("--batch", type=int, nargs="+", default=[default_batch], help="batch sizes to check")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--workdir", help="keep the weights, inputs, bundles and outputs here")
+    return parser.parse_args()
+
+
+def setup_torch(seed):
+    """Deterministic fp32 PyTorch: cuDNN and matmul without TF32, the GPU when there is one."""
+    torch.manual_seed(seed)
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def save_safetensors(path, tensors):
+    """Writes {name: float32 array} in the safetensors format (header length, JSON header, data)."""
+    header, blobs, offset = {}, [], 0
+    for name, array in tensors.items():
+        data = np.ascontiguousarray(array, dtype="<f4").tobytes()
+        header[name] = {"dtype": "F32", "shape": list(array.shape), "data_offsets": [offset, offset + len(data)]}
+        blobs.append(data)
+        offset += len(data)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(len(text).to_bytes(8, "little"))
+        f.write(text)
+        for data in blobs:
+            f.write(data)
+
+
+def export_weights(model, path):
+    """The state dict by dotted name, without BatchNorm's step counter (not a graph param)."""
+    tensors = {name: value.detach().float().cpu().numpy() for name, value in model.state_dict().items()
+               if not name.endswith("num_batches_tracked")}
+    save_safetensors(path, tensors)
+    return sorted(tensors)
+
+
+def teeny(args, *command):
+    print("$", " ".join([args.teeny, *command]), flush=True)
+    result = subprocess.run([args.teeny, *command])
+    if result.returncode != 0:
+        print(f"teeny exited with {result.returncode}", file=sys.stderr)
+        sys.exit(2)
+
+
+def compare(label, got, want, rtol, atol):
+    """True when |got - want| <= atol + rtol * |want| everywhere; prints the figures either way."""
+    if got.shape != want.shape:
+        print(f"{label}: MISMATCH shape {got.shape} vs PyTorch {want.shape}")
+        return False
+    err = np.abs(got.astype(np.float64) - want.astype(np.float64))
+    bad = err > atol + rtol * np.abs(want)
+    worst = np.unravel_index(np.argmax(err), err.shape)
+    verdict = "ok" if not bad.any() else f"MISMATCH ({int(bad.sum())} of {err.size} outside)"
+    print(f"{label}: {verdict}; max abs err {err.max():.3g} at {tuple(int(i) for i in worst)} "
+          f"(teeny {got[worst]:.6g}, PyTorch {want[worst]:.6g}); tolerance atol {atol:g} + rtol {rtol:g}")
+    return not bad.any()
+
+
+def run_twin(args, graph, model, make_input, output, rtol, atol, variants=(("fused", []),)):
+    """Exports `model`, runs every compile variant of `graph` at every batch size, compares."""
+    workdir = args.workdir or tempfile.mkdtemp(prefix="teeny-twin-")
+    os.makedirs(workdir, exist_ok=True)
+    weights = os.path.join(workdir, "weights.safetensors")
+    names = export_weights(model, weights)
+    print(f"exported {len(names)} tensors to {weights}")
+    bundles = []
+    for label, flags in variants:
+        bundle = os.path.join(workdir, f"{label}.teeny")
+        teeny(args, "compile", os.path.join(REPO, "graphs", graph), "-o", bundle, *flags)
+        bundles.append((label, bundle))
+    ok = True
+    for batch in args.batch:
+        x = make_input(batch)
+        x_path = os.path.join(workdir, f"x_b{batch}.npy")
+        np.save(x_path, x.cpu().numpy())
+        with torch.no_grad():
+            want = model(x).float().cpu().numpy()
+        for label, bundle in bundles:
+            out_dir = os.path.join(workdir, f"out_{label}_b{batch}")
+            teeny(args, "run", bundle, "--bind", f"B={batch}", "--weights", weights, "--input", f"x={x_path}",
+                  "--output-dir", out_dir)
+            got = np.load(os.path.join(out_dir, f"{output}.npy"))
+            ok &= compare(f"{graph} {label} B={batch} '{output}'", got, want, rtol, atol)
+    print("PASS" if ok else "FAIL")
+    return 0 if ok else 1
