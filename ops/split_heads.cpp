@@ -53,7 +53,7 @@ Lowering lower_split_heads(const OpContext& ctx) {
   KernelSource kernel;
   kernel.name = fmt::format("split_heads_{}_u{}", dtype_name(dtype), unit);
   kernel.source = kernel_prelude() + kernel_typedef("T", dtype) + kernel_constant("kUnit", unit) +
-                  kernel_entry(launch.args) + R"CUDA( {
+                  kernel_entry(launch.args, kThreads) + R"CUDA( {
   const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= units) return;
   const int per_head = head_dim / kUnit;
