@@ -189,31 +189,6 @@ constexpr int kBChunks = kBN * kBK / 8 / kThreads;
 static_assert(kAChunks * kThreads * 8 == kBM * kBK && kBChunks * kThreads * 8 == kBN * kBK,
               "tile loads must divide evenly over the block");
 
-__device__ __forceinline__ unsigned tn_smem_addr(const void* p) {
-  return (unsigned)__cvta_generic_to_shared(p);
-}
-__device__ __forceinline__ void tn_cp_async16(void* dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" :: "r"(tn_smem_addr(dst)), "l"(src));
-}
-__device__ __forceinline__ void tn_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int kPending> __device__ __forceinline__ void tn_cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" :: "n"(kPending));
-}
-__device__ __forceinline__ void tn_ldmatrix_x4(unsigned (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tn_smem_addr(p)));
-}
-__device__ __forceinline__ void tn_ldmatrix_x4_trans(unsigned (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tn_smem_addr(p)));
-}
-__device__ __forceinline__ void tn_mma16816(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." TN_MMA_TYPE "." TN_MMA_TYPE ".f32 "
-               "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
 // One 8-element chunk of a tile: cp.async when whole and aligned, else element-wise (zeros
 // outside [rows, cols)).
 __device__ __forceinline__ void tn_load_chunk(T* dst, const T* __restrict__ src_row, bool row_ok,
@@ -336,9 +311,49 @@ __device__ __forceinline__ void tn_gemm_block(const T* __restrict__ A, const T* 
 }
 )CUDA";
 
+// Tensor-core building blocks (sm_80+), shared with sdpa: shared-memory addresses, cp.async,
+// ldmatrix (plain and transposed) and the m16n8k16 MMA with f32 accumulators. TN_MMA_TYPE
+// ("bf16" or "f16") must be defined first.
+const char* kMmaPrimitives = R"CUDA(
+__device__ __forceinline__ unsigned tn_smem_addr(const void* p) {
+  return (unsigned)__cvta_generic_to_shared(p);
+}
+__device__ __forceinline__ void tn_cp_async16(void* dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" :: "r"(tn_smem_addr(dst)), "l"(src));
+}
+__device__ __forceinline__ void tn_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int kPending> __device__ __forceinline__ void tn_cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" :: "n"(kPending));
+}
+__device__ __forceinline__ void tn_ldmatrix_x4(unsigned (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tn_smem_addr(p)));
+}
+__device__ __forceinline__ void tn_ldmatrix_x4_trans(unsigned (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tn_smem_addr(p)));
+}
+__device__ __forceinline__ void tn_mma16816(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." TN_MMA_TYPE "." TN_MMA_TYPE ".f32 "
+               "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+// Two floats as one 32-bit pair of the 16-bit type; `lo` is the element with the lower index.
+__device__ __forceinline__ unsigned tn_pack2(float lo, float hi) {
+  unsigned r;
+  asm("cvt.rn." TN_MMA_TYPE "x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+)CUDA";
+
 const char* layout_name(GemmBLayout layout) { return layout == GemmBLayout::kNK ? "nk" : "kn"; }
 
 }  // namespace
+
+std::string mma_primitives(DType dtype) {
+  return fmt::format("#define TN_MMA_TYPE \"{}\"\n", dtype == DType::kBF16 ? "bf16" : "f16") + kMmaPrimitives;
+}
 
 std::string bounded_kernel_entry(const std::vector<KernelArg>& args, int threads, int min_blocks) {
   std::string entry = kernel_entry(args);
@@ -382,7 +397,7 @@ std::string gemm_device_source(DType dtype, GemmBLayout layout, bool has_bias, c
     const int warps = tile.threads / 32;
     const int warps_m = 2;
     src += kernel_constant("kWarpsM", warps_m) + kernel_constant("kWarpsN", warps / warps_m);
-    src += fmt::format("#define TN_MMA_TYPE \"{}\"\n", dtype == DType::kBF16 ? "bf16" : "f16");
+    src += mma_primitives(dtype);
     src += kGemmMma;
   }
   return src;

@@ -43,6 +43,11 @@ Expr gemm_tiles(const GemmTile& tile, const Expr& m, const Expr& n);
 std::string gemm_kernel_name(const std::string& op, DType dtype, GemmBLayout layout, bool has_bias,
                              const GemmTile& tile);
 
+// Device helpers for tensor-core kernels of a 16-bit dtype (bf16 or f16): tn_smem_addr,
+// tn_cp_async16 / _commit / _wait<N>, tn_ldmatrix_x4(_trans), tn_mma16816 (f32 accumulate),
+// tn_pack2(lo, hi) (two floats -> one 32-bit pair of the dtype).
+std::string mma_primitives(DType dtype);
+
 // kernel_entry(args) with `__launch_bounds__(threads, min_blocks)` before the name, so the PTX
 // carries .maxntid (checked against the launch's block) and ptxas caps registers for occupancy.
 std::string bounded_kernel_entry(const std::vector<KernelArg>& args, int threads, int min_blocks);

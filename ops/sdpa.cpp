@@ -26,6 +26,9 @@ constexpr int kQueriesPerBlock = 64;
 int threads_per_query(int64_t head_dim) { return head_dim <= 64 ? 1 : head_dim <= 128 ? 2 : 4; }
 // Scores for a tile live in registers next to q and the accumulator: 16 keeps d <= 256 unspilled.
 constexpr int kKeysPerTile = 16;
+// Tensor-core path: 4 warps x 16 query rows = kQueriesPerBlock, 64 keys per tile.
+constexpr int kMmaWarps = 4;
+constexpr int kMmaKeysPerTile = 64;
 
 TensorType infer_sdpa(const OpDef& meta, const OpContext& ctx) {
   const TensorType& q = ctx.inputs.at(0);
@@ -70,11 +73,12 @@ double sdpa_scale(const OpContext& ctx, int64_t head_dim) {
   return ctx.attrs.has("scale") ? ctx.attrs.f("scale") : 1.0 / std::sqrt(static_cast<double>(head_dim));
 }
 
+const char* kNegInf = "#define TN_NEG_INF __uint_as_float(0xff800000u)  // no math.h under NVRTC\n";
+
 const char* kSdpaConstants = R"CUDA(
 constexpr int kDHT = kDH / kTPQ;                   // dims owned by one thread
 constexpr int kVec = tn_pack<T>::kN;               // elements per 16-byte load
 constexpr float kLog2e = 1.4426950408889634f;
-#define TN_NEG_INF __uint_as_float(0xff800000u)  // no math.h under NVRTC: no INFINITY
 static_assert(kThreads == kBQ * kTPQ, "block = queries x threads per query");
 )CUDA";
 
@@ -170,6 +174,151 @@ const char* kSdpaBody = R"CUDA( {
 }
 )CUDA";
 
+
+// f16/bf16 with head dims that are multiples of 16 (<= 128): FlashAttention-2 on tensor cores.
+// 4 warps, each owning 16 query rows; S = Q·Kᵀ and O += P·V are m16n8k16 MMAs (f32
+// accumulators). The S accumulators map onto P's A-fragments directly, so P never leaves
+// registers; the row max/sum live in the quad of lanes that shares a row. Q is staged through
+// the K buffer once, then kept as fragments.
+const char* kSdpaMmaBody = R"CUDA( {
+  constexpr int kLd = kDH + 8;  // padded rows: ldmatrix's 8 row reads hit distinct banks
+  constexpr int kChunks = kBKV * kDH / 8;  // 16-byte chunks per K or V tile
+  constexpr float kLog2e = 1.4426950408889634f;
+  static_assert(kBKV == kBQ && kThreads == kBQ / 16 * 32, "Q is staged through the K tile; 16 rows per warp");
+  __shared__ __align__(16) T Ks[kBKV][kLd];
+  __shared__ __align__(16) T Vs[kBKV][kLd];
+  const int q_tiles = (Sq + kBQ - 1) / kBQ;
+  const int qt = q_tiles - 1 - (int)(blockIdx.x / N);  // heaviest causal tiles first
+  const int n = (int)(blockIdx.x % N);
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int g = lane / 4, t = lane % 4, mat = lane / 8;
+  const int q0 = qt * kBQ;
+  const T* qn = q + (long long)n * Sq * ldq;
+  const T* kn = k + (long long)n * Skv * ldk;
+  const T* vn = v + (long long)n * Skv * ldv;
+  const T zero = tn_from_raw<T>(0);
+
+  // Rows [row0, row0 + kBKV) of a [rows, kDH] matrix into dst, zeros past `rows`.
+  auto load_tile = [&](T (*dst)[kLd], const T* src, int ld, int row0, int rows) {
+    const bool vec = ld % 8 == 0 && tn_aligned16(src);
+    for (int c = tid; c < kChunks; c += kThreads) {
+      const int r = c / (kDH / 8), col = (c % (kDH / 8)) * 8, row = row0 + r;
+      if (vec && row < rows) {
+        *reinterpret_cast<uint4*>(&dst[r][col]) = __ldg(reinterpret_cast<const uint4*>(src + (long long)row * ld + col));
+      } else {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) dst[r][col + e] = row < rows ? src[(long long)row * ld + col + e] : zero;
+      }
+    }
+  };
+
+  unsigned qf[kDH / 16][4];
+  load_tile(Ks, qn, ldq, q0, Sq);
+  __syncthreads();
+#pragma unroll
+  for (int kk = 0; kk < kDH / 16; ++kk)
+    tn_ldmatrix_x4(qf[kk], &Ks[warp * 16 + lane % 16][kk * 16 + (lane / 16) * 8]);
+
+  float o[kDH / 8][4];
+#pragma unroll
+  for (int d = 0; d < kDH / 8; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.f;
+  float m_run[2] = {TN_NEG_INF, TN_NEG_INF}, l_run[2] = {0.f, 0.f};  // rows g and g + 8
+  const int row_a = q0 + warp * 16 + g;
+  const float qk_scale = scale * kLog2e;
+  const int q_last = min(Sq, q0 + kBQ) - 1;
+  const int kv_end = kCausal ? min(Skv, q_last + 1) : Skv;
+
+  for (int j0 = 0; j0 < kv_end; j0 += kBKV) {
+    __syncthreads();  // Q fragments / the previous tile are consumed
+    load_tile(Ks, kn, ldk, j0, Skv);
+    load_tile(Vs, vn, ldv, j0, Skv);
+    __syncthreads();
+
+    float s[kBKV / 8][4];
+#pragma unroll
+    for (int j = 0; j < kBKV / 8; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < kDH / 16; ++kk) {
+#pragma unroll
+      for (int j = 0; j < kBKV / 8; j += 2) {
+        unsigned r[4];  // keys j*8.. (k 0-7, 8-15), keys j*8+8.. (k 0-7, 8-15)
+        tn_ldmatrix_x4(r, &Ks[j * 8 + (mat / 2) * 8 + lane % 8][kk * 16 + (mat % 2) * 8]);
+        tn_mma16816(s[j], qf[kk], r[0], r[1]);
+        tn_mma16816(s[j + 1], qf[kk], r[2], r[3]);
+      }
+    }
+
+    // Scale into log2 units, mask, and the online-softmax update per row (h = 0: g, 1: g + 8).
+    float tile_max[2] = {TN_NEG_INF, TN_NEG_INF};
+#pragma unroll
+    for (int j = 0; j < kBKV / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = j0 + j * 8 + 2 * t + (e & 1), row = row_a + (e / 2) * 8;
+        const bool visible = key < Skv && (!kCausal || key <= row);
+        s[j][e] = visible ? s[j][e] * qk_scale : TN_NEG_INF;
+        tile_max[e / 2] = fmaxf(tile_max[e / 2], s[j][e]);
+      }
+    float alpha[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 1));
+      tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 2));
+      // Key 0 is visible to every row, so the max is finite from the first tile on.
+      const float m_new = fmaxf(m_run[h], tile_max[h]);
+      alpha[h] = exp2f(m_run[h] - m_new);
+      m_run[h] = m_new;
+      l_run[h] *= alpha[h];  // this lane's partial row sum; the quad is summed at the end
+    }
+#pragma unroll
+    for (int j = 0; j < kBKV / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        s[j][e] = exp2f(s[j][e] - m_run[e / 2]);
+        l_run[e / 2] += s[j][e];
+      }
+#pragma unroll
+    for (int d = 0; d < kDH / 8; ++d) {
+      o[d][0] *= alpha[0]; o[d][1] *= alpha[0];
+      o[d][2] *= alpha[1]; o[d][3] *= alpha[1];
+    }
+
+    // O += P·V: P's A-fragment for keys kj*16.. is S tiles 2kj (cols 0-7) and 2kj+1 (cols 8-15).
+#pragma unroll
+    for (int kj = 0; kj < kBKV / 16; ++kj) {
+      const unsigned pa[4] = {tn_pack2(s[2 * kj][0], s[2 * kj][1]), tn_pack2(s[2 * kj][2], s[2 * kj][3]),
+                              tn_pack2(s[2 * kj + 1][0], s[2 * kj + 1][1]),
+                              tn_pack2(s[2 * kj + 1][2], s[2 * kj + 1][3])};
+#pragma unroll
+      for (int d = 0; d < kDH / 8; d += 2) {
+        unsigned r[4];  // dims d*8.. (keys 0-7, 8-15), dims d*8+8.. (keys 0-7, 8-15)
+        tn_ldmatrix_x4_trans(r, &Vs[kj * 16 + (mat % 2) * 8 + lane % 8][d * 8 + (mat / 2) * 8]);
+        tn_mma16816(o[d], pa, r[0], r[1]);
+        tn_mma16816(o[d + 1], pa, r[2], r[3]);
+      }
+    }
+  }
+
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 1);
+    l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 2);
+    const int row = row_a + h * 8;
+    if (row >= Sq) continue;
+    const float inv = 1.f / l_run[h];
+    T* dst = out + ((long long)n * Sq + row) * kDH + 2 * t;
+#pragma unroll
+    for (int d = 0; d < kDH / 8; ++d)
+      *reinterpret_cast<unsigned*>(dst + d * 8) = tn_pack2(o[d][2 * h] * inv, o[d][2 * h + 1] * inv);
+  }
+}
+)CUDA";
+
+// The tensor-core kernel: 16-bit storage, head dims in MMA steps, accumulators in registers.
+bool use_tensor_cores(DType dtype, int64_t head_dim) {
+  return dtype != DType::kF32 && head_dim % 16 == 0 && head_dim <= 128;
+}
+
 Lowering lower_sdpa(const OpContext& ctx) {
   const TensorType& q = ctx.inputs.at(0);
   const TensorType& k = ctx.inputs.at(1);
@@ -177,8 +326,9 @@ Lowering lower_sdpa(const OpContext& ctx) {
   const DType dtype = ctx.output.dtype;
   const int64_t head_dim = *q.shape[2].const_value();
   const bool causal = ctx.attrs.b("causal");
+  const bool tensor_cores = use_tensor_cores(dtype, head_dim);
   const int tpq = threads_per_query(head_dim);
-  const int threads = kQueriesPerBlock * tpq;
+  const int threads = tensor_cores ? kMmaWarps * 32 : kQueriesPerBlock * tpq;
   const Expr n = q.shape[0], sq = q.shape[1], skv = k.shape[1];
 
   Launch launch;
@@ -195,12 +345,18 @@ Lowering lower_sdpa(const OpContext& ctx) {
   launch.flops = causal ? full / Expr(2) : full;
 
   KernelSource kernel;
-  kernel.name = fmt::format("sdpa_{}_d{}{}", dtype_name(dtype), head_dim, causal ? "_causal" : "");
-  kernel.source = kernel_prelude() + kernel_typedef("T", dtype) + kernel_constant("kDH", head_dim) +
-                  kernel_constant("kTPQ", tpq) + kernel_constant("kBQ", kQueriesPerBlock) +
-                  kernel_constant("kBKV", kKeysPerTile) + kernel_constant("kThreads", threads) +
-                  fmt::format("constexpr bool kCausal = {};\n", causal) + kSdpaConstants +
-                  bounded_kernel_entry(launch.args, threads, 1) + kSdpaBody;
+  kernel.name = fmt::format("sdpa_{}_d{}{}{}", dtype_name(dtype), head_dim, causal ? "_causal" : "",
+                            tensor_cores ? "_mma" : "");
+  kernel.source = kernel_prelude() + kernel_typedef("T", dtype) + kNegInf + kernel_constant("kDH", head_dim) +
+                  kernel_constant("kBQ", kQueriesPerBlock) + kernel_constant("kThreads", threads) +
+                  fmt::format("constexpr bool kCausal = {};\n", causal);
+  if (tensor_cores) {
+    kernel.source += mma_primitives(dtype) + kernel_constant("kBKV", kMmaKeysPerTile) +
+                     bounded_kernel_entry(launch.args, threads, 1) + kSdpaMmaBody;
+  } else {
+    kernel.source += kernel_constant("kTPQ", tpq) + kernel_constant("kBKV", kKeysPerTile) + kSdpaConstants +
+                     bounded_kernel_entry(launch.args, threads, 1) + kSdpaBody;
+  }
   kernel.file = __FILE__;
   kernel.line = __LINE__;
   return Lowering{{kernel}, {launch}};
