@@ -85,7 +85,7 @@ Lowering lower_window_pool(const std::string& op, bool is_max, const OpContext& 
   const int ih0 = oh * SH - PH, iw0 = ow * SW - PW;
 )CUDA";
   if (is_max) {
-    src += R"CUDA(  float acc = -INFINITY;
+    src += R"CUDA(  float acc = __int_as_float(0xff800000);  // -inf (NVRTC has no INFINITY macro)
 #pragma unroll
   for (int kh = 0; kh < KH; ++kh)
 #pragma unroll

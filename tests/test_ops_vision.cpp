@@ -1,0 +1,564 @@
+// Vision ops (conv2d, batchnorm2d, conv2d_bn_silu, pools, upsample, yolo.detect_decode) and the
+// conv-bn-silu fusion pass: host references against hand-computed values, shape rules and their
+// errors (exact text), init bytes, the pass's rewrites, and NVRTC compile + verification of every
+// kernel variant through compile_graph.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <regex>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "core/compile.h"
+#include "core/graph.h"
+#include "ops/ops.h"
+
+namespace teeny {
+namespace {
+
+const Registry& registry() {
+  static const Registry r = [] {
+    Registry reg;
+    ops::register_all(reg);
+    return reg;
+  }();
+  return r;
+}
+
+Graph parse(const std::string& text) { return parse_graph(text, "vision_test.yaml", registry()); }
+
+// A graph of one node `n` applying `op` to input x of `shape` (a YAML list).
+std::string one_op(const std::string& op, const std::string& attrs, const std::string& shape) {
+  return fmt::format(R"(name: t
+dims: {{B: {{min: 1, max: 64, default: 1}}}}
+inputs: {{x: {{dtype: f32, shape: {}}}}}
+nodes:
+  - {{name: n, op: {}, inputs: [x], attrs: {}}}
+outputs: [n]
+)",
+                     shape, op, attrs);
+}
+
+// The host reference of node `n` with B = 1, on `x` and params in slot order.
+HostTensor run_reference(const std::string& op, const std::string& attrs, const std::string& shape,
+                         std::vector<double> x, std::vector<std::vector<double>> params = {}) {
+  const Graph graph = parse(one_op(op, attrs, shape));
+  const Node& node = graph.nodes.at(0);
+  const Bindings b1 = {{"B", 1}};
+  std::vector<HostTensor> host_params;
+  if (node.op->params) {
+    // Trained params from `params` in slot order; host-computed ones from their init bytes.
+    size_t next = 0;
+    for (const ParamSpec& spec : node.op->params(node.ctx)) {
+      HostTensor values{spec.dtype, eval_shape(spec.shape, b1), {}};
+      if (spec.init == ParamInit::kHost) {
+        for (int64_t i = 0; i < values.numel(); ++i) values.data.push_back(read_element(spec.host_bytes.data(), spec.dtype, i));
+      } else if (next < params.size()) {
+        values.data = params[next++];
+      }
+      host_params.push_back(std::move(values));
+    }
+    EXPECT_EQ(next, params.size()) << "trained params given vs used";
+  }
+  const HostTensor input{DType::kF32, eval_shape(node.ctx.inputs[0].shape, b1), std::move(x)};
+  EXPECT_EQ(input.numel(), static_cast<int64_t>(input.data.size()));
+  RefContext ref{node.ctx, {input}, host_params, eval_shape(node.ctx.output.shape, b1)};
+  return node.op->reference(ref);
+}
+
+void expect_values(const HostTensor& got, const std::vector<int64_t>& shape, const std::vector<double>& want) {
+  EXPECT_EQ(got.shape, shape);
+  ASSERT_EQ(got.data.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got.data[i], want[i], 1e-12) << "element " << i;
+}
+
+std::vector<double> iota(int n, double start = 1.0) {
+  std::vector<double> v(n);
+  for (int i = 0; i < n; ++i) v[i] = start + i;
+  return v;
+}
+
+// The message of the error parsing a graph raises ("(no error)" if none).
+std::string parse_error(const std::string& text) {
+  try {
+    parse(text);
+  } catch (const Error& e) {
+    return e.message();
+  }
+  return "(no error)";
+}
+
+// ---- references ------------------------------------------------------------------------------
+
+TEST(VisionReference, ConvStride1) {
+  // x = 1..9 as 3x3; weight [[1, 0], [0, 1]]: each output is x[i][j] + x[i+1][j+1].
+  auto y = run_reference("conv2d", "{out_channels: 1, kernel_size: 2, bias: false}", "[B, 1, 3, 3]", iota(9),
+                         {{1, 0, 0, 1}});
+  expect_values(y, {1, 1, 2, 2}, {6, 8, 12, 14});
+}
+
+TEST(VisionReference, ConvStride2Padding1WithBias) {
+  // All-ones 3x3 kernel, stride 2, padding 1 over 1..9: sums of the 2x2 corners, plus bias 0.5.
+  auto y = run_reference("conv2d", "{out_channels: 1, kernel_size: 3, stride: 2, padding: 1}", "[B, 1, 3, 3]", iota(9),
+                         {std::vector<double>(9, 1.0), {0.5}});
+  expect_values(y, {1, 1, 2, 2}, {12.5, 16.5, 24.5, 28.5});
+}
+
+TEST(VisionReference, ConvDilation2) {
+  // A 2x2 kernel dilated by 2 touches the four corners of the 3x3 input: 1 + 3 + 7 + 9.
+  auto y = run_reference("conv2d", "{out_channels: 1, kernel_size: 2, dilation: 2, bias: false}", "[B, 1, 3, 3]",
+                         iota(9), {{1, 1, 1, 1}});
+  expect_values(y, {1, 1, 1, 1}, {20});
+}
+
+TEST(VisionReference, ConvRectangularKernelAndStride) {
+  // kernel [1, 2], stride [1, 2] on a 2x4 input 1..8: pairs (1+2, 3+4) and (5+6, 7+8), weights (1, 10).
+  auto y = run_reference("conv2d", "{out_channels: 1, kernel_size: [1, 2], stride: [1, 2], bias: false}",
+                         "[B, 1, 2, 4]", iota(8), {{1, 10}});
+  expect_values(y, {1, 1, 2, 2}, {21, 43, 65, 87});
+}
+
+TEST(VisionReference, ConvGroups) {
+  // Two groups of 2 channels -> 1 channel each: out0 = 1*x0 + 2*x1, out1 = 3*x2 + 4*x3, plus bias.
+  auto y = run_reference("conv2d", "{out_channels: 2, kernel_size: 1, groups: 2}", "[B, 4, 1, 1]", {1, 10, 100, 1000},
+                         {{1, 2, 3, 4}, {0.25, -1}});
+  expect_values(y, {1, 2, 1, 1}, {21.25, 4299});
+}
+
+TEST(VisionReference, ConvDepthwiseWithMultiplier) {
+  // groups = C = 2, Co = 4: channels 0, 1 read x0 = 3; channels 2, 3 read x1 = 5.
+  auto y = run_reference("conv2d", "{out_channels: 4, kernel_size: 1, groups: 2, bias: false}", "[B, 2, 1, 1]", {3, 5},
+                         {{1, 2, 3, 4}});
+  expect_values(y, {1, 4, 1, 1}, {3, 6, 15, 20});
+}
+
+TEST(VisionReference, BatchNorm) {
+  // c0: (1 - 0) / sqrt(3 + 1) * 2 + 0.5 = 1.5; c1: (2 - 1) / sqrt(0 + 1) * 1 + 0 = 1.
+  auto y = run_reference("batchnorm2d", "{eps: 1.0}", "[B, 2, 1, 1]", {1, 2}, {{2, 1}, {0.5, 0}, {0, 1}, {3, 0}});
+  expect_values(y, {1, 2, 1, 1}, {1.5, 1.0});
+}
+
+TEST(VisionReference, ConvBnSilu) {
+  // conv: 2 * 1.5 = 3; bn with var + eps = 4, weight 2, mean 1, bias -1: (3 - 1) / 2 * 2 - 1 = 1;
+  // silu(1) = 1 / (1 + e^-1).
+  auto y = run_reference("conv2d_bn_silu", "{out_channels: 1, kernel_size: 1, eps: 0.5}", "[B, 1, 1, 1]", {2},
+                         {{1.5}, {2}, {-1}, {1}, {3.5}});
+  expect_values(y, {1, 1, 1, 1}, {1.0 / (1.0 + std::exp(-1.0))});
+}
+
+TEST(VisionReference, MaxPoolDefaultStride) {
+  auto y = run_reference("maxpool2d", "{kernel_size: 2}", "[B, 1, 4, 4]", iota(16));
+  expect_values(y, {1, 1, 2, 2}, {6, 8, 14, 16});
+}
+
+TEST(VisionReference, MaxPoolPaddingNeverWins) {
+  // All inputs negative: the implicit padding must not contribute a 0.
+  auto y = run_reference("maxpool2d", "{kernel_size: 3, stride: 1, padding: 1}", "[B, 1, 2, 2]", {-4, -3, -2, -1});
+  expect_values(y, {1, 1, 2, 2}, {-1, -1, -1, -1});
+}
+
+TEST(VisionReference, AvgPool) {
+  auto y = run_reference("avgpool2d", "{kernel_size: 2}", "[B, 1, 4, 4]", iota(16));
+  expect_values(y, {1, 1, 2, 2}, {3.5, 5.5, 11.5, 13.5});
+}
+
+TEST(VisionReference, AvgPoolCountsPadding) {
+  // Every 3x3 window covers the whole 2x2 input (sum 10) and 5 padded zeros: 10 / 9.
+  auto y = run_reference("avgpool2d", "{kernel_size: 3, stride: 1, padding: 1}", "[B, 1, 2, 2]", {1, 2, 3, 4});
+  expect_values(y, {1, 1, 2, 2}, {10.0 / 9, 10.0 / 9, 10.0 / 9, 10.0 / 9});
+}
+
+TEST(VisionReference, GlobalAvgPool) {
+  auto y = run_reference("global_avgpool", "{}", "[B, 2, 2, 3]", iota(12));
+  expect_values(y, {1, 2, 1, 1}, {3.5, 9.5});
+}
+
+TEST(VisionReference, UpsampleNearest) {
+  auto y = run_reference("upsample_nearest2d", "{}", "[B, 1, 2, 2]", {1, 2, 3, 4});
+  expect_values(y, {1, 1, 4, 4}, {1, 1, 2, 2, 1, 1, 2, 2, 3, 3, 4, 4, 3, 3, 4, 4});
+  auto y3 = run_reference("upsample_nearest2d", "{scale_factor: 3}", "[B, 1, 1, 2]", {7, 8});
+  expect_values(y3, {1, 1, 3, 6}, {7, 7, 7, 8, 8, 8, 7, 7, 7, 8, 8, 8, 7, 7, 7, 8, 8, 8});
+}
+
+// ---- yolo.detect_decode: anchors and decode ----------------------------------------------------
+
+const char* kTinyLevels = "{levels: [[2, 3, 8], [1, 1, 16]]}";  // A = 2*3 + 1*1 = 7
+
+TEST(VisionDecode, AnchorsAreMakeAnchorsAsInitBytes) {
+  const Graph graph = parse(one_op("yolo.detect_decode", kTinyLevels, "[B, 4, 7]"));
+  const Node& node = graph.nodes.at(0);
+  const std::vector<ParamSpec> specs = node.op->params(node.ctx);
+  ASSERT_EQ(specs.size(), 3u);
+  // Level 0 is 2 rows x 3 columns, y-major: (0.5, 0.5), (1.5, 0.5), (2.5, 0.5), (0.5, 1.5), ...
+  const std::vector<std::vector<double>> want = {{0.5, 1.5, 2.5, 0.5, 1.5, 2.5, 0.5},
+                                                 {0.5, 0.5, 0.5, 1.5, 1.5, 1.5, 0.5},
+                                                 {8, 8, 8, 8, 8, 8, 16}};
+  const char* slots[] = {"anchor_x", "anchor_y", "strides"};
+  for (size_t p = 0; p < 3; ++p) {
+    SCOPED_TRACE(slots[p]);
+    EXPECT_EQ(specs[p].slot, slots[p]);
+    EXPECT_EQ(specs[p].init, ParamInit::kHost);
+    EXPECT_EQ(specs[p].dtype, DType::kF32);
+    EXPECT_EQ(shape_str(specs[p].shape), "[7]");
+    ASSERT_EQ(specs[p].host_bytes.size(), 7u * 4u);
+    for (size_t i = 0; i < 7; ++i) EXPECT_EQ(read_element(specs[p].host_bytes.data(), DType::kF32, i), want[p][i]);
+  }
+}
+
+TEST(VisionDecode, DistancesToCenterSizeTimesStride) {
+  // Anchor 0 = (0.5, 0.5), stride 8; l, t, r, b = 1, 2, 3, 4: x1 = -0.5, y1 = -1.5, x2 = 3.5,
+  // y2 = 4.5 -> (cx, cy, w, h) = (1.5, 1.5, 4, 6) * 8. Anchor 6 = (0.5, 0.5), stride 16, all 1:
+  // (0.5, 0.5, 2, 2) * 16. The others are zero distances: (ax, ay, 0, 0) * stride.
+  std::vector<double> boxes(4 * 7, 0.0);
+  for (int c = 0; c < 4; ++c) boxes[c * 7] = c + 1;
+  for (int c = 0; c < 4; ++c) boxes[c * 7 + 6] = 1;
+  auto y = run_reference("yolo.detect_decode", kTinyLevels, "[B, 4, 7]", boxes);
+  const std::vector<double> want = {12, 12, 20, 4,  12, 20, 8,   // cx
+                                    12, 4,  4,  12, 12, 12, 8,   // cy
+                                    32, 0,  0,  0,  0,  0,  32,  // w
+                                    48, 0,  0,  0,  0,  0,  32}; // h
+  expect_values(y, {1, 4, 7}, want);
+}
+
+// ---- shape rules -----------------------------------------------------------------------------
+
+std::string output_shape(const std::string& op, const std::string& attrs, const std::string& shape) {
+  return shape_str(parse(one_op(op, attrs, shape)).nodes.at(0).ctx.output.shape);
+}
+
+TEST(VisionShape, Rules) {
+  EXPECT_EQ(output_shape("conv2d", "{out_channels: 8, kernel_size: 3, stride: 2, padding: 1}", "[B, 3, 15, 16]"),
+            "[B, 8, 8, 8]");
+  EXPECT_EQ(output_shape("conv2d", "{out_channels: 8, kernel_size: [3, 1], dilation: [2, 1]}", "[B, 3, 9, 9]"),
+            "[B, 8, 5, 9]");
+  EXPECT_EQ(output_shape("conv2d_bn_silu", "{out_channels: 4, kernel_size: 1}", "[B, 3, 7, 5]"), "[B, 4, 7, 5]");
+  EXPECT_EQ(output_shape("maxpool2d", "{kernel_size: 5, stride: 1, padding: 2}", "[B, 3, 8, 8]"), "[B, 3, 8, 8]");
+  EXPECT_EQ(output_shape("maxpool2d", "{kernel_size: 2}", "[B, 3, 7, 9]"), "[B, 3, 3, 4]");
+  EXPECT_EQ(output_shape("avgpool2d", "{kernel_size: 3, stride: 2, padding: 1}", "[B, 3, 7, 8]"), "[B, 3, 4, 4]");
+  EXPECT_EQ(output_shape("global_avgpool", "{}", "[B, 5, 7, 9]"), "[B, 5, 1, 1]");
+  EXPECT_EQ(output_shape("upsample_nearest2d", "{}", "[B, 5, 7, 9]"), "[B, 5, 14, 18]");
+  EXPECT_EQ(output_shape("batchnorm2d", "{}", "[B, 5, 7, 9]"), "[B, 5, 7, 9]");
+  EXPECT_EQ(output_shape("yolo.detect_decode", kTinyLevels, "[B, 4, 7]"), "[B, 4, 7]");
+  // Symbolic spatial dims stay symbolic: floor((H + 2 - 3) / 2) + 1.
+  EXPECT_EQ(parse(R"(name: t
+dims: {B: {min: 1, max: 8, default: 1}, H: {min: 4, max: 64, default: 8}}
+inputs: {x: {dtype: f32, shape: [B, 3, H, H]}}
+nodes:
+  - {name: n, op: conv2d, inputs: [x], attrs: {out_channels: 2, kernel_size: 3, stride: 2, padding: 1}}
+outputs: [n]
+)").nodes.at(0).ctx.output.shape.at(2).eval({{"H", 9}}), 5);
+}
+
+TEST(VisionShape, ConvParams) {
+  const Graph graph = parse(one_op("conv2d", "{out_channels: 6, kernel_size: [3, 5], groups: 2}", "[B, 4, 9, 9]"));
+  const Node& node = graph.nodes.at(0);
+  const auto params = node.op->params(node.ctx);
+  ASSERT_EQ(params.size(), 2u);
+  EXPECT_EQ(params[0].slot, "weight");
+  EXPECT_EQ(shape_str(params[0].shape), "[6, 2, 3, 5]");
+  EXPECT_EQ(params[1].slot, "bias");
+  EXPECT_EQ(shape_str(params[1].shape), "[6]");
+  const Graph fused = parse(one_op("conv2d_bn_silu", "{out_channels: 6, kernel_size: 3}", "[B, 4, 9, 9]"));
+  std::vector<std::string> slots;
+  for (const ParamSpec& p : fused.nodes[0].op->params(fused.nodes[0].ctx)) slots.push_back(p.slot + shape_str(p.shape));
+  EXPECT_EQ(slots, (std::vector<std::string>{"conv.weight[6, 4, 3, 3]", "bn.weight[6]", "bn.bias[6]",
+                                             "bn.running_mean[6]", "bn.running_var[6]"}));
+}
+
+TEST(VisionShape, Errors) {
+  EXPECT_EQ(parse_error(one_op("conv2d", "{out_channels: 4, kernel_size: 3, groups: 2}", "[B, 3, 8, 8]")),
+            "node 'n': in_channels 3 is not divisible by groups 2");
+  EXPECT_EQ(parse_error(one_op("conv2d", "{out_channels: 5, kernel_size: 3, groups: 2}", "[B, 4, 8, 8]")),
+            "node 'n': out_channels 5 is not divisible by groups 2");
+  EXPECT_EQ(parse_error(one_op("conv2d", "{out_channels: 4, kernel_size: 3}", "[B, 12]")),
+            "node 'n': conv2d expects x [B, C, H, W] (rank 4), got [B, 12]");
+  EXPECT_EQ(parse_error(one_op("conv2d", "{out_channels: 4, kernel_size: 3}", "[B, B, 8, 8]")),
+            "node 'n': conv2d needs a constant channel count, got C = B");
+  EXPECT_EQ(parse_error(one_op("conv2d", "{out_channels: 4, kernel_size: 3, stride: [0, 1]}", "[B, 3, 8, 8]")),
+            "node 'n': stride must be >= 1, got [0, 1]");
+  EXPECT_EQ(parse_error(one_op("conv2d", "{out_channels: 4, kernel_size: 3, padding: -1}", "[B, 3, 8, 8]")),
+            "node 'n': padding must be >= 0, got [-1, -1]");
+  EXPECT_EQ(parse_error(one_op("conv2d", "{out_channels: 4, kernel_size: 3, dilation: 2}", "[B, 3, 4, 9]")),
+            "node 'n': the dilated kernel height 5 is larger than the padded input height 4 + 2*0");
+  EXPECT_EQ(parse_error(one_op("conv2d_bn_silu", "{out_channels: 4, kernel_size: [1, 7]}", "[B, 3, 8, 6]")),
+            "node 'n': the dilated kernel width 7 is larger than the padded input width 6 + 2*0");
+  EXPECT_EQ(parse_error(one_op("maxpool2d", "{kernel_size: 3, padding: 2}", "[B, 3, 8, 8]")),
+            "node 'n': padding [2, 2] must be at most half the kernel [3, 3]");
+  EXPECT_EQ(parse_error(one_op("avgpool2d", "{kernel_size: 5}", "[B, 3, 4, 8]")),
+            "node 'n': the kernel height 5 is larger than the padded input height 4 + 2*0");
+  EXPECT_EQ(parse_error(one_op("global_avgpool", "{}", "[B, 3, 8]")),
+            "node 'n': global_avgpool expects x [B, C, H, W] (rank 4), got [B, 3, 8]");
+  EXPECT_EQ(parse_error(one_op("yolo.detect_decode", kTinyLevels, "[B, 4, 8]")),
+            "node 'n': boxes have A = 8 anchors but levels give 7 (2*3 + 1*1)");
+  EXPECT_EQ(parse_error(one_op("yolo.detect_decode", kTinyLevels, "[B, 5, 7]")),
+            "node 'n': yolo.detect_decode expects boxes [B, 4, A], got [B, 5, 7]");
+  EXPECT_EQ(parse_error(one_op("yolo.detect_decode", "{levels: [[2, 3, 8], [1, 0, 16]]}", "[B, 4, 6]")),
+            "node 'n': level 1 must be [h, w, stride] with positive values, got [1, 0, 16]");
+  EXPECT_EQ(parse_error(one_op("yolo.detect_decode", "{levels: [[2, 3]]}", "[B, 4, 6]")),
+            "node 'n': level 0 must be [h, w, stride] with positive values, got [2, 3]");
+}
+
+// ---- fusion pass -----------------------------------------------------------------------------
+
+const GraphPass& fusion_pass() {
+  for (const GraphPass& pass : registry().passes())
+    if (pass.name == "fuse_conv_bn_silu") return pass;
+  throw std::runtime_error("fuse_conv_bn_silu is not registered");
+}
+
+// x -> c1 (conv2d, `conv_attrs`) -> bn1 -> act (silu), then `tail` nodes; outputs `outputs`.
+std::string chain(const std::string& conv_attrs, const std::string& tail = "", const std::string& outputs = "[act]") {
+  return fmt::format(R"(name: t
+dims: {{B: {{min: 1, max: 64, default: 2}}}}
+inputs: {{x: {{dtype: f32, shape: [B, 3, 16, 16]}}}}
+nodes:
+  - {{name: c1, op: conv2d, inputs: [x], attrs: {}}}
+  - {{name: bn1, op: batchnorm2d, inputs: [c1], attrs: {{eps: 0.002}}}}
+  - {{name: act, op: silu, inputs: [bn1]}}
+{}outputs: {}
+)",
+                     conv_attrs, tail, outputs);
+}
+
+TEST(VisionFusion, RewritesConvBnSilu) {
+  Graph graph = parse(chain("{out_channels: 8, kernel_size: 3, stride: 2, padding: 1, bias: false}",
+                            "  - {name: pool, op: maxpool2d, inputs: [act], attrs: {kernel_size: 2}}\n", "[pool]"));
+  const Shape before = graph.nodes.at(2).ctx.output.shape;
+  EXPECT_EQ(fusion_pass().apply(graph, registry()), 1);
+  ASSERT_EQ(graph.nodes.size(), 2u);
+  const Node& fused = graph.nodes[0];
+  EXPECT_EQ(fused.name, "act");
+  EXPECT_EQ(fused.op->name, "conv2d_bn_silu");
+  EXPECT_EQ(fused.inputs, std::vector<std::string>{"x"});
+  EXPECT_EQ(fused.ctx.output.shape, before);
+  EXPECT_EQ(fused.fused_from, (std::vector<std::string>{"c1", "bn1", "act"}));
+  EXPECT_EQ(fused.param_names, (std::map<std::string, std::string>{{"conv.weight", "c1.weight"},
+                                                                    {"bn.weight", "bn1.weight"},
+                                                                    {"bn.bias", "bn1.bias"},
+                                                                    {"bn.running_mean", "bn1.running_mean"},
+                                                                    {"bn.running_var", "bn1.running_var"}}));
+  EXPECT_DOUBLE_EQ(fused.ctx.attrs.f("eps"), 0.002);  // the batch norm's eps, not the fused default
+  EXPECT_EQ(fused.ctx.attrs.pair("stride"), (std::pair<int64_t, int64_t>{2, 2}));
+  EXPECT_FALSE(fused.ctx.attrs.has("bias"));
+  EXPECT_EQ(graph.nodes[1].name, "pool");  // the consumer still finds its input by name
+  EXPECT_EQ(graph.nodes[1].inputs, std::vector<std::string>{"act"});
+}
+
+TEST(VisionFusion, LeavesConvWithBias) {
+  Graph graph = parse(chain("{out_channels: 8, kernel_size: 3}"));
+  EXPECT_EQ(fusion_pass().apply(graph, registry()), 0);
+  EXPECT_EQ(graph.nodes.size(), 3u);
+}
+
+TEST(VisionFusion, LeavesConvWithSecondConsumer) {
+  Graph graph = parse(chain("{out_channels: 8, kernel_size: 3, bias: false}",
+                            "  - {name: other, op: relu, inputs: [c1]}\n", "[act, other]"));
+  EXPECT_EQ(fusion_pass().apply(graph, registry()), 0);
+  EXPECT_EQ(graph.nodes.size(), 4u);
+}
+
+TEST(VisionFusion, LeavesBatchNormThatIsAGraphOutput) {
+  Graph graph = parse(chain("{out_channels: 8, kernel_size: 3, bias: false}", "", "[act, bn1]"));
+  EXPECT_EQ(fusion_pass().apply(graph, registry()), 0);
+  EXPECT_EQ(graph.nodes.size(), 3u);
+}
+
+// ---- lowering, NVRTC and verification --------------------------------------------------------
+
+// compile_graph, with NVRTC's log in the failure message when a kernel does not compile.
+Bundle compile(const Graph& graph, const CompileOptions& options, CompileStats* stats = nullptr) {
+  try {
+    return compile_graph(graph, registry(), options, stats);
+  } catch (const Error& e) {
+    ADD_FAILURE() << e.render();
+    throw;
+  }
+}
+
+CompileOptions test_compile_options() {
+  CompileOptions options;
+  options.cache_dir = (std::filesystem::temp_directory_path() / "teeny-test-vision-cache").string();
+  return options;
+}
+
+// Conv variants for the lowering checks below: implicit GEMM (grouped, rectangular, thin), the
+// 1x1 GEMM path with and without 16-byte loads, depthwise (plain and fused).
+const char* kZoo = R"(name: zoo
+dims: {B: {min: 1, max: 64, default: 2}}
+inputs:
+  x: {dtype: f32, shape: [B, 8, 15, 13]}
+  x2: {dtype: f32, shape: [B, 16, 8, 8]}
+nodes:
+  - {name: conv_grouped, op: conv2d, inputs: [x], attrs: {out_channels: 12, kernel_size: 3, stride: 2, padding: 1, groups: 2}}
+  - {name: conv_wide, op: conv2d, inputs: [x], attrs: {out_channels: 72, kernel_size: [3, 5], stride: [1, 2], padding: [1, 2]}}
+  - {name: conv_thin, op: conv2d, inputs: [x], attrs: {out_channels: 3, kernel_size: 3}}
+  - {name: pw_odd, op: conv2d, inputs: [x], attrs: {out_channels: 24, kernel_size: 1}}
+  - {name: pw_vec, op: conv2d, inputs: [x2], attrs: {out_channels: 32, kernel_size: 1, bias: false}}
+  - {name: dw, op: conv2d, inputs: [x], attrs: {out_channels: 16, kernel_size: 3, stride: 2, padding: 1, groups: 8}}
+  - {name: fused, op: conv2d_bn_silu, inputs: [x], attrs: {out_channels: 64, kernel_size: 3, padding: 1}}
+  - {name: fused_dw, op: conv2d_bn_silu, inputs: [x], attrs: {out_channels: 8, kernel_size: 3, padding: 1, groups: 8}}
+  - {name: fused_pw, op: conv2d_bn_silu, inputs: [x2], attrs: {out_channels: 16, kernel_size: 1}}
+outputs: [conv_grouped, conv_wide, conv_thin, pw_odd, pw_vec, dw, fused, fused_dw, fused_pw]
+)";
+
+// Every vision op's GPU conformance graphs (which cover each kernel variant) compile, and every
+// launch passes compile's checks against the kernel signature, the PTX entry and .maxntid.
+TEST(VisionCompile, EveryConformanceKernelCompilesAndVerifies) {
+  int graphs = 0;
+  for (const char* name : {"conv2d", "conv2d_bn_silu", "batchnorm2d", "maxpool2d", "avgpool2d", "global_avgpool",
+                           "upsample_nearest2d", "yolo.detect_decode"}) {
+    const OpDef* op = registry().find(name);
+    ASSERT_NE(op, nullptr) << name;
+    ASSERT_TRUE(op->conformance_cases) << name;
+    for (const ConformanceCase& c : op->conformance_cases()) {
+      SCOPED_TRACE(fmt::format("{} [{}]", name, c.label));
+      const Bundle bundle = compile(parse(c.graph), test_compile_options());
+      ASSERT_EQ(bundle.kernels.size(), 1u);
+      EXPECT_NE(bundle.kernels[0].ptx.find(".visible .entry " + bundle.kernels[0].entry), std::string::npos);
+      ++graphs;
+    }
+  }
+  EXPECT_GE(graphs, 30);
+}
+
+// The conv kernels' tile constants and their block are generated from one GemmTile: the block
+// is (BLOCK_CO / THREAD_CO) * (BLOCK_P / THREAD_P) threads, and differs from the tile's size.
+TEST(VisionCompile, FusedTileConstantsAndBlockAgree) {
+  const Graph graph = parse(kZoo);
+  for (const char* name : {"fused", "fused_pw", "conv_wide", "conv_thin"}) {
+    SCOPED_TRACE(name);
+    const Node& node = *graph.find_node(name);
+    const Lowering lowering = node.op->lower(node.ctx);
+    ASSERT_EQ(lowering.kernels.size(), 1u);
+    const std::string& src = lowering.kernels[0].source;
+    auto constant = [&](const std::string& key) {
+      std::smatch m;
+      const std::regex re("constexpr int " + key + " = (\\d+);");
+      EXPECT_TRUE(std::regex_search(src, m, re)) << key;
+      return std::stoi(m[1]);
+    };
+    const int threads = constant("BLOCK_CO") / constant("THREAD_CO") * (constant("BLOCK_P") / constant("THREAD_P"));
+    EXPECT_EQ(lowering.launches[0].block, (std::array<int, 3>{threads, 1, 1}));
+    EXPECT_EQ(threads, 128);
+    EXPECT_NE(constant("BLOCK_P"), threads);
+    EXPECT_NE(src.find("__launch_bounds__(128)"), std::string::npos);
+  }
+}
+
+TEST(VisionCompile, ConvPathsFollowTheShape) {
+  const Graph graph = parse(kZoo);
+  auto kernel_name = [&](const char* node) {
+    const Node& n = *graph.find_node(node);
+    return n.op->lower(n.ctx).kernels.at(0).name;
+  };
+  EXPECT_NE(kernel_name("pw_vec").find("gemm1x1"), std::string::npos);
+  EXPECT_NE(kernel_name("pw_odd").find("gemm1x1"), std::string::npos);
+  EXPECT_NE(kernel_name("conv_grouped").find("igemm_k3x3s2x2"), std::string::npos);
+  EXPECT_NE(kernel_name("dw").find("_dw_"), std::string::npos);
+  EXPECT_NE(kernel_name("fused_dw").find("_dw_"), std::string::npos);
+  const Node& pw_vec = *graph.find_node("pw_vec");
+  EXPECT_NE(pw_vec.op->lower(pw_vec.ctx).kernels[0].source.find("constexpr int VEC = 4;"), std::string::npos);
+  const Node& pw_odd = *graph.find_node("pw_odd");
+  EXPECT_NE(pw_odd.op->lower(pw_odd.ctx).kernels[0].source.find("constexpr int VEC = 1;"), std::string::npos);
+  // Grouped convs put the group on grid.z.
+  const Node& grouped = *graph.find_node("conv_grouped");
+  EXPECT_EQ(grouped.op->lower(grouped.ctx).launches[0].grid[2], Expr(2));
+}
+
+TEST(VisionCompile, DecodeInitBytesInBundle) {
+  const Graph graph = parse(one_op("yolo.detect_decode", "{levels: [[8, 8, 8], [4, 4, 16], [2, 2, 32]]}", "[B, 4, 84]"));
+  const Bundle bundle = compile(graph, test_compile_options());
+  int host_params = 0;
+  for (const BundleParam& p : bundle.params) {
+    ++host_params;
+    EXPECT_EQ(p.init, ParamInit::kHost);
+    EXPECT_EQ(p.size, 84u * 4u);
+    ASSERT_LE(p.offset + p.size, bundle.param_bytes.size());
+    // The last anchor is level 2's cell (1, 1): x = y = 1.5, stride 32.
+    const double last = read_element(bundle.param_bytes.data() + p.offset, DType::kF32, 83);
+    EXPECT_EQ(last, p.slot == "strides" ? 32.0 : 1.5) << p.slot;
+  }
+  EXPECT_EQ(host_params, 3);
+}
+
+std::string graph_path(const char* name) { return std::string(TEENY_SOURCE_DIR) + "/graphs/" + name; }
+
+TEST(VisionCompile, YoloHeadFusesTheWrittenOutTriples) {
+  const Graph graph = load_graph(graph_path("yolo_head.yaml"), registry());
+  CompileStats fused_stats, unfused_stats;
+  const Bundle fused = compile(graph, test_compile_options(), &fused_stats);
+  CompileOptions no_fuse = test_compile_options();
+  no_fuse.fuse = false;
+  const Bundle unfused = compile(graph, no_fuse, &unfused_stats);
+  EXPECT_EQ(fused_stats.passes_applied, 3);  // b2, b5, h4_dw
+  EXPECT_EQ(unfused_stats.passes_applied, 0);
+  EXPECT_EQ(unfused.nodes.size(), fused.nodes.size() + 6);
+  const BundleNode* b5 = fused.find_node("b5");
+  ASSERT_NE(b5, nullptr);
+  EXPECT_EQ(b5->op, "conv2d_bn_silu");
+  EXPECT_EQ(b5->fused_from, (std::vector<std::string>{"b5_conv", "b5_bn", "b5"}));
+  std::set<std::string> names;
+  for (const BundleParam& p : fused.params) names.insert(p.name);
+  for (const char* name : {"b5_conv.weight", "b5_bn.running_var", "h4_dw_conv.weight", "b0.conv.weight",
+                           "b0.bn.running_mean", "decode.anchor_x"})
+    EXPECT_TRUE(names.count(name)) << name;
+  EXPECT_FALSE(names.count("b5.conv.weight"));
+  // Same params either way: fusion renames nothing the weights file sees.
+  std::set<std::string> unfused_names;
+  for (const BundleParam& p : unfused.params) unfused_names.insert(p.name);
+  EXPECT_EQ(names, unfused_names);
+  EXPECT_EQ(fused.outputs, std::vector<std::string>{"decode"});
+}
+
+TEST(VisionCompile, LeNetCompiles) {
+  const Graph graph = load_graph(graph_path("lenet5.yaml"), registry());
+  const Bundle bundle = compile(graph, test_compile_options());
+  EXPECT_EQ(shape_str(bundle.tensor("f7").shape), "[B, 10]");
+  EXPECT_EQ(shape_str(bundle.tensor("s4").shape), "[B, 16, 5, 5]");
+}
+
+// ---- GPU: the example graphs against the host reference (teeny run --check) --------------------
+// (Every op's own cases run in tests/test_gpu_conformance.cpp, from OpDef::conformance_cases.)
+
+// Exit status of the teeny binary (stdout and stderr go to the test log).
+int run_teeny(const std::string& args) {
+  const std::string command = std::string(TEENY_BINARY) + " " + args + " 2>&1";
+  std::printf("$ %s\n", command.c_str());
+  const int status = std::system(command.c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// Writes the bundle of `graph` compiled with `options` to a fresh temp path.
+std::string write_temp_bundle(const Graph& graph, const CompileOptions& options, const std::string& tag) {
+  const std::string path = (std::filesystem::temp_directory_path() / ("teeny-gpu-vision-" + tag + ".teeny")).string();
+  std::filesystem::remove_all(path);
+  write_bundle(compile(graph, options), path);
+  return path;
+}
+
+// The example graphs, fused and unfused, node by node against the references.
+TEST(GpuVision, GraphsMatchTheirReferences) {
+  for (const char* name : {"lenet5.yaml", "yolo_head.yaml"}) {
+    const Graph graph = load_graph(graph_path(name), registry());
+    for (bool fuse : {true, false}) {
+      CompileOptions options = test_compile_options();
+      options.fuse = fuse;
+      const std::string bundle = write_temp_bundle(graph, options, fmt::format("{}-{}", graph.name, fuse));
+      for (int batch : {1, 3}) {
+        const int code = run_teeny(fmt::format("run {} --bind B={} --init random --check", bundle, batch));
+        if (code == 3) GTEST_SKIP() << "no CUDA driver/device: `teeny run` exited with 3";
+        EXPECT_EQ(code, 0) << name << (fuse ? " fused" : " --no-fuse") << " B=" << batch;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace teeny
