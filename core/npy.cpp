@@ -174,7 +174,8 @@ HostTensor read_npy(const std::string& path) {
                                       major));
   }
   if (header_start + header_length > bytes.size()) throw npy_error(path, "truncated header");
-  const std::string header = bytes.substr(header_start, header_length);
+  std::string header = bytes.substr(header_start, header_length);
+  header.erase(header.find_last_not_of(" \n\r\t") + 1);  // NumPy's padding
   auto dict = HeaderParser(header, path).parse_dict();
 
   for (const char* key : {"descr", "fortran_order", "shape"}) {
@@ -267,7 +268,9 @@ void write_npy(const std::string& path, const HostTensor& tensor) {
   const DType stored = npy_storage_dtype(tensor.dtype);
   std::string shape;
   for (int64_t extent : tensor.shape) shape += fmt::format("{}, ", extent);
-  if (tensor.shape.size() > 1) shape.resize(shape.size() - 2);  // (3,) keeps its comma
+  // Python tuple syntax: (), (3,), (2, 3).
+  if (tensor.shape.size() == 1) shape.pop_back();
+  if (tensor.shape.size() > 1) shape.resize(shape.size() - 2);
   std::string header = fmt::format("{{'descr': '{}', 'fortran_order': False, 'shape': ({}), }}",
                                    npy_descr(stored), shape);
   // Magic, version and length, then the header padded with spaces to a multiple of 64 bytes

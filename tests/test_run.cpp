@@ -1,0 +1,469 @@
+// teeny run on the CPU: memory planning, binding, host data, the reference executor, check
+// comparisons and the driver-absent path.
+#include <gtest/gtest.h>
+
+#include <dlfcn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <set>
+
+#include "core/compare.h"
+#include "core/driver.h"
+#include "core/executor.h"
+#include "core/host_executor.h"
+#include "core/memory_plan.h"
+#include "core/npy.h"
+#include "core/safetensors.h"
+#include "tests/test_run_support.h"
+
+namespace teeny {
+namespace {
+
+using testing_run::test_registry;
+using testing_run::tiny_bundle;
+
+// ---- memory plan ---------------------------------------------------------------------------
+
+TEST(MemoryPlan, ReusesBytesOfTensorsThatAreNoLongerLive) {
+  // A chain t0 -> t1 -> t2 -> t3: each tensor is read only by the next node.
+  MemoryPlan plan = plan_memory({{"t0", 1000, 0, 1, ""},
+                                 {"t1", 1000, 1, 2, ""},
+                                 {"t2", 1000, 2, 3, ""},
+                                 {"t3", 1000, 3, 3, ""}});
+  EXPECT_EQ(plan.offsets.at("t0"), 0u);
+  EXPECT_EQ(plan.offsets.at("t1"), 1024u);
+  EXPECT_EQ(plan.offsets.at("t2"), 0u);  // t0 is dead once t1 is computed
+  EXPECT_EQ(plan.offsets.at("t3"), 1024u);
+  EXPECT_EQ(plan.arena_bytes, 2048u);
+  EXPECT_EQ(plan.naive_bytes, 4096u);
+  EXPECT_EQ(plan.buffers, 4);
+  EXPECT_EQ(plan.shared, 4);
+}
+
+TEST(MemoryPlan, AnOutputNeverSharesWithItsOwnInputs) {
+  // Inclusive lifetimes: t1 is written at step 1, where t0 is read for the last time.
+  MemoryPlan plan = plan_memory({{"t0", 256, 0, 1, ""}, {"t1", 256, 1, 1, ""}});
+  EXPECT_NE(plan.offsets.at("t0"), plan.offsets.at("t1"));
+  EXPECT_EQ(plan.shared, 0);
+}
+
+TEST(MemoryPlan, ViewsAliasAndExtendTheirSourcesLifetime) {
+  // v is a view of t0 read at step 3, so t0's bytes must survive until then: t2 cannot
+  // take them as it could without the view.
+  MemoryPlan plan = plan_memory({{"t0", 1000, 0, 1, ""},
+                                 {"v", 1000, 1, 3, "t0"},
+                                 {"t1", 1000, 1, 2, ""},
+                                 {"t2", 1000, 2, 3, ""}});
+  EXPECT_EQ(plan.offsets.at("v"), plan.offsets.at("t0"));
+  EXPECT_NE(plan.offsets.at("t2"), plan.offsets.at("t0"));
+  EXPECT_EQ(plan.buffers, 3);
+  EXPECT_EQ(plan.arena_bytes, 3072u);
+}
+
+TEST(MemoryPlan, LiveTensorsNeverOverlapAndOffsetsAreAligned) {
+  // A wider pattern: sizes and lifetimes vary; check the invariant for every pair.
+  std::vector<PlanEntry> entries;
+  for (int i = 0; i < 40; ++i) {
+    entries.push_back({"t" + std::to_string(i), static_cast<uint64_t>(100 + (i * 7919) % 5000), i,
+                       i + 1 + (i * 31) % 5, ""});
+  }
+  MemoryPlan plan = plan_memory(entries);
+  for (const PlanEntry& a : entries) {
+    EXPECT_EQ(plan.offsets.at(a.name) % kArenaAlignment, 0u);
+    EXPECT_LE(plan.offsets.at(a.name) + a.bytes, plan.arena_bytes);
+    for (const PlanEntry& b : entries) {
+      if (a.name == b.name || a.last_step < b.first_step || b.last_step < a.first_step) continue;
+      const uint64_t a0 = plan.offsets.at(a.name), b0 = plan.offsets.at(b.name);
+      EXPECT_TRUE(a0 + a.bytes <= b0 || b0 + b.bytes <= a0) << a.name << " overlaps " << b.name;
+    }
+  }
+  EXPECT_LT(plan.arena_bytes, plan.naive_bytes);
+}
+
+TEST(MemoryPlan, UnknownAliasIsAnError) {
+  try {
+    plan_memory({{"v", 16, 0, 1, "nowhere"}});
+    FAIL();
+  } catch (const Error& error) {
+    EXPECT_EQ(error.message(), "memory plan: view 'v' aliases 'nowhere', which is not an earlier tensor");
+  }
+}
+
+// ---- binding -------------------------------------------------------------------------------
+
+TEST(RunBinding, EvaluatesShapesStridesGridsAndArguments) {
+  Bundle bundle = tiny_bundle();
+  BoundBundle bound = bind_bundle(bundle, bundle_bindings(bundle, {"B=2"}), "tiny.teeny");
+  EXPECT_EQ(bound.bindings, (Bindings{{"B", 2}}));
+  const BoundTensor& h = bound.tensor("h");
+  EXPECT_EQ(h.shape, std::vector<int64_t>({2, 3}));
+  EXPECT_EQ(h.row_stride, 4);
+  EXPECT_EQ(h.bytes, 2u * 4 * 4);  // padded rows
+  EXPECT_EQ(bound.tensor("s").bytes, 2u * 3 * 4);
+  EXPECT_EQ(bound.tensor("out").shape, std::vector<int64_t>({6}));
+
+  ASSERT_EQ(bound.launches.size(), 2u);
+  const BoundLaunch& affine = bound.launches[0];
+  EXPECT_EQ(affine.grid, (std::array<int64_t, 3>{1, 1, 1}));
+  EXPECT_EQ(affine.args[4].ivalue, 6);
+  EXPECT_EQ(affine.param_buffer_bytes, 36u);
+  EXPECT_EQ(affine.bytes, 48);
+  EXPECT_EQ(bound.node_launches(1), std::vector<size_t>({1}));
+  EXPECT_TRUE(bound.node_launches(2).empty());  // the view launches nothing
+
+  // Defaults apply without --bind; the grid follows B.
+  BoundBundle big = bind_bundle(bundle, bundle_bindings(bundle, {"B=64"}), "tiny.teeny");
+  EXPECT_EQ(big.launches[0].grid[0], 2);  // ceil_div(192, 128)
+  EXPECT_EQ(bind_bundle(bundle, bundle_bindings(bundle, {}), "t").bindings.at("B"), 4);
+}
+
+TEST(RunBinding, PlanKeepsInputsAndOutputsAndAliasesViews) {
+  Bundle bundle = tiny_bundle();
+  BoundBundle bound = bind_bundle(bundle, bundle_bindings(bundle, {}), "tiny.teeny");
+  const MemoryPlan& plan = bound.plan;
+  EXPECT_EQ(plan.offsets.at("out"), plan.offsets.at("s"));
+  std::set<uint64_t> distinct{plan.offsets.at("x"), plan.offsets.at("h"), plan.offsets.at("s")};
+  EXPECT_EQ(distinct.size(), 3u);  // x, h and s are all live at step 1
+  EXPECT_EQ(plan.buffers, 3);
+}
+
+TEST(RunBinding, ErrorsNameWhatIsWrong) {
+  Bundle bundle = tiny_bundle();
+  auto message = [&](const Bundle& b, std::vector<std::string> binds) {
+    try {
+      bind_bundle(b, bundle_bindings(b, binds), "tiny.teeny");
+    } catch (const Error& error) {
+      return error.message();
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message(bundle, {"B=65"}), "--bind B=65: B must be in [1, 64]");
+
+  Bundle fixed = tiny_bundle();
+  fixed.fixed = {{"B", 8}};
+  EXPECT_EQ(message(fixed, {"B=9"}), "--bind B=9: B was fixed to 8 when the bundle was compiled");
+  EXPECT_EQ(message(fixed, {"B=8"}), "no error");
+
+  Bundle bad_shape = tiny_bundle();
+  bad_shape.tensors[2].shape[1] = Expr::dim("B") - 4;
+  EXPECT_EQ(message(bad_shape, {"B=4"}),
+            "bundle tiny.teeny: tensor 's' has shape [B, B - 4] = [4, 0] with B=4; sizes must be positive");
+
+  Bundle bad_arg = tiny_bundle();
+  bad_arg.launches[1].args[3].size = 8;
+  EXPECT_EQ(message(bad_arg, {}),
+            "bundle tiny.teeny: argument 3 'n' of launch 's' (i32) has size 8 at offset 24; expected "
+            "size 4 at an aligned offset");
+
+  Bundle bad_tensor = tiny_bundle();
+  bad_tensor.launches[1].args[0].tensor = "hh";
+  EXPECT_EQ(message(bad_tensor, {}),
+            "bundle tiny.teeny: argument 0 'a' of launch 's' names tensor 'hh', which the bundle does "
+            "not have");
+
+  Bundle bad_grid = tiny_bundle();
+  bad_grid.launches[0].grid[1] = Expr::dim("B") * 20000;
+  EXPECT_EQ(message(bad_grid, {"B=4"}),
+            "bundle tiny.teeny: launch 'h' has grid.y = 80000 ('B*20000') with B=4; it must be in "
+            "[1, 65535]");
+
+  Bundle bad_host = tiny_bundle();
+  bad_host.param_bytes.resize(8);
+  EXPECT_EQ(message(bad_host, {}),
+            "bundle tiny.teeny: parameter 'h.bias' has 12 init bytes at offset 0 (params.bin holds 8), "
+            "but f32 [3] needs 12");
+}
+
+TEST(RunBinding, PacksPaddedRowsWithZerosAndUnpacksThem) {
+  Bundle bundle = tiny_bundle();
+  BoundBundle bound = bind_bundle(bundle, bundle_bindings(bundle, {"B=2"}), "t");
+  const BoundTensor& h = bound.tensor("h");
+  std::vector<uint8_t> bytes = pack_tensor(h, HostTensor{DType::kF32, {2, 3}, {1, 2, 3, 4, 5, 6}});
+  ASSERT_EQ(bytes.size(), 32u);
+  std::vector<double> device;
+  for (size_t i = 0; i < 8; ++i) device.push_back(read_element(bytes.data(), DType::kF32, i));
+  EXPECT_EQ(device, std::vector<double>({1, 2, 3, 0, 4, 5, 6, 0}));
+  EXPECT_EQ(unpack_tensor(h, bytes.data()).data, std::vector<double>({1, 2, 3, 4, 5, 6}));
+}
+
+// ---- host data -----------------------------------------------------------------------------
+
+TEST(RunData, RandomInputsAreDeterministicAndInRange) {
+  Bundle bundle = tiny_bundle();
+  BoundBundle bound = bind_bundle(bundle, bundle_bindings(bundle, {"B=64"}), "t");
+  HostTensor a = random_input(bound, bound.tensor("x"), 7);
+  HostTensor b = random_input(bound, bound.tensor("x"), 7);
+  HostTensor c = random_input(bound, bound.tensor("x"), 8);
+  EXPECT_EQ(a.data, b.data);
+  EXPECT_NE(a.data, c.data);
+  double low = 1, high = -1;
+  for (double v : a.data) {
+    low = std::min(low, v);
+    high = std::max(high, v);
+    EXPECT_EQ(v, static_cast<float>(v));
+  }
+  EXPECT_GE(low, -1.0);
+  EXPECT_LT(high, 1.0);
+  EXPECT_LT(low, -0.9);  // 192 uniform samples reach both ends
+  EXPECT_GT(high, 0.9);
+}
+
+TEST(RunData, RandomIdsStayBelowTheConsumersNumEmbeddings) {
+  Bundle bundle = tiny_bundle();
+  bundle.tensors[0].dtype = DType::kI32;
+  BoundBundle bound = bind_bundle(bundle, bundle_bindings(bundle, {"B=64"}), "t");
+  auto range = [&](const BoundBundle& b) {
+    HostTensor ids = random_input(b, b.tensor("x"), 1);
+    std::set<double> values(ids.data.begin(), ids.data.end());
+    return std::make_pair(*values.begin(), *values.rbegin());
+  };
+  EXPECT_EQ(range(bound), std::make_pair(0.0, 7.0));  // no consumer says: [0, 8)
+  bundle.nodes[0].attrs = {{"num_embeddings", 5}};
+  BoundBundle embedded = bind_bundle(bundle, bundle_bindings(bundle, {"B=64"}), "t");
+  EXPECT_EQ(range(embedded), std::make_pair(0.0, 4.0));
+}
+
+class RunFiles : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("teeny_run_" + std::to_string(getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  std::filesystem::path dir_;
+};
+
+TEST_F(RunFiles, ParamsComeFromWeightsHostBytesOrZeroWithANote) {
+  Bundle bundle = tiny_bundle();
+  BoundBundle bound = bind_bundle(bundle, bundle_bindings(bundle, {"B=2"}), "t");
+  RunData zero = prepare_data(bound, DataOptions{});
+  EXPECT_EQ(zero.params.at("h.weight").data, std::vector<double>({0, 0, 0}));
+  EXPECT_EQ(zero.params.at("h.bias").data, std::vector<double>({0.5, 1, 1.5}));
+  EXPECT_EQ(zero.notes, std::vector<std::string>({"1 trained parameter(s) not loaded from weights "
+                                                  "are zero (use --weights FILE.safetensors, or "
+                                                  "--init random): h.weight"}));
+  DataOptions random;
+  random.fill = ParamFill::kRandom;
+  random.seed = 3;
+  RunData filled = prepare_data(bound, random);
+  for (double v : filled.params.at("h.weight").data) {  // rank 1: [0.5, 1.5)
+    EXPECT_GE(v, 0.5);
+    EXPECT_LT(v, 1.5);
+  }
+  EXPECT_EQ(filled.notes[0].substr(0, 72),
+            "1 trained parameter(s) not loaded from weights are random (--init random");
+
+  write_safetensors(path("w.safetensors"), {{"h.weight", HostTensor{DType::kF32, {3}, {2, 3, 4}}}});
+  DataOptions loaded;
+  loaded.weights_path = path("w.safetensors");
+  RunData data = prepare_data(bound, loaded);
+  EXPECT_EQ(data.params.at("h.weight").data, std::vector<double>({2, 3, 4}));
+  EXPECT_TRUE(data.notes.empty());
+}
+
+TEST_F(RunFiles, InputsFromNpyAreChecked) {
+  Bundle bundle = tiny_bundle();
+  BoundBundle bound = bind_bundle(bundle, bundle_bindings(bundle, {"B=2"}), "t");
+  auto message = [&](std::map<std::string, std::string> files) {
+    DataOptions options;
+    options.input_files = std::move(files);
+    try {
+      prepare_data(bound, options);
+    } catch (const Error& error) {
+      return error.message();
+    }
+    return std::string("no error");
+  };
+  write_npy(path("x.npy"), HostTensor{DType::kF32, {3, 2}, {1, 2, 3, 4, 5, 6}});
+  EXPECT_EQ(message({{"x", path("x.npy")}}),
+            "--input x=" + path("x.npy") + ": the file's shape [3, 2] does not match input 'x' [2, 3] "
+            "(with B=2)");
+  write_npy(path("i.npy"), HostTensor{DType::kI32, {2, 3}, {1, 2, 3, 4, 5, 6}});
+  EXPECT_EQ(message({{"x", path("i.npy")}}),
+            "--input x=" + path("i.npy") + ": the file holds i32 values, but input 'x' is f32");
+  EXPECT_EQ(message({{"y", path("x.npy")}}),
+            "--input y=" + path("x.npy") + ": the bundle has no input 'y' (did you mean 'x'?)");
+  write_npy(path("ok.npy"), HostTensor{DType::kF16, {2, 3}, {1, 2, 3, 4, 5, 6}});
+  EXPECT_EQ(message({{"x", path("ok.npy")}}), "no error");  // f16 file into an f32 input
+}
+
+// ---- host reference executor ---------------------------------------------------------------
+
+TEST_F(RunFiles, HostExecutorMatchesHandComputedValues) {
+  Bundle bundle = tiny_bundle();
+  BoundBundle bound = bind_bundle(bundle, bundle_bindings(bundle, {"B=2"}), "t");
+  write_npy(path("x.npy"), HostTensor{DType::kF32, {2, 3}, {1, 2, 3, 4, 5, 6}});
+  write_safetensors(path("w.safetensors"), {{"h.weight", HostTensor{DType::kF32, {3}, {2, 3, 4}}}});
+  DataOptions options;
+  options.input_files = {{"x", path("x.npy")}};
+  options.weights_path = path("w.safetensors");
+  RunData data = prepare_data(bound, options);
+  std::map<std::string, HostTensor> values = run_host(bound, test_registry(), data);
+  // h = x * [2, 3, 4] + [0.5, 1, 1.5]; s = h + x; out = flatten(s).
+  EXPECT_EQ(values.at("h").data, std::vector<double>({2.5, 7, 13.5, 8.5, 16, 25.5}));
+  EXPECT_EQ(values.at("s").data, std::vector<double>({3.5, 9, 16.5, 12.5, 21, 31.5}));
+  EXPECT_EQ(values.at("out").shape, std::vector<int64_t>({6}));
+  EXPECT_EQ(values.at("out").data, values.at("s").data);
+}
+
+TEST(HostExecutor, RoundsOutputsToTheirDtype) {
+  Bundle bundle = tiny_bundle();
+  for (BundleTensor& t : bundle.tensors) t.dtype = DType::kBF16;
+  BoundBundle bound = bind_bundle(bundle, bundle_bindings(bundle, {"B=1"}), "t");
+  RunData data;
+  data.inputs["x"] = HostTensor{DType::kBF16, {1, 3}, {1, 1, 1}};
+  data.params["h.weight"] = HostTensor{DType::kF32, {3}, {1.0 / 3, 1, 1}};
+  data.params["h.bias"] = HostTensor{DType::kF32, {3}, {0, 0, 0}};
+  HostTensor h = reference_node(bound, test_registry(), 0, {data.inputs["x"]}, data.params);
+  EXPECT_EQ(h.dtype, DType::kBF16);
+  EXPECT_EQ(h.data[0], bf16_bits_to_float(float_to_bf16_bits(1.0f / 3)));
+}
+
+TEST(HostExecutor, UnknownOpIsAnError) {
+  Bundle bundle = tiny_bundle();
+  BoundBundle bound = bind_bundle(bundle, bundle_bindings(bundle, {}), "tiny.teeny");
+  try {
+    run_host(bound, Registry(), prepare_data(bound, DataOptions{}));
+    FAIL();
+  } catch (const Error& error) {
+    EXPECT_EQ(error.message(),
+              "bundle tiny.teeny: node 'h' uses op 'test.affine', which this teeny does not know");
+  }
+}
+
+// ---- comparison ----------------------------------------------------------------------------
+
+TEST(Compare, TolerancesDependOnDtype) {
+  HostTensor expected{DType::kF32, {3}, {1.0, -2.0, 0.0}};
+  HostTensor close{DType::kF32, {3}, {1.0009, -2.0019, 0.00009}};
+  EXPECT_TRUE(compare_values(close, expected, tolerance_for(DType::kF32)).ok());
+  HostTensor far{DType::kF32, {3}, {1.0012, -2.0, 0.0}};
+  Comparison c = compare_values(far, expected, tolerance_for(DType::kF32));
+  EXPECT_EQ(c.mismatches, 1);
+  EXPECT_EQ(c.worst_index, 0);
+  EXPECT_NEAR(c.max_abs, 0.0012, 1e-12);
+  EXPECT_NEAR(c.max_rel, 0.0012, 1e-12);
+  // One bf16 ulp at 1.0 is 2^-7: fine for bf16, far too much for f32.
+  HostTensor ulp{DType::kBF16, {3}, {1.0078125, -2.0, 0.0}};
+  EXPECT_TRUE(compare_values(ulp, expected, tolerance_for(DType::kBF16)).ok());
+  EXPECT_FALSE(compare_values(ulp, expected, tolerance_for(DType::kF32)).ok());
+  HostTensor ids{DType::kI32, {1}, {3}};
+  EXPECT_FALSE(compare_values(ids, HostTensor{DType::kI32, {1}, {4}}, tolerance_for(DType::kI32)).ok());
+}
+
+TEST(Compare, NanMatchesOnlyNan) {
+  HostTensor nan{DType::kF32, {2}, {NAN, 1}};
+  EXPECT_TRUE(compare_values(nan, nan, tolerance_for(DType::kF32)).ok());
+  HostTensor number{DType::kF32, {2}, {0, 1}};
+  EXPECT_EQ(compare_values(nan, number, tolerance_for(DType::kF32)).mismatches, 1);
+  EXPECT_EQ(compare_values(number, nan, tolerance_for(DType::kF32)).mismatches, 1);
+}
+
+TEST(Compare, ReportNamesTheFirstDivergingNode) {
+  CheckReport report;
+  Comparison good;
+  good.count = 4;
+  good.max_abs = 1e-7;
+  good.max_rel = 2e-7;
+  Comparison bad;
+  bad.count = 4;
+  bad.mismatches = 2;
+  bad.max_abs = 0.5;
+  bad.max_rel = 0.25;
+  bad.worst_index = 3;
+  bad.worst_got = 1.5;
+  bad.worst_expected = 2;
+  report.nodes = {{"fc1", "linear", DType::kF32, {2, 2}, good},
+                  {"sub", "test.sub", DType::kF32, {2, 2}, bad},
+                  {"act", "relu", DType::kF32, {2, 2}, bad}};
+  report.first_failure = 1;
+  EXPECT_FALSE(report.ok());
+  EXPECT_EQ(format_check_report(report),
+            "node  op        dtype  shape      max abs     max rel  result\n"
+            "fc1   linear    f32    [2, 2]   1.000e-07   2.000e-07  ok\n"
+            "sub   test.sub  f32    [2, 2]   5.000e-01   2.500e-01  MISMATCH\n"
+            "act   relu      f32    [2, 2]   5.000e-01   2.500e-01  MISMATCH\n"
+            "check: FAILED: 2 of 3 nodes differ from the host reference; first diverging node 'sub' "
+            "(test.sub): 2 of 4 elements outside atol 0.0001 + rtol 0.001*|expected|; worst at [1, 1]: "
+            "gpu 1.5 vs reference 2\n");
+  report.nodes.resize(1);
+  report.first_failure = -1;
+  EXPECT_TRUE(report.ok());
+  EXPECT_NE(format_check_report(report).find("check: ok: all 1 nodes match the host reference\n"),
+            std::string::npos);
+}
+
+// ---- the driver-absent path ----------------------------------------------------------------
+
+TEST(Driver, MissingLibraryIsAPlainGpuError) {
+  try {
+    cuda::Driver::load("libteeny-no-such-driver.so.1");
+    FAIL();
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ExitCode::kGpu);
+    EXPECT_EQ(error.message(),
+              "no CUDA driver found (libteeny-no-such-driver.so.1): libteeny-no-such-driver.so.1: "
+              "cannot open shared object file: No such file or directory");
+  }
+}
+
+struct Command {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+Command run_teeny(const std::string& args) {
+  Command result;
+  FILE* pipe = popen((std::string(TEENY_BINARY) + " " + args + " 2>&1").c_str(), "r");
+  if (!pipe) return result;
+  std::array<char, 4096> buffer;
+  size_t n;
+  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) result.output.append(buffer.data(), n);
+  int status = pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+TEST_F(RunFiles, TeenyRunWithoutADriverExitsThreeWithAPlainMessage) {
+  void* driver = dlopen(cuda::kDriverLibrary, RTLD_NOW | RTLD_LOCAL);
+  if (driver) {
+    dlclose(driver);
+    GTEST_SKIP() << "this machine has a CUDA driver; the driver-absent path cannot be shown here";
+  }
+  write_bundle(tiny_bundle(), path("tiny.teeny"));
+  Command run = run_teeny("run " + path("tiny.teeny"));
+  EXPECT_EQ(run.exit_code, 3);
+  EXPECT_EQ(run.output,
+            "teeny: note: 1 trained parameter(s) not loaded from weights are zero (use --weights "
+            "FILE.safetensors, or --init random): h.weight\n"
+            "teeny: error: no CUDA driver found (libcuda.so.1): libcuda.so.1: cannot open shared "
+            "object file: No such file or directory\n");
+}
+
+TEST_F(RunFiles, TeenyRunReportsBundleErrorsBeforeLookingForAGpu) {
+  write_bundle(tiny_bundle(), path("tiny.teeny"));
+  Command run = run_teeny("run " + path("tiny.teeny") + " --bind B=0");
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_EQ(run.output, "teeny: error: --bind B=0: B must be in [1, 64]\n");
+  Command cpu = run_teeny("run " + path("tiny.teeny") + " --device cpu");
+  EXPECT_EQ(cpu.exit_code, 1);
+  EXPECT_NE(cpu.output.find("teeny: error: bundle " + path("tiny.teeny") +
+                            ": node 'h' uses op 'test.affine', which this teeny does not know\n"),
+            std::string::npos)
+      << cpu.output;
+  Command mixed = run_teeny("run " + path("tiny.teeny") + " --device cpu --check");
+  EXPECT_EQ(mixed.exit_code, 1);
+  EXPECT_EQ(mixed.output,
+            "teeny: error: --check runs on the GPU; it cannot be combined with --device cpu\n");
+}
+
+}  // namespace
+}  // namespace teeny
