@@ -230,7 +230,10 @@ CUfunction Module::function(const std::string& entry, const std::string& what) c
 // ---- Stream, Event -------------------------------------------------------------------------
 
 Stream::Stream(std::shared_ptr<Device> device) : device_(std::move(device)) {
-  TEENY_CU(device_->driver(), StreamCreate, "creating a stream", &stream_, CU_STREAM_NON_BLOCKING);
+  // A blocking stream: it is ordered after the synchronous cuMemcpy/cuMemset calls (which run
+  // on the legacy default stream, and for pageable uploads may still be in flight when they
+  // return), and they after it.
+  TEENY_CU(device_->driver(), StreamCreate, "creating a stream", &stream_, CU_STREAM_DEFAULT);
 }
 
 Stream::~Stream() {
