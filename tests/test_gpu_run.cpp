@@ -1,6 +1,6 @@
 // GPU tests of `teeny run` (suites Gpu*, label gpu): they skip with the reason when there is no
 // CUDA driver or device. Expected values are computed here with plain loops, not with the ops'
-// host references.
+// host references. RunCpuMnist runs the same mnist data through `--device cpu` on any machine.
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
@@ -39,7 +39,7 @@ std::shared_ptr<cuda::Device> open_device(std::string* why) {
   std::shared_ptr<cuda::Device> device = open_device(&skip_reason);        \
   if (!device) GTEST_SKIP() << "no CUDA driver/device: " << skip_reason
 
-class GpuRun : public ::testing::Test {
+class RunDirs : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = std::filesystem::temp_directory_path() /
@@ -59,6 +59,26 @@ class GpuRun : public ::testing::Test {
   }
   std::filesystem::path dir_;
 };
+
+class GpuRun : public RunDirs {};
+class RunCpuMnist : public RunDirs {};
+
+struct Command {
+  int exit_code = -1;
+  std::string output;
+};
+
+Command run_teeny(const std::string& args) {
+  Command result;
+  FILE* pipe = popen((std::string(TEENY_BINARY) + " " + args + " 2>&1").c_str(), "r");
+  if (!pipe) return result;
+  std::array<char, 4096> buffer;
+  size_t n;
+  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) result.output.append(buffer.data(), n);
+  int status = pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
 
 // ---- mnist_mlp with known weights ----------------------------------------------------------
 
@@ -158,23 +178,6 @@ TEST_F(GpuRun, MnistMlpWithKnownWeightsMatchesIndependentLoops) {
   ASSERT_EQ(report.nodes.size(), 4u);
 }
 
-struct Command {
-  int exit_code = -1;
-  std::string output;
-};
-
-Command run_teeny(const std::string& args) {
-  Command result;
-  FILE* pipe = popen((std::string(TEENY_BINARY) + " " + args + " 2>&1").c_str(), "r");
-  if (!pipe) return result;
-  std::array<char, 4096> buffer;
-  size_t n;
-  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) result.output.append(buffer.data(), n);
-  int status = pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
-}
-
 TEST_F(GpuRun, CliRunsMnistWithCheckAndCudaGraphAndWritesOutputs) {
   TEENY_GPU_OR_SKIP(device);
   Registry registry;
@@ -193,6 +196,23 @@ TEST_F(GpuRun, CliRunsMnistWithCheckAndCudaGraphAndWritesOutputs) {
   EXPECT_EQ(probs.shape, std::vector<int64_t>({kBatch, kOut}));
   EXPECT_LT(max_abs_diff(probs.data, expected_probs()), 1e-5);
   EXPECT_EQ(read_npy(path("all/probs.npy")).data, probs.data);
+}
+
+// The same data through `teeny run --device cpu` (the host reference executor): runs on any
+// machine, so the CLI's file handling and the references are checked without a GPU too.
+TEST_F(RunCpuMnist, DeviceCpuMatchesIndependentLoops) {
+  Registry registry;
+  ops::register_all(registry);
+  compile_to_disk(load_graph(std::string(TEENY_SOURCE_DIR) + "/graphs/mnist_mlp.yaml", registry),
+                  registry, "mnist.teeny");
+  write_mnist_data(path("w.safetensors"), path("x.npy"));
+  Command run = run_teeny("run " + path("mnist.teeny") + " --device cpu --bind B=5 --input x=" +
+                          path("x.npy") + " --weights " + path("w.safetensors") + " --output-dir " +
+                          path("out"));
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  HostTensor probs = read_npy(path("out/probs.npy"));
+  EXPECT_EQ(probs.shape, std::vector<int64_t>({kBatch, kOut}));
+  EXPECT_LT(max_abs_diff(probs.data, expected_probs()), 1e-6);
 }
 
 // ---- --check catches a wrong kernel --------------------------------------------------------
