@@ -1,0 +1,189 @@
+// The one conformance test (in the spirit of ggml's test-backend-ops): every registered op's
+// OpDef::conformance_cases, run on the GPU and compared node by node with the host
+// reference, over each case's bindings (awkward widths 1, 3, 17, 1000, 4097; batch 1 and
+// large; every dtype the op supports).
+//
+// Tolerances are core/compare.h's, per output dtype (|gpu - ref| <= atol + rtol * |ref|):
+//   f32 atol 1e-4 rtol 1e-3;  f16 atol 1e-3 rtol 5e-3;  bf16 atol 1e-2 rtol 1.6e-2;  i32 exact.
+// The reference of each node is computed from the GPU's own inputs to that node, so a failure
+// names the op that made it; the full (non node-by-node) run must agree with it too.
+//
+// CPU suite ConformanceCases: every op provides cases and every case's graph parses.
+// GPU suite GpuConformance: skips with the reason when there is no CUDA driver or device.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "core/compare.h"
+#include "core/compile.h"
+#include "core/driver.h"
+#include "core/executor.h"
+#include "core/graph.h"
+#include "ops/ops.h"
+
+namespace teeny {
+namespace {
+
+const Registry& registry() {
+  static const Registry r = [] {
+    Registry reg;
+    ops::register_all(reg);
+    return reg;
+  }();
+  return r;
+}
+
+struct Job {
+  const OpDef* op = nullptr;
+  ConformanceCase c;
+  std::string label() const { return fmt::format("{} [{}]", op->name, c.label); }
+};
+
+std::vector<Job> all_jobs() {
+  std::vector<Job> jobs;
+  for (const OpDef& op : registry().ops()) {
+    if (!op.conformance_cases) continue;
+    for (ConformanceCase& c : op.conformance_cases()) jobs.push_back({&op, std::move(c)});
+  }
+  return jobs;
+}
+
+std::string bindings_str(const Bindings& bindings) {
+  std::vector<std::string> parts;
+  for (const auto& [dim, value] : bindings) parts.push_back(fmt::format("{}={}", dim, value));
+  return fmt::format("{}", fmt::join(parts, " "));
+}
+
+TEST(ConformanceCases, EveryRegisteredOpProvidesCases) {
+  std::vector<std::string> missing;
+  for (const OpDef& op : registry().ops())
+    if (!op.conformance_cases || op.conformance_cases().empty()) missing.push_back(op.name);
+  EXPECT_TRUE(missing.empty()) << "ops without OpDef::conformance_cases: "
+                               << fmt::format("{}", fmt::join(missing, ", "));
+}
+
+TEST(ConformanceCases, EveryCaseGraphParsesAndNamesItsOp) {
+  for (const Job& job : all_jobs()) {
+    SCOPED_TRACE(job.label());
+    try {
+      const Graph graph = parse_graph(job.c.graph, job.label(), registry());
+      const bool uses_op = std::any_of(graph.nodes.begin(), graph.nodes.end(),
+                                       [&](const Node& n) { return n.op == job.op; });
+      EXPECT_TRUE(uses_op) << "the case never runs " << job.op->name << ":\n" << job.c.graph;
+      for (const Bindings& b : job.c.bindings)
+        EXPECT_NO_THROW(bind_dims(graph.dims, [&] {
+          std::vector<std::string> binds;
+          for (const auto& [dim, value] : b) binds.push_back(fmt::format("{}={}", dim, value));
+          return binds;
+        }())) << bindings_str(b);
+    } catch (const Error& e) {
+      ADD_FAILURE() << e.render() << "\n" << job.c.graph;
+    }
+  }
+}
+
+std::shared_ptr<cuda::Device> open_device(std::string* why) {
+  try {
+    return cuda::Device::open(cuda::Driver::get());
+  } catch (const Error& error) {
+    *why = error.message();
+    return nullptr;
+  }
+}
+
+TEST(GpuConformance, EveryRegisteredOpMatchesItsReference) {
+  std::string why;
+  std::shared_ptr<cuda::Device> device = open_device(&why);
+  if (!device) GTEST_SKIP() << "no CUDA driver/device: " << why;
+
+  const std::vector<Job> jobs = all_jobs();
+  ASSERT_FALSE(jobs.empty());
+  const std::filesystem::path cache =
+      std::filesystem::temp_directory_path() / fmt::format("teeny_conformance_{}", getpid());
+
+  // Compile every case first, in parallel (most cases hold one kernel, so NVRTC's own
+  // per-graph parallelism would leave the cores idle).
+  std::vector<std::optional<Bundle>> bundles(jobs.size());
+  std::vector<std::string> compile_errors(jobs.size());
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t i = next++; i < jobs.size(); i = next++) {
+      try {
+        const Graph graph = parse_graph(jobs[i].c.graph, jobs[i].label(), registry());
+        CompileOptions options;
+        options.cache_dir = cache.string();
+        options.jobs = 1;
+        bundles[i] = compile_graph(graph, registry(), options);
+      } catch (const Error& e) {
+        compile_errors[i] = e.render();
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  const unsigned workers = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
+  for (unsigned t = 0; t < workers; ++t) threads.emplace_back(worker);
+  for (std::thread& t : threads) t.join();
+
+  struct OpTally {
+    int cases = 0, runs = 0, failures = 0;
+  };
+  std::map<std::string, OpTally> tally;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const Job& job = jobs[i];
+    OpTally& t = tally[job.op->name];
+    ++t.cases;
+    if (!bundles[i]) {
+      ++t.failures;
+      ADD_FAILURE() << job.label() << ": compile failed:\n" << compile_errors[i];
+      continue;
+    }
+    const std::vector<Bindings> runs =
+        job.c.bindings.empty() ? std::vector<Bindings>{Bindings{}} : job.c.bindings;
+    for (const Bindings& b : runs) {
+      const std::string where = fmt::format("{} with {}", job.label(), bindings_str(b));
+      ++t.runs;
+      try {
+        std::vector<std::string> binds;
+        for (const auto& [dim, value] : b) binds.push_back(fmt::format("{}={}", dim, value));
+        const BoundBundle bound =
+            bind_bundle(*bundles[i], bundle_bindings(*bundles[i], binds), job.label());
+        DataOptions data_options;
+        data_options.seed = 1234 + i;
+        data_options.fill = ParamFill::kRandom;
+        const RunData data = prepare_data(bound, data_options);
+        GpuExecutor executor(device, bound);
+        executor.upload(data);
+        executor.run(1, false);
+        executor.synchronize("conformance run of " + where);
+        std::map<std::string, HostTensor> outputs;
+        for (const std::string& name : bundles[i]->outputs) outputs[name] = executor.read(name);
+        const CheckReport report = check_against_reference(executor, registry(), data, outputs);
+        if (!report.ok()) {
+          ++t.failures;
+          ADD_FAILURE() << where << ":\n" << format_check_report(report);
+        }
+      } catch (const Error& e) {
+        ++t.failures;
+        ADD_FAILURE() << where << ": " << e.render();
+      }
+    }
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(cache, ec);
+
+  std::printf("%-22s %6s %6s %9s\n", "op", "cases", "runs", "failures");
+  for (const auto& [op, t] : tally) std::printf("%-22s %6d %6d %9d\n", op.c_str(), t.cases, t.runs, t.failures);
+  for (const OpDef& op : registry().ops())
+    if (!tally.count(op.name)) std::printf("%-22s (no conformance cases)\n", op.name.c_str());
+}
+
+}  // namespace
+}  // namespace teeny
