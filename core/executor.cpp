@@ -293,6 +293,8 @@ BoundBundle bind_bundle(const Bundle& bundle, const Bindings& bindings, const st
         case ArgKind::kI64: b.ivalue = eval(arg.value, arg_where); break;
         case ArgKind::kF32: b.fvalue = arg.fvalue; break;
       }
+      // The end of the last argument, without a C struct's tail padding: the size the
+      // driver expects for CU_LAUNCH_PARAM_BUFFER_SIZE.
       l.param_buffer_bytes = std::max(l.param_buffer_bytes, static_cast<size_t>(arg.offset + arg.size));
       l.args.push_back(std::move(b));
     }
