@@ -41,6 +41,7 @@ void check(CUptiResult result, const char* call, const std::string& what) {
 // cuptiActivityFlushAll. C callbacks cannot carry a pointer, hence one process-wide instance.
 struct CallbackState {
   std::mutex mutex;
+  bool registered = false;  // callbacks are registered once per process; later tracers reuse them
   bool active = false;
   ActivityBatch batch;
   std::string callback_error;  // the first failure seen inside a callback; thrown by take()
@@ -124,10 +125,14 @@ std::unique_ptr<CuptiTracer> CuptiTracer::start(std::string* why_not) {
     s.batch = ActivityBatch{};
     s.callback_error.clear();
   }
-  CUptiResult result = cuptiActivityRegisterCallbacks(on_buffer_requested, on_buffer_completed);
-  if (result != CUPTI_SUCCESS) {
-    *why_not = describe(result, "cuptiActivityRegisterCallbacks", "setting up kernel tracing");
-    return nullptr;
+  CUptiResult result = CUPTI_SUCCESS;
+  if (!s.registered) {
+    result = cuptiActivityRegisterCallbacks(on_buffer_requested, on_buffer_completed);
+    if (result != CUPTI_SUCCESS) {
+      *why_not = describe(result, "cuptiActivityRegisterCallbacks", "setting up kernel tracing");
+      return nullptr;
+    }
+    s.registered = true;
   }
   for (size_t i = 0; i < std::size(kKinds); ++i) {
     result = cuptiActivityEnable(kKinds[i]);

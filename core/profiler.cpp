@@ -498,6 +498,9 @@ ProfileReport profile_bundle(const std::string& bundle_path,
   if (!(options.min_seconds >= 0))
     throw Error(fmt::format("--min-time must be 0 or more seconds, got {}", options.min_seconds));
   const Bundle bundle = read_bundle(bundle_path);
+  // Bad bindings are input errors: report them before touching the GPU.
+  for (const std::vector<std::string>& binds : bind_sets)
+    bind_bundle(bundle, bundle_bindings(bundle, binds), bundle_path);
   const cuda::Driver& driver = cuda::Driver::get();
   std::shared_ptr<cuda::Device> device = cuda::Device::open(driver);
 

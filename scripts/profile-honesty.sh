@@ -53,11 +53,12 @@ work, name = sys.argv[1], sys.argv[2]
 
 def ncu_durations(path):
     """Kernel durations in us, in launch order, from ncu's CSV (header line starts with "ID")."""
-    text = open(path).read()
-    start = text.find('"ID"')
-    rows = [r for r in csv.DictReader(io.StringIO(text[start:])) if r["Metric Name"] == "gpu__time_duration.sum"]
-    unit = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3}
-    return [(r["Kernel Name"], float(r["Metric Value"].replace(",", "")) * unit[r["Metric Unit"]]) for r in rows]
+    # stdout also holds teeny's own output and ==PROF== lines: keep the quoted CSV lines.
+    lines = [l for l in open(path).read().splitlines() if l.startswith('"')]
+    rows = [r for r in csv.DictReader(io.StringIO("\n".join(lines))) if r["Metric Name"] == "gpu__time_duration.sum"]
+    unit = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3, "second": 1e6}
+    name = "Kernel Name" if rows and "Kernel Name" in rows[0] else "Function Name"
+    return [(r[name], float(r["Metric Value"].replace(",", "")) * unit[r["Metric Unit"]]) for r in rows]
 
 def compare(teeny_json, ncu_csv, label):
     report = json.load(open(teeny_json))
