@@ -46,9 +46,12 @@ __device__ __forceinline__ float4 tn_load_k4(const float* __restrict__ P, int ro
   return make_float4(v[0], v[1], v[2], v[3]);
 }
 
+// With `accumulate` (split-K: the caller offsets A and B to its K range) the tile is atomically
+// added to C, which the caller zeroed; a null `bias` (splits after the first) adds none.
 __device__ __forceinline__ void tn_gemm_block(const float* __restrict__ A, const float* __restrict__ B,
                                               const float* __restrict__ bias, float* __restrict__ C,
-                                              int M, int N, int K, int lda, int ldb, int ldc, int pid) {
+                                              int M, int N, int K, int lda, int ldb, int ldc, int pid,
+                                              bool accumulate = false) {
   __shared__ __align__(16) float As[2][kBK][kBM];
   __shared__ __align__(16) float Bs[2][kBK][kBN];
   int tile_m, tile_n;
@@ -145,6 +148,7 @@ __device__ __forceinline__ void tn_gemm_block(const float* __restrict__ A, const
 
   // Epilogue: + bias, masked stores; columns in [N, ldc) are row padding and get zeros.
   const bool c_vec = ldc % 4 == 0 && tn_aligned16(C);
+  const bool add_bias = kHasBias && bias != nullptr;
 #pragma unroll
   for (int i = 0; i < kTM; ++i) {
     const int m = m0 + (i / 4) * kRowGroupStride + ty * 4 + (i % 4);
@@ -156,10 +160,14 @@ __device__ __forceinline__ void tn_gemm_block(const float* __restrict__ A, const
       float v[4];
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        const float b = (kHasBias && n + j < N) ? __ldg(bias + n + j) : 0.f;
+        const float b = (add_bias && n + j < N) ? __ldg(bias + n + j) : 0.f;
         v[j] = n + j < N ? acc[i][g * 4 + j] + b : 0.f;
       }
-      if (c_vec) {
+      if (accumulate) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          if (n + j < N) atomicAdd(row + n + j, v[j]);
+      } else if (c_vec) {
         if (n < ldc) *reinterpret_cast<float4*>(row + n) = make_float4(v[0], v[1], v[2], v[3]);
       } else {
 #pragma unroll

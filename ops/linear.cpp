@@ -50,6 +50,14 @@ std::vector<ParamSpec> linear_params(const OpContext& ctx) {
   return params;
 }
 
+// f32 split-K: when the output tiles alone would leave the GPU idle (small M, e.g. batch 1), K
+// is split so about kTargetBlocks blocks run (two per SM on the H200's 132 SMs), each over at
+// least kMinSplitK of K; splits atomically add into an output zeroed by a first launch. The
+// split count is an expression of the dims, so one bundle serves every batch size.
+constexpr int kTargetBlocks = 2 * 132;
+constexpr int kMinSplitK = 128;
+constexpr int kZeroThreads = 256;
+
 Lowering lower_linear(const OpContext& ctx) {
   const TensorType& x = ctx.inputs.at(0);
   const DType dtype = ctx.output.dtype;
@@ -57,9 +65,40 @@ Lowering lower_linear(const OpContext& ctx) {
   const Expr k = x.shape.back();
   const Expr n = ctx.output.shape.back();
   const Expr m = product(Shape(x.shape.begin(), x.shape.end() - 1));
+  const Expr ldy = ctx.output.row_stride;
   const GemmTile tile = choose_gemm_tile(dtype, n);
+  const bool split_k = dtype == DType::kF32;
+  const Expr tiles = gemm_tiles(tile, m, n);
+  const Expr splits = split_k ? max(Expr(1), min(ceil_div(Expr(kTargetBlocks), tiles), ceil_div(k, Expr(kMinSplitK))))
+                              : Expr(1);
+  const Expr elem(static_cast<int64_t>(dtype_size(dtype)));
+
+  Lowering lowering;
+  if (split_k) {
+    // Zeroes y only when K is split (else one element, which the GEMM then overwrites).
+    Launch zero;
+    const Expr count = min(splits - Expr(1), Expr(1)) * (m * ldy - Expr(1)) + Expr(1);
+    zero.kernel = 0;
+    zero.args = {output("y", dtype), i64("count", count)};
+    zero.block = {kZeroThreads, 1, 1};
+    zero.grid = {min(ceil_div(count, Expr(kZeroThreads)), Expr(kTargetBlocks * 8)), Expr(1), Expr(1)};
+    zero.bytes = count * elem;
+    zero.flops = Expr(0);
+    KernelSource kernel;
+    kernel.name = "linear_zero_f32";
+    kernel.source = kernel_entry(zero.args, kZeroThreads) + R"CUDA( {
+  const long long stride = (long long)gridDim.x * blockDim.x;
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += stride) y[i] = 0.f;
+}
+)CUDA";
+    kernel.file = __FILE__;
+    kernel.line = __LINE__;
+    lowering.kernels.push_back(kernel);
+    lowering.launches.push_back(zero);
+  }
 
   Launch launch;
+  launch.kernel = static_cast<int>(lowering.kernels.size());
   launch.args.push_back(input(0, "x", dtype));
   launch.args.push_back(param("weight", "weight", dtype));
   if (has_bias) launch.args.push_back(param("bias", "bias", dtype));
@@ -68,21 +107,37 @@ Lowering lower_linear(const OpContext& ctx) {
   launch.args.push_back(i32("N", n));
   launch.args.push_back(i32("K", k));
   launch.args.push_back(i32("ldx", x.row_stride));
-  launch.args.push_back(i32("ldy", ctx.output.row_stride));
+  launch.args.push_back(i32("ldy", ldy));
+  if (split_k) launch.args.push_back(i32("splits", splits));
   launch.block = {tile.threads, 1, 1};
-  launch.grid = {gemm_tiles(tile, m, n), Expr(1), Expr(1)};
-  const Expr elem(static_cast<int64_t>(dtype_size(dtype)));
+  launch.grid = {tiles * splits, Expr(1), Expr(1)};
   launch.bytes = (m * k + n * k + m * n + (has_bias ? n : Expr(0))) * elem;
   launch.flops = Expr(2) * m * n * k + (has_bias ? m * n : Expr(0));
 
+  const std::string bias_arg = has_bias ? "bias" : "nullptr";
+  // Split z covers K range [k0, k0 + k_split): A and W are K-contiguous, so it is an offset.
+  const std::string body =
+      split_k ? fmt::format(
+                    " {{\n"
+                    "  const int tiles = ((M + kBM - 1) / kBM) * ((N + kBN - 1) / kBN);\n"
+                    "  const int split = (int)(blockIdx.x / tiles);\n"
+                    "  const int k_split = ((K + kBK - 1) / kBK + splits - 1) / splits * kBK;\n"
+                    "  const int k0 = split * k_split;\n"
+                    "  if (k0 >= K) return;\n"
+                    "  tn_gemm_block(x + k0, weight + k0, {}, y, M, N, min(K - k0, k_split), ldx, K, "
+                    "ldy, (int)(blockIdx.x % tiles), splits > 1);\n"
+                    "}}\n",
+                    has_bias ? "split == 0 ? bias : nullptr" : "nullptr")
+              : fmt::format(" {{\n  tn_gemm_block(x, weight, {}, y, M, N, K, ldx, K, ldy, blockIdx.x);\n}}\n", bias_arg);
   KernelSource kernel;
   kernel.name = gemm_kernel_name("linear", dtype, GemmBLayout::kNK, has_bias, tile);
-  kernel.source = gemm_device_source(dtype, GemmBLayout::kNK, has_bias, tile) + bounded_kernel_entry(launch.args, tile.threads, tile.min_blocks) +
-                  fmt::format(" {{\n  tn_gemm_block(x, weight, {}, y, M, N, K, ldx, K, ldy, blockIdx.x);\n}}\n",
-                              has_bias ? "bias" : "nullptr");
+  kernel.source = gemm_device_source(dtype, GemmBLayout::kNK, has_bias, tile) +
+                  bounded_kernel_entry(launch.args, tile.threads, tile.min_blocks) + body;
   kernel.file = __FILE__;
   kernel.line = __LINE__;
-  return Lowering{{kernel}, {launch}};
+  lowering.kernels.push_back(kernel);
+  lowering.launches.push_back(launch);
+  return lowering;
 }
 
 HostTensor linear_reference(const RefContext& ref) {

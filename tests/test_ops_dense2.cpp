@@ -1,0 +1,416 @@
+// dense2 ops (linear, matmul, sdpa, split_heads, merge_heads): host references against
+// hand-computed values, shape rules and their errors (exact text), lowering (arguments match
+// the generated signature; padded strides, grids and costs), and NVRTC compilation of every
+// kernel variant for sm_90 with the PTX entry checked against the launch's arguments.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "core/compile.h"
+#include "core/nvrtc.h"
+#include "core/ptx.h"
+#include "core/registry.h"
+#include "ops/ops.h"
+
+namespace teeny {
+namespace {
+
+const Registry& registry() {
+  static const Registry r = [] {
+    Registry reg;
+    ops::register_all(reg);
+    return reg;
+  }();
+  return r;
+}
+
+const OpDef& op(const std::string& name) {
+  const OpDef* def = registry().find(name);
+  if (!def) throw std::runtime_error("op not registered: " + name);
+  return *def;
+}
+
+TensorType tensor(DType dtype, std::vector<Expr> shape) { return contiguous(dtype, std::move(shape)); }
+
+OpContext context(const std::string& name, nlohmann::json attrs, std::vector<TensorType> inputs) {
+  OpContext ctx;
+  ctx.node = "n";
+  ctx.attrs = Attrs(std::move(attrs));
+  ctx.inputs = std::move(inputs);
+  ctx.output = op(name).infer(ctx);
+  return ctx;
+}
+
+std::string infer_error(const std::string& name, nlohmann::json attrs, std::vector<TensorType> inputs,
+                        std::string* key = nullptr) {
+  OpContext ctx;
+  ctx.node = "n";
+  ctx.attrs = Attrs(std::move(attrs));
+  ctx.inputs = std::move(inputs);
+  try {
+    op(name).infer(ctx);
+  } catch (const OpError& e) {
+    if (key) *key = e.key;
+    return e.message();
+  }
+  return "(no error)";
+}
+
+struct HostIn {
+  std::vector<int64_t> shape;
+  std::vector<double> data;
+};
+
+// Runs the op's host reference on concrete f32 inputs and params.
+HostTensor reference(const std::string& name, nlohmann::json attrs, std::vector<HostIn> inputs,
+                     std::vector<std::vector<double>> params = {}) {
+  std::vector<TensorType> types;
+  for (const HostIn& in : inputs) types.push_back(tensor(DType::kF32, {in.shape.begin(), in.shape.end()}));
+  const OpContext ctx = context(name, std::move(attrs), types);
+  std::vector<HostTensor> host;
+  for (const HostIn& in : inputs) host.push_back({DType::kF32, in.shape, in.data});
+  std::vector<HostTensor> host_params;
+  if (op(name).params) {
+    const std::vector<ParamSpec> specs = op(name).params(ctx);
+    EXPECT_EQ(specs.size(), params.size());
+    for (size_t i = 0; i < specs.size() && i < params.size(); ++i)
+      host_params.push_back({specs[i].dtype, eval_shape(specs[i].shape, {}), params[i]});
+  }
+  RefContext ref{ctx, host, host_params, eval_shape(ctx.output.shape, {})};
+  return op(name).reference(ref);
+}
+
+void expect_near(const std::vector<double>& got, const std::vector<double>& want, double tol = 1e-12) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], tol) << "element " << i;
+}
+
+const Expr B = Expr::dim("B"), S = Expr::dim("S");
+
+// ---- references ------------------------------------------------------------------------------
+
+TEST(Dense2Reference, LinearWithAndWithoutBias) {
+  const HostIn x{{2, 3}, {1, 2, 3, 4, 5, 6}};
+  const std::vector<double> w = {1, 0, -1, 0.5, 0.5, 0.5};
+  HostTensor y = reference("linear", {{"out_features", 2}, {"bias", true}}, {x}, {w, {10, -1}});
+  EXPECT_EQ(y.shape, (std::vector<int64_t>{2, 2}));
+  expect_near(y.data, {8, 2, 8, 6.5});
+  y = reference("linear", {{"out_features", 2}, {"bias", false}}, {x}, {w});
+  expect_near(y.data, {-2, 3, -2, 7.5});
+}
+
+TEST(Dense2Reference, LinearOverLeadingDims) {
+  // x [2, 1, 2]: each row is mapped independently.
+  const HostTensor y = reference("linear", {{"out_features", 1}, {"bias", true}}, {{{2, 1, 2}, {1, 2, 3, 4}}},
+                                 {{2, -1}, {0.25}});
+  EXPECT_EQ(y.shape, (std::vector<int64_t>{2, 1, 1}));
+  expect_near(y.data, {0.25, 2.25});
+}
+
+TEST(Dense2Reference, MatmulBroadcastsBatches) {
+  // a [2, 1, 2] @ b [2, 2]: b is shared by both batches.
+  HostTensor c = reference("matmul", nlohmann::json::object(), {{{2, 1, 2}, {1, 2, 3, 4}}, {{2, 2}, {1, 0, 1, 2}}});
+  EXPECT_EQ(c.shape, (std::vector<int64_t>{2, 1, 2}));
+  expect_near(c.data, {3, 4, 7, 8});
+  // a [1, 2, 2] @ b [2, 2, 1]: a is shared; batch z uses b[z].
+  c = reference("matmul", nlohmann::json::object(), {{{1, 2, 2}, {1, 2, 3, 4}}, {{2, 2, 1}, {1, 1, 0, 2}}});
+  EXPECT_EQ(c.shape, (std::vector<int64_t>{2, 2, 1}));
+  expect_near(c.data, {3, 7, 4, 8});
+}
+
+TEST(Dense2Reference, SdpaCausalAndNot) {
+  // Scores for query 1 are (0, ln 3) -> weights (1/4, 3/4) -> 0.25 * 2 + 0.75 * 6 = 5.
+  const HostIn q{{1, 2, 1}, {1, 1}}, k{{1, 2, 1}, {0, std::log(3.0)}}, v{{1, 2, 1}, {2, 6}};
+  expect_near(reference("sdpa", {{"causal", false}}, {q, k, v}).data, {5, 5});
+  // Causal: query 0 sees only key 0.
+  expect_near(reference("sdpa", {{"causal", true}}, {q, k, v}).data, {2, 5});
+  // scale 0 gives uniform weights.
+  expect_near(reference("sdpa", {{"causal", false}, {"scale", 0.0}}, {q, k, v}).data, {4, 4});
+}
+
+TEST(Dense2Reference, SdpaDefaultScaleIsInverseSqrtHeadDim) {
+  // Dh = 4, q = k0 = (1, 1, 1, 1): q·k0 = 4, scaled by 1/2 = 2; k1 = 0 scores 0.
+  const HostIn q{{1, 1, 4}, {1, 1, 1, 1}}, k{{1, 2, 4}, {1, 1, 1, 1, 0, 0, 0, 0}};
+  const HostIn v{{1, 2, 4}, {1, 1, 1, 1, 0, 0, 0, 0}};
+  const double w0 = std::exp(2.0) / (std::exp(2.0) + 1.0);
+  expect_near(reference("sdpa", {{"causal", false}}, {q, k, v}).data, {w0, w0, w0, w0});
+}
+
+TEST(Dense2Reference, SplitAndMergeHeadsAreInverse) {
+  const HostIn x{{1, 2, 4}, {0, 1, 2, 3, 4, 5, 6, 7}};
+  const HostTensor split = reference("split_heads", {{"heads", 2}}, {x});
+  EXPECT_EQ(split.shape, (std::vector<int64_t>{2, 2, 2}));
+  expect_near(split.data, {0, 1, 4, 5, 2, 3, 6, 7});
+  const HostTensor merged = reference("merge_heads", {{"heads", 2}}, {{split.shape, split.data}});
+  EXPECT_EQ(merged.shape, (std::vector<int64_t>{1, 2, 4}));
+  expect_near(merged.data, x.data);
+}
+
+// ---- shape rules -----------------------------------------------------------------------------
+
+TEST(Dense2Shape, LinearPadsOutputRowsTo16Bytes) {
+  OpContext ctx = context("linear", {{"out_features", 10}, {"bias", true}}, {tensor(DType::kF32, {B, 784})});
+  EXPECT_EQ(shape_str(ctx.output.shape), "[B, 10]");
+  EXPECT_EQ(ctx.output.row_stride, Expr(12));
+  ctx = context("linear", {{"out_features", 10}, {"bias", true}}, {tensor(DType::kBF16, {B, S, 784})});
+  EXPECT_EQ(ctx.output.dtype, DType::kBF16);
+  EXPECT_EQ(shape_str(ctx.output.shape), "[B, S, 10]");
+  EXPECT_EQ(ctx.output.row_stride, Expr(16));
+  ctx = context("linear", {{"out_features", 768}, {"bias", true}}, {tensor(DType::kF32, {B, S, 768})});
+  EXPECT_EQ(ctx.output.row_stride, Expr(768));
+}
+
+TEST(Dense2Shape, LinearParams) {
+  OpContext ctx = context("linear", {{"out_features", 10}, {"bias", true}}, {tensor(DType::kBF16, {B, 784})});
+  std::vector<ParamSpec> params = op("linear").params(ctx);
+  ASSERT_EQ(params.size(), 2u);
+  EXPECT_EQ(params[0].slot, "weight");
+  EXPECT_EQ(shape_str(params[0].shape), "[10, 784]");
+  EXPECT_EQ(params[0].dtype, DType::kBF16);
+  EXPECT_EQ(params[0].init, ParamInit::kTrained);
+  EXPECT_EQ(params[1].slot, "bias");
+  EXPECT_EQ(shape_str(params[1].shape), "[10]");
+  ctx = context("linear", {{"out_features", 10}, {"bias", false}}, {tensor(DType::kF32, {B, 784})});
+  params = op("linear").params(ctx);
+  ASSERT_EQ(params.size(), 1u);
+  EXPECT_EQ(params[0].slot, "weight");
+}
+
+TEST(Dense2Shape, LinearErrors) {
+  std::string key;
+  EXPECT_EQ(infer_error("linear", {{"out_features", 10}, {"bias", true}, {"in_features", 784}},
+                        {tensor(DType::kF32, {B, 100})}, &key),
+            "in_features is 784 but the input has 100 features (shape [B, 100])");
+  EXPECT_EQ(key, "inputs");
+  EXPECT_EQ(infer_error("linear", {{"out_features", 10}, {"bias", true}}, {tensor(DType::kF32, {})}, &key),
+            "linear needs an input with at least one dim [..., in], got a scalar");
+  EXPECT_EQ(key, "inputs");
+  EXPECT_EQ(infer_error("linear", {{"out_features", 10}, {"bias", true}, {"in_features", 784}},
+                        {tensor(DType::kF32, {B, 784})}),
+            "(no error)");
+}
+
+TEST(Dense2Shape, MatmulBroadcastAndErrors) {
+  OpContext ctx = context("matmul", nlohmann::json::object(),
+                          {tensor(DType::kF32, {B, 1, 20, 17}), tensor(DType::kF32, {3, 17, 600})});
+  EXPECT_EQ(shape_str(ctx.output.shape), "[B, 3, 20, 600]");
+  std::string key;
+  EXPECT_EQ(infer_error("matmul", nlohmann::json::object(),
+                        {tensor(DType::kF32, {B, 20, 17}), tensor(DType::kF32, {16, 600})}, &key),
+            "matmul: a's last dim (17) must equal b's second-to-last dim (16); a is [B, 20, 17], b is [16, 600]");
+  EXPECT_EQ(key, "inputs");
+  EXPECT_EQ(infer_error("matmul", nlohmann::json::object(), {tensor(DType::kF32, {17}), tensor(DType::kF32, {17, 3})}),
+            "matmul needs inputs of rank >= 2 ([..., M, K] and [..., K, N]); got [17] and [17, 3]");
+}
+
+TEST(Dense2Shape, SdpaShapesAndErrors) {
+  const TensorType q = tensor(DType::kF32, {B * Expr(12), S, 64});
+  OpContext ctx = context("sdpa", {{"causal", true}}, {q, q, q});
+  EXPECT_EQ(shape_str(ctx.output.shape), "[B*12, S, 64]");
+  std::string key;
+  const TensorType wide = tensor(DType::kF32, {B, S, 320});
+  EXPECT_EQ(infer_error("sdpa", {{"causal", false}}, {wide, wide, wide}, &key),
+            "sdpa supports head dims up to 256 (multiples of 4 above 128); got 320");
+  EXPECT_EQ(key, "inputs");
+  const TensorType odd = tensor(DType::kF32, {B, S, 129});
+  EXPECT_EQ(infer_error("sdpa", {{"causal", false}}, {odd, odd, odd}),
+            "sdpa supports head dims up to 256 (multiples of 4 above 128); got 129");
+  const TensorType other = tensor(DType::kF32, {B, S, 32});
+  EXPECT_EQ(infer_error("sdpa", {{"causal", false}}, {q, other, other}),
+            "sdpa: q, k, v must have the same first dim N; got [B*12, S, 64], [B, S, 32], [B, S, 32]");
+  EXPECT_EQ(infer_error("sdpa", {{"causal", false}}, {q, q, tensor(DType::kF32, {B * Expr(12), 7, 64})}),
+            "sdpa: k and v must have the same length; got [B*12, S, 64] and [B*12, 7, 64]");
+  const TensorType symbolic = tensor(DType::kF32, {B, S, S});
+  EXPECT_EQ(infer_error("sdpa", {{"causal", false}}, {symbolic, symbolic, symbolic}),
+            "sdpa needs a fixed head dim; q is [B, S, S]");
+  EXPECT_EQ(infer_error("sdpa", {{"causal", false}}, {tensor(DType::kF32, {S, 64}), q, q}),
+            "sdpa needs q, k, v of shape [N, S, Dh]; q is [S, 64]");
+}
+
+TEST(Dense2Shape, SplitAndMergeHeads) {
+  OpContext split = context("split_heads", {{"heads", 12}}, {tensor(DType::kBF16, {B, S, 768})});
+  EXPECT_EQ(shape_str(split.output.shape), "[B*12, S, 64]");
+  EXPECT_EQ(split.output.dtype, DType::kBF16);
+  OpContext merge = context("merge_heads", {{"heads", 12}}, {split.output});
+  EXPECT_EQ(shape_str(merge.output.shape), "[B, S, 768]");
+  std::string key;
+  EXPECT_EQ(infer_error("split_heads", {{"heads", 5}}, {tensor(DType::kF32, {B, S, 768})}, &key),
+            "split_heads: the last dim 768 is not divisible by heads = 5");
+  EXPECT_EQ(key, "attrs.heads");
+  EXPECT_EQ(infer_error("merge_heads", {{"heads", 5}}, {tensor(DType::kF32, {12, S, 64})}, &key),
+            "merge_heads: the first dim 12 is not divisible by heads = 5");
+  EXPECT_EQ(key, "attrs.heads");
+  EXPECT_EQ(infer_error("split_heads", {{"heads", 2}}, {tensor(DType::kF32, {B, 8})}),
+            "split_heads needs x of shape [B, S, H*Dh]; got [B, 8]");
+}
+
+// ---- lowering ------------------------------------------------------------------------------
+
+struct LowerCase {
+  std::string op;
+  nlohmann::json attrs;
+  std::vector<TensorType> inputs;
+};
+
+std::vector<LowerCase> lowering_cases() {
+  TensorType padded = tensor(DType::kF32, {B, S, 17});
+  padded.row_stride = Expr(20);
+  std::vector<LowerCase> cases;
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (int out : {10, 4096})
+      for (bool bias : {true, false})
+        cases.push_back({"linear", {{"out_features", out}, {"bias", bias}}, {tensor(dt, {B, 784})}});
+    cases.push_back({"matmul", nlohmann::json::object(), {tensor(dt, {B, 12, S, 64}), tensor(dt, {12, 64, 1000})}});
+    cases.push_back({"matmul", nlohmann::json::object(), {tensor(dt, {S, 64}), tensor(dt, {64, 100})}});
+    for (int dh : {64, 17, 128, 256})
+      for (bool causal : {false, true}) {
+        const TensorType t = tensor(dt, {B * Expr(12), S, dh});
+        cases.push_back({"sdpa", {{"causal", causal}}, {t, t, t}});
+      }
+    for (int width : {768, 36}) {
+      cases.push_back({"split_heads", {{"heads", 12}}, {tensor(dt, {B, S, width})}});
+      cases.push_back({"merge_heads", {{"heads", 12}}, {tensor(dt, {B * Expr(12), S, width / 12})}});
+    }
+  }
+  cases.push_back({"split_heads", {{"heads", 1}}, {padded}});
+  cases.push_back({"sdpa", {{"causal", true}}, {padded, padded, padded}});
+  return cases;
+}
+
+TEST(Dense2Lowering, ArgumentsMatchTheGeneratedSignature) {
+  for (const LowerCase& c : lowering_cases()) {
+    SCOPED_TRACE(c.op + " " + c.attrs.dump());
+    const Lowering lowering = op(c.op).lower(context(c.op, c.attrs, c.inputs));
+    ASSERT_FALSE(lowering.launches.empty());
+    for (const Launch& launch : lowering.launches) {
+      const KernelSource& kernel = lowering.kernels.at(launch.kernel);
+      const std::vector<CParam> params = parse_kernel_signature(kernel.source, kEntryPlaceholder);
+      ASSERT_EQ(params.size(), launch.args.size());
+      for (size_t i = 0; i < params.size(); ++i) {
+        EXPECT_EQ(params[i].name, launch.args[i].name) << "argument " << i;
+        EXPECT_EQ(params[i].type, arg_c_type(launch.args[i])) << "argument " << i;
+      }
+    }
+  }
+}
+
+const KernelArg& arg(const Launch& launch, const std::string& name) {
+  for (const KernelArg& a : launch.args)
+    if (a.name == name) return a;
+  throw std::runtime_error("no argument " + name);
+}
+
+TEST(Dense2Lowering, LinearGridStridesAndCost) {
+  TensorType x = tensor(DType::kF32, {B, S, 17});
+  x.row_stride = Expr(20);
+  const OpContext ctx = context("linear", {{"out_features", 4096}, {"bias", true}}, {x});
+  const Lowering lowering = op("linear").lower(ctx);
+  ASSERT_EQ(lowering.launches.size(), 2u);  // f32: zero-fill for split-K, then the GEMM
+  const Launch& launch = lowering.launches[1];
+  const Bindings bind = {{"B", 2}, {"S", 100}};
+  // 64 output tiles already fill the GPU's 264-block target: no split, one element zeroed.
+  EXPECT_EQ(arg(launch, "splits").value.eval(bind), 1);
+  EXPECT_EQ(arg(lowering.launches[0], "count").value.eval(bind), 1);
+  EXPECT_EQ(lowering.launches[0].grid[0].eval(bind), 1);
+  EXPECT_EQ(arg(launch, "M").value.eval(bind), 200);
+  EXPECT_EQ(arg(launch, "K").value.eval(bind), 17);
+  EXPECT_EQ(arg(launch, "ldx").value.eval(bind), 20);
+  EXPECT_EQ(arg(launch, "ldy").value.eval(bind), 4096);
+  // 128x128 tiles: ceil(200 / 128) * (4096 / 128).
+  EXPECT_EQ(launch.grid[0].eval(bind), 2 * 32);
+  EXPECT_EQ(launch.block[0], 256);
+  EXPECT_EQ(launch.flops.eval(bind), 2LL * 200 * 4096 * 17 + 200 * 4096);
+  EXPECT_EQ(launch.bytes.eval(bind), 4LL * (200 * 17 + 4096 * 17 + 200 * 4096 + 4096));
+}
+
+TEST(Dense2Lowering, LinearSplitsKWhenTilesCannotFillTheGpu) {
+  // GPT-2's MLP down-projection at B=1, S=128: 6 tiles of 128x128, K = 3072.
+  const OpContext ctx = context("linear", {{"out_features", 768}, {"bias", true}}, {tensor(DType::kF32, {B, S, 3072})});
+  const Lowering lowering = op("linear").lower(ctx);
+  ASSERT_EQ(lowering.launches.size(), 2u);
+  const Bindings small = {{"B", 1}, {"S", 128}};
+  // min(ceil(264 / 6), 3072 / 128) = 24 splits; the whole padded output is zeroed first.
+  EXPECT_EQ(arg(lowering.launches[1], "splits").value.eval(small), 24);
+  EXPECT_EQ(lowering.launches[1].grid[0].eval(small), 6 * 24);
+  EXPECT_EQ(arg(lowering.launches[0], "count").value.eval(small), 128 * 768);
+  // A large batch has tiles enough: no split.
+  EXPECT_EQ(arg(lowering.launches[1], "splits").value.eval({{"B", 64}, {"S", 512}}), 1);
+  // 16-bit linears run on tensor cores without split-K: one launch.
+  const OpContext bf16 = context("linear", {{"out_features", 768}, {"bias", true}}, {tensor(DType::kBF16, {B, S, 3072})});
+  EXPECT_EQ(op("linear").lower(bf16).launches.size(), 1u);
+}
+
+TEST(Dense2Lowering, MatmulBatchStridesBroadcast) {
+  const OpContext ctx = context("matmul", nlohmann::json::object(),
+                                {tensor(DType::kF32, {B, 1, 20, 17}), tensor(DType::kF32, {3, 17, 600})});
+  const Launch launch = op("matmul").lower(ctx).launches.at(0);
+  const Bindings bind = {{"B", 5}};
+  EXPECT_EQ(arg(launch, "batch0").value.eval(bind), 5);
+  EXPECT_EQ(arg(launch, "batch1").value.eval(bind), 3);
+  EXPECT_EQ(arg(launch, "a_stride0").value.eval(bind), 20 * 17);
+  EXPECT_EQ(arg(launch, "a_stride1").value.eval(bind), 0);  // a's dim 1 broadcasts
+  EXPECT_EQ(arg(launch, "b_stride0").value.eval(bind), 0);  // b has no batch dim 0
+  EXPECT_EQ(arg(launch, "b_stride1").value.eval(bind), 17 * 600);
+  // 128x128 tiles: 1 * 5 per matrix, 15 matrices.
+  EXPECT_EQ(launch.grid[0].eval(bind), 5 * 15);
+}
+
+TEST(Dense2Lowering, SdpaGridScaleAndStrides) {
+  TensorType q = tensor(DType::kBF16, {B * Expr(12), S, 64});
+  q.row_stride = Expr(72);
+  const OpContext ctx = context("sdpa", {{"causal", true}}, {q, q, q});
+  const Launch launch = op("sdpa").lower(ctx).launches.at(0);
+  const Bindings bind = {{"B", 2}, {"S", 130}};
+  EXPECT_EQ(launch.grid[0].eval(bind), 24 * 3);  // 64 queries per block
+  EXPECT_EQ(launch.block[0], 128);               // tensor cores: 4 warps x 16 queries
+  EXPECT_EQ(op("sdpa").lower(ctx).kernels.at(0).name, "sdpa_bf16_d64_causal_mma");
+  EXPECT_EQ(arg(launch, "ldq").value.eval(bind), 72);
+  EXPECT_DOUBLE_EQ(arg(launch, "scale").fvalue, 0.125);
+  const OpContext scaled = context("sdpa", {{"causal", false}, {"scale", 0.3}}, {q, q, q});
+  EXPECT_DOUBLE_EQ(arg(op("sdpa").lower(scaled).launches.at(0), "scale").fvalue, 0.3);
+  // f32 (and head dims that are not MMA multiples) use CUDA cores: one thread per query row.
+  const TensorType f32 = tensor(DType::kF32, {B * Expr(12), S, 64});
+  const Lowering simt = op("sdpa").lower(context("sdpa", {{"causal", true}}, {f32, f32, f32}));
+  EXPECT_EQ(simt.launches.at(0).block[0], 64);
+  EXPECT_EQ(simt.kernels.at(0).name, "sdpa_f32_d64_causal");
+}
+
+TEST(Dense2Lowering, EveryKernelCompilesWithNvrtcForSm90) {
+  std::vector<KernelSource> kernels;
+  std::vector<Launch> launches;
+  std::set<std::string> seen;
+  for (const LowerCase& c : lowering_cases()) {
+    const Lowering lowering = op(c.op).lower(context(c.op, c.attrs, c.inputs));
+    for (const Launch& launch : lowering.launches) {
+      const KernelSource& k = lowering.kernels.at(launch.kernel);
+      if (!seen.insert(k.source).second) continue;
+      KernelSource entry = k;
+      entry.source = substitute_entry(k.source, k.name + "_entry_point", k.name);
+      kernels.push_back(entry);
+      launches.push_back(launch);
+    }
+  }
+  NvrtcConfig config;
+  config.arch = "sm_90";
+  config.use_cache = false;
+  const std::vector<CompiledKernel> compiled = compile_kernels(kernels, config);
+  ASSERT_EQ(compiled.size(), kernels.size());
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    SCOPED_TRACE(kernels[i].name);
+    const std::vector<PtxEntry> entries = parse_ptx_entries(compiled[i].ptx, kernels[i].name);
+    const PtxEntry* entry = find_visible_entry(entries, kernels[i].name + "_entry_point");
+    ASSERT_NE(entry, nullptr);
+    ASSERT_EQ(entry->params.size(), launches[i].args.size());
+    for (size_t a = 0; a < entry->params.size(); ++a)
+      EXPECT_EQ(entry->params[a].size, arg_layout(launches[i].args[a]).size) << "argument " << a;
+    // __launch_bounds__ came from the same constant as the launch's block.
+    ASSERT_TRUE(entry->maxntid.has_value());
+    EXPECT_EQ((*entry->maxntid)[0], launches[i].block[0]);
+  }
+}
+
+}  // namespace
+}  // namespace teeny
