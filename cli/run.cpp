@@ -71,8 +71,11 @@ void run_run(const RunOptions& options) {
   Bundle bundle = read_bundle(options.bundle);
   BoundBundle bound = bind_bundle(bundle, bundle_bindings(bundle, options.binds), options.bundle);
 
-  std::map<std::string, std::string> output_files =
-      parse_pairs(options.outputs, "--output", "NAME=FILE.npy");
+  // An output may go both to its --output file and into --output-dir.
+  std::multimap<std::string, std::string> output_files;
+  for (const auto& pair : parse_pairs(options.outputs, "--output", "NAME=FILE.npy")) {
+    output_files.insert(pair);
+  }
   for (const auto& [name, path] : output_files) {
     if (std::find(bundle.outputs.begin(), bundle.outputs.end(), name) == bundle.outputs.end()) {
       throw Error(fmt::format("--output {}={}: the bundle has no output '{}'{}", name, path, name,
@@ -135,12 +138,13 @@ void run_run(const RunOptions& options) {
   std::vector<Row> rows{{"OUTPUT", "DTYPE", "SHAPE", "VALUES", "FILE"}};
   for (const std::string& name : bundle.outputs) {
     const HostTensor& values = results.at(name);
-    std::string file;
-    if (auto it = output_files.find(name); it != output_files.end()) {
+    std::vector<std::string> files;
+    for (auto [it, end] = output_files.equal_range(name); it != end; ++it) {
       write_npy(it->second, values);
-      file = it->second;
-      if (values.dtype != npy_storage_dtype(values.dtype)) file += " (bf16 stored as f32)";
+      files.push_back(it->second);
     }
+    std::string file = fmt::format("{}", fmt::join(files, ", "));
+    if (!files.empty() && values.dtype != npy_storage_dtype(values.dtype)) file += " (bf16 stored as f32)";
     rows.push_back({name, dtype_name(values.dtype), fmt::format("[{}]", fmt::join(values.shape, ", ")),
                     summary(values), file});
   }
