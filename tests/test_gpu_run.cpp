@@ -168,10 +168,11 @@ TEST_F(GpuRun, MnistMlpWithKnownWeightsMatchesIndependentLoops) {
   const std::vector<double> expected = expected_probs();
   EXPECT_LT(max_abs_diff(probs.data, expected), 1e-5);
 
-  // CUDA-graph replay, several iterations: the same numbers.
+  // CUDA-graph replay, several iterations: the same numbers up to summation order (linear's
+  // split-K path accumulates with atomics, so it is not bitwise reproducible).
   RunTiming replay = executor.run(3, true);
   EXPECT_TRUE(replay.cuda_graph);
-  EXPECT_EQ(executor.read("probs").data, probs.data);
+  EXPECT_LT(max_abs_diff(executor.read("probs").data, probs.data), 1e-6);
 
   CheckReport report = check_against_reference(executor, registry, data, {{"probs", probs}});
   EXPECT_TRUE(report.ok()) << format_check_report(report);
