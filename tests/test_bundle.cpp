@@ -1,0 +1,271 @@
+// Bundles: round trip, and every kind of damage on load named by file; atomic writes that
+// never leave a half bundle or damage the previous one.
+#include <gtest/gtest.h>
+
+#include <csignal>
+#include <fstream>
+#include <sstream>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include "core/bundle.h"
+#include "core/sha256.h"
+#include "tests/test_compile_util.h"
+
+namespace teeny {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::ScratchDir;
+
+const Bundle& sample() {
+  static const Bundle bundle = [] {
+    static const Registry registry = testing::test_registry();
+    static ScratchDir cache;
+    Graph graph = testing::test_graph(registry,
+                                      "  - {name: a, op: t.good, inputs: [x, z]}\n"
+                                      "  - {name: b, op: t.variant, inputs: [a, z], attrs: {k: 3}}\n"
+                                      "  - {name: flat, op: t.view, inputs: [b]}\n",
+                                      "flat");
+    return compile_graph(graph, registry, testing::test_options(cache.str()));
+  }();
+  return bundle;
+}
+
+std::string slurp(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+void spit(const fs::path& path, const std::string& text) { std::ofstream(path, std::ios::binary | std::ios::trunc) << text; }
+
+std::string load_error(const std::string& path) {
+  try {
+    read_bundle(path);
+  } catch (const Error& e) {
+    return e.message();
+  }
+  return "no error";
+}
+
+std::vector<std::string> listing(const fs::path& dir) {
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(dir)) names.push_back(entry.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+TEST(Bundle, RoundTripPreservesEverything) {
+  ScratchDir dir;
+  const std::string path = dir.str("t.teeny");
+  write_bundle(sample(), path);
+  EXPECT_EQ(listing(path), (std::vector<std::string>{"kernels", "manifest.json", "params.bin"}));
+  EXPECT_EQ(listing(fs::path(path) / "kernels"), (std::vector<std::string>{"t_kernel.ptx", "t_kernel_1.ptx"}));
+
+  Bundle loaded = read_bundle(path);
+  EXPECT_EQ(bundle_to_json(loaded), bundle_to_json(sample()));
+  ASSERT_EQ(loaded.kernels.size(), 2u);
+  for (size_t k = 0; k < loaded.kernels.size(); ++k) {
+    EXPECT_EQ(loaded.kernels[k].ptx, sample().kernels[k].ptx);
+    EXPECT_EQ(loaded.kernels[k].sha256, sha256_hex(sample().kernels[k].ptx));
+  }
+  EXPECT_EQ(loaded.param_bytes, sample().param_bytes);
+  EXPECT_EQ(loaded.param_bytes.size(), 32u);  // two 16-byte tables
+  EXPECT_EQ(loaded.launches[1].args[7].fvalue, 0.5);
+  EXPECT_EQ(loaded.launches[1].grid[0].eval({{"B", 100}}), 4);
+  EXPECT_EQ(loaded.tensor("flat").alias_of, "b");
+  EXPECT_EQ(loaded.nodes[1].attrs, (nlohmann::json{{"k", 3}}));
+}
+
+TEST(Bundle, ManifestStructure) {
+  nlohmann::json m = bundle_to_json(sample());
+  EXPECT_EQ(m["format_version"], kBundleFormatVersion);
+  EXPECT_EQ(m["teeny_version"], TEENY_VERSION);
+  EXPECT_EQ(m["arch"], "sm_90");
+  EXPECT_EQ(m["dims"][0], (nlohmann::json{{"name", "B"}, {"min", 1}, {"max", 1024}, {"default", 8}}));
+  EXPECT_EQ(m["launches"][0]["kernel"], "t_kernel");
+  EXPECT_EQ(m["launches"][0]["grid"], (nlohmann::json{"ceil_div(B*4, 128)", "1", "1"}));
+  EXPECT_EQ(m["launches"][0]["args"][5],
+            (nlohmann::json{{"kind", "i32"}, {"name", "n"}, {"c_type", "int"}, {"ptx_type", ".u32"}, {"size", 4},
+                            {"offset", 40}, {"value", "B*4"}}));
+  EXPECT_EQ(m["launches"][0]["args"][2]["tensor"], "a.weight");
+  EXPECT_EQ(m["params"][1], (nlohmann::json{{"name", "a.table"}, {"node", "a"}, {"slot", "table"}, {"dtype", "f32"},
+                                            {"shape", {"4"}}, {"init", "host"}, {"offset", 0}, {"size", 16}}));
+  EXPECT_EQ(m["checksums"]["kernels/t_kernel.ptx"], sha256_hex(sample().kernels[0].ptx));
+  EXPECT_EQ(m["checksums"].size(), 3u);
+}
+
+TEST(Bundle, CorruptedPtxNamesTheFile) {
+  ScratchDir dir;
+  const std::string path = dir.str("t.teeny");
+  write_bundle(sample(), path);
+  fs::path ptx = fs::path(path) / "kernels" / "t_kernel_1.ptx";
+  std::string text = slurp(ptx);
+  text[text.size() / 2] ^= 1;
+  spit(ptx, text);
+  EXPECT_EQ(load_error(path), fmt::format("bundle '{}': kernels/t_kernel_1.ptx has been altered: its SHA-256 is {}, "
+                                          "the manifest says {}",
+                                          path, sha256_hex(text), sha256_hex(sample().kernels[1].ptx)));
+}
+
+TEST(Bundle, TruncatedManifest) {
+  ScratchDir dir;
+  const std::string path = dir.str("t.teeny");
+  write_bundle(sample(), path);
+  fs::path manifest = fs::path(path) / "manifest.json";
+  std::string text = slurp(manifest);
+  spit(manifest, text.substr(0, text.size() / 2));
+  std::string message = load_error(path);
+  std::string prefix = fmt::format("bundle '{}': manifest.json is not valid JSON (truncated or corrupted?): ", path);
+  EXPECT_EQ(message.rfind(prefix, 0), 0u) << message;
+}
+
+TEST(Bundle, WrongFormatVersion) {
+  ScratchDir dir;
+  const std::string path = dir.str("t.teeny");
+  write_bundle(sample(), path);
+  fs::path manifest = fs::path(path) / "manifest.json";
+  nlohmann::json m = nlohmann::json::parse(slurp(manifest));
+  m["format_version"] = kBundleFormatVersion + 1;
+  spit(manifest, m.dump());
+  EXPECT_EQ(load_error(path), fmt::format("bundle '{}': manifest.json: format_version: bundle format version {} is not "
+                                          "supported (this teeny reads version {}); recompile the graph with this teeny",
+                                          path, kBundleFormatVersion + 1, kBundleFormatVersion));
+}
+
+TEST(Bundle, MissingFiles) {
+  ScratchDir dir;
+  const std::string path = dir.str("t.teeny");
+  write_bundle(sample(), path);
+  fs::remove(fs::path(path) / "params.bin");
+  EXPECT_EQ(load_error(path), fmt::format("bundle '{}': missing file params.bin", path));
+  fs::remove(fs::path(path) / "kernels" / "t_kernel.ptx");
+  EXPECT_EQ(load_error(path), fmt::format("bundle '{}': missing file kernels/t_kernel.ptx", path));
+  fs::remove(fs::path(path) / "manifest.json");
+  EXPECT_EQ(load_error(path), fmt::format("bundle '{}': missing file manifest.json", path));
+  EXPECT_EQ(load_error(dir.str("nothing")), fmt::format("bundle '{}': no such directory", dir.str("nothing")));
+}
+
+TEST(Bundle, MalformedManifestFieldsNameTheirPath) {
+  ScratchDir dir;
+  const std::string path = dir.str("t.teeny");
+  write_bundle(sample(), path);
+  fs::path manifest = fs::path(path) / "manifest.json";
+  const nlohmann::json good = nlohmann::json::parse(slurp(manifest));
+  auto with = [&](const std::function<void(nlohmann::json&)>& edit) {
+    nlohmann::json m = good;
+    edit(m);
+    spit(manifest, m.dump());
+    return load_error(path);
+  };
+  const std::string prefix = fmt::format("bundle '{}': manifest.json: ", path);
+  EXPECT_EQ(with([](nlohmann::json& m) { m["launches"][1]["args"][0].erase("size"); }),
+            prefix + "launches[1].args[0]: missing key 'size'");
+  EXPECT_EQ(with([](nlohmann::json& m) { m["launches"][0]["grid"][0] = "ceil_div(B*4,"; }).rfind(
+                prefix + "launches[0].grid[0]: bad expression 'ceil_div(B*4,': ", 0),
+            0u);
+  EXPECT_EQ(with([](nlohmann::json& m) { m["launches"][0]["kernel"] = "nope"; }),
+            prefix + "launches[0].kernel: unknown kernel 'nope'");
+  EXPECT_EQ(with([](nlohmann::json& m) { m["kernels"][0]["name"] = "../../evil"; }),
+            prefix + "kernels[0].name: kernel name '../../evil' is not an identifier");
+  EXPECT_EQ(with([](nlohmann::json& m) { m["params"][1]["size"] = 4096; }),
+            prefix + "params[1]: bytes [0, 4096) lie outside params.bin (32 bytes)");
+  EXPECT_EQ(with([](nlohmann::json& m) { m["tensors"][0]["dtype"] = "f64"; }),
+            prefix + "tensors[0].dtype: unknown dtype 'f64'");
+}
+
+TEST(BundleWrite, ReplacesAnExistingBundleOnlyOnSuccess) {
+  ScratchDir dir;
+  const std::string path = dir.str("t.teeny");
+  Bundle first = sample();
+  first.graph_name = "first";
+  write_bundle(first, path);
+  Bundle second = sample();
+  second.graph_name = "second";
+  write_bundle(second, path);
+  EXPECT_EQ(read_bundle(path).graph_name, "second");
+  EXPECT_EQ(listing(dir.path()), std::vector<std::string>{"t.teeny"});  // no temp or old dirs left
+
+  Bundle bad = sample();
+  bad.kernels[0].name = "bad/name";
+  try {
+    write_bundle(bad, path);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.message(), fmt::format("cannot write bundle '{}': kernel name 'bad/name' is not an identifier", path));
+  }
+  EXPECT_EQ(read_bundle(path).graph_name, "second");
+  EXPECT_EQ(listing(dir.path()), std::vector<std::string>{"t.teeny"});
+}
+
+TEST(BundleWrite, RefusesToReplaceSomethingThatIsNotABundle) {
+  ScratchDir dir;
+  fs::create_directory(dir.path() / "precious");
+  spit(dir.path() / "precious" / "notes.txt", "keep me");
+  try {
+    write_bundle(sample(), dir.str("precious"));
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.message(), fmt::format("cannot write bundle '{}': it exists and is not a teeny bundle (no "
+                                       "manifest.json); not replacing it",
+                                       dir.str("precious")));
+  }
+  EXPECT_EQ(slurp(dir.path() / "precious" / "notes.txt"), "keep me");
+}
+
+// A write that fails part-way (here: the file size limit, as a full disk would) leaves no
+// temp directory and the previous bundle intact. Runs in a child so the limit stays there.
+TEST(BundleWrite, FailureMidWriteLeavesNoTraceAndKeepsThePreviousBundle) {
+  ScratchDir dir;
+  const std::string path = dir.str("t.teeny");
+  Bundle previous = sample();
+  previous.graph_name = "previous";
+  write_bundle(previous, path);
+  const std::string manifest_before = slurp(fs::path(path) / "manifest.json");
+
+  Bundle big = sample();
+  big.kernels[1].ptx += std::string(1 << 20, ' ');  // the second kernel file exceeds the limit
+  ASSERT_GT(big.kernels[0].ptx.size(), 0u);
+
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    signal(SIGXFSZ, SIG_IGN);  // a write past the limit then fails with EFBIG instead of killing
+    rlimit limit{256 * 1024, 256 * 1024};
+    setrlimit(RLIMIT_FSIZE, &limit);
+    try {
+      write_bundle(big, path);
+      _exit(10);  // should have failed
+    } catch (const Error& e) {
+      bool names_file = e.message().find("t_kernel_1.ptx") != std::string::npos &&
+                        e.message().find("File too large") != std::string::npos;
+      _exit(names_file ? 0 : 11);
+    }
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "10: the write succeeded; 11: the error did not name the file and cause";
+
+  EXPECT_EQ(listing(dir.path()), std::vector<std::string>{"t.teeny"});
+  EXPECT_EQ(slurp(fs::path(path) / "manifest.json"), manifest_before);
+  EXPECT_EQ(read_bundle(path).graph_name, "previous");
+}
+
+TEST(BundleWrite, StaleTempDirsOfDeadProcessesAreCleanedUp) {
+  ScratchDir dir;
+  // A pid that cannot be running: beyond the kernel's pid limit.
+  fs::create_directory(dir.path() / ".t.teeny.tmp-99999999-0");
+  spit(dir.path() / ".t.teeny.tmp-99999999-0" / "manifest.json", "{");
+  fs::create_directory(dir.path() / ".other.teeny.tmp-99999999-0");
+  write_bundle(sample(), dir.str("t.teeny"));
+  EXPECT_EQ(listing(dir.path()), (std::vector<std::string>{".other.teeny.tmp-99999999-0", "t.teeny"}));
+}
+
+}  // namespace
+}  // namespace teeny

@@ -1,0 +1,174 @@
+#include "tests/test_compile_util.h"
+
+#include <fmt/format.h>
+
+namespace teeny::testing {
+namespace {
+
+// The source of the test kernel: y = alpha*x + z*w[i%4] + table[i%4] + count, over n elements.
+std::string kernel_source(Fault fault, int64_t variant) {
+  std::string bounds = "__launch_bounds__(128)";
+  if (fault == Fault::kBlockVsReqntid) bounds = "__block_size__((64, 1, 1))";
+  std::string signature = fmt::format(
+      "extern \"C\" __global__ void {} TEENY_ENTRY(\n"
+      "    const float* __restrict__ x, const float* __restrict__ z,  // activations\n"
+      "    const float* w, const float* table,\n"
+      "    float* __restrict__ y, int n, long long count, float alpha)",
+      bounds);
+  const std::string body =
+      " {\n"
+      "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+      "  if (i < n) y[i] = alpha * x[i] + z[i] * w[i % 4] + table[i % 4] + (float)count + VARIANT;\n"
+      "}\n";
+  std::string source = fmt::format("#define VARIANT {}\n", variant);
+  switch (fault) {
+    case Fault::kDeclaredOnly:
+      return source + signature + ";\n";
+    case Fault::kHiddenSignature:
+      return source + "#if 0  // the old signature\n" + signature + "\n#else\n" +
+             "extern \"C\" __global__ void TEENY_ENTRY(const float* x, const float* z, const float* w,\n"
+             "    const float* table, float* y, long long n, long long count, float alpha)\n#endif\n" + body;
+    case Fault::kNoPlaceholder: {
+      std::string named = signature;
+      named.replace(named.find("TEENY_ENTRY"), 11, "my_kernel");
+      return source + named + body;
+    }
+    case Fault::kSyntaxError:
+      return source + signature + " {\n  int i = ;\n}\n";
+    default:
+      return source + signature + body;
+  }
+}
+
+Lowering lower(const OpContext& ctx, Fault fault) {
+  Expr n = product(ctx.output.shape);
+  Lowering lowering;
+  int64_t variant = ctx.attrs.has("k") ? ctx.attrs.i("k") : 0;
+  lowering.kernels.push_back({"t_kernel", kernel_source(fault, variant), TEENY_KERNEL_ORIGIN});
+  Launch launch;
+  launch.block = {fault == Fault::kBlockOverMaxntid ? 256 : 128, 1, 1};
+  launch.grid = {ceil_div(n, 128), 1, 1};
+  KernelArg x = input(0, "x", fault == Fault::kWrongDtype ? DType::kF16 : DType::kF32);
+  KernelArg z = input(1, "z", DType::kF32);
+  if (fault == Fault::kSwappedNames) std::swap(x, z);
+  launch.args = {x, z,
+                 param("weight", "w", DType::kF32),
+                 param(fault == Fault::kUnknownSlot ? "tables" : "table", "table", DType::kF32),
+                 output("y", DType::kF32),
+                 i32("n", n),
+                 fault == Fault::kWrongType ? i32("count", n) : i64("count", n),
+                 f32("alpha", 0.5)};
+  if (fault == Fault::kMissingArg) launch.args.pop_back();
+  if (fault == Fault::kExtraArg) launch.args.push_back(i32("extra", 1));
+  launch.bytes = n * 12 + 32;
+  launch.flops = n * 5;
+  lowering.launches.push_back(launch);
+  return lowering;
+}
+
+std::vector<uint8_t> float_bytes(const std::vector<float>& values) {
+  std::vector<uint8_t> out;
+  for (float v : values) append_element(out, DType::kF32, v);
+  return out;
+}
+
+std::vector<ParamSpec> params(const OpContext& ctx, Fault fault) {
+  ParamSpec weight{"weight", {Expr(4)}, DType::kF32, ParamInit::kTrained, {}};
+  ParamSpec table{"table", {Expr(4)}, DType::kF32, ParamInit::kHost, float_bytes({1, 2, 3, 4})};
+  if (fault == Fault::kWrongInitBytes) table.host_bytes.resize(12);
+  if (fault == Fault::kSymbolicHostParam) table.shape = {ctx.inputs[0].shape[0]};
+  return {weight, table};
+}
+
+HostTensor reference(const RefContext& ref) {
+  HostTensor out{DType::kF32, ref.output_shape, {}};
+  const int64_t n = out.numel();
+  const int64_t variant = ref.op.attrs.has("k") ? ref.op.attrs.i("k") : 0;
+  for (int64_t i = 0; i < n; ++i) {
+    out.data.push_back(0.5 * ref.inputs[0].data[i] + ref.inputs[1].data[i] * ref.params[0].data[i % 4] +
+                       ref.params[1].data[i % 4] + static_cast<double>(n) + static_cast<double>(variant));
+  }
+  return out;
+}
+
+OpDef test_op(const std::string& name, Fault fault) {
+  OpDef def;
+  def.name = name;
+  def.doc = "test-only op";
+  def.inputs = {{"x", ""}, {"z", ""}};
+  def.infer = [](const OpContext& ctx) { return contiguous(ctx.inputs[0].dtype, ctx.inputs[0].shape); };
+  def.params = [fault](const OpContext& ctx) { return params(ctx, fault); };
+  def.lower = [fault](const OpContext& ctx) { return lower(ctx, fault); };
+  def.reference = reference;
+  def.source_file = TEENY_OP_FILE;
+  return def;
+}
+
+const std::vector<std::pair<const char*, Fault>> kFaults = {
+    {"t.swapped_names", Fault::kSwappedNames},   {"t.wrong_type", Fault::kWrongType},
+    {"t.missing_arg", Fault::kMissingArg},       {"t.extra_arg", Fault::kExtraArg},
+    {"t.block_over_maxntid", Fault::kBlockOverMaxntid}, {"t.block_vs_reqntid", Fault::kBlockVsReqntid},
+    {"t.wrong_init_bytes", Fault::kWrongInitBytes}, {"t.symbolic_host_param", Fault::kSymbolicHostParam},
+    {"t.declared_only", Fault::kDeclaredOnly},   {"t.hidden_signature", Fault::kHiddenSignature},
+    {"t.no_placeholder", Fault::kNoPlaceholder}, {"t.syntax_error", Fault::kSyntaxError},
+    {"t.wrong_dtype", Fault::kWrongDtype},       {"t.unknown_slot", Fault::kUnknownSlot},
+};
+
+}  // namespace
+
+Registry test_registry() {
+  Registry registry;
+  registry.add(test_op("t.good", Fault::kNone));
+  for (const auto& [name, fault] : kFaults) registry.add(test_op(name, fault));
+
+  OpDef variant = test_op("t.variant", Fault::kNone);
+  AttrSpec k;
+  k.name = "k";
+  k.type = AttrType::kInt;
+  k.doc = "changes the source, not the kernel name";
+  k.default_value = 0;
+  variant.attrs = {k};
+  registry.add(variant);
+
+  OpDef padded = test_op("t.padded", Fault::kNone);
+  padded.infer = [](const OpContext& ctx) {
+    return TensorType{ctx.inputs[0].dtype, ctx.inputs[0].shape, Expr(8)};
+  };
+  registry.add(padded);
+
+  OpDef view;
+  view.name = "t.view";
+  view.doc = "test-only view: flattens to one dim";
+  view.inputs = {{"x", ""}};
+  view.infer = [](const OpContext& ctx) { return contiguous(ctx.inputs[0].dtype, {product(ctx.inputs[0].shape)}); };
+  view.reference = [](const RefContext& ref) {
+    return HostTensor{ref.inputs[0].dtype, ref.output_shape, ref.inputs[0].data};
+  };
+  view.source_file = TEENY_OP_FILE;
+  registry.add(view);
+  return registry;
+}
+
+Graph test_graph(const Registry& registry, const std::string& nodes, const std::string& output) {
+  std::string text = fmt::format(
+      "name: tgraph\n"
+      "dims:\n"
+      "  B: {{min: 1, max: 1024, default: 8}}\n"
+      "inputs:\n"
+      "  x: {{dtype: f32, shape: [B, 4]}}\n"
+      "  z: {{dtype: f32, shape: [B, 4]}}\n"
+      "nodes:\n"
+      "{}"
+      "outputs: [{}]\n",
+      nodes, output);
+  return parse_graph(text, "tgraph.yaml", registry);
+}
+
+CompileOptions test_options(const std::string& cache_dir) {
+  CompileOptions options;
+  options.cache_dir = cache_dir;
+  options.jobs = 2;
+  return options;
+}
+
+}  // namespace teeny::testing

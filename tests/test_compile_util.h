@@ -1,0 +1,66 @@
+// Helpers shared by the compile and bundle tests: scratch directories and a test-only op
+// whose lowering can be made wrong in one chosen way.
+#pragma once
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+#include "core/compile.h"
+#include "core/graph.h"
+#include "core/registry.h"
+
+namespace teeny::testing {
+
+// A fresh directory under the system temp dir, removed with everything in it on destruction.
+class ScratchDir {
+ public:
+  ScratchDir() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "teeny-test-XXXXXX").string();
+    if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+    path_ = pattern;
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+  std::string str(const std::string& child = "") const { return child.empty() ? path_.string() : (path_ / child).string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// The one way a test op's lowering is wrong.
+enum class Fault {
+  kNone,
+  kSwappedNames,      // launch passes z before x
+  kWrongType,         // launch passes `count` as i32, the kernel takes long long
+  kMissingArg,        // launch omits `alpha`
+  kExtraArg,          // launch adds `int extra`
+  kBlockOverMaxntid,  // block 256, kernel has __launch_bounds__(128)
+  kBlockVsReqntid,    // block 128, kernel has __block_size__((64, 1, 1))
+  kWrongInitBytes,    // 12 init bytes for a [4] f32 param
+  kSymbolicHostParam, // host init bytes for a [B] param
+  kDeclaredOnly,      // the kernel is declared, never defined: no PTX entry
+  kHiddenSignature,   // the signature the text shows is in `#if 0`; the compiled one differs
+  kNoPlaceholder,     // the source names its entry itself instead of TEENY_ENTRY
+  kSyntaxError,       // NVRTC rejects the source
+  kWrongDtype,        // launch declares x as f16, the tensor is f32
+  kUnknownSlot,       // launch names a param slot the op does not have
+};
+
+// Registers t.good (no fault), t.<fault> for every fault, t.variant (attr k changes the
+// source, not the kernel name), t.view (no kernel), t.padded (rows padded to 8).
+Registry test_registry();
+
+// A graph with inputs x, z: f32 [B, 4], dim B in [1, 1024] default 8, and `nodes` (YAML list
+// items, e.g. "- {name: t1, op: t.good, inputs: [x, z]}"), outputs = the last node.
+Graph test_graph(const Registry& registry, const std::string& nodes, const std::string& output);
+
+// Options for tests: cache in `cache_dir`.
+CompileOptions test_options(const std::string& cache_dir);
+
+}  // namespace teeny::testing
