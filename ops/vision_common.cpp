@@ -187,8 +187,9 @@ int pow2_at_least(int64_t n) {
 //
 // Per group: y[co, n] = sum_k W[co, k] * X[k, n] with n = (b, oh, ow) flattened over the batch and
 // k = (c, kh, kw); X is gathered from x on the fly (im2col never materialised). A CTA computes a
-// BLOCK_CO x BLOCK_P output tile; each thread a THREAD_CO x THREAD_P register block, its pixels
-// strided by P_THREADS so a warp's loads and stores are consecutive. Shared-memory tiles are
+// BLOCK_CO x BLOCK_P output tile; each thread a THREAD_CO x THREAD_P register block of adjacent
+// channels and adjacent pixels, so both operands come from shared memory as vectors (16-byte
+// loads for 4 values) and a warp's stores cover consecutive addresses. Shared-memory tiles are
 // double-buffered: the next K slice is fetched into registers while the current one is consumed.
 struct GemmTile {
   int block_co, block_p, block_k, thread_co, thread_p;
@@ -233,6 +234,7 @@ KernelSource implicit_gemm_kernel(const std::string& op, const ConvGeometry& g, 
 )CUDA";
   } else {
     loader = R"CUDA(
+  const int oh = pix / out_w, ow = pix - oh * out_w;
   const int ih0 = oh * SH - PH, iw0 = ow * SW - PW;
   const float* x_img = x + ((long long)img * C_IN + group * CG) * in_h * in_w;
 )CUDA";
@@ -305,7 +307,6 @@ typedef {b_type} BVec;
   const bool n_ok = n_load < n_total;
   const int img = n_ok ? (int)(n_load / hw_out) : 0;
   const int pix = n_ok ? (int)(n_load - (long long)img * hw_out) : 0;
-  const int oh = pix / out_w, ow = pix - oh * out_w;
 {loader}
   float a_reg[A_LOADS];
   BVec b_reg[B_LOADS];
@@ -347,7 +348,7 @@ typedef {b_type} BVec;
 #pragma unroll
       for (int i = 0; i < THREAD_CO; ++i) a[i] = a_tile[stage][kk][ty * THREAD_CO + i];
 #pragma unroll
-      for (int j = 0; j < THREAD_P; ++j) b[j] = b_tile[stage][kk][tx + j * P_THREADS];
+      for (int j = 0; j < THREAD_P; ++j) b[j] = b_tile[stage][kk][tx * THREAD_P + j];
 #pragma unroll
       for (int i = 0; i < THREAD_CO; ++i)
 #pragma unroll
@@ -363,7 +364,7 @@ typedef {b_type} BVec;
   long long out_off[THREAD_P];  // y offset of each pixel without the channel term; -1 = outside
 #pragma unroll
   for (int j = 0; j < THREAD_P; ++j) {{
-    const long long n = n0 + tx + j * P_THREADS;
+    const long long n = n0 + tx * THREAD_P + j;
     const long long im = n / hw_out;
     out_off[j] = n < n_total ? im * CO * hw_out + (n - im * hw_out) : -1;
   }}

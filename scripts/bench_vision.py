@@ -2,7 +2,8 @@
 """Vision benchmark: teeny against PyTorch on the same GPU, in the same run.
 
 Per op at representative shapes, and each vision graph (lenet5, yolo_head) at B=1 and B=16:
-teeny's median GPU time (`teeny profile --format json`: runs[0].gpu_time.median_us), PyTorch
+teeny's median GPU time (`teeny compile --bind B=N` then `teeny profile --format json`:
+runs[0].gpu_time.median_us), PyTorch
 eager and CUDA-graph medians (CUDA events around each iteration; cuDNN, TF32 off), the ratio
 teeny / eager (< 1 means teeny is faster), and teeny's achieved TFLOP/s or GB/s from the ops'
 cost expressions. Prints a Markdown table; --json FILE also writes the rows.
@@ -101,7 +102,9 @@ def op_graph(op, attrs, shape):
 
 def teeny_profile(args, graph_path, batch, workdir, tag):
     bundle = os.path.join(workdir, f"{tag}.teeny")
-    subprocess.run([args.teeny, "compile", graph_path, "-o", bundle], check=True, stdout=subprocess.DEVNULL)
+    # B fixed at compile time, so the conv kernels pick their tiles for the real problem size.
+    subprocess.run([args.teeny, "compile", graph_path, "-o", bundle, "--bind", f"B={batch}"], check=True,
+                   stdout=subprocess.DEVNULL)
     out = subprocess.run([args.teeny, "profile", bundle, "--bind", f"B={batch}", "--warmup", "20", "--iterations",
                           str(args.iterations), "--format", "json"], check=True, capture_output=True, text=True)
     run = json.loads(out.stdout)["runs"][0]
