@@ -91,7 +91,7 @@ std::string op_details(const OpDef& op) {
                              : attr.optional    ? "(optional)"
                                                 : "(required)";
       std::string doc = attr.doc;
-      if (attr.min_value) doc += fmt::format(" (at least {})", *attr.min_value);
+      if (attr.min_value) doc += fmt::format("; at least {}", *attr.min_value);
       attrs.push_back({attr.name, type, fallback, doc});
     }
     out += "  attrs:\n" + format_table(attrs, "    ");
