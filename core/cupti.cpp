@@ -112,8 +112,11 @@ void CUPTIAPI on_buffer_completed(CUcontext context, uint32_t stream_id, uint8_t
   if (s.callback_error.empty()) s.callback_error = error;
 }
 
+// External-correlation records accompany driver API records, so driver API activity is enabled
+// too (its records are skipped), as in CUPTI's own external-correlation sample.
 const CUpti_ActivityKind kKinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
-                                     CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION};
+                                     CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION,
+                                     CUPTI_ACTIVITY_KIND_DRIVER};
 
 }  // namespace
 
@@ -137,9 +140,10 @@ std::unique_ptr<CuptiTracer> CuptiTracer::start(std::string* why_not) {
   for (size_t i = 0; i < std::size(kKinds); ++i) {
     result = cuptiActivityEnable(kKinds[i]);
     if (result != CUPTI_SUCCESS) {
-      *why_not = describe(result, "cuptiActivityEnable",
-                          i == 0 ? "enabling kernel activity records"
-                                 : "enabling external correlation records");
+      static const char* const kWhat[] = {"enabling kernel activity records",
+                                          "enabling external correlation records",
+                                          "enabling driver API activity records"};
+      *why_not = describe(result, "cuptiActivityEnable", kWhat[i]);
       for (size_t j = 0; j < i; ++j) cuptiActivityDisable(kKinds[j]);  // undo; result moot
       return nullptr;
     }

@@ -459,6 +459,7 @@ ProfileRun profile_one(const Bundle& bundle, const std::string& bundle_path,
   // CUPTI completes kernel records asynchronously: synchronise the context before every take().
   const auto settle = [&] {
     const cuda::Driver& driver = device->driver();
+    device->make_current();
     driver.check(driver.api().CtxSynchronize(), "cuCtxSynchronize",
                  "waiting for the GPU before collecting CUPTI records");
   };
@@ -511,6 +512,15 @@ ProfileReport profile_bundle(const std::string& bundle_path,
   // Bad bindings are input errors: report them before touching the GPU.
   for (const std::vector<std::string>& binds : bind_sets)
     bind_bundle(bundle, bundle_bindings(bundle, binds), bundle_path);
+  // Tracing starts before the driver is initialised and any context or module exists: CUPTI
+  // attached to an existing context delivered no kernel records on the H200 machine.
+  std::string why_not;
+  std::unique_ptr<CuptiTracer> tracer;
+  const char* no_cupti = std::getenv("TEENY_PROFILE_NO_CUPTI");
+  if (no_cupti != nullptr && std::string(no_cupti) == "1")
+    why_not = "disabled by TEENY_PROFILE_NO_CUPTI=1";
+  else
+    tracer = CuptiTracer::start(&why_not);
   const cuda::Driver& driver = cuda::Driver::get();
   std::shared_ptr<cuda::Device> device = cuda::Device::open(driver);
 
@@ -523,14 +533,6 @@ ProfileReport profile_bundle(const std::string& bundle_path,
   env.mode = profile_mode_name(options.mode);
   env.cuda_graph = options.cuda_graph;
 
-  // Tracing starts before any module of the bundle is loaded.
-  std::string why_not;
-  std::unique_ptr<CuptiTracer> tracer;
-  const char* no_cupti = std::getenv("TEENY_PROFILE_NO_CUPTI");
-  if (no_cupti != nullptr && std::string(no_cupti) == "1")
-    why_not = "disabled by TEENY_PROFILE_NO_CUPTI=1";
-  else
-    tracer = CuptiTracer::start(&why_not);
   env.cupti = tracer != nullptr;
   env.timing_method =
       tracer ? "CUPTI activity records (CONCURRENT_KERNEL, joined by external correlation id)"
