@@ -35,32 +35,20 @@ std::vector<AttrSpec> pool_attr_specs() {
   };
 }
 
-// floor((in + 2p - k) / s) + 1, checked when `in` is a constant.
-Expr pool_extent(const char* axis, const Expr& in, int64_t k, int64_t s, int64_t p) {
-  if (auto n = in.const_value(); n && *n + 2 * p < k)
-    throw OpError("attrs.kernel_size",
-                  fmt::format("the kernel {} {} is larger than the padded input {} {} + 2*{}", axis, k, axis, *n, p));
-  return (in + Expr(2 * p - k)) / Expr(s) + Expr(1);
-}
-
 TensorType infer_pool(const OpDef& meta, const OpContext& ctx) {
   const DType dtype = output_float_dtype(meta, ctx, common_float_dtype(meta, ctx));
   const TensorType& x = ctx.inputs.at(0);
   check_nchw(meta.name, x);
   const PoolWindow p = pool_window(ctx.attrs);
-  auto check = [](const char* name, int64_t h, int64_t w, int64_t min) {
-    if (h < min || w < min)
-      throw OpError(fmt::format("attrs.{}", name), fmt::format("{} must be >= {}, got [{}, {}]", name, min, h, w));
-  };
-  check("kernel_size", p.kh, p.kw, 1);
-  check("stride", p.sh, p.sw, 1);
-  check("padding", p.ph, p.pw, 0);
+  require_at_least("kernel_size", p.kh, p.kw, 1);
+  require_at_least("stride", p.sh, p.sw, 1);
+  require_at_least("padding", p.ph, p.pw, 0);
   // PyTorch's rule: a window must always overlap the input.
   if (2 * p.ph > p.kh || 2 * p.pw > p.kw)
     throw OpError("attrs.padding", fmt::format("padding [{}, {}] must be at most half the kernel [{}, {}]", p.ph,
                                                p.pw, p.kh, p.kw));
-  return contiguous(dtype, {x.shape[0], x.shape[1], pool_extent("height", x.shape[2], p.kh, p.sh, p.ph),
-                            pool_extent("width", x.shape[3], p.kw, p.sw, p.pw)});
+  return contiguous(dtype, {x.shape[0], x.shape[1], window_extent("height", x.shape[2], p.kh, p.sh, p.ph, 1),
+                            window_extent("width", x.shape[3], p.kw, p.sw, p.pw, 1)});
 }
 
 // One output per thread, flat over [B, C, Ho, Wo] so stores are coalesced.

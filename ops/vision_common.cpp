@@ -38,25 +38,18 @@ Shape ConvGeometry::weight_shape() const {
 
 Shape ConvGeometry::output_shape() const { return {batch, Expr(a.out_channels), out_h, out_w}; }
 
-namespace {
-
 void require_at_least(const std::string& name, int64_t h, int64_t w, int64_t min) {
   if (h < min || w < min)
     throw OpError("attrs." + name, fmt::format("{} must be >= {}, got [{}, {}]", name, min, h, w));
 }
 
-// floor((in + 2p - d(k-1) - 1) / s) + 1, checked when `in` is a constant.
-Expr conv_out_extent(const char* axis, const Expr& in, int64_t k, int64_t s, int64_t p, int64_t d) {
-  const int64_t reach = d * (k - 1) + 1;  // the dilated kernel's extent
-  const Expr out = (in + Expr(2 * p - reach)) / Expr(s) + Expr(1);
+Expr window_extent(const char* axis, const Expr& in, int64_t k, int64_t s, int64_t p, int64_t d) {
+  const int64_t reach = d * (k - 1) + 1;  // the (dilated) window's extent
   if (auto n = in.const_value(); n && *n + 2 * p < reach)
-    throw OpError("attrs.kernel_size",
-                  fmt::format("the dilated kernel {} {} is larger than the padded input {} {} + 2*{}",
-                              axis, reach, axis, *n, p));
-  return out;
+    throw OpError("attrs.kernel_size", fmt::format("the {}kernel {} {} is larger than the padded input {} {} + 2*{}",
+                                                   d > 1 ? "dilated " : "", axis, reach, axis, *n, p));
+  return (in + Expr(2 * p - reach)) / Expr(s) + Expr(1);
 }
-
-}  // namespace
 
 void check_nchw(const std::string& op, const TensorType& x) {
   if (x.shape.size() != 4)
@@ -98,8 +91,8 @@ ConvGeometry conv_geometry(const std::string& op, const OpContext& ctx) {
   g.batch = x.shape[0];
   g.in_h = x.shape[2];
   g.in_w = x.shape[3];
-  g.out_h = conv_out_extent("height", g.in_h, a.kh, a.sh, a.ph, a.dh);
-  g.out_w = conv_out_extent("width", g.in_w, a.kw, a.sw, a.pw, a.dw);
+  g.out_h = window_extent("height", g.in_h, a.kh, a.sh, a.ph, a.dh);
+  g.out_w = window_extent("width", g.in_w, a.kw, a.sw, a.pw, a.dw);
   return g;
 }
 

@@ -15,6 +15,13 @@ namespace teeny::ops {
 // Requires x [B, C, H, W], unpadded; throws OpError("inputs", ...) naming `op`.
 void check_nchw(const std::string& op, const TensorType& x);
 
+// Throws OpError at attrs.<name> unless h and w are >= min: "stride must be >= 1, got [0, 1]".
+void require_at_least(const std::string& name, int64_t h, int64_t w, int64_t min);
+
+// A sliding window's output extent, floor((in + 2p - d(k-1) - 1) / s) + 1; when `in` is a
+// constant, throws OpError at attrs.kernel_size if the window does not fit the padded input.
+Expr window_extent(const char* axis, const Expr& in, int64_t k, int64_t s, int64_t p, int64_t d);
+
 // GPU conformance cases of a one-input vision op: a graph `y = op(x)` per case, x of `shape`.
 struct VisionCase {
   std::string label;

@@ -288,7 +288,7 @@ TEST(VisionShape, Errors) {
   EXPECT_EQ(parse_error(one_op("conv2d", "{out_channels: 4, kernel_size: 3, dilation: 2}", "[B, 3, 4, 9]")),
             "node 'n': the dilated kernel height 5 is larger than the padded input height 4 + 2*0");
   EXPECT_EQ(parse_error(one_op("conv2d_bn_silu", "{out_channels: 4, kernel_size: [1, 7]}", "[B, 3, 8, 6]")),
-            "node 'n': the dilated kernel width 7 is larger than the padded input width 6 + 2*0");
+            "node 'n': the kernel width 7 is larger than the padded input width 6 + 2*0");
   EXPECT_EQ(parse_error(one_op("maxpool2d", "{kernel_size: 3, padding: 2}", "[B, 3, 8, 8]")),
             "node 'n': padding [2, 2] must be at most half the kernel [3, 3]");
   EXPECT_EQ(parse_error(one_op("avgpool2d", "{kernel_size: 5}", "[B, 3, 4, 8]")),
