@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU test, on a machine with a CUDA driver and device:
 #   1. configure and build with Ninja (build dir: $BUILD_DIR, default build-gpu),
-#   2. run the gpu-labelled tests, then the full ctest,
+#   2. run the gpu-labelled tests, then the rest of ctest,
 #   3. compile every graphs/*.yaml and run each bundle with --check (random params, so the
 #      check compares real numbers), once plainly and once as a replayed CUDA graph.
 # Every step's output goes to a log in $OUT (if set) or $BUILD_DIR/gpu-test-logs; a summary
@@ -52,7 +52,7 @@ skip() {
 if step configure cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo &&
    step build ninja -C "$BUILD" -j "$JOBS"; then
   step ctest-gpu ctest --test-dir "$BUILD" -L gpu --output-on-failure
-  step ctest-all ctest --test-dir "$BUILD" --output-on-failure -j "$JOBS"
+  step ctest-cpu ctest --test-dir "$BUILD" -LE gpu --output-on-failure -j "$JOBS"
 
   mkdir -p "$BUILD/gpu-test-bundles"
   for graph in "$ROOT"/graphs/*.yaml; do
@@ -77,7 +77,7 @@ fi
   command -v nvidia-smi >/dev/null &&
     nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | sed 's/^/GPU: /'
   for line in "${SUMMARY[@]}"; do echo "$line"; done
-  for suite in ctest-gpu ctest-all; do
+  for suite in ctest-gpu ctest-cpu; do
     if [[ -f "$LOGS/$suite.log" ]]; then
       result=$(grep -E 'tests passed|tests failed' "$LOGS/$suite.log" | tail -1)
       skipped=$(grep -c -E '\*\*\*Skipped|Not Run' "$LOGS/$suite.log")
