@@ -71,7 +71,9 @@ OpDef conv2d_op() {
           {"B", "H", "W"},
           {{{"B", 1}, {"H", 1}, {"W", 1}}, {{"B", 2}, {"H", 33}, {"W", 17}}, {{"B", 32}, {"H", 7}, {"W", 64}}}},
          {"3x3 p1 16 -> 128 at 96x96 (64x64 tiles)", "[B, 16, 96, 96]",
-          {{"out_channels", 128}, {"kernel_size", 3}, {"padding", 1}}, {"B"}, b1_b2}});
+          {{"out_channels", 128}, {"kernel_size", 3}, {"padding", 1}}, {"B"}, b1_b2},
+         {"1x1 16 -> 128 at 72x72 (64x64 tiles, 16-byte loads)", "[B, 16, 72, 72]",
+          {{"out_channels", 128}, {"kernel_size", 1}}, {"B"}, b1_b2}});
   };
   def.source_file = TEENY_OP_FILE;
   return def;
