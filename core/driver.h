@@ -18,7 +18,10 @@ namespace teeny::cuda {
 
 // The driver functions teeny uses: X(member, cuda_name). The pointer type is the signature
 // cuda.h declares for `cuda_name` (after its _v2 remapping), and the symbol is resolved with
-// the same header's CUDA_VERSION, so signature and ABI agree by construction.
+// the same header's CUDA_VERSION. That agrees only while the header's declaration is the newest
+// ABI: cuda.h 13.0 declares cuCtxSynchronize(void) but cuGetProcAddress(…, 13000) returns
+// cuCtxSynchronize_v2(CUcontext) (cudaTypedefs.h: PFN_cuCtxSynchronize_v13000), so functions
+// with a _v13000 typedef there must not be added to this table without their own version.
 #define TEENY_CUDA_FUNCTIONS(X)                                      \
   X(GetErrorName, cuGetErrorName)                                    \
   X(GetErrorString, cuGetErrorString)                                \
@@ -32,7 +35,6 @@ namespace teeny::cuda {
   X(DevicePrimaryCtxRetain, cuDevicePrimaryCtxRetain)                \
   X(DevicePrimaryCtxRelease, cuDevicePrimaryCtxRelease)              \
   X(CtxSetCurrent, cuCtxSetCurrent)                                  \
-  X(CtxSynchronize, cuCtxSynchronize)                                \
   X(ModuleLoadDataEx, cuModuleLoadDataEx)                            \
   X(ModuleUnload, cuModuleUnload)                                    \
   X(ModuleGetFunction, cuModuleGetFunction)                          \

@@ -456,17 +456,9 @@ ProfileRun profile_one(const Bundle& bundle, const std::string& bundle_path,
     ++warmup;
   }
   const double warmup_seconds = seconds_since(warmup_start);
-  // CUPTI completes kernel records asynchronously: synchronise the context before every take().
-  const auto settle = [&] {
-    const cuda::Driver& driver = device->driver();
-    device->make_current();
-    driver.check(driver.api().CtxSynchronize(), "cuCtxSynchronize",
-                 "waiting for the GPU before collecting CUPTI records");
-  };
-  if (tracer) {
-    settle();
-    tracer->take();  // warm-up records are not timed
-  }
+
+  // Every iteration ends with a stream synchronisation, so its kernels' records are complete.
+  if (tracer) tracer->take();  // warm-up records are not timed
   session.take_event_timings();
 
   std::vector<double> enqueue_us;
@@ -481,7 +473,6 @@ ProfileRun profile_one(const Bundle& bundle, const std::string& bundle_path,
     enqueue_us.push_back(session.iteration(static_cast<uint32_t>(enqueue_us.size())));
   }
   const uint32_t iterations = static_cast<uint32_t>(enqueue_us.size());
-  if (tracer) settle();
   const MatchedRecords matched = tracer ? match_records(tracer->take(), facts, iterations, options.cuda_graph)
                                         : session.take_event_timings();
   run = summarize_run(bound.bindings, facts, matched, enqueue_us, env.peaks, options.keep_trace);
