@@ -75,10 +75,10 @@ def compare(label, got, want, rtol, atol):
         print(f"{label}: MISMATCH shape {got.shape} vs PyTorch {want.shape}")
         return False
     err = np.abs(got.astype(np.float64) - want.astype(np.float64))
-    bad = err > atol + rtol * np.abs(want)
-    worst = np.unravel_index(np.argmax(err), err.shape)
+    bad = ~(err <= atol + rtol * np.abs(want))  # NaN counts as a mismatch
+    worst = np.unravel_index(np.argmax(np.where(np.isnan(err), np.inf, err)), err.shape)
     verdict = "ok" if not bad.any() else f"MISMATCH ({int(bad.sum())} of {err.size} outside)"
-    print(f"{label}: {verdict}; max abs err {err.max():.3g} at {tuple(int(i) for i in worst)} "
+    print(f"{label}: {verdict}; max abs err {err[worst]:.3g} at {tuple(int(i) for i in worst)} "
           f"(teeny {got[worst]:.6g}, PyTorch {want[worst]:.6g}); tolerance atol {atol:g} + rtol {rtol:g}")
     return not bad.any()
 
