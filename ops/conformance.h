@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -18,9 +19,13 @@ struct CaseInput {
 };
 
 struct CaseNode {
+  CaseNode(std::string name, std::string op, std::vector<std::string> inputs,
+           nlohmann::json attrs = nlohmann::json::object(), std::string dtype = "")
+      : name(std::move(name)), op(std::move(op)), inputs(std::move(inputs)),
+        attrs(std::move(attrs)), dtype(std::move(dtype)) {}
   std::string name, op;
   std::vector<std::string> inputs;
-  nlohmann::json attrs = nlohmann::json::object();
+  nlohmann::json attrs;
   std::string dtype;  // the node's optional `dtype:`; empty: none
 };
 
