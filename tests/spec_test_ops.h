@@ -29,7 +29,7 @@ inline TensorType same_as_input(const OpContext& ctx) {
   return contiguous(ctx.requested_dtype.value_or(ctx.inputs.at(0).dtype), ctx.inputs.at(0).shape);
 }
 
-inline Registry test_registry() {
+inline Registry spec_test_registry() {
   Registry registry;
   // dense: [..., in] -> [..., out_features], weight [out, in], bias [out].
   OpDef dense = test_op(

@@ -36,7 +36,7 @@ outputs: [p, g, s]
 
 class Spec : public ::testing::Test {
  protected:
-  Registry registry = testing::test_registry();
+  Registry registry = testing::spec_test_registry();
   Graph graph = parse_graph(kNet, "net.yaml", registry);
   const Node& node(const std::string& name) {
     const Node* found = graph.find_node(name);

@@ -44,7 +44,7 @@ std::string rendered(const std::function<void()>& body) {
 
 class SpecError : public ::testing::Test {
  protected:
-  Registry registry = testing::test_registry();
+  Registry registry = testing::spec_test_registry();
   std::string error_of(const std::string& spec) {
     return rendered([&] { parse_graph(spec, "g.yaml", registry); });
   }
