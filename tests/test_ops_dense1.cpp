@@ -11,6 +11,7 @@
 #include "core/compile.h"
 #include "core/nvrtc.h"
 #include "core/registry.h"
+#include "ops/kernel_util.h"
 #include "ops/ops.h"
 
 namespace teeny {
@@ -468,6 +469,58 @@ TEST(Dense1Lowering, PaddedInputStrideIsPassed) {
                                    [](const KernelArg& a) { return a.name == "x_stride"; });
   ASSERT_NE(stride, args.end());
   EXPECT_EQ(stride->value, Expr(20));
+}
+
+TEST(Dense1Lowering, BinaryCollapsesBroadcastDims) {
+  const Expr B = Expr::dim("B"), S = Expr::dim("S");
+  auto kernel_name = [](std::vector<TensorType> inputs) {
+    return op("add").lower(context("add", {}, std::move(inputs))).kernels.at(0).name;
+  };
+  // Same shapes: one flat dim. Row vector: b broadcasts over B. [B, 1, 8] + [S, 1]: the
+  // output [B, S, 8] keeps three dims (a broadcasts over S, b over B and 8).
+  EXPECT_EQ(kernel_name({tensor(DType::kF32, {B, S, 8}), tensor(DType::kF32, {B, S, 8})}), "add_f32_f");
+  EXPECT_EQ(kernel_name({tensor(DType::kF32, {B, 17}), tensor(DType::kF32, {17})}), "add_f32_bf");
+  EXPECT_EQ(kernel_name({tensor(DType::kBF16, {B, 1, 8}), tensor(DType::kBF16, {S, 1})}), "add_bf16_bab");
+  // A padded row stride stops the merge of the last two dims.
+  TensorType padded = tensor(DType::kF32, {B, 17});
+  padded.row_stride = Expr(20);
+  EXPECT_EQ(kernel_name({padded, tensor(DType::kF32, {B, 17})}), "add_f32_ff");
+}
+
+TEST(Dense1Lowering, ConcatLaunchesShareOneKernelWithTheirOffsets) {
+  const Expr B = Expr::dim("B");
+  const Lowering lowering = op("concat").lower(context(
+      "concat", {{"axis", 1}},
+      {tensor(DType::kF32, {B, 3, 4}), tensor(DType::kF32, {B, 5, 4}), tensor(DType::kF32, {B, 1, 4})}));
+  ASSERT_EQ(lowering.kernels.size(), 1u);
+  ASSERT_EQ(lowering.launches.size(), 3u);
+  const int64_t offsets[] = {0, 12, 32};  // column offsets in elements: (0, 3, 8) * inner 4
+  for (size_t i = 0; i < 3; ++i) {
+    const Launch& launch = lowering.launches[i];
+    EXPECT_EQ(launch.kernel, 0);
+    EXPECT_EQ(launch.args.at(0).input_index, static_cast<int>(i));
+    EXPECT_EQ(launch.args.back().name, "col_offset");
+    EXPECT_EQ(launch.args.back().value, Expr(offsets[i]));
+    EXPECT_EQ(launch.args.at(6).value, Expr(36)) << "out_cols = 9 * 4";
+  }
+}
+
+TEST(Dense1Lowering, RowPlans) {
+  // A warp per short row (4 rows per block), a block per long row, registers for up to 16
+  // elements per thread, and the symbolic default.
+  const ops::RowPlan narrow = ops::plan_rows(Expr(17), DType::kF32);
+  EXPECT_EQ(narrow.threads, 32);
+  EXPECT_EQ(narrow.rows_per_block, 4);
+  EXPECT_EQ(narrow.items, 1);
+  const ops::RowPlan wide = ops::plan_rows(Expr(4096), DType::kF32);
+  EXPECT_EQ(wide.threads, 256);
+  EXPECT_EQ(wide.items, 4);
+  EXPECT_EQ(wide.threads * wide.items * 4, 4096) << "a 4096-wide f32 row is read once";
+  const ops::RowPlan half = ops::plan_rows(Expr(4096), DType::kBF16);
+  EXPECT_EQ(half.threads * half.items * 8, 4096);
+  const ops::RowPlan symbolic = ops::plan_rows(Expr::dim("D"), DType::kF32);
+  EXPECT_EQ(symbolic.threads, 256);
+  EXPECT_EQ(symbolic.rows_per_block, 1);
 }
 
 TEST(Dense1Lowering, EveryKernelCompilesWithNvrtcForSm90) {
