@@ -132,6 +132,11 @@ MatchedRecords match_records(const ActivityBatch& batch, const std::vector<Launc
   for (const Tally* t : {&missing, &duplicate, &wrong_kernel, &not_positive, &stray, &wrong_count,
                          &node_mismatch})
     t->report(out.problems);
+  // What arrived, to tell missing kernel records from missing correlation records.
+  if (!out.problems.empty())
+    out.problems.push_back(fmt::format(
+        "received {} kernel records ({} without a teeny tag) and {} external-correlation records",
+        batch.kernels.size(), out.excluded_records, batch.correlations.size()));
   return out;
 }
 

@@ -145,8 +145,9 @@ TEST(ProfileMatch, DroppedRecordsAreUntrusted) {
   ActivityBatch batch = sequence_batch(2);
   batch.dropped = 5;
   const MatchedRecords m = match_records(batch, two_launches(), 2, false);
-  ASSERT_EQ(m.problems.size(), 1u);
+  ASSERT_EQ(m.problems.size(), 2u);
   EXPECT_EQ(m.problems[0], "CUPTI dropped 5 activity records");
+  EXPECT_EQ(m.problems[1], "received 4 kernel records (0 without a teeny tag) and 4 external-correlation records");
 }
 
 TEST(ProfileMatch, MissingRecordIsUntrustedWithWhere) {
@@ -154,8 +155,9 @@ TEST(ProfileMatch, MissingRecordIsUntrustedWithWhere) {
   batch.kernels.erase(batch.kernels.begin() + 3);  // iteration 1, launch 1
   batch.kernels.erase(batch.kernels.begin() + 4);  // iteration 2, launch 1 (after the shift)
   const MatchedRecords m = match_records(batch, two_launches(), 3, false);
-  ASSERT_EQ(m.problems.size(), 1u);
+  ASSERT_EQ(m.problems.size(), 2u);
   EXPECT_EQ(m.problems[0], "no kernel record for a launch (2x, first at iteration 1, launch 1 (act))");
+  EXPECT_EQ(m.problems[1], "received 4 kernel records (0 without a teeny tag) and 6 external-correlation records");
   EXPECT_EQ(m.timings[1][1].end_ns, 0u);
 }
 
@@ -163,7 +165,7 @@ TEST(ProfileMatch, DuplicateRecordIsUntrusted) {
   ActivityBatch batch = sequence_batch(2);
   batch.kernels.push_back(batch.kernels[2]);  // iteration 1, launch 0 twice
   const MatchedRecords m = match_records(batch, two_launches(), 2, false);
-  ASSERT_EQ(m.problems.size(), 1u);
+  ASSERT_EQ(m.problems.size(), 2u);
   EXPECT_EQ(m.problems[0], "more than one kernel record for a launch (1x, first at iteration 1, launch 0 (fc1))");
 }
 
@@ -172,7 +174,7 @@ TEST(ProfileMatch, WrongKernelAndNonPositiveDurationAreUntrusted) {
   batch.kernels[1].name = "other_entry_point";
   batch.kernels[2].end_ns = batch.kernels[2].start_ns;
   const MatchedRecords m = match_records(batch, two_launches(), 2, false);
-  ASSERT_EQ(m.problems.size(), 2u);
+  ASSERT_EQ(m.problems.size(), 3u);
   EXPECT_EQ(m.problems[0],
             "kernel record for a different kernel than launched (1x, first at iteration 0, launch 1 (act): "
             "expected relu_f32_entry_point, found other_entry_point)");
@@ -196,10 +198,20 @@ TEST(ProfileMatch, TagOutsideTimedIterationsIsUntrusted) {
   ActivityBatch batch = sequence_batch(2);
   batch.correlations[0].external_id = encode_external_id(7, 0);  // a warm-up leftover
   const MatchedRecords m = match_records(batch, two_launches(), 2, false);
-  ASSERT_EQ(m.problems.size(), 2u);
+  ASSERT_EQ(m.problems.size(), 3u);
   EXPECT_EQ(m.problems[0], "no kernel record for a launch (1x, first at iteration 0, launch 0 (fc1))");
   EXPECT_EQ(m.problems[1],
             "kernel record tagged with a launch that was not timed (1x, first at external id 0x700000000)");
+}
+
+TEST(ProfileMatch, UntrustedResultSaysWhatArrived) {
+  ActivityBatch batch = sequence_batch(2);
+  batch.correlations.clear();  // kernel records without their external-correlation records
+  const MatchedRecords m = match_records(batch, two_launches(), 2, false);
+  ASSERT_EQ(m.problems.size(), 2u);
+  EXPECT_EQ(m.problems[0], "no kernel record for a launch (4x, first at iteration 0, launch 0 (fc1))");
+  EXPECT_EQ(m.problems[1], "received 4 kernel records (4 without a teeny tag) and 0 external-correlation records");
+  EXPECT_EQ(m.excluded_records, 4u);
 }
 
 // A graph replay: all kernels of an iteration share the cuGraphLaunch correlation id.
@@ -236,7 +248,7 @@ TEST(ProfileMatch, GraphReplayWithMissingKernelOrChangedNodeIsUntrusted) {
   batch.kernels.erase(batch.kernels.begin());  // iteration 2 loses a record
   batch.kernels[2].graph_node_id = 99;         // iteration 1, launch 0 (the list is reversed)
   const MatchedRecords m = match_records(batch, two_launches(), 3, true);
-  ASSERT_EQ(m.problems.size(), 2u);
+  ASSERT_EQ(m.problems.size(), 3u);
   EXPECT_EQ(m.problems[0],
             "graph replay with a wrong number of kernel records (1x, first at iteration 2: 1 records for 2 launches)");
   EXPECT_EQ(m.problems[1], "graph node id differs from the first replay (1x, first at iteration 1, launch 0 (fc1))");
