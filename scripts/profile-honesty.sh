@@ -9,15 +9,17 @@
 # Prints the differences; exits non-zero only when a step cannot run.
 #
 # usage: scripts/profile-honesty.sh [BUILD_DIR] [GRAPH.yaml ...]
-#   BUILD_DIR defaults to build; graphs default to graphs/mnist_mlp.yaml graphs/lenet5.yaml.
+#   BUILD_DIR defaults to $BUILD_DIR or build-gpu (scripts/gpu-test.sh's); graphs default to
+#   graphs/mnist_mlp.yaml, graphs/lenet5.yaml and graphs/transformer_block.yaml.
 #   BIND="--bind B=256" adds binds to every command. NCU=/path/to/ncu picks ncu.
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
-build="${1:-$root/build}"
+build="${1:-${BUILD_DIR:-$root/build-gpu}}"
 shift || true
 graphs=("$@")
-[[ ${#graphs[@]} -eq 0 ]] && graphs=("$root/graphs/mnist_mlp.yaml" "$root/graphs/lenet5.yaml")
+[[ ${#graphs[@]} -eq 0 ]] &&
+  graphs=("$root/graphs/mnist_mlp.yaml" "$root/graphs/lenet5.yaml" "$root/graphs/transformer_block.yaml")
 teeny="$build/teeny"
 ncu="${NCU:-$(command -v ncu || echo /usr/local/cuda/bin/ncu)}"
 bind=(${BIND:-})
