@@ -2,13 +2,19 @@
 // references against hand-computed values, shape rules and their errors (exact text).
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <set>
 
 #include <fmt/format.h>
 
 #include "core/compile.h"
+#include "core/driver.h"
+#include "core/executor.h"
+#include "core/graph.h"
 #include "core/nvrtc.h"
 #include "core/registry.h"
 #include "ops/kernel_util.h"
@@ -544,6 +550,51 @@ TEST(Dense1Lowering, EveryKernelCompilesWithNvrtcForSm90) {
     EXPECT_NE(compiled[i].ptx.find(".visible .entry " + kernels[i].name + "_entry_point"),
               std::string::npos)
         << kernels[i].name;
+  }
+}
+
+// ---- GPU: the out-of-range rule of embedding (random ids never leave [0, num)) -------------
+
+TEST(GpuDense1, EmbeddingOutOfRangeIdsGiveZeroRows) {
+  // Compiled and prepared before looking for a device, so a CPU machine checks that much.
+  const Graph graph = parse_graph(R"(name: emb
+inputs:
+  ids: {dtype: i32, shape: [2, 3]}
+nodes:
+  - {name: y, op: embedding, inputs: [ids], attrs: {num_embeddings: 4, dim: 17}}
+outputs: [y]
+)", "emb.yaml", registry());
+  const std::filesystem::path cache =
+      std::filesystem::temp_directory_path() / ("teeny_dense1_emb_" + std::to_string(getpid()));
+  CompileOptions options;
+  options.cache_dir = cache.string();
+  const Bundle bundle = compile_graph(graph, registry(), options);
+  std::filesystem::remove_all(cache);
+  const BoundBundle bound = bind_bundle(bundle, bundle_bindings(bundle, {}), "emb");
+  DataOptions data_options;
+  data_options.fill = ParamFill::kRandom;
+  const RunData data = prepare_data(bound, data_options);
+  std::shared_ptr<cuda::Device> device;
+  try {
+    device = cuda::Device::open(cuda::Driver::get());
+  } catch (const Error& e) {
+    GTEST_SKIP() << "no CUDA driver/device: " << e.message();
+  }
+  GpuExecutor executor(device, bound);
+  executor.upload(data);
+  const std::vector<double> ids = {3, -1, 4, 0, 2147483647, -2147483647.0 - 1};
+  executor.set_input("ids", HostTensor{DType::kI32, {2, 3}, ids});
+  executor.run(1, false);
+  executor.synchronize("embedding out-of-range test");
+  const HostTensor y = executor.read("y");
+  const std::vector<double>& weight = data.params.at("y.weight").data;
+  ASSERT_EQ(y.data.size(), 6u * 17u);
+  for (size_t r = 0; r < ids.size(); ++r) {
+    const bool valid = ids[r] >= 0 && ids[r] < 4;
+    for (size_t c = 0; c < 17; ++c) {
+      const double want = valid ? weight[static_cast<size_t>(ids[r]) * 17 + c] : 0.0;
+      EXPECT_EQ(y.data[r * 17 + c], want) << "row " << r << " (id " << ids[r] << "), column " << c;
+    }
   }
 }
 
