@@ -1,0 +1,233 @@
+// The teeny binary end to end: check on graphs/, errors with exit codes and exact stderr,
+// `teeny ops` in both formats, and no link-time dependency on the CUDA driver.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/registry.h"
+#include "ops/ops.h"
+
+namespace teeny {
+namespace {
+
+struct Result {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string read_file(const std::string& path) {
+  std::ifstream file(path);
+  std::stringstream text;
+  text << file.rdbuf();
+  return text.str();
+}
+
+// Runs a shell command line, capturing stdout and stderr separately.
+Result run_shell(const std::string& command) {
+  std::string out = ::testing::TempDir() + "/teeny_cli_out.txt";
+  std::string err = ::testing::TempDir() + "/teeny_cli_err.txt";
+  int status = std::system((command + " >" + out + " 2>" + err).c_str());
+  Result result;
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  result.out = read_file(out);
+  result.err = read_file(err);
+  return result;
+}
+
+Result teeny(const std::string& args) {
+  return run_shell(std::string("cd " TEENY_SOURCE_DIR " && " TEENY_BINARY " ") + args);
+}
+
+std::string write_temp(const std::string& name, const std::string& text) {
+  std::string path = ::testing::TempDir() + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(Cli, CheckMnistPrintsSymbolicAndBoundShapes) {
+  Result r = teeny("check graphs/mnist_mlp.yaml --bind B=32");
+  EXPECT_EQ(r.err, "");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.out,
+            "graph 'mnist_mlp' (graphs/mnist_mlp.yaml): OK\n"
+            "\n"
+            "dims\n"
+            "  DIM  RANGE       DEFAULT  BOUND\n"
+            "  B    [1, 65536]  64       32 (--bind)\n"
+            "\n"
+            "inputs\n"
+            "  INPUT  DTYPE  SHAPE     BOUND\n"
+            "  x      f32    [B, 784]  [32, 784]\n"
+            "\n"
+            "nodes\n"
+            "  NODE   OP       INPUTS  DTYPE  SHAPE                    BOUND      PARAMS\n"
+            "  fc1    linear   x       f32    [B, 256]                 [32, 256]  weight [256, 784], bias [256]\n"
+            "  act1   relu     fc1     f32    [B, 256]                 [32, 256]\n"
+            "  fc2    linear   act1    f32    [B, 10] (row stride 12)  [32, 10]   weight [10, 256], bias [10]\n"
+            "  probs  softmax  fc2     f32    [B, 10]                  [32, 10]\n"
+            "\n"
+            "outputs\n"
+            "  OUTPUT  DTYPE  SHAPE    BOUND\n"
+            "  probs   f32    [B, 10]  [32, 10]\n");
+}
+
+TEST(Cli, CheckUsesDefaultBindings) {
+  Result r = teeny("check graphs/mnist_mlp.yaml");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("  B    [1, 65536]  64       64\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("  probs   f32    [B, 10]  [64, 10]\n"), std::string::npos) << r.out;
+  // --bind may come before the graph and repeat.
+  r = teeny("check --bind B=7 graphs/mnist_mlp.yaml");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("  probs   f32    [B, 10]  [7, 10]\n"), std::string::npos) << r.out;
+}
+
+TEST(Cli, EveryBundledGraphChecks) {
+  int graphs = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(TEENY_SOURCE_DIR "/graphs")) {
+    if (entry.path().extension() != ".yaml") continue;
+    ++graphs;
+    std::string relative = "graphs/" + entry.path().filename().string();
+    Result r = teeny("check " + relative);
+    EXPECT_EQ(r.exit_code, 0) << relative << "\n" << r.err;
+    EXPECT_EQ(r.err, "") << relative;
+    EXPECT_NE(r.out.find("' (" + relative + "): OK\n"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("\nnodes\n"), std::string::npos) << r.out;
+  }
+  EXPECT_GE(graphs, 1);
+}
+
+TEST(Cli, BadSpecExitsOneWithTheLocatedError) {
+  std::string path = write_temp("teeny_cli_bad.yaml",
+                                "name: bad\n"
+                                "inputs:\n"
+                                "  x: {dtype: f32, shape: [4, 784]}\n"
+                                "nodes:\n"
+                                "  - {name: fc1, op: liner, inputs: [x], attrs: {out_features: 8}}\n"
+                                "outputs: [fc1]\n");
+  Result r = teeny("check " + path);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err, "teeny: error: " + path +
+                       ":5:21: node 'fc1': unknown op 'liner' (did you mean 'linear'?)\n"
+                       "    - {name: fc1, op: liner, inputs: [x], attrs: {out_features: 8}}\n"
+                       "                      ^\n"
+                       "note: `teeny ops` lists the registered ops\n");
+}
+
+TEST(Cli, BadBindingsExitOne) {
+  Result r = teeny("check graphs/mnist_mlp.yaml --bind B=0");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err, "teeny: error: --bind B=0: B must be in [1, 65536]\n");
+  r = teeny("check graphs/mnist_mlp.yaml --bind N=2");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.err,
+            "teeny: error: --bind N=2: unknown dim 'N' (did you mean 'B'?)\nnote: declared dims: B\n");
+  r = teeny("check graphs/mnist_mlp.yaml --bind B");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.err, "teeny: error: malformed --bind 'B': expected DIM=N, e.g. --bind B=64\n");
+}
+
+TEST(Cli, MissingFileAndUsageErrorsExitOne) {
+  Result r = teeny("check graphs/nope.yaml");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.err, "teeny: error: cannot read graph spec 'graphs/nope.yaml': No such file or directory\n");
+  r = teeny("check");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("GRAPH is required"), std::string::npos) << r.err;
+  r = teeny("frobnicate");
+  EXPECT_EQ(r.exit_code, 1);
+  r = teeny("ops --format yaml");
+  EXPECT_EQ(r.exit_code, 1);
+  r = teeny("");
+  EXPECT_EQ(r.exit_code, 1);
+  r = teeny("--help");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.out.find("check"), std::string::npos);
+  EXPECT_NE(r.out.find("ops"), std::string::npos);
+}
+
+Registry real_registry() {
+  Registry registry;
+  ops::register_all(registry);
+  return registry;
+}
+
+TEST(Cli, OpsJsonListsEveryRegisteredOp) {
+  Result r = teeny("ops --format json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json ops = nlohmann::json::parse(r.out);
+  ASSERT_TRUE(ops.is_array());
+  Registry registry = real_registry();
+  std::vector<std::string> listed;
+  for (const auto& op : ops) listed.push_back(op.at("name").get<std::string>());
+  EXPECT_EQ(listed, registry.names());
+  for (const auto& op : ops) {
+    const OpDef& def = *registry.find(op.at("name").get<std::string>());
+    EXPECT_EQ(op.at("doc"), def.doc);
+    EXPECT_EQ(op.at("attrs").size(), def.attrs.size()) << def.name;
+    EXPECT_EQ(op.at("inputs").size(), def.inputs.size()) << def.name;
+    EXPECT_EQ(op.at("params"), nlohmann::json(def.param_slots)) << def.name;
+  }
+}
+
+TEST(Cli, OpsShowsOneOpInDetailAndAsJson) {
+  Result r = teeny("ops linear --format json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json linear = nlohmann::json::parse(r.out);
+  EXPECT_EQ(linear.at("name"), "linear");
+  EXPECT_EQ(linear.at("source"), "ops/linear.cpp");
+  EXPECT_EQ(linear.at("params"), nlohmann::json({"weight", "bias"}));
+  EXPECT_EQ(linear.at("attrs").at(0).at("name"), "out_features");
+  EXPECT_EQ(linear.at("attrs").at(0).at("required"), true);
+  EXPECT_EQ(linear.at("attrs").at(1).at("name"), "bias");
+  EXPECT_EQ(linear.at("attrs").at(1).at("default"), true);
+
+  r = teeny("ops linear");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  Registry registry = real_registry();
+  const OpDef& def = *registry.find("linear");
+  EXPECT_EQ(r.out.substr(0, r.out.find('\n')), "linear: " + def.doc);
+  EXPECT_NE(r.out.find("  source:  ops/linear.cpp\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("  params:  weight, bias\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("    out_features  int   (required)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("    bias          bool  true"), std::string::npos) << r.out;
+
+  r = teeny("ops");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.substr(0, r.out.find('\n')).substr(0, 2), "OP");
+  // One line per op after the header.
+  EXPECT_EQ(static_cast<size_t>(std::count(r.out.begin(), r.out.end(), '\n')),
+            registry.names().size() + 1);
+}
+
+TEST(Cli, OpsUnknownNameSuggests) {
+  Result r = teeny("ops lineer");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err,
+            "teeny: error: unknown op 'lineer' (did you mean 'linear'?)\n"
+            "note: `teeny ops` lists the registered ops\n");
+}
+
+// The driver is dlopen'ed so check/compile/inspect work without a GPU: the binary must not
+// link libcuda. Requiring NEEDED entries at all keeps this from passing on empty output.
+TEST(Cli, BinaryDoesNotLinkTheCudaDriver) {
+  Result r = run_shell("readelf -d " TEENY_BINARY);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("(NEEDED)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("libstdc++"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("libcuda.so"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace teeny
