@@ -34,7 +34,7 @@ void check_nvrtc(nvrtcResult result, const char* call, const std::string& doing)
 // Owns an nvrtcProgram so every exit path destroys it.
 class Program {
  public:
-  Program(const KernelSource& kernel) {
+  explicit Program(const KernelSource& kernel) {
     // An absolute virtual file name keeps -lineinfo's `.file` (and so the PTX) independent of
     // the working directory.
     std::string file = fmt::format("/teeny/{}.cu", kernel.name);
