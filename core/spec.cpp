@@ -2,6 +2,7 @@
 // symbolic types. Every error carries file:line:col, the node and key, and a suggestion
 // where a nearest valid name exists.
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cstring>

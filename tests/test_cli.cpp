@@ -2,6 +2,7 @@
 // `teeny ops` in both formats, and no link-time dependency on the CUDA driver.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -9,6 +10,7 @@
 #include <set>
 #include <sstream>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "core/registry.h"
@@ -30,15 +32,23 @@ std::string read_file(const std::string& path) {
   return text.str();
 }
 
+// A temp path unique to this process and test: CTest runs tests in parallel.
+std::string temp_path(const std::string& name) {
+  return fmt::format("{}/teeny_cli_{}_{}_{}", ::testing::TempDir(), getpid(),
+                     ::testing::UnitTest::GetInstance()->current_test_info()->name(), name);
+}
+
 // Runs a shell command line, capturing stdout and stderr separately.
 Result run_shell(const std::string& command) {
-  std::string out = ::testing::TempDir() + "/teeny_cli_out.txt";
-  std::string err = ::testing::TempDir() + "/teeny_cli_err.txt";
+  std::string out = temp_path("out.txt");
+  std::string err = temp_path("err.txt");
   int status = std::system((command + " >" + out + " 2>" + err).c_str());
   Result result;
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   result.out = read_file(out);
   result.err = read_file(err);
+  std::filesystem::remove(out);
+  std::filesystem::remove(err);
   return result;
 }
 
@@ -47,7 +57,7 @@ Result teeny(const std::string& args) {
 }
 
 std::string write_temp(const std::string& name, const std::string& text) {
-  std::string path = ::testing::TempDir() + "/" + name;
+  std::string path = temp_path(name);
   std::ofstream(path) << text;
   return path;
 }
@@ -121,6 +131,7 @@ TEST(Cli, BadSpecExitsOneWithTheLocatedError) {
                        "    - {name: fc1, op: liner, inputs: [x], attrs: {out_features: 8}}\n"
                        "                      ^\n"
                        "note: `teeny ops` lists the registered ops\n");
+  std::filesystem::remove(path);
 }
 
 TEST(Cli, BadBindingsExitOne) {

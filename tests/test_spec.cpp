@@ -1,6 +1,7 @@
 // The spec parser on valid specs: the IR it builds (dims, inputs, nodes, attrs with defaults,
 // inferred types, source positions), bindings, and the bundled graphs with the real ops.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -138,7 +139,7 @@ TEST_F(Spec, BindsDimsWithDefaults) {
 }
 
 TEST_F(Spec, LoadsFromAFile) {
-  std::string path = ::testing::TempDir() + "/teeny_spec_load.yaml";
+  std::string path = ::testing::TempDir() + "/teeny_spec_load_" + std::to_string(getpid()) + ".yaml";
   { std::ofstream(path) << kNet; }
   Graph loaded = load_graph(path, registry);
   EXPECT_EQ(loaded.nodes.size(), 8u);
