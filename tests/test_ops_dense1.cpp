@@ -19,35 +19,12 @@
 #include "core/registry.h"
 #include "ops/kernel_util.h"
 #include "ops/ops.h"
+#include "tests/op_test_util.h"
 
 namespace teeny {
 namespace {
 
-const Registry& registry() {
-  static const Registry r = [] {
-    Registry reg;
-    ops::register_all(reg);
-    return reg;
-  }();
-  return r;
-}
-
-const OpDef& op(const std::string& name) {
-  const OpDef* def = registry().find(name);
-  if (!def) throw std::runtime_error("op not registered: " + name);
-  return *def;
-}
-
-TensorType tensor(DType dtype, std::vector<Expr> shape) { return contiguous(dtype, std::move(shape)); }
-
-OpContext context(const std::string& name, nlohmann::json attrs, std::vector<TensorType> inputs) {
-  OpContext ctx;
-  ctx.node = "n";
-  ctx.attrs = Attrs(std::move(attrs));
-  ctx.inputs = std::move(inputs);
-  ctx.output = op(name).infer(ctx);
-  return ctx;
-}
+using namespace op_testing;
 
 struct HostIn {
   std::vector<int64_t> shape;
