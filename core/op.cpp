@@ -13,52 +13,51 @@ bool is_padded(const TensorType& type) {
   return !type.shape.empty() && type.row_stride != type.shape.back();
 }
 
-KernelArg input(int index, std::string name, DType dtype) {
+namespace {
+
+KernelArg named_arg(ArgKind kind, std::string name) {
   KernelArg a;
-  a.kind = ArgKind::kInput;
+  a.kind = kind;
   a.name = std::move(name);
+  return a;
+}
+
+}  // namespace
+
+KernelArg input(int index, std::string name, DType dtype) {
+  KernelArg a = named_arg(ArgKind::kInput, std::move(name));
   a.input_index = index;
   a.dtype = dtype;
   return a;
 }
 
 KernelArg param(std::string slot, std::string name, DType dtype) {
-  KernelArg a;
-  a.kind = ArgKind::kParam;
-  a.name = std::move(name);
+  KernelArg a = named_arg(ArgKind::kParam, std::move(name));
   a.slot = std::move(slot);
   a.dtype = dtype;
   return a;
 }
 
 KernelArg output(std::string name, DType dtype) {
-  KernelArg a;
-  a.kind = ArgKind::kOutput;
-  a.name = std::move(name);
+  KernelArg a = named_arg(ArgKind::kOutput, std::move(name));
   a.dtype = dtype;
   return a;
 }
 
 KernelArg i32(std::string name, Expr value) {
-  KernelArg a;
-  a.kind = ArgKind::kI32;
-  a.name = std::move(name);
+  KernelArg a = named_arg(ArgKind::kI32, std::move(name));
   a.value = std::move(value);
   return a;
 }
 
 KernelArg i64(std::string name, Expr value) {
-  KernelArg a;
-  a.kind = ArgKind::kI64;
-  a.name = std::move(name);
+  KernelArg a = named_arg(ArgKind::kI64, std::move(name));
   a.value = std::move(value);
   return a;
 }
 
 KernelArg f32(std::string name, double value) {
-  KernelArg a;
-  a.kind = ArgKind::kF32;
-  a.name = std::move(name);
+  KernelArg a = named_arg(ArgKind::kF32, std::move(name));
   a.fvalue = value;
   return a;
 }
