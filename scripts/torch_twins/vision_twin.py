@@ -75,11 +75,20 @@ def compare(label, got, want, rtol, atol):
         print(f"{label}: MISMATCH shape {got.shape} vs PyTorch {want.shape}")
         return False
     err = np.abs(got.astype(np.float64) - want.astype(np.float64))
-    bad = ~(err <= atol + rtol * np.abs(want))  # NaN counts as a mismatch
-    worst = np.unravel_index(np.argmax(np.where(np.isnan(err), np.inf, err)), err.shape)
+    allowed = atol + rtol * np.abs(want)
+    bad = ~(err <= allowed)  # NaN counts as a mismatch
     verdict = "ok" if not bad.any() else f"MISMATCH ({int(bad.sum())} of {err.size} outside)"
-    print(f"{label}: {verdict}; max abs err {err[worst]:.3g} at {tuple(int(i) for i in worst)} "
-          f"(teeny {got[worst]:.6g}, PyTorch {want[worst]:.6g}); tolerance atol {atol:g} + rtol {rtol:g}")
+
+    def at(index):
+        index = np.unravel_index(index, err.shape)
+        return (f"{err[index]:.3g} at {tuple(int(i) for i in index)} "
+                f"(teeny {got[index]:.6g}, PyTorch {want[index]:.6g})")
+
+    # The largest error and the error closest to (or furthest past) its tolerance, which for
+    # small values is usually a different element.
+    print(f"{label}: {verdict}; max abs err {at(np.argmax(np.where(np.isnan(err), np.inf, err)))}; "
+          f"nearest its tolerance {at(np.argmax(np.where(np.isnan(err), np.inf, err / allowed)))}; "
+          f"tolerance atol {atol:g} + rtol {rtol:g}")
     return not bad.any()
 
 

@@ -6,7 +6,10 @@ Runs teeny twice: with the conv-bn-silu fusion pass (default) and with --no-fuse
 BatchNorm running statistics are calibrated on a random batch (train-mode forward) so every layer
 sees unit-scale activations, and the box convs are scaled so distances are a few grid cells: the
 decoded boxes then depend visibly on every layer.
-Tolerance: |teeny - torch| <= 1e-3 + 1e-4 * |torch| on boxes in pixels (values up to a few hundred).
+Tolerance: |teeny - torch| <= 1e-2 + 1e-4 * |torch| on boxes in pixels (values up to ~1500): a hundredth
+of a pixel. Boxes are grid units times the level's stride (up to 32), so an f32 summation-order
+difference of ~1e-4 grid units after ~20 convs (teeny's order vs cuDNN's) shows as a few 1e-3 px
+(seen on the H200: max 4.3e-3 px at B=16, which a 1e-3 atol rejected near small coordinates).
 """
 import sys
 
@@ -120,7 +123,7 @@ def main():
     device = vision_twin.setup_torch(args.seed)
     model = build(device)
     make_input = lambda batch: torch.randn(batch, 3, 256, 256, device=device)
-    return vision_twin.run_twin(args, "yolo_head.yaml", model, make_input, "decode", rtol=1e-4, atol=1e-3,
+    return vision_twin.run_twin(args, "yolo_head.yaml", model, make_input, "decode", rtol=1e-4, atol=1e-2,
                                 variants=(("fused", []), ("unfused", ["--no-fuse"])))
 
 
