@@ -80,8 +80,8 @@ std::string render_table(const json& view, const std::string& path) {
       std::string bounds;
       if (l.contains("reqntid")) bounds += fmt::format(", .reqntid {}", text(l["reqntid"]));
       if (l.contains("maxntid")) bounds += fmt::format(", .maxntid {}", text(l["maxntid"]));
-      out += fmt::format("  launch {}: kernel {}, entry {} ({})\n", text(l["index"]), text(l["kernel"]),
-                         text(l["entry"]), text(l["source"]));
+      out += fmt::format("  launch {}: kernel {}, entry {}, {} ({})\n", text(l["index"]), text(l["kernel"]),
+                         text(l["entry"]), text(l["target"]), text(l["source"]));
       std::vector<std::string> grid;
       for (const json& g : l["grid"]) grid.push_back(expr_text(g));
       out += fmt::format("    block {}{}  grid [{}]  dynamic smem {}\n", text(l["block"]), bounds,

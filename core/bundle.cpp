@@ -302,6 +302,7 @@ json bundle_to_json(const Bundle& bundle) {
     kernels.push_back({{"name", k.name},
                        {"entry", k.entry},
                        {"file", kernel_file(k.name)},
+                       {"target", k.target},
                        {"source", {{"file", k.source_file}, {"line", k.source_line}}},
                        {"reqntid", k.reqntid ? array_json(*k.reqntid) : json(nullptr)},
                        {"maxntid", k.maxntid ? array_json(*k.maxntid) : json(nullptr)},
@@ -416,6 +417,7 @@ Bundle bundle_from_json(const json& manifest) {
       k["name"].fail(fmt::format("duplicate kernel '{}'", kernel.name));
     }
     kernel.entry = k["entry"].str();
+    kernel.target = k["target"].str();
     kernel.source_file = k["source"]["file"].str();
     kernel.source_line = static_cast<int>(k["source"]["line"].integer());
     if (!k["reqntid"].raw().is_null()) kernel.reqntid = k["reqntid"].int3();

@@ -17,7 +17,7 @@
 
 namespace teeny {
 
-inline constexpr int kBundleFormatVersion = 1;
+inline constexpr int kBundleFormatVersion = 2;
 
 struct BundleDim {
   std::string name;
@@ -50,6 +50,7 @@ struct BundleKernel {
   std::string name;       // unique in the bundle; file kernels/<name>.ptx
   std::string entry;      // "<name>_entry_point", present as `.visible .entry` in the PTX
   std::string sha256;     // of the PTX file
+  std::string target;     // NVRTC's --gpu-architecture for it: the bundle's arch, or e.g. sm_90a
   std::string source_file;
   int source_line = 0;
   std::string ptx;        // loaded text (not stored in the manifest)

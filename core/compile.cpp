@@ -218,7 +218,9 @@ class GraphCompiler {
     buffer_of_[node.name] = node.name;
     bundle_.tensors.push_back(std::move(tensor));
 
-    Lowering lowering = node.op->lower(ctx);
+    OpContext target_ctx = ctx;
+    target_ctx.target_sm = arch_sm(options_.arch);
+    Lowering lowering = node.op->lower(target_ctx);
     std::vector<int> kernel_ids;
     for (const KernelSource& kernel : lowering.kernels) kernel_ids.push_back(add_kernel(node, kernel));
     for (size_t i = 0; i < lowering.launches.size(); ++i) {
@@ -406,6 +408,7 @@ class GraphCompiler {
     for (size_t k = 0; k < compiled.size(); ++k) {
       BundleKernel& kernel = bundle_.kernels[k];
       kernel.ptx = std::move(compiled[k].ptx);
+      kernel.target = sources_[k].arch_specific ? arch_specific(options_.arch) : options_.arch;
       kernel.sha256 = sha256_hex(kernel.ptx);
       entries_.push_back(parse_ptx_entries(kernel.ptx, fmt::format("kernels/{}.ptx", kernel.name)));
       if (const PtxEntry* entry = find_visible_entry(entries_.back(), kernel.entry)) {

@@ -134,6 +134,7 @@ class Inspector {
     json out = {{"index", l.index},
                 {"kernel", kernel.name},
                 {"entry", kernel.entry},
+                {"target", kernel.target},
                 {"source", fmt::format("{}:{}", kernel.source_file, kernel.source_line)},
                 {"block", l.block},
                 {"grid", {expr(l.grid[0]), expr(l.grid[1]), expr(l.grid[2])}},

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cstdlib>
 #include <exception>
 #include <filesystem>
@@ -177,13 +178,29 @@ std::string default_cache_dir() {
   return (fs::temp_directory_path() / "teeny-cache").string();
 }
 
-std::vector<std::string> nvrtc_options(const NvrtcConfig& config) {
+int arch_sm(const std::string& arch) {
   static const std::regex arch_pattern("(sm|compute)_([0-9]+)[af]?");
   std::smatch match;
-  if (!std::regex_match(config.arch, match, arch_pattern)) {
-    throw Error(fmt::format("invalid --arch '{}': expected sm_NN or compute_NN, e.g. sm_90", config.arch));
+  if (!std::regex_match(arch, match, arch_pattern)) {
+    throw Error(fmt::format("invalid --arch '{}': expected sm_NN or compute_NN, e.g. sm_90", arch));
   }
-  int number = std::stoi(match[2].str());
+  return std::stoi(match[2].str());
+}
+
+std::string arch_specific(const std::string& arch) {
+  return !arch.empty() && std::isdigit(static_cast<unsigned char>(arch.back())) ? arch + "a" : arch;
+}
+
+std::vector<std::string> arch_specific_options(std::vector<std::string> options) {
+  static const std::string prefix = "--gpu-architecture=";
+  for (std::string& option : options) {
+    if (option.rfind(prefix, 0) == 0) option = prefix + arch_specific(option.substr(prefix.size()));
+  }
+  return options;
+}
+
+std::vector<std::string> nvrtc_options(const NvrtcConfig& config) {
+  const int number = arch_sm(config.arch);
   int count = 0;
   check_nvrtc(nvrtcGetNumSupportedArchs(&count), "nvrtcGetNumSupportedArchs", "checking --arch");
   std::vector<int> supported(count);
@@ -208,7 +225,8 @@ std::vector<std::string> nvrtc_options(const NvrtcConfig& config) {
 
 std::vector<CompiledKernel> compile_kernels(const std::vector<KernelSource>& kernels,
                                             const NvrtcConfig& config, NvrtcStats* stats) {
-  const std::vector<std::string> options = nvrtc_options(config);
+  const std::vector<std::string> plain_options = nvrtc_options(config);
+  const std::vector<std::string> specific_options = arch_specific_options(plain_options);
   const std::string version = nvrtc_version();
   const fs::path cache_dir = fs::path(config.cache_dir.empty() ? default_cache_dir() : config.cache_dir) / "nvrtc";
 
@@ -221,6 +239,7 @@ std::vector<CompiledKernel> compile_kernels(const std::vector<KernelSource>& ker
     for (size_t i; !failed.load() && (i = next.fetch_add(1)) < kernels.size();) {
       Job& job = jobs[i];
       try {
+        const std::vector<std::string>& options = kernels[i].arch_specific ? specific_options : plain_options;
         std::string key = cache_key(kernels[i], options, version, config.arch);
         fs::path file = cache_dir / (key + ".json");
         std::optional<CompiledKernel> hit;

@@ -38,6 +38,12 @@ std::string nvrtc_version();
 // -lineinfo, -I<CUDA include dir>, then the extra options. Validates the arch against
 // nvrtcGetSupportedArchs.
 std::vector<std::string> nvrtc_options(const NvrtcConfig& config);
+// The SM number of an --arch value ("sm_90", "compute_90a" -> 90); throws on anything else.
+int arch_sm(const std::string& arch);
+// The arch-specific variant of an --arch value ("sm_90" -> "sm_90a"; "sm_90a" stays).
+std::string arch_specific(const std::string& arch);
+// `options` with its --gpu-architecture switched to arch_specific(), for kernels marked so.
+std::vector<std::string> arch_specific_options(std::vector<std::string> options);
 // TEENY_CACHE_DIR, else $HOME/.cache/teeny.
 std::string default_cache_dir();
 

@@ -38,6 +38,8 @@ struct OpContext {
   std::vector<TensorType> inputs;
   std::optional<DType> requested_dtype;  // the node's optional `dtype:` key
   TensorType output;  // filled in after infer(); valid in params/lower/cost
+  // The compile target's SM number (--arch sm_90 -> 90): lower may pick kernels that need it.
+  int target_sm = 90;
 };
 
 // An error from an op's shape rule or attr checks, pointing at a key of the node
@@ -73,6 +75,9 @@ struct KernelSource {
   std::string source;  // full translation unit
   std::string file;    // op source file and line that generated it, for NVRTC errors
   int line = 0;
+  // Uses instructions of the target's arch-specific variant only (sm_90a: wgmma, setmaxnreg):
+  // compiled for `<arch>a`, whose PTX loads only on exactly that SM version.
+  bool arch_specific = false;
 };
 #define TEENY_KERNEL_ORIGIN __FILE__, __LINE__
 inline constexpr const char* kEntryPlaceholder = "TEENY_ENTRY";

@@ -286,36 +286,166 @@ __device__ __forceinline__ void tn_gemm_block(const T* __restrict__ A, const T* 
   }
 
   // Epilogue: accumulator element e of (i, j) is row g (+8 for e >= 2), columns 2t, 2t+1.
-  // Columns in [N, ldc) are row padding and get zeros.
   const int g = lane / 4, t = lane % 4;
-  const bool c_pair = ldc % 2 == 0 && (reinterpret_cast<unsigned long long>(C) & 3ull) == 0;
 #pragma unroll
-  for (int i = 0; i < kMI; ++i) {
+  for (int i = 0; i < kMI; ++i)
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int m = m0 + wm * kWarpTileM + i * 16 + g + h * 8;
-      if (m >= M) continue;
-      T* row = C + (long long)m * ldc;
+    for (int h = 0; h < 2; ++h)
 #pragma unroll
-      for (int j = 0; j < kNI; ++j) {
-        const int n = n0 + wn * kWarpTileN + j * 8 + t * 2;
-        float v[2];
+      for (int j = 0; j < kNI; ++j)
+        tn_store_pair(C, bias, M, N, ldc, m0 + wm * kWarpTileM + i * 16 + g + h * 8,
+                      n0 + wn * kWarpTileN + j * 8 + t * 2, acc[i][j][h * 2], acc[i][j][h * 2 + 1]);
+}
+)CUDA";
+
+// The 16-bit paths' epilogue: C[m][n..n+1] = v + bias as one 32-bit store where aligned.
+// Rows >= M are skipped; columns in [N, ldc) are row padding and get zeros.
+const char* kStorePair = R"CUDA(
+__device__ __forceinline__ void tn_store_pair(T* __restrict__ C, const T* __restrict__ bias, int M, int N,
+                                              int ldc, int m, int n, float v0, float v1) {
+  if (m >= M) return;
+  float v[2] = {v0, v1};
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const float b = (kHasBias && n + e < N) ? tn_f32(bias[n + e]) : 0.f;
-          v[e] = n + e < N ? acc[i][j][h * 2 + e] + b : 0.f;
-        }
-        if (c_pair && n + 1 < ldc) {
-          const unsigned packed = (unsigned)tn_raw(tn_cast<T>(v[0])) | ((unsigned)tn_raw(tn_cast<T>(v[1])) << 16);
-          *reinterpret_cast<unsigned*>(row + n) = packed;
-        } else {
-#pragma unroll
-          for (int e = 0; e < 2; ++e)
-            if (n + e < ldc) row[n + e] = tn_cast<T>(v[e]);
-        }
-      }
-    }
+  for (int e = 0; e < 2; ++e) {
+    const float b = (kHasBias && n + e < N) ? tn_f32(bias[n + e]) : 0.f;
+    v[e] = n + e < N ? v[e] + b : 0.f;
   }
+  T* out = C + (long long)m * ldc + n;
+  if (ldc % 2 == 0 && n + 1 < ldc && (reinterpret_cast<unsigned long long>(out) & 3ull) == 0) {
+    *reinterpret_cast<unsigned*>(out) =
+        (unsigned)tn_raw(tn_cast<T>(v[0])) | ((unsigned)tn_raw(tn_cast<T>(v[1])) << 16);
+  } else {
+#pragma unroll
+    for (int e = 0; e < 2; ++e)
+      if (n + e < ldc) out[e] = tn_cast<T>(v[e]);
+  }
+}
+)CUDA";
+
+// f16/bf16 on Hopper tensor cores (sm_90a): two warpgroups, each computing 64 rows x kBN with
+// wgmma m64nBNk16 from shared memory. Tiles are [rows][64] of 128-byte rows in wgmma's
+// 128-byte swizzle (16-byte chunk c of row r sits at chunk c ^ (r % 8); the swizzle is a
+// function of the address, so every tile starts on a 1024-byte boundary), filled by cp.async
+// kStages deep. Each k-step retires the previous step's MMAs (wgmma.wait_group 1) before the
+// barrier after which their stage is refilled, so one MMA group stays in flight across steps.
+const char* kGemmWgmma = R"CUDA(
+constexpr int kWarpgroups = kThreads / 128;
+static_assert(kBM == 64 * kWarpgroups, "each warpgroup owns 64 rows, the wgmma M");
+static_assert(kBK * (int)sizeof(T) == 128, "a K tile row is one 128-byte swizzle row");
+static_assert(kBN % 16 == 0 && kBN <= 256, "wgmma N");
+static_assert(kStages >= 3, "one stage computing, one in flight, one loading");
+constexpr int kAcc = kBN / 2;  // f32 accumulators per thread: 64 x kBN over 128 threads
+constexpr int kATileBytes = kBM * 128, kBTileBytes = kBN * 128;
+constexpr int kStageBytes = kATileBytes + kBTileBytes;
+constexpr int kAChunks = kBM * 8 / kThreads, kBChunks = kBN * 8 / kThreads;
+static_assert(kAChunks * kThreads == kBM * 8 && kBChunks * kThreads == kBN * 8,
+              "tile loads must divide evenly over the block");
+
+__device__ __forceinline__ unsigned tn_swizzled(int row, int chunk) {
+  return (unsigned)(row * 128 + ((chunk ^ (row & 7)) << 4));
+}
+
+// Shared-memory matrix descriptor: start address, leading byte offset 16 (unused by swizzled
+// K-major layouts), stride byte offset 1024 (between 8-row groups), 128-byte swizzle.
+__device__ __forceinline__ unsigned long long tn_wgmma_desc(unsigned addr) {
+  return (unsigned long long)((addr & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
+}
+
+__device__ __forceinline__ void tn_wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void tn_wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int kPending> __device__ __forceinline__ void tn_wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(kPending) : "memory");
+}
+// Keeps the compiler from moving accumulator reads or writes across the asynchronous MMAs.
+__device__ __forceinline__ void tn_fence_acc(float (&d)[kAcc]) {
+#pragma unroll
+  for (int i = 0; i < kAcc; ++i) asm volatile("" : "+f"(d[i]) :: "memory");
+}
+
+// One 16-byte chunk of a swizzled tile: cp.async when whole and aligned, else element-wise
+// (zeros outside [rows, cols)).
+__device__ __forceinline__ void tn_load_swizzled(unsigned char* tile, int row, int chunk, const T* __restrict__ src_row,
+                                                 bool row_ok, int col, int cols, bool vec_ok) {
+  T* dst = reinterpret_cast<T*>(tile + tn_swizzled(row, chunk));
+  if (row_ok && vec_ok && col + 7 < cols) {
+    tn_cp_async16(dst, src_row + col);
+  } else {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) dst[i] = (row_ok && col + i < cols) ? src_row[col + i] : tn_from_raw<T>(0);
+  }
+}
+
+__device__ __forceinline__ void tn_gemm_block(const T* __restrict__ A, const T* __restrict__ B,
+                                              const T* __restrict__ bias, T* __restrict__ C,
+                                              int M, int N, int K, int lda, int ldb, int ldc, int pid) {
+  extern __shared__ unsigned char tn_dynamic_smem[];
+  unsigned char* smem = tn_dynamic_smem + ((1024 - (tn_smem_addr(tn_dynamic_smem) & 1023)) & 1023);
+  int tile_m, tile_n;
+  tn_gemm_tile_coords(pid, M, N, tile_m, tile_n);
+  const int m0 = tile_m * kBM, n0 = tile_n * kBN;
+  const int tid = threadIdx.x, warpgroup = tid / 128;
+  const bool a_vec = lda % 8 == 0 && tn_aligned16(A);
+  const bool b_vec = ldb % 8 == 0 && tn_aligned16(B);
+
+  auto load_tiles = [&](int stage, int k0) {
+    unsigned char* a_tile = smem + stage * kStageBytes;
+    unsigned char* b_tile = a_tile + kATileBytes;
+#pragma unroll
+    for (int c = 0; c < kAChunks; ++c) {
+      const int idx = tid + c * kThreads, r = idx / 8, chunk = idx % 8;
+      tn_load_swizzled(a_tile, r, chunk, A + (long long)(m0 + r) * lda, m0 + r < M, k0 + chunk * 8, K, a_vec);
+    }
+#pragma unroll
+    for (int c = 0; c < kBChunks; ++c) {
+      const int idx = tid + c * kThreads, r = idx / 8, chunk = idx % 8;
+      tn_load_swizzled(b_tile, r, chunk, B + (long long)(n0 + r) * ldb, n0 + r < N, k0 + chunk * 8, K, b_vec);
+    }
+  };
+
+  float acc[kAcc];
+#pragma unroll
+  for (int i = 0; i < kAcc; ++i) acc[i] = 0.f;
+
+  // Tile t is loaded kStages - 2 steps ahead, as cp.async group t (empty groups keep the count).
+  const int k_tiles = (K + kBK - 1) / kBK;
+#pragma unroll
+  for (int s = 0; s < kStages - 2; ++s) {
+    if (s < k_tiles) load_tiles(s, s * kBK);
+    tn_cp_async_commit();
+  }
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    tn_cp_async_wait<kStages - 3>();
+    // cp.async and plain stores are generic-proxy writes; wgmma reads through the async proxy.
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    __syncthreads();
+    // Every warpgroup retired step kt - 2's MMAs before this barrier: its stage is free.
+    const int next = kt + kStages - 2;
+    if (next < k_tiles) load_tiles(next % kStages, next * kBK);
+    tn_cp_async_commit();
+
+    const unsigned a_addr = tn_smem_addr(smem + (kt % kStages) * kStageBytes) + warpgroup * 64 * 128;
+    const unsigned b_addr = tn_smem_addr(smem + (kt % kStages) * kStageBytes + kATileBytes);
+    tn_fence_acc(acc);
+    tn_wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBK / 16; ++kk) {  // 16 elements of K = 32 bytes along the swizzled row
+      tn_wgmma(acc, tn_wgmma_desc(a_addr + kk * 32), tn_wgmma_desc(b_addr + kk * 32));
+    }
+    tn_wgmma_commit();
+    tn_wgmma_wait<1>();
+    tn_fence_acc(acc);
+  }
+  tn_wgmma_wait<0>();
+  tn_fence_acc(acc);
+
+  // Epilogue: accumulator 4j + 2h + e is row (warp % 4) * 16 + lane / 4 + 8h, column 8j + 2 (lane % 4) + e.
+  const int lane = tid % 32, row = m0 + warpgroup * 64 + (tid % 128) / 32 * 16 + lane / 4;
+#pragma unroll
+  for (int j = 0; j < kBN / 8; ++j)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      tn_store_pair(C, bias, M, N, ldc, row + h * 8, n0 + j * 8 + (lane % 4) * 2, acc[4 * j + 2 * h],
+                    acc[4 * j + 2 * h + 1]);
 }
 )CUDA";
 
@@ -357,6 +487,30 @@ __device__ __forceinline__ unsigned tn_pack2(float lo, float hi) {
 
 const char* layout_name(GemmBLayout layout) { return layout == GemmBLayout::kNK ? "nk" : "kn"; }
 
+// `tn_wgmma(d, a_desc, b_desc)`: D[64 x n] += A * B, both from shared memory, K-major. The
+// instruction names every accumulator register, so its operand list is generated.
+std::string wgmma_instruction(DType dtype, int n) {
+  const int regs = n / 2;
+  std::string registers, operands;
+  for (int i = 0; i < regs; ++i) {
+    registers += fmt::format("{}%{}", i == 0 ? "" : ", ", i);
+    operands += fmt::format("{}\"+f\"(d[{}])", i == 0 ? "" : ", ", i);
+  }
+  const char* type = dtype == DType::kBF16 ? "bf16" : "f16";
+  return fmt::format(R"CUDA(
+__device__ __forceinline__ void tn_wgmma(float (&d)[{regs}], unsigned long long a, unsigned long long b) {{
+  asm volatile(
+      "{{\n.reg .pred p;\nsetp.ne.b32 p, %{scale}, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{type}.{type} {{{registers}}}, %{a}, %{b}, p, 1, 1, 0, 0;\n}}\n"
+      : {operands}
+      : "l"(a), "l"(b), "r"(1));
+}}
+)CUDA",
+                     fmt::arg("regs", regs), fmt::arg("n", n), fmt::arg("type", type),
+                     fmt::arg("registers", registers), fmt::arg("operands", operands), fmt::arg("a", regs),
+                     fmt::arg("b", regs + 1), fmt::arg("scale", regs + 2));
+}
+
 }  // namespace
 
 std::string mma_primitives(DType dtype) {
@@ -371,10 +525,18 @@ std::string bounded_kernel_entry(const std::vector<KernelArg>& args, int threads
   return entry;
 }
 
-GemmTile choose_gemm_tile(DType dtype, const Expr& n) {
+GemmTile choose_gemm_tile(DType dtype, GemmBLayout layout, const Expr& n, int target_sm) {
   const bool narrow = n.is_const() && *n.const_value() < 512;
   if (dtype == DType::kF32) return narrow ? GemmTile{64, 64, 16, 256, 2} : GemmTile{128, 128, 8, 256, 2};
-  return narrow ? GemmTile{64, 64, 32, 128, 1} : GemmTile{128, 128, 32, 256, 1};
+  if (narrow) return GemmTile{64, 64, 32, 128, 1};
+  // wgmma reads B from shared memory K-major, i.e. in the [N, K] layout.
+  if (target_sm == 90 && layout == GemmBLayout::kNK) return GemmTile{128, 128, 64, 256, 1, 4};
+  return GemmTile{128, 128, 32, 256, 1};
+}
+
+int64_t gemm_dynamic_smem(const GemmTile& tile) {
+  // 16-bit A and B tiles per stage, + 1024 to align the swizzled tiles inside the allocation.
+  return tile.wgmma() ? int64_t{tile.stages} * (tile.bm + tile.bn) * tile.bk * 2 + 1024 : 0;
 }
 
 Expr gemm_tiles(const GemmTile& tile, const Expr& m, const Expr& n) {
@@ -383,8 +545,8 @@ Expr gemm_tiles(const GemmTile& tile, const Expr& m, const Expr& n) {
 
 std::string gemm_kernel_name(const std::string& op, DType dtype, GemmBLayout layout, bool has_bias,
                              const GemmTile& tile) {
-  return fmt::format("{}_{}_{}{}_{}x{}x{}", op, dtype_name(dtype), layout_name(layout),
-                     has_bias ? "_bias" : "", tile.bm, tile.bn, tile.bk);
+  return fmt::format("{}_{}_{}{}_{}x{}x{}{}", op, dtype_name(dtype), layout_name(layout),
+                     has_bias ? "_bias" : "", tile.bm, tile.bn, tile.bk, tile.wgmma() ? "_wgmma" : "");
 }
 
 std::string gemm_device_source(DType dtype, GemmBLayout layout, bool has_bias, const GemmTile& tile) {
@@ -401,12 +563,14 @@ std::string gemm_device_source(DType dtype, GemmBLayout layout, bool has_bias, c
     const int micro = tile.bm == 128 ? 8 : 4;
     src += kernel_constant("kTM", micro) + kernel_constant("kTN", micro);
     src += kGemmF32;
+  } else if (tile.wgmma()) {
+    src += kernel_constant("kStages", tile.stages);
+    src += mma_primitives(dtype) + kStorePair + wgmma_instruction(dtype, tile.bn) + kGemmWgmma;
   } else {
     const int warps = tile.threads / 32;
     const int warps_m = 2;
     src += kernel_constant("kWarpsM", warps_m) + kernel_constant("kWarpsN", warps / warps_m);
-    src += mma_primitives(dtype);
-    src += kGemmMma;
+    src += mma_primitives(dtype) + kStorePair + kGemmMma;
   }
   return src;
 }

@@ -2,9 +2,11 @@
 //
 // A is row-major with row stride lda. B is either [N, K] (a linear weight, K contiguous) or
 // [K, N] (a matmul operand, N contiguous). f32 runs on CUDA cores (shared-memory tiles,
-// register blocking, float4 loads); f16/bf16 run on tensor cores (mma.sync m16n8k16 fed by
-// ldmatrix, cp.async double buffering) with f32 accumulation. Any M/N/K works: tails are
-// masked, and unaligned strides fall back to scalar loads at run time.
+// register blocking, float4 loads); f16/bf16 run on tensor cores with f32 accumulation: on
+// sm_90 with B as [N, K], Hopper's warpgroup MMA (wgmma, sm_90a) reading 128-byte-swizzled
+// shared tiles filled by a multi-stage cp.async pipeline; otherwise mma.sync m16n8k16 fed by
+// ldmatrix with cp.async double buffering. Any M/N/K works: tails are masked, and unaligned
+// strides fall back to scalar loads at run time.
 #pragma once
 
 #include <array>
@@ -24,11 +26,16 @@ struct GemmTile {
   int bm, bn, bk;  // block tile
   int threads;     // threads per block (1-D)
   int min_blocks;  // __launch_bounds__ occupancy hint (caps registers)
+  int stages = 0;  // wgmma path only: shared-memory pipeline depth (0: the other paths)
+  bool wgmma() const { return stages > 0; }
 };
 
-// Picks a tile for the dtype; `n` is the output width (a narrow N gets the small tile so
-// small layers still fill the GPU).
-GemmTile choose_gemm_tile(DType dtype, const Expr& n);
+// Picks a tile for the dtype and B layout on the target SM; `n` is the output width (a narrow
+// N gets the small tile so small layers still fill the GPU).
+GemmTile choose_gemm_tile(DType dtype, GemmBLayout layout, const Expr& n, int target_sm);
+
+// Dynamic shared memory of a launch of the tile's kernel, in bytes (0 unless wgmma).
+int64_t gemm_dynamic_smem(const GemmTile& tile);
 
 // Source of `__device__ void tn_gemm_block(A, B, bias, C, M, N, K, lda, ldb, ldc, pid)`,
 // computing output tile `pid` (grouped tile order), for the given dtype, layout and tile.
@@ -39,7 +46,7 @@ std::string gemm_device_source(DType dtype, GemmBLayout layout, bool has_bias, c
 // Output tiles per matrix: the launch grid's x for M x N.
 Expr gemm_tiles(const GemmTile& tile, const Expr& m, const Expr& n);
 
-// Kernel base name, e.g. "gemm_bf16_nk_bias_128x128x32".
+// Kernel base name, e.g. "linear_bf16_nk_bias_128x128x32" ("..._wgmma" on that path).
 std::string gemm_kernel_name(const std::string& op, DType dtype, GemmBLayout layout, bool has_bias,
                              const GemmTile& tile);
 

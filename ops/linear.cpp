@@ -66,7 +66,7 @@ Lowering lower_linear(const OpContext& ctx) {
   const Expr n = ctx.output.shape.back();
   const Expr m = product(Shape(x.shape.begin(), x.shape.end() - 1));
   const Expr ldy = ctx.output.row_stride;
-  const GemmTile tile = choose_gemm_tile(dtype, n);
+  const GemmTile tile = choose_gemm_tile(dtype, GemmBLayout::kNK, n, ctx.target_sm);
   const bool split_k = dtype == DType::kF32;
   const Expr tiles = gemm_tiles(tile, m, n);
   const Expr splits = split_k ? max(Expr(1), min(ceil_div(Expr(kTargetBlocks), tiles), ceil_div(k, Expr(kMinSplitK))))
@@ -111,6 +111,7 @@ Lowering lower_linear(const OpContext& ctx) {
   if (split_k) launch.args.push_back(i32("splits", splits));
   launch.block = {tile.threads, 1, 1};
   launch.grid = {tiles * splits, Expr(1), Expr(1)};
+  launch.dynamic_smem = Expr(gemm_dynamic_smem(tile));
   launch.bytes = (m * k + n * k + m * n + (has_bias ? n : Expr(0))) * elem;
   launch.flops = Expr(2) * m * n * k + (has_bias ? m * n : Expr(0));
 
@@ -135,6 +136,7 @@ Lowering lower_linear(const OpContext& ctx) {
                   bounded_kernel_entry(launch.args, tile.threads, tile.min_blocks) + body;
   kernel.file = __FILE__;
   kernel.line = __LINE__;
+  kernel.arch_specific = tile.wgmma();
   lowering.kernels.push_back(kernel);
   lowering.launches.push_back(launch);
   return lowering;
@@ -191,6 +193,11 @@ OpDef linear_op() {
                                     {{"y", "linear", {"x"}, {{"out_features", out}}}}),
                          awkward_rows()});
       }
+      // Aligned rows over many K tiles (deeper than the wgmma pipeline), ragged M and N tiles.
+      cases.push_back({"[B, 768] -> 2312 " + dt,
+                       case_graph({"B"}, {{"x", dtype, "[B, 768]"}},
+                                  {{"y", "linear", {"x"}, {{"out_features", 2312}}}}),
+                       {{{"B", 1}}, {{"B", 260}}}});
       cases.push_back({"[B, 5, W] -> 130, no bias " + dt,
                        case_graph({"B", "W"}, {{"x", dtype, "[B, 5, W]"}},
                                   {{"y", "linear", {"x"}, {{"out_features", 130}, {"bias", false}}}}),

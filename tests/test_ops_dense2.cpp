@@ -4,7 +4,12 @@
 // kernel variant for sm_90 with the PTX entry checked against the launch's arguments.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <set>
 
 #include <fmt/format.h>
@@ -18,6 +23,8 @@
 
 namespace teeny {
 namespace {
+
+namespace fs = std::filesystem;
 
 using namespace op_testing;
 
@@ -323,6 +330,63 @@ TEST(Dense2Lowering, LinearSplitsKWhenTilesCannotFillTheGpu) {
   // 16-bit linears run on tensor cores without split-K: one launch.
   const OpContext bf16 = context("linear", {{"out_features", 768}, {"bias", true}}, {tensor(DType::kBF16, {B, S, 3072})});
   EXPECT_EQ(op("linear").lower(bf16).launches.size(), 1u);
+}
+
+// On sm_90 wide 16-bit linears take the wgmma kernel (arch-specific, dynamic shared memory);
+// other targets, narrow outputs and matmul's [K, N] operand keep the mma.sync kernel.
+TEST(Dense2Lowering, LinearUsesWgmmaOnlyWhereItApplies) {
+  OpContext ctx = context("linear", {{"out_features", 768}, {"bias", true}}, {tensor(DType::kBF16, {B, S, 3072})});
+  Lowering lowering = op("linear").lower(ctx);
+  EXPECT_EQ(lowering.kernels.at(0).name, "linear_bf16_nk_bias_128x128x64_wgmma");
+  EXPECT_TRUE(lowering.kernels.at(0).arch_specific);
+  EXPECT_EQ(lowering.launches.at(0).block[0], 256);
+  EXPECT_EQ(lowering.launches.at(0).dynamic_smem.eval({}), 4 * (128 + 128) * 64 * 2 + 1024);
+
+  ctx.target_sm = 80;
+  lowering = op("linear").lower(ctx);
+  EXPECT_EQ(lowering.kernels.at(0).name, "linear_bf16_nk_bias_128x128x32");
+  EXPECT_FALSE(lowering.kernels.at(0).arch_specific);
+  EXPECT_EQ(lowering.launches.at(0).dynamic_smem.eval({}), 0);
+
+  const OpContext narrow = context("linear", {{"out_features", 10}, {"bias", true}}, {tensor(DType::kBF16, {B, 784})});
+  EXPECT_FALSE(op("linear").lower(narrow).kernels.at(0).arch_specific);
+  const OpContext mm = context("matmul", nlohmann::json::object(),
+                               {tensor(DType::kBF16, {B, 512, 64}), tensor(DType::kBF16, {64, 1024})});
+  EXPECT_FALSE(op("matmul").lower(mm).kernels.at(0).arch_specific);
+}
+
+// NVRTC passes inline PTX through unchecked; ptxas validates the wgmma instructions, their
+// operand counts and descriptors' types, and says when it would serialise the MMA pipeline.
+TEST(Dense2Lowering, WgmmaKernelsAssembleForSm90aWithoutSerialisation) {
+  if (!fs::exists(TEENY_PTXAS)) GTEST_SKIP() << "no ptxas at " << TEENY_PTXAS;
+  for (DType dtype : {DType::kBF16, DType::kF16}) {
+    const OpContext ctx = context("linear", {{"out_features", 768}, {"bias", false}}, {tensor(dtype, {B, 768})});
+    KernelSource kernel = op("linear").lower(ctx).kernels.at(0);
+    SCOPED_TRACE(kernel.name);
+    ASSERT_TRUE(kernel.arch_specific);
+    kernel.source = substitute_entry(kernel.source, kernel.name + "_entry_point", kernel.name);
+    NvrtcConfig config;
+    config.use_cache = false;
+    const std::vector<CompiledKernel> compiled = compile_kernels({kernel}, config);
+    EXPECT_NE(compiled.at(0).ptx.find(".target sm_90a"), std::string::npos);
+
+    const fs::path dir = fs::temp_directory_path() / fmt::format("teeny-ptxas-{}", getpid());
+    fs::create_directories(dir);
+    const fs::path ptx = dir / (kernel.name + ".ptx");
+    std::ofstream(ptx) << compiled.at(0).ptx;
+    const std::string command =
+        fmt::format("'{}' -arch=sm_90a -v '{}' -o '{}' 2>&1", TEENY_PTXAS, ptx.string(), (dir / "k.cubin").string());
+    std::string output;
+    FILE* pipe = popen(command.c_str(), "r");
+    ASSERT_NE(pipe, nullptr);
+    char buffer[4096];
+    while (size_t n = fread(buffer, 1, sizeof buffer, pipe)) output.append(buffer, n);
+    const int status = pclose(pipe);
+    fs::remove_all(dir);
+    EXPECT_EQ(status, 0) << output;
+    EXPECT_EQ(output.find("warning"), std::string::npos) << output;
+    EXPECT_NE(output.find("0 bytes spill stores"), std::string::npos) << output;
+  }
 }
 
 TEST(Dense2Lowering, MatmulBatchStridesBroadcast) {
