@@ -193,11 +193,14 @@ OpDef linear_op() {
                                     {{"y", "linear", {"x"}, {{"out_features", out}}}}),
                          awkward_rows()});
       }
-      // Aligned rows over many K tiles (deeper than the wgmma pipeline), ragged M and N tiles.
-      cases.push_back({"[B, 768] -> 2312 " + dt,
-                       case_graph({"B"}, {{"x", dtype, "[B, 768]"}},
-                                  {{"y", "linear", {"x"}, {{"out_features", 2312}}}}),
-                       {{{"B", 1}}, {{"B", 260}}}});
+      // Aligned rows over many K tiles (deeper than the wgmma pipeline), ragged M and N tiles;
+      // 16-bit: 2312 takes the 128x128 wgmma tile, 4100 the 128x256 one.
+      for (int out : {2312, 4100}) {
+        cases.push_back({fmt::format("[B, 768] -> {} {}", out, dt),
+                         case_graph({"B"}, {{"x", dtype, "[B, 768]"}},
+                                    {{"y", "linear", {"x"}, {{"out_features", out}}}}),
+                         {{{"B", 1}}, {{"B", 260}}}});
+      }
       cases.push_back({"[B, 5, W] -> 130, no bias " + dt,
                        case_graph({"B", "W"}, {{"x", dtype, "[B, 5, W]"}},
                                   {{"y", "linear", {"x"}, {{"out_features", 130}, {"bias", false}}}}),

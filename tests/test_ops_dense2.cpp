@@ -340,7 +340,11 @@ TEST(Dense2Lowering, LinearUsesWgmmaOnlyWhereItApplies) {
   EXPECT_EQ(lowering.kernels.at(0).name, "linear_bf16_nk_bias_128x128x64_wgmma");
   EXPECT_TRUE(lowering.kernels.at(0).arch_specific);
   EXPECT_EQ(lowering.launches.at(0).block[0], 256);
-  EXPECT_EQ(lowering.launches.at(0).dynamic_smem.eval({}), 4 * (128 + 128) * 64 * 2 + 1024);
+  EXPECT_EQ(lowering.launches.at(0).dynamic_smem.eval({}), 3 * (128 + 128) * 64 * 2 + 1024);
+  const OpContext wide = context("linear", {{"out_features", 4096}, {"bias", true}}, {tensor(DType::kF16, {B, 4096})});
+  lowering = op("linear").lower(wide);
+  EXPECT_EQ(lowering.kernels.at(0).name, "linear_f16_nk_bias_128x256x64_wgmma");
+  EXPECT_EQ(lowering.launches.at(0).dynamic_smem.eval({}), 4 * (128 + 256) * 64 * 2 + 1024);
 
   ctx.target_sm = 80;
   lowering = op("linear").lower(ctx);
@@ -359,8 +363,8 @@ TEST(Dense2Lowering, LinearUsesWgmmaOnlyWhereItApplies) {
 // operand counts and descriptors' types, and says when it would serialise the MMA pipeline.
 TEST(Dense2Lowering, WgmmaKernelsAssembleForSm90aWithoutSerialisation) {
   if (!fs::exists(TEENY_PTXAS)) GTEST_SKIP() << "no ptxas at " << TEENY_PTXAS;
-  for (DType dtype : {DType::kBF16, DType::kF16}) {
-    const OpContext ctx = context("linear", {{"out_features", 768}, {"bias", false}}, {tensor(dtype, {B, 768})});
+  for (auto [dtype, out] : {std::pair{DType::kBF16, 768}, std::pair{DType::kF16, 4096}}) {
+    const OpContext ctx = context("linear", {{"out_features", out}, {"bias", false}}, {tensor(dtype, {B, 768})});
     KernelSource kernel = op("linear").lower(ctx).kernels.at(0);
     SCOPED_TRACE(kernel.name);
     ASSERT_TRUE(kernel.arch_specific);
