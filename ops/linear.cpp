@@ -50,13 +50,14 @@ std::vector<ParamSpec> linear_params(const OpContext& ctx) {
   return params;
 }
 
-// f32 split-K: K is split until the blocks make at least two waves of kResidentBlocks (two per
-// SM on the H200's 132 SMs), each split over at least kMinSplitK of K. Below one wave SMs idle
-// (batch 1); between one and two the second wave runs part-empty (GPT-2's N = 768 layers at
-// M = 8192: 384 tiles are 1.45 waves, 73% busy; two splits make 2.9 waves, 97%). Splits
-// atomically add into an output zeroed by a first launch; with two the sum is still
-// order-independent. The split count is an expression of the dims, so one bundle serves every
-// batch size.
+// f32 split-K: K is split until the blocks make at least 1.5 waves of kResidentBlocks (two
+// 128x128 blocks per SM on the H200's 132 SMs), each split over at least kMinSplitK of K.
+// Below one wave SMs idle (batch 1); from one to 1.5 waves the last wave is at most half full
+// (GPT-2's N = 768 layers at M = 8192: 384 tiles, 73% busy; two splits make 97%). Above that
+// the zeroing and atomics of a split cost more than the emptier last wave (measured on the
+// H200: tiny_lm's 512-tile layers slowed by 24% when split). Splits atomically add into an
+// output zeroed by a first launch; with two the sum is still order-independent. The split
+// count is an expression of the dims, so one bundle serves every batch size.
 constexpr int kResidentBlocks = 2 * 132;
 constexpr int kMinSplitK = 128;
 constexpr int kZeroThreads = 256;
@@ -72,7 +73,7 @@ Lowering lower_linear(const OpContext& ctx) {
   const GemmTile tile = choose_gemm_tile(dtype, GemmBLayout::kNK, n, ctx.target_sm);
   const bool split_k = dtype == DType::kF32;
   const Expr tiles = gemm_tiles(tile, m, n);
-  const Expr splits = split_k ? max(Expr(1), min(ceil_div(Expr(2 * kResidentBlocks), tiles), ceil_div(k, Expr(kMinSplitK))))
+  const Expr splits = split_k ? max(Expr(1), min(ceil_div(Expr(3 * kResidentBlocks / 2), tiles), ceil_div(k, Expr(kMinSplitK))))
                               : Expr(1);
   const Expr elem(static_cast<int64_t>(dtype_size(dtype)));
 

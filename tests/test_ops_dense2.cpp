@@ -321,13 +321,14 @@ TEST(Dense2Lowering, LinearSplitsKWhenTilesCannotFillTheGpu) {
   const Lowering lowering = op("linear").lower(ctx);
   ASSERT_EQ(lowering.launches.size(), 2u);
   const Bindings small = {{"B", 1}, {"S", 128}};
-  // min(ceil(2 * 264 / 6), 3072 / 128) = 24 splits; the whole padded output is zeroed first.
+  // min(ceil(396 / 6), 3072 / 128) = 24 splits; the whole padded output is zeroed first.
   EXPECT_EQ(arg(lowering.launches[1], "splits").value.eval(small), 24);
   EXPECT_EQ(lowering.launches[1].grid[0].eval(small), 6 * 24);
   EXPECT_EQ(arg(lowering.launches[0], "count").value.eval(small), 128 * 768);
   // B=64, S=128: 384 tiles are 1.45 waves of 264 blocks; two splits make 2.9.
   EXPECT_EQ(arg(lowering.launches[1], "splits").value.eval({{"B", 64}, {"S", 128}}), 2);
-  // B=64, S=512: 1536 tiles are waves enough: no split.
+  // 512 tiles (B=32, S=256) fill 1.94 waves: no split; nor do 1536 (B=64, S=512).
+  EXPECT_EQ(arg(lowering.launches[1], "splits").value.eval({{"B", 32}, {"S", 256}}), 1);
   EXPECT_EQ(arg(lowering.launches[1], "splits").value.eval({{"B", 64}, {"S", 512}}), 1);
   // 16-bit linears run on tensor cores without split-K: one launch.
   const OpContext bf16 = context("linear", {{"out_features", 768}, {"bias", true}}, {tensor(DType::kBF16, {B, S, 3072})});

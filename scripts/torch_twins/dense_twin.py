@@ -54,11 +54,12 @@ def block_forward(owner, prefix, x, heads):
     m = lambda name: getattr(owner, prefix + name)
     batch, seq, d = x.shape
     dh = d // heads
-    # split_heads: out[b*H + h, s, :] = x[b, s, h*Dh:(h+1)*Dh]
-    split = lambda t: t.view(batch, seq, heads, dh).transpose(1, 2).reshape(batch * heads, seq, dh)
+    # split_heads: [b, h, s, :] = x[b, s, h*Dh:(h+1)*Dh] (teeny's [B*H, S, Dh] with B and H apart:
+    # PyTorch's flash and memory-efficient attention take only 4-D inputs)
+    split = lambda t: t.view(batch, seq, heads, dh).transpose(1, 2)
     h = m("ln1")(x)
     attn = F.scaled_dot_product_attention(split(m("q")(h)), split(m("k")(h)), split(m("v")(h)), is_causal=True)
-    merged = attn.view(batch, heads, seq, dh).transpose(1, 2).reshape(batch, seq, d)
+    merged = attn.transpose(1, 2).reshape(batch, seq, d)
     res1 = x + m("proj")(merged)
     return res1 + m("fc_proj")(F.gelu(m("fc")(m("ln2")(res1)), approximate="tanh"))
 
