@@ -197,17 +197,6 @@ constexpr int kBChunks = kBN * kBK / 8 / kThreads;
 static_assert(kAChunks * kThreads * 8 == kBM * kBK && kBChunks * kThreads * 8 == kBN * kBK,
               "tile loads must divide evenly over the block");
 
-// One 8-element chunk of a tile: cp.async when whole and aligned, else element-wise (zeros
-// outside [rows, cols)).
-__device__ __forceinline__ void tn_load_chunk(T* dst, const T* __restrict__ src_row, bool row_ok,
-                                              int col, int cols, bool vec_ok) {
-  if (row_ok && vec_ok && col + 7 < cols) {
-    tn_cp_async16(dst, src_row + col);
-  } else {
-#pragma unroll
-    for (int i = 0; i < 8; ++i) dst[i] = (row_ok && col + i < cols) ? src_row[col + i] : tn_from_raw<T>(0);
-  }
-}
 
 __device__ __forceinline__ void tn_gemm_block(const T* __restrict__ A, const T* __restrict__ B,
                                               const T* __restrict__ bias, T* __restrict__ C,
@@ -298,9 +287,21 @@ __device__ __forceinline__ void tn_gemm_block(const T* __restrict__ A, const T* 
 }
 )CUDA";
 
-// The 16-bit paths' epilogue: C[m][n..n+1] = v + bias as one 32-bit store where aligned.
-// Rows >= M are skipped; columns in [N, ldc) are row padding and get zeros.
-const char* kStorePair = R"CUDA(
+// Shared by the 16-bit paths. Loading: one 8-element chunk of a tile, by cp.async when whole
+// and aligned, else element-wise (zeros outside [rows, cols)). The epilogue: C[m][n..n+1] =
+// v + bias as one 32-bit store where aligned; rows >= M are skipped, columns in [N, ldc) are
+// row padding and get zeros.
+const char* kTensorCoreShared = R"CUDA(
+__device__ __forceinline__ void tn_load_chunk(T* dst, const T* __restrict__ src_row, bool row_ok,
+                                              int col, int cols, bool vec_ok) {
+  if (row_ok && vec_ok && col + 7 < cols) {
+    tn_cp_async16(dst, src_row + col);
+  } else {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) dst[i] = (row_ok && col + i < cols) ? src_row[col + i] : tn_from_raw<T>(0);
+  }
+}
+
 __device__ __forceinline__ void tn_store_pair(T* __restrict__ C, const T* __restrict__ bias, int M, int N,
                                               int ldc, int m, int n, float v0, float v1) {
   if (m >= M) return;
@@ -362,17 +363,10 @@ __device__ __forceinline__ void tn_fence_acc(float (&d)[kAcc]) {
   for (int i = 0; i < kAcc; ++i) asm volatile("" : "+f"(d[i]) :: "memory");
 }
 
-// One 16-byte chunk of a swizzled tile: cp.async when whole and aligned, else element-wise
-// (zeros outside [rows, cols)).
+// One 16-byte chunk of a swizzled tile.
 __device__ __forceinline__ void tn_load_swizzled(unsigned char* tile, int row, int chunk, const T* __restrict__ src_row,
                                                  bool row_ok, int col, int cols, bool vec_ok) {
-  T* dst = reinterpret_cast<T*>(tile + tn_swizzled(row, chunk));
-  if (row_ok && vec_ok && col + 7 < cols) {
-    tn_cp_async16(dst, src_row + col);
-  } else {
-#pragma unroll
-    for (int i = 0; i < 8; ++i) dst[i] = (row_ok && col + i < cols) ? src_row[col + i] : tn_from_raw<T>(0);
-  }
+  tn_load_chunk(reinterpret_cast<T*>(tile + tn_swizzled(row, chunk)), src_row, row_ok, col, cols, vec_ok);
 }
 
 __device__ __forceinline__ void tn_gemm_block(const T* __restrict__ A, const T* __restrict__ B,
@@ -571,12 +565,12 @@ std::string gemm_device_source(DType dtype, GemmBLayout layout, bool has_bias, c
     src += kGemmF32;
   } else if (tile.wgmma()) {
     src += kernel_constant("kStages", tile.stages);
-    src += mma_primitives(dtype) + kStorePair + wgmma_instruction(dtype, tile.bn) + kGemmWgmma;
+    src += mma_primitives(dtype) + kTensorCoreShared + wgmma_instruction(dtype, tile.bn) + kGemmWgmma;
   } else {
     const int warps = tile.threads / 32;
     const int warps_m = 2;
     src += kernel_constant("kWarpsM", warps_m) + kernel_constant("kWarpsN", warps / warps_m);
-    src += mma_primitives(dtype) + kStorePair + kGemmMma;
+    src += mma_primitives(dtype) + kTensorCoreShared + kGemmMma;
   }
   return src;
 }
