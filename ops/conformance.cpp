@@ -27,6 +27,19 @@ std::string case_graph(const std::vector<std::string>& dims, const std::vector<C
   return text;
 }
 
+std::vector<ConformanceCase> row_cases(const std::string& op, DType dtype, const std::vector<int>& widths) {
+  const std::string dt = dtype_name(dtype);
+  std::vector<ConformanceCase> cases;
+  cases.push_back({"rows [B, W] " + dt, case_graph({"B", "W"}, {{"x", dtype, "[B, W]"}}, {{"y", op, {"x"}}}),
+                   awkward_rows()});
+  for (int width : widths) {
+    cases.push_back({fmt::format("rows [B, {}] {}", width, dt),
+                     case_graph({"B"}, {{"x", dtype, fmt::format("[B, {}]", width)}}, {{"y", op, {"x"}}}),
+                     {{{"B", 1}}, {{"B", 129}}}});
+  }
+  return cases;
+}
+
 std::vector<Bindings> awkward_rows() {
   return {{{"B", 1}, {"W", 1}},    {{"B", 1}, {"W", 4097}}, {{"B", 7}, {"W", 3}},
           {{"B", 3}, {"W", 17}},   {{"B", 64}, {"W", 1000}}, {{"B", 300}, {"W", 4097}},

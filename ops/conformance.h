@@ -37,6 +37,10 @@ std::string case_graph(const std::vector<std::string>& dims, const std::vector<C
 // (B, W) bindings over widths 1, 3, 17, 1000, 4097 with batch 1 and large batches.
 std::vector<Bindings> awkward_rows();
 
+// A row-wise op (no attrs) in one dtype: "rows [B, W]" over awkward_rows(), then "rows [B, w]"
+// for each constant width w (a constant width picks the op's kernel plan) at B = 1 and 129.
+std::vector<ConformanceCase> row_cases(const std::string& op, DType dtype, const std::vector<int>& widths);
+
 // The float dtypes of the op catalog.
 const std::vector<DType>& float_dtypes();
 

@@ -3,14 +3,12 @@
 // input row stride allow, else per element; reads honour a padded input row stride.
 #include <fmt/format.h>
 
-#include "ops/conformance.h"
+#include "ops/head_copy.h"
 #include "ops/kernel_util.h"
 #include "ops/ops.h"
 
 namespace teeny::ops {
 namespace {
-
-constexpr int kThreads = 256;
 
 TensorType infer_merge_heads(const OpDef& meta, const OpContext& ctx) {
   const TensorType& x = ctx.inputs.at(0);
@@ -30,50 +28,14 @@ TensorType infer_merge_heads(const OpDef& meta, const OpContext& ctx) {
 }
 
 Lowering lower_merge_heads(const OpContext& ctx) {
-  const TensorType& x = ctx.inputs.at(0);
-  const DType dtype = x.dtype;
-  const Expr heads(ctx.attrs.i("heads"));
-  const Expr head_dim = x.shape[2];
-  const int vec = vector_width(dtype);
-  const bool vectorised = head_dim.is_const() && *head_dim.const_value() % vec == 0 &&
-                          x.row_stride.is_const() && *x.row_stride.const_value() % vec == 0;
-  const int unit = vectorised ? vec : 1;
-  const Expr units = product(ctx.output.shape) / Expr(unit);
-
-  Launch launch;
-  launch.args = {input(0, "x", dtype),          output("y", dtype),   i64("units", units),
-                 i32("S", x.shape[1]),           i32("heads", heads), i32("head_dim", head_dim),
-                 i32("ldx", x.row_stride)};
-  launch.block = {kThreads, 1, 1};
-  launch.grid = {ceil_div(units, Expr(kThreads)), Expr(1), Expr(1)};
-  launch.bytes = Expr(2) * product(ctx.output.shape) * Expr(static_cast<int64_t>(dtype_size(dtype)));
-  launch.flops = Expr(0);
-
-  KernelSource kernel;
-  kernel.name = fmt::format("merge_heads_{}_u{}", dtype_name(dtype), unit);
-  kernel.source = kernel_prelude() + kernel_typedef("T", dtype) + kernel_constant("kUnit", unit) +
-                  kernel_entry(launch.args, kThreads) + R"CUDA( {
-  const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= units) return;
-  const int per_row = heads * head_dim / kUnit;
+  return lower_head_copy(ctx, "merge_heads", ctx.inputs.at(0).shape[2], R"CUDA(  const int per_row = heads * head_dim / kUnit;
   const int c = (int)(i % per_row) * kUnit;
   const long long t = i / per_row;  // b * S + s
   const int s = (int)(t % S);
   const long long b = t / S;
   const int h = c / head_dim, d = c % head_dim;
   const T* src = x + ((b * heads + h) * S + s) * ldx + d;
-  T* dst = y + i * kUnit;
-  if (kUnit > 1 && tn_aligned16(src) && tn_aligned16(dst)) {
-    *reinterpret_cast<uint4*>(dst) = __ldg(reinterpret_cast<const uint4*>(src));
-  } else {
-#pragma unroll
-    for (int e = 0; e < kUnit; ++e) dst[e] = src[e];
-  }
-}
-)CUDA";
-  kernel.file = __FILE__;
-  kernel.line = __LINE__;
-  return Lowering{{kernel}, {launch}};
+)CUDA");
 }
 
 HostTensor merge_heads_reference(const RefContext& ref) {
@@ -103,24 +65,7 @@ OpDef merge_heads_op() {
   def.infer = [meta](const OpContext& ctx) { return infer_merge_heads(meta, ctx); };
   def.lower = lower_merge_heads;
   def.reference = merge_heads_reference;
-  def.conformance_cases = [] {
-    std::vector<ConformanceCase> cases;
-    const std::vector<Bindings> sizes = {{{"B", 1}, {"S", 1}}, {{"B", 3}, {"S", 17}}, {{"B", 2}, {"S", 129}}};
-    for (DType dtype : float_dtypes()) {
-      const std::string dt = dtype_name(dtype);
-      for (const char* shape : {"[B*12, S, 64]", "[B*12, S, 3]"}) {
-        cases.push_back({fmt::format("{} heads 12 {}", shape, dt),
-                         case_graph({"B", "S"}, {{"x", dtype, shape}}, {{"y", "merge_heads", {"x"}, {{"heads", 12}}}}),
-                         sizes});
-      }
-      cases.push_back({"padded input (linear 18 of 20/24), heads 2 " + dt,
-                       case_graph({"B", "S"}, {{"x", dtype, "[B*2, S, 8]"}},
-                                  {{"p", "linear", {"x"}, {{"out_features", 18}}},
-                                   {"y", "merge_heads", {"p"}, {{"heads", 2}}}}),
-                       sizes});
-    }
-    return cases;
-  };
+  def.conformance_cases = [] { return head_copy_cases("merge_heads", {"[B*12, S, 64]", "[B*12, S, 3]"}, "[B*2, S, 8]"); };
   def.source_file = TEENY_OP_FILE;
   return def;
 }

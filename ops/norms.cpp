@@ -224,15 +224,8 @@ OpDef norm_op(const std::string& name, bool rms) {
   def.conformance_cases = [name, rms] {
     std::vector<ConformanceCase> cases;
     for (DType dtype : float_dtypes()) {
-      const std::string dt = dtype_name(dtype);
-      cases.push_back({"rows [B, W] " + dt,
-                       case_graph({"B", "W"}, {{"x", dtype, "[B, W]"}}, {{"y", name, {"x"}}}),
-                       awkward_rows()});
-      for (int width : {17, 768, 4096, 20000})
-        cases.push_back({fmt::format("rows [B, {}] {}", width, dt),
-                         case_graph({"B"}, {{"x", dtype, fmt::format("[B, {}]", width)}},
-                                    {{"y", name, {"x"}}}),
-                         {{{"B", 1}}, {{"B", 129}}}});
+      const std::vector<ConformanceCase> rows = row_cases(name, dtype, {17, 768, 4096, 20000});
+      cases.insert(cases.end(), rows.begin(), rows.end());
     }
     if (!rms)
       cases.push_back({"no affine [B, W] f32",

@@ -176,16 +176,10 @@ OpDef softmax_family(const std::string& name, bool log_form) {
     std::vector<ConformanceCase> cases;
     for (DType dtype : float_dtypes()) {
       const std::string dt = dtype_name(dtype);
-      cases.push_back({"rows [B, W] " + dt,
-                       case_graph({"B", "W"}, {{"x", dtype, "[B, W]"}}, {{"y", name, {"x"}}}),
-                       awkward_rows()});
       // Constant widths pick the register-cached plans: warp (17), block (1000, 4096), and
       // streaming beyond the cache (20000).
-      for (int width : {17, 1000, 4096, 20000})
-        cases.push_back({fmt::format("rows [B, {}] {}", width, dt),
-                         case_graph({"B"}, {{"x", dtype, fmt::format("[B, {}]", width)}},
-                                    {{"y", name, {"x"}}}),
-                         {{{"B", 1}}, {{"B", 129}}}});
+      const std::vector<ConformanceCase> rows = row_cases(name, dtype, {17, 1000, 4096, 20000});
+      cases.insert(cases.end(), rows.begin(), rows.end());
       cases.push_back({"middle axis [B, W, 3] " + dt,
                        case_graph({"B", "W"}, {{"x", dtype, "[B, W, 3]"}},
                                   {{"y", name, {"x"}, {{"axis", 1}}}}),

@@ -1,0 +1,23 @@
+// What split_heads and merge_heads share: one copy kernel over 16-byte output units (per
+// element when the head width or the input's row stride does not allow), reads honouring a
+// padded input row stride, the output contiguous. The two differ only in where output unit i
+// reads from, and in their conformance shapes.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/op.h"
+
+namespace teeny::ops {
+
+// `source` is CUDA that declares `const T* src` for output unit `i` (kUnit elements), from
+// x, S, heads, head_dim and ldx.
+Lowering lower_head_copy(const OpContext& ctx, const std::string& op, const Expr& head_dim, const char* source);
+
+// Cases over every float dtype: `shapes` with heads 12, and a linear (18 of 20 or 24 padded
+// columns) feeding heads 2 from `padded_input`.
+std::vector<ConformanceCase> head_copy_cases(const std::string& op, const std::vector<std::string>& shapes,
+                                             const std::string& padded_input);
+
+}  // namespace teeny::ops
