@@ -15,6 +15,7 @@
 #include "core/driver.h"
 #include "core/error.h"
 #include "core/executor.h"
+#include "core/ptx.h"
 
 namespace teeny {
 
@@ -151,6 +152,14 @@ DevicePeaks peaks_from_attributes(int cc_major, int cc_minor, int sm_count, doub
       "from device attributes: bandwidth = 2 x {:.0f} MHz memory clock x {}-bit bus / 8; "
       "FP32 = {} SMs x {} lanes x 2 x {:.0f} MHz SM clock",
       memory_clock_khz / 1e3, memory_bus_bits, sm_count, lanes, sm_clock_khz / 1e3);
+  // Dense f16/bf16 tensor-core FLOP per clock per SM (f32 accumulate), from NVIDIA's published
+  // rates: A100 312 TFLOP/s at 108 SMs x 1410 MHz, H100 SXM 989 TFLOP/s at 132 SMs x 1830 MHz.
+  const int tensor_flop_per_clock = cc_major == 9 && cc_minor == 0 ? 4096 : cc_major == 8 && cc_minor == 0 ? 2048 : 0;
+  if (tensor_flop_per_clock > 0) {
+    peaks.tensor16_gflops = static_cast<double>(sm_count) * tensor_flop_per_clock * sm_clock_khz * 1e3 / 1e9;
+    peaks.source += fmt::format("; f16/bf16 tensor = {} SMs x {} FLOP/clock x {:.0f} MHz SM clock", sm_count,
+                                tensor_flop_per_clock, sm_clock_khz / 1e3);
+  }
   return peaks;
 }
 
@@ -196,7 +205,8 @@ ProfileRun summarize_run(const Bindings& bindings, const std::vector<LaunchFacts
       stats.gflops = static_cast<double>(stats.facts.flops) / (median * 1e3);
     }
     if (peaks.bandwidth_gbps > 0) stats.pct_peak_bandwidth = 100.0 * stats.gbps / peaks.bandwidth_gbps;
-    if (peaks.fp32_gflops > 0) stats.pct_peak_fp32 = 100.0 * stats.gflops / peaks.fp32_gflops;
+    const double compute_peak = stats.facts.tensor_cores ? peaks.tensor16_gflops : peaks.fp32_gflops;
+    if (compute_peak > 0) stats.pct_peak_compute = 100.0 * stats.gflops / compute_peak;
     mean_sum += stats.duration_us.mean;
     run.kernel_sum_us += median;
     run.launches.push_back(std::move(stats));
@@ -280,6 +290,7 @@ std::vector<LaunchFacts> launch_facts(const cuda::Device& device, const GpuExecu
     f.dynamic_smem_bytes = launch.dynamic_smem;
     f.bytes = launch.bytes;
     f.flops = launch.flops;
+    f.tensor_cores = ptx_uses_f16_mma(kernel.ptx);
     const CUfunction function = executor.function(i);
     const std::string what = fmt::format("querying kernel '{}' for node '{}'", kernel.name, f.node);
     TEENY_CU(driver, FuncGetAttribute, what, &f.registers, CU_FUNC_ATTRIBUTE_NUM_REGS, function);

@@ -52,6 +52,7 @@ struct LaunchFacts {
   int active_blocks_per_sm = 0;   // cuOccupancyMaxActiveBlocksPerMultiprocessor
   double occupancy = 0;           // theoretical: active warps / max warps per SM
   int64_t bytes = 0, flops = 0;   // the op's cost expressions, evaluated
+  bool tensor_cores = false;      // its PTX issues f16/bf16 MMAs: % of the tensor-core ceiling
 };
 
 // The GPU interval of one launch in one iteration (ns; CUPTI's clock or event offsets).
@@ -83,6 +84,9 @@ MatchedRecords match_records(const ActivityBatch& batch, const std::vector<Launc
 struct DevicePeaks {
   double bandwidth_gbps = 0;  // 2 * memory clock * bus width / 8
   double fp32_gflops = 0;     // SMs * FP32 lanes per SM * 2 * SM clock
+  // Dense f16/bf16 MMA with f32 accumulation: SMs * FLOP per clock per SM * SM clock, for the
+  // archs whose rate is known (sm_80: 2048, sm_90: 4096); 0 otherwise.
+  double tensor16_gflops = 0;
   std::string source;         // how they were obtained, e.g. "from device attributes"
 };
 
@@ -108,7 +112,9 @@ struct LaunchStats {
   Summary duration_us;
   double share = 0;  // of the summed mean kernel time of an iteration, in [0, 1]
   double gbps = 0, gflops = 0;                       // at the median duration
-  double pct_peak_bandwidth = 0, pct_peak_fp32 = 0;  // in %, against Environment::peaks
+  // In %, against Environment::peaks: bandwidth, and compute against the ceiling of the
+  // kernel's arithmetic (tensor16 for tensor-core kernels, else fp32; 0 when it is unknown).
+  double pct_peak_bandwidth = 0, pct_peak_compute = 0;
 };
 
 // One kernel slice for --trace.

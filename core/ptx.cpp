@@ -2,6 +2,7 @@
 
 #include <cctype>
 #include <map>
+#include <regex>
 
 #include <fmt/format.h>
 
@@ -218,6 +219,11 @@ const PtxEntry* find_visible_entry(const std::vector<PtxEntry>& entries, const s
     if (entry.visible && entry.name == name) return &entry;
   }
   return nullptr;
+}
+
+bool ptx_uses_f16_mma(const std::string& ptx) {
+  static const std::regex mma(R"((wgmma\.mma_async|mma\.sync)[.\w]*\.(bf16|f16)\b)");
+  return std::regex_search(ptx, mma);
 }
 
 std::string ntid_str(const std::array<int, 3>& ntid) {

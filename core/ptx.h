@@ -39,4 +39,8 @@ int ptx_type_size(const std::string& type);
 // "256, 1, 1"
 std::string ntid_str(const std::array<int, 3>& ntid);
 
+// Whether the PTX issues f16/bf16 tensor-core MMAs (mma.sync or wgmma.mma_async), so its
+// arithmetic is measured against the tensor-core ceiling rather than the FP32 one.
+bool ptx_uses_f16_mma(const std::string& ptx);
+
 }  // namespace teeny

@@ -73,6 +73,9 @@ class TextTable {
 
 std::string fixed(double value, int decimals) { return fmt::format("{:.{}f}", value, decimals); }
 
+// The ceiling a launch's %peak is taken against.
+const char* compute_unit(const LaunchFacts& f) { return f.tensor_cores ? "tensor16" : "fp32"; }
+
 std::string environment_lines(const ProfileReport& report) {
   const Environment& e = report.environment;
   std::string out;
@@ -82,8 +85,11 @@ std::string environment_lines(const ProfileReport& report) {
   out += fmt::format("versions: driver CUDA {}, built with CUDA headers {}, NVRTC {}, {}\n",
                      cuda_version_str(e.driver_version), cuda_version_str(e.cuda_headers_version),
                      e.nvrtc_version, e.cupti_version);
-  out += fmt::format("peaks: {:.0f} GB/s, {:.0f} GFLOP/s FP32 ({})\n", e.peaks.bandwidth_gbps,
-                     e.peaks.fp32_gflops, e.peaks.source);
+  const std::string tensor = e.peaks.tensor16_gflops > 0
+                                 ? fmt::format(", {:.0f} GFLOP/s f16/bf16 tensor", e.peaks.tensor16_gflops)
+                                 : ", f16/bf16 tensor peak unknown for this GPU";
+  out += fmt::format("peaks: {:.0f} GB/s, {:.0f} GFLOP/s FP32{} ({})\n", e.peaks.bandwidth_gbps,
+                     e.peaks.fp32_gflops, tensor, e.peaks.source);
   out += fmt::format("timing: {}; mode: {}{}\n", e.timing_method, e.mode,
                      e.cuda_graph ? ", CUDA graph replay" : "");
   return out;
@@ -94,15 +100,15 @@ std::string run_table(const ProfileReport& report, const ProfileRun& run) {
   out += fmt::format("{} timed iterations after {} warm-up ({:.2f} s); timing: {}\n", run.iterations,
                      run.warmup_iterations, run.warmup_seconds, report.environment.timing_method);
   TextTable table({"#", "node", "kernel", "grid", "block", "median_us", "min_us", "p90_us", "share%",
-                   "GB/s", "%bw", "GFLOP/s", "%fp32", "regs", "smem", "occ%"},
-                  {true, false, false, false, false, true, true, true, true, true, true, true, true, true,
-                   true, true});
+                   "GB/s", "%bw", "GFLOP/s", "%peak", "of", "regs", "smem", "occ%"},
+                  {true, false, false, false, false, true, true, true, true, true, true, true, true, false,
+                   true, true, true});
   for (const LaunchStats& l : run.launches) {
     const LaunchFacts& f = l.facts;
     table.add({std::to_string(f.index), f.node, f.kernel, dims3(f.grid), dims3(f.block),
                fixed(l.duration_us.median, 2), fixed(l.duration_us.min, 2), fixed(l.duration_us.p90, 2),
                fixed(100 * l.share, 1), fixed(l.gbps, 1), fixed(l.pct_peak_bandwidth, 1), fixed(l.gflops, 1),
-               fixed(l.pct_peak_fp32, 1), std::to_string(f.registers),
+               fixed(l.pct_peak_compute, 1), compute_unit(f), std::to_string(f.registers),
                fmt::format("{}+{}", f.static_smem_bytes, f.dynamic_smem_bytes), fixed(100 * f.occupancy, 0)});
   }
   out += table.str();
@@ -186,6 +192,7 @@ nlohmann::json profile_json(const ProfileReport& report) {
       {"l2_bytes", e.l2_bytes},
       {"peak_bandwidth_gbps", e.peaks.bandwidth_gbps},
       {"peak_fp32_gflops", e.peaks.fp32_gflops},
+      {"peak_tensor16_gflops", e.peaks.tensor16_gflops},
       {"peaks_source", e.peaks.source},
       {"timing_method", e.timing_method},
       {"cupti", e.cupti},
@@ -211,7 +218,8 @@ nlohmann::json profile_json(const ProfileReport& report) {
           {"gbps", l.gbps},
           {"gflops", l.gflops},
           {"pct_peak_bandwidth", l.pct_peak_bandwidth},
-          {"pct_peak_fp32", l.pct_peak_fp32},
+          {"pct_peak_compute", l.pct_peak_compute},
+          {"compute_unit", compute_unit(f)},
           {"registers_per_thread", f.registers},
           {"static_smem_bytes", f.static_smem_bytes},
           {"dynamic_smem_bytes", f.dynamic_smem_bytes},
@@ -259,7 +267,7 @@ std::string format_profile_csv(const ProfileReport& report) {
   std::string out =
       "bindings,trusted,timing_method,mode,cuda_graph,index,node,kernel,grid_x,grid_y,grid_z,"
       "block_x,block_y,block_z,count,min_us,median_us,mean_us,p90_us,max_us,rel_iqr,share_pct,"
-      "bytes,flops,gbps,gflops,pct_peak_bandwidth,pct_peak_fp32,registers_per_thread,"
+      "bytes,flops,gbps,gflops,pct_peak_bandwidth,pct_peak_compute,compute_unit,registers_per_thread,"
       "static_smem_bytes,dynamic_smem_bytes,occupancy_pct\n";
   for (const ProfileRun& run : report.runs) {
     for (const LaunchStats& l : run.launches) {
@@ -267,12 +275,12 @@ std::string format_profile_csv(const ProfileReport& report) {
       const Summary& d = l.duration_us;
       out += fmt::format(
           "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.5f},"
-          "{:.3f},{},{},{:.3f},{:.3f},{:.3f},{:.3f},{},{},{},{:.1f}\n",
+          "{:.3f},{},{},{:.3f},{:.3f},{:.3f},{:.3f},{},{},{},{},{:.1f}\n",
           csv_field(bindings_str(run.bindings)), run.untrusted.empty() ? "true" : "false",
           csv_field(e.timing_method), e.mode, e.cuda_graph ? "true" : "false", f.index, csv_field(f.node),
           csv_field(f.kernel), f.grid[0], f.grid[1], f.grid[2], f.block[0], f.block[1], f.block[2], d.count,
           d.min, d.median, d.mean, d.p90, d.max, d.rel_iqr, 100 * l.share, f.bytes, f.flops, l.gbps, l.gflops,
-          l.pct_peak_bandwidth, l.pct_peak_fp32, f.registers, f.static_smem_bytes, f.dynamic_smem_bytes,
+          l.pct_peak_bandwidth, l.pct_peak_compute, compute_unit(f), f.registers, f.static_smem_bytes, f.dynamic_smem_bytes,
           100 * f.occupancy);
     }
   }

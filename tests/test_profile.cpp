@@ -265,6 +265,13 @@ TEST(ProfilePeaks, FromDeviceAttributes) {
   // A100: 64 FP32 lanes per SM.
   const DevicePeaks a100 = peaks_from_attributes(8, 0, 108, 1410000, 1215000, 5120);
   EXPECT_NEAR(a100.fp32_gflops, 108 * 64 * 2 * 1.41e9 / 1e9, 1e-6);  // 19491.84
+  // Tensor-core ceilings: 4096 FLOP/clock/SM on sm_90, 2048 on sm_80 (A100: ~312 TFLOP/s).
+  EXPECT_NEAR(h100.tensor16_gflops, 132 * 4096 * 1.98e9 / 1e9, 1e-6);  // 1070530.56
+  EXPECT_NEAR(a100.tensor16_gflops, 108 * 2048 * 1.41e9 / 1e9, 1e-6);  // 311869.44
+  EXPECT_NE(h100.source.find("f16/bf16 tensor = 132 SMs x 4096 FLOP/clock x 1980 MHz SM clock"), std::string::npos)
+      << h100.source;
+  // An arch whose rate teeny does not know gets no tensor-core percentage rather than a guess.
+  EXPECT_EQ(peaks_from_attributes(8, 9, 142, 2520000, 2250000, 384).tensor16_gflops, 0);
 }
 
 MatchedRecords timings_from(const std::vector<std::vector<std::pair<uint64_t, uint64_t>>>& rows) {
@@ -284,7 +291,7 @@ TEST(ProfileSummary, PerLaunchStatsShareAndFigures) {
       {{100000, 120000}, {125000, 135000}},
       {{200000, 230000}, {235000, 245000}},
   });
-  const DevicePeaks peaks{1000, 4000, "test peaks"};
+  const DevicePeaks peaks{1000, 4000, 40000, "test peaks"};
   const ProfileRun run = summarize_run({{"B", 64}}, two_launches(), m, {3, 5, 4}, peaks, true);
   ASSERT_EQ(run.launches.size(), 2u);
   const LaunchStats& fc1 = run.launches[0];
@@ -298,7 +305,7 @@ TEST(ProfileSummary, PerLaunchStatsShareAndFigures) {
   EXPECT_DOUBLE_EQ(fc1.gbps, 100);
   EXPECT_DOUBLE_EQ(fc1.gflops, 400);
   EXPECT_DOUBLE_EQ(fc1.pct_peak_bandwidth, 10);
-  EXPECT_DOUBLE_EQ(fc1.pct_peak_fp32, 10);
+  EXPECT_DOUBLE_EQ(fc1.pct_peak_compute, 10);
   EXPECT_DOUBLE_EQ(run.launches[1].gbps, 50);  // 5e5 bytes in 10 us
   // End to end: 25, 35, 45 us.
   EXPECT_DOUBLE_EQ(run.gpu_time_us.median, 35);
@@ -314,6 +321,22 @@ TEST(ProfileSummary, PerLaunchStatsShareAndFigures) {
             "noisy: end-to-end GPU time varies by 28.6% (relative IQR, above 5%); other GPU work or clock "
             "changes may be interfering, try a longer --min-time");
   EXPECT_EQ(run.warnings[1], "noisy launches (relative IQR above 10%): fc1 (50.0%)");
+}
+
+TEST(ProfileSummary, TensorCoreKernelsAreMeasuredAgainstTheTensorCeiling) {
+  std::vector<LaunchFacts> launches = two_launches();
+  launches[0].tensor_cores = true;
+  const MatchedRecords m = timings_from({{{0, 20000}, {25000, 35000}}});
+  // fc1: 8e6 flops in 20 us = 400 GFLOP/s = 1% of the 40000 tensor ceiling, not 10% of fp32.
+  ProfileRun run = summarize_run({}, launches, m, {1}, DevicePeaks{1000, 4000, 40000, "t"}, false);
+  EXPECT_DOUBLE_EQ(run.launches[0].pct_peak_compute, 1);
+  // Unknown tensor ceiling: no percentage.
+  run = summarize_run({}, launches, m, {1}, DevicePeaks{1000, 4000, 0, "t"}, false);
+  EXPECT_DOUBLE_EQ(run.launches[0].pct_peak_compute, 0);
+  // act (no tensor cores) stays on fp32: 2e6 flops in 10 us = 200 GFLOP/s = 5% of 4000.
+  launches[1].flops = 2000000;
+  run = summarize_run({}, launches, m, {1}, DevicePeaks{1000, 4000, 0, "t"}, false);
+  EXPECT_DOUBLE_EQ(run.launches[1].pct_peak_compute, 5);
 }
 
 TEST(ProfileSummary, QuietRunHasNoWarningsAndSkipsInvalidTimings) {
@@ -367,7 +390,7 @@ ProfileReport synthetic_report(bool cupti, bool sweep) {
   e.cuda_headers_version = 12040;
   e.nvrtc_version = "13.0";
   e.cupti_version = "CUPTI API 130001";
-  e.peaks = {1000, 4000, "test peaks"};
+  e.peaks = {1000, 4000, 40000, "test peaks"};
   e.cupti = cupti;
   e.timing_method = cupti ? "CUPTI activity records"
                           : "CUDA events (CUPTI unavailable: CUPTI_ERROR_INSUFFICIENT_PRIVILEGES)";
@@ -413,6 +436,8 @@ TEST(ProfileReport, JsonParsesWithUnitsAndEnvironment) {
   EXPECT_DOUBLE_EQ(fc1["share_pct"].get<double>(), 60);  // means 15 and 10
   EXPECT_EQ(fc1["registers_per_thread"], 40);
   EXPECT_DOUBLE_EQ(fc1["occupancy_pct"].get<double>(), 75);
+  EXPECT_EQ(fc1["compute_unit"], "fp32");
+  EXPECT_DOUBLE_EQ(j["environment"]["peak_tensor16_gflops"].get<double>(), 40000);
   EXPECT_FALSE(j.contains("scaling"));
 }
 

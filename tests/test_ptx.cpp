@@ -46,6 +46,13 @@ const char* kPtx = R"(//
 }
 )";
 
+TEST(Ptx, RecognisesF16TensorCoreMmas) {
+  EXPECT_TRUE(ptx_uses_f16_mma("\tmma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1, %f2}, ..."));
+  EXPECT_TRUE(ptx_uses_f16_mma("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%f1}, %rd1, %rd2, p, 1, 1, 0, 0;"));
+  EXPECT_FALSE(ptx_uses_f16_mma("\tmma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%f1}, ..."));
+  EXPECT_FALSE(ptx_uses_f16_mma("\tfma.rn.f32 %f1, %f2, %f3, %f4;\n\tcvt.rn.bf16.f32 %rs1, %f1;"));
+}
+
 TEST(Ptx, ParsesEntriesInOrder) {
   std::vector<PtxEntry> entries = parse_ptx_entries(kPtx, "test.ptx");
   ASSERT_EQ(entries.size(), 3u);
