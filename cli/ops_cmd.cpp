@@ -18,12 +18,6 @@ struct OpsOptions {
   std::string format = "table";
 };
 
-// The op file relative to the project ("ops/linear.cpp"), not the build machine's path.
-std::string source_path(const std::string& file) {
-  size_t at = file.rfind("/ops/");
-  return at == std::string::npos ? file : file.substr(at + 1);
-}
-
 std::string value_text(const nlohmann::json& value) {
   return value.is_string() ? value.get<std::string>() : value.dump();
 }
@@ -66,14 +60,14 @@ nlohmann::json op_json(const OpDef& op) {
   nlohmann::json out = {{"name", op.name},     {"doc", op.doc},          {"inputs", inputs},
                         {"variadic", op.variadic}, {"attrs", attrs},
                         {"params", op.param_slots}, {"dtypes", dtype_list(op)},
-                        {"source", source_path(op.source_file)}};
+                        {"source", op.source_file}};
   if (op.variadic) out["min_inputs"] = op.min_inputs;
   return out;
 }
 
 std::string op_details(const OpDef& op) {
   std::string out = fmt::format("{}: {}\n", op.name, op.doc);
-  out += fmt::format("  source:  {}\n", source_path(op.source_file));
+  out += fmt::format("  source:  {}\n", op.source_file);
   out += fmt::format("  dtypes:  {}\n", fmt::join(dtype_list(op), ", "));
   std::vector<Row> inputs;
   for (const InputSpec& input : op.inputs) inputs.push_back({input.name, input.doc});

@@ -66,6 +66,8 @@ void check_structure(const Graph& graph, const Bundle& b) {
     entries.push_back(parse_ptx_entries(k.ptx, k.name));
     EXPECT_NE(find_visible_entry(entries.back(), k.entry), nullptr) << k.entry;
     EXPECT_EQ(k.entry, k.name + "_entry_point");
+    // Named relative to the project, so a bundle does not depend on where teeny was built.
+    EXPECT_EQ(k.source_file.rfind("ops/", 0), 0u) << k.source_file;
   }
 
   size_t node_pos = 0;
