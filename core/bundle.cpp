@@ -31,27 +31,6 @@ constexpr const char* kParamsFile = "params.bin";
 
 std::string kernel_file(const std::string& name) { return "kernels/" + name + ".ptx"; }
 
-const char* arg_kind_name(ArgKind kind) {
-  switch (kind) {
-    case ArgKind::kInput: return "input";
-    case ArgKind::kParam: return "param";
-    case ArgKind::kOutput: return "output";
-    case ArgKind::kI32: return "i32";
-    case ArgKind::kI64: return "i64";
-    case ArgKind::kF32: return "f32";
-  }
-  return "?";
-}
-
-const char* init_name(ParamInit init) {
-  switch (init) {
-    case ParamInit::kTrained: return "trained";
-    case ParamInit::kZero: return "zero";
-    case ParamInit::kHost: return "host";
-  }
-  return "?";
-}
-
 bool is_pointer(ArgKind kind) {
   return kind == ArgKind::kInput || kind == ArgKind::kParam || kind == ArgKind::kOutput;
 }
@@ -342,7 +321,7 @@ json bundle_to_json(const Bundle& bundle) {
   json params = json::array();
   for (const BundleParam& p : bundle.params) {
     json param = {{"name", p.name},   {"node", p.node}, {"slot", p.slot}, {"dtype", dtype_name(p.dtype)},
-                  {"shape", shape_json(p.shape)}, {"init", init_name(p.init)}};
+                  {"shape", shape_json(p.shape)}, {"init", param_init_name(p.init)}};
     if (p.init == ParamInit::kHost) {
       param["offset"] = p.offset;
       param["size"] = p.size;

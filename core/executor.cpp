@@ -38,18 +38,6 @@ int arg_size(ArgKind kind) {
   return 0;
 }
 
-const char* arg_kind_name(ArgKind kind) {
-  switch (kind) {
-    case ArgKind::kInput: return "input";
-    case ArgKind::kParam: return "param";
-    case ArgKind::kOutput: return "output";
-    case ArgKind::kI32: return "i32";
-    case ArgKind::kI64: return "i64";
-    case ArgKind::kF32: return "f32";
-  }
-  return "?";
-}
-
 // SplitMix64: a tiny generator with a fully specified output, so random data is the same on
 // every platform and standard library (std:: distributions are not).
 uint64_t splitmix64(uint64_t& state) {

@@ -10,27 +10,6 @@ namespace {
 
 using nlohmann::json;
 
-const char* init_word(ParamInit init) {
-  switch (init) {
-    case ParamInit::kTrained: return "trained";
-    case ParamInit::kZero: return "zero";
-    case ParamInit::kHost: return "host";
-  }
-  return "?";
-}
-
-const char* kind_word(ArgKind kind) {
-  switch (kind) {
-    case ArgKind::kInput: return "input";
-    case ArgKind::kParam: return "param";
-    case ArgKind::kOutput: return "output";
-    case ArgKind::kI32: return "i32";
-    case ArgKind::kI64: return "i64";
-    case ArgKind::kF32: return "f32";
-  }
-  return "?";
-}
-
 class Inspector {
  public:
   Inspector(const Bundle& bundle, const Bindings& bindings) : bundle_(bundle), bindings_(bindings) {}
@@ -82,14 +61,14 @@ class Inspector {
                 {"dtype", dtype_name(p.dtype)},
                 {"shape", shape(p.shape)},
                 {"bytes", expr(product(p.shape) * Expr(static_cast<int64_t>(dtype_size(p.dtype))))},
-                {"init", init_word(p.init)},
+                {"init", param_init_name(p.init)},
                 {"init_bytes", p.init == ParamInit::kHost ? p.size : 0}};
     if (p.init == ParamInit::kHost) out["init_offset"] = p.offset;
     return out;
   }
 
   json arg(const BundleArg& a, size_t position) const {
-    json out = {{"position", position}, {"name", a.name},       {"kind", kind_word(a.kind)},
+    json out = {{"position", position}, {"name", a.name},       {"kind", arg_kind_name(a.kind)},
                 {"c_type", a.c_type},   {"ptx_type", a.ptx_type}, {"size", a.size},
                 {"offset", a.offset}};
     switch (a.kind) {

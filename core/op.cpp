@@ -62,6 +62,27 @@ KernelArg f32(std::string name, double value) {
   return a;
 }
 
+const char* arg_kind_name(ArgKind kind) {
+  switch (kind) {
+    case ArgKind::kInput: return "input";
+    case ArgKind::kParam: return "param";
+    case ArgKind::kOutput: return "output";
+    case ArgKind::kI32: return "i32";
+    case ArgKind::kI64: return "i64";
+    case ArgKind::kF32: return "f32";
+  }
+  return "?";
+}
+
+const char* param_init_name(ParamInit init) {
+  switch (init) {
+    case ParamInit::kTrained: return "trained";
+    case ParamInit::kZero: return "zero";
+    case ParamInit::kHost: return "host";
+  }
+  return "?";
+}
+
 std::string arg_c_type(const KernelArg& arg) {
   switch (arg.kind) {
     case ArgKind::kInput:

@@ -57,6 +57,8 @@ enum class ParamInit {
   kHost,     // host-computed bytes (little-endian, in the param's dtype), stored in the bundle
 };
 
+const char* param_init_name(ParamInit init);  // "trained", "zero", "host"
+
 struct ParamSpec {
   std::string slot;  // PyTorch slot name: "weight", "bias", "running_mean", "anchor_x", ...
   Shape shape;
@@ -102,6 +104,7 @@ KernelArg i32(std::string name, Expr value);
 KernelArg i64(std::string name, Expr value);
 KernelArg f32(std::string name, double value);
 std::string arg_c_type(const KernelArg& arg);  // "const float*", "int", ...
+const char* arg_kind_name(ArgKind kind);       // "input", "param", "output", "i32", "i64", "f32"
 
 struct Launch {
   int kernel = 0;               // index into Lowering::kernels
