@@ -4,8 +4,6 @@
 #include <sys/wait.h>
 
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -22,12 +20,7 @@ struct Result {
   std::string out, err;
 };
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+using testing::slurp;
 
 // Runs teeny in `dir` (with its kernel cache there too), capturing stdout and stderr.
 Result teeny(const ScratchDir& dir, const std::string& args) {

@@ -1,37 +1,15 @@
-// Helpers shared by the compile and bundle tests: scratch directories and a test-only op
+// Helpers shared by the compile and bundle tests: a test-only op
 // whose lowering can be made wrong in one chosen way.
 #pragma once
 
-#include <cstdlib>
-#include <filesystem>
 #include <string>
 
 #include "core/compile.h"
 #include "core/graph.h"
 #include "core/registry.h"
+#include "tests/file_test_util.h"
 
 namespace teeny::testing {
-
-// A fresh directory under the system temp dir, removed with everything in it on destruction.
-class ScratchDir {
- public:
-  ScratchDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "teeny-test-XXXXXX").string();
-    if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  ~ScratchDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  ScratchDir(const ScratchDir&) = delete;
-  ScratchDir& operator=(const ScratchDir&) = delete;
-  const std::filesystem::path& path() const { return path_; }
-  std::string str(const std::string& child = "") const { return child.empty() ? path_.string() : (path_ / child).string(); }
-
- private:
-  std::filesystem::path path_;
-};
 
 // The one way a test op's lowering is wrong.
 enum class Fault {

@@ -2,36 +2,23 @@
 // with exact messages.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <string>
 
 #include "core/error.h"
 #include "core/npy.h"
+#include "tests/file_test_util.h"
 
 namespace teeny {
 namespace {
 
+using testing::slurp;
+using testing::spit;
+
 class NpyTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("teeny_npy_" + std::to_string(getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-  std::string slurp(const std::string& file) const {
-    std::ifstream in(file, std::ios::binary);
-    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  }
-  void spit(const std::string& file, const std::string& bytes) const {
-    std::ofstream(file, std::ios::binary) << bytes;
-  }
+  std::string path(const std::string& name) const { return dir_.str(name); }
   // A version-1 file with `header` padded like NumPy's, followed by `data`.
   std::string npy_v1(std::string header, const std::string& data) const {
     const size_t total = (10 + header.size() + 1 + 63) / 64 * 64;
@@ -52,7 +39,7 @@ class NpyTest : public ::testing::Test {
     ADD_FAILURE() << "no error reading " << file;
     return "";
   }
-  std::filesystem::path dir_;
+  testing::ScratchDir dir_;
 };
 
 template <typename T>
@@ -182,7 +169,7 @@ TEST_F(NpyTest, FailedWriteLeavesNothingBehind) {
   } catch (const Error& error) {
     EXPECT_EQ(error.message(), "cannot write " + target + ": No such file or directory");
   }
-  EXPECT_TRUE(std::filesystem::is_empty(dir_));
+  EXPECT_TRUE(std::filesystem::is_empty(dir_.path()));
 }
 
 }  // namespace

@@ -2,38 +2,27 @@
 // round trips, malformed files and mismatches with exact messages.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <string>
 
 #include "core/error.h"
 #include "core/safetensors.h"
+#include "tests/file_test_util.h"
 
 namespace teeny {
 namespace {
 
+using testing::slurp;
+
 class SafetensorsTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("teeny_st_" + std::to_string(getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-  std::string slurp(const std::string& file) const {
-    std::ifstream in(file, std::ios::binary);
-    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  }
+  std::string path(const std::string& name) const { return dir_.str(name); }
   // A file with a raw JSON header and data section.
   void spit(const std::string& file, const std::string& header, const std::string& data) const {
     std::string bytes;
     for (int i = 0; i < 8; ++i) bytes.push_back(static_cast<char>((header.size() >> (8 * i)) & 0xff));
-    std::ofstream(file, std::ios::binary) << bytes + header + data;
+    testing::spit(file, bytes + header + data);
   }
   std::string read_error(const std::string& file) const {
     try {
@@ -45,7 +34,7 @@ class SafetensorsTest : public ::testing::Test {
     ADD_FAILURE() << "no error";
     return "";
   }
-  std::filesystem::path dir_;
+  testing::ScratchDir dir_;
 };
 
 template <typename T>
@@ -103,10 +92,10 @@ TEST_F(SafetensorsTest, ReadsI64AsI32AndIgnoresMetadata) {
 
 TEST_F(SafetensorsTest, MalformedFilesHaveExactMessages) {
   const std::string f = path("bad.safetensors");
-  std::ofstream(f, std::ios::binary) << "abc";
+  testing::spit(f, "abc");
   EXPECT_EQ(read_error(f), f + ": not a safetensors file (3 bytes; the header length alone is 8)");
 
-  std::ofstream(f, std::ios::binary) << std::string("\xff\x00\x00\x00\x00\x00\x00\x00{}", 10);
+  testing::spit(f, std::string("\xff\x00\x00\x00\x00\x00\x00\x00{}", 10));
   EXPECT_EQ(read_error(f), f + ": header length 255 exceeds the file's 2 remaining bytes");
 
   spit(f, "{not json", "");
