@@ -1,11 +1,12 @@
-// Helpers shared by the per-op CPU tests: the real registry, and an OpContext with its
-// output inferred by the op's own shape rule.
+// Helpers shared by the per-op CPU tests: the real registry, an OpContext with its output
+// inferred by the op's own shape rule, and the op's host reference on concrete inputs.
 #pragma once
 
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "core/op.h"
@@ -38,6 +39,32 @@ inline OpContext context(const std::string& name, nlohmann::json attrs, std::vec
   ctx.inputs = std::move(inputs);
   ctx.output = op(name).infer(ctx);
   return ctx;
+}
+
+// A concrete input for reference(): shape, values, dtype.
+struct HostIn {
+  std::vector<int64_t> shape;
+  std::vector<double> data;
+  DType dtype = DType::kF32;
+};
+
+// Runs the op's host reference on concrete inputs and params (shapes taken as constants).
+inline HostTensor reference(const std::string& name, nlohmann::json attrs, std::vector<HostIn> inputs,
+                            std::vector<std::vector<double>> params = {}) {
+  std::vector<TensorType> types;
+  for (const HostIn& in : inputs) types.push_back(tensor(in.dtype, {in.shape.begin(), in.shape.end()}));
+  const OpContext ctx = context(name, std::move(attrs), types);
+  std::vector<HostTensor> host;
+  for (const HostIn& in : inputs) host.push_back({in.dtype, in.shape, in.data});
+  std::vector<HostTensor> host_params;
+  if (op(name).params) {
+    const std::vector<ParamSpec> specs = op(name).params(ctx);
+    EXPECT_EQ(specs.size(), params.size());
+    for (size_t i = 0; i < specs.size() && i < params.size(); ++i)
+      host_params.push_back({specs[i].dtype, eval_shape(specs[i].shape, {}), params[i]});
+  }
+  RefContext ref{ctx, host, host_params, eval_shape(ctx.output.shape, {})};
+  return op(name).reference(ref);
 }
 
 }  // namespace teeny::op_testing

@@ -26,34 +26,6 @@ namespace {
 
 using namespace op_testing;
 
-struct HostIn {
-  std::vector<int64_t> shape;
-  std::vector<double> data;
-  DType dtype = DType::kF32;
-};
-
-// Runs the op's host reference on concrete inputs (shapes taken as constants).
-HostTensor reference(const std::string& name, nlohmann::json attrs, std::vector<HostIn> inputs,
-                     std::vector<std::vector<double>> params = {}) {
-  std::vector<TensorType> types;
-  for (const HostIn& in : inputs) {
-    std::vector<Expr> shape(in.shape.begin(), in.shape.end());
-    types.push_back(tensor(in.dtype, shape));
-  }
-  const OpContext ctx = context(name, std::move(attrs), types);
-  std::vector<HostTensor> host;
-  for (const HostIn& in : inputs) host.push_back({in.dtype, in.shape, in.data});
-  std::vector<HostTensor> host_params;
-  if (op(name).params) {
-    const std::vector<ParamSpec> specs = op(name).params(ctx);
-    EXPECT_EQ(specs.size(), params.size());
-    for (size_t i = 0; i < specs.size() && i < params.size(); ++i)
-      host_params.push_back({specs[i].dtype, eval_shape(specs[i].shape, {}), params[i]});
-  }
-  RefContext ref{ctx, host, host_params, eval_shape(ctx.output.shape, {})};
-  return op(name).reference(ref);
-}
-
 void expect_near(const std::vector<double>& got, const std::vector<double>& want, double tol = 1e-7) {
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], tol) << "element " << i;
