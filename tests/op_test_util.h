@@ -41,6 +41,23 @@ inline OpContext context(const std::string& name, nlohmann::json attrs, std::vec
   return ctx;
 }
 
+// The message of the OpError the op's shape rule throws (and its key into *key), or
+// "(no error)".
+inline std::string infer_error(const std::string& name, nlohmann::json attrs, std::vector<TensorType> inputs,
+                               std::string* key = nullptr) {
+  OpContext ctx;
+  ctx.node = "n";
+  ctx.attrs = Attrs(std::move(attrs));
+  ctx.inputs = std::move(inputs);
+  try {
+    op(name).infer(ctx);
+  } catch (const OpError& e) {
+    if (key) *key = e.key;
+    return e.message();
+  }
+  return "(no error)";
+}
+
 // A concrete input for reference(): shape, values, dtype.
 struct HostIn {
   std::vector<int64_t> shape;

@@ -28,21 +28,6 @@ namespace fs = std::filesystem;
 
 using namespace op_testing;
 
-std::string infer_error(const std::string& name, nlohmann::json attrs, std::vector<TensorType> inputs,
-                        std::string* key = nullptr) {
-  OpContext ctx;
-  ctx.node = "n";
-  ctx.attrs = Attrs(std::move(attrs));
-  ctx.inputs = std::move(inputs);
-  try {
-    op(name).infer(ctx);
-  } catch (const OpError& e) {
-    if (key) *key = e.key;
-    return e.message();
-  }
-  return "(no error)";
-}
-
 void expect_near(const std::vector<double>& got, const std::vector<double>& want, double tol = 1e-12) {
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], tol) << "element " << i;
