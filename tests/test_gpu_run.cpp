@@ -20,6 +20,7 @@
 #include "core/npy.h"
 #include "core/safetensors.h"
 #include "ops/ops.h"
+#include "tests/file_test_util.h"
 
 namespace teeny {
 namespace {
@@ -41,14 +42,7 @@ std::shared_ptr<cuda::Device> open_device(std::string* why) {
 
 class RunDirs : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("teeny_gpu_run_" + std::to_string(getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  std::string path(const std::string& name) const { return dir_.str(name); }
 
   // Compiles `graph` into a bundle directory under the test's temp dir and reads it back.
   Bundle compile_to_disk(const Graph& graph, const Registry& registry, const std::string& name) {
@@ -57,7 +51,7 @@ class RunDirs : public ::testing::Test {
     write_bundle(compile_graph(graph, registry, options), path(name));
     return read_bundle(path(name));
   }
-  std::filesystem::path dir_;
+  testing::ScratchDir dir_;
 };
 
 class GpuRun : public RunDirs {};

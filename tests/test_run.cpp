@@ -20,6 +20,7 @@
 #include "core/npy.h"
 #include "core/safetensors.h"
 #include "tests/test_run_support.h"
+#include "tests/file_test_util.h"
 
 namespace teeny {
 namespace {
@@ -230,15 +231,8 @@ TEST(RunData, RandomIdsStayBelowTheConsumersNumEmbeddings) {
 
 class RunFiles : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("teeny_run_" + std::to_string(getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-  std::filesystem::path dir_;
+  std::string path(const std::string& name) const { return dir_.str(name); }
+  testing::ScratchDir dir_;
 };
 
 TEST_F(RunFiles, ParamsComeFromWeightsHostBytesOrZeroWithANote) {
