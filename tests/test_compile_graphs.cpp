@@ -153,6 +153,26 @@ TEST(CompileGraphs, ExampleGraphsCompileWithFusion) {
   }
 }
 
+// --arch reaches the ops: on sm_90 the bf16 block's wide linears are wgmma kernels compiled for
+// sm_90a (PTX target and the bundle's per-kernel target agree); on sm_80 nothing is.
+TEST(CompileGraphs, ArchPicksArchSpecificKernelsAndTheirTarget) {
+  const Graph graph = load_graph(std::string(TEENY_SOURCE_DIR) + "/graphs/transformer_block_bf16.yaml", builtin());
+  for (const std::string arch : {"sm_90", "sm_80"}) {
+    SCOPED_TRACE(arch);
+    CompileOptions options = suite_options();
+    options.arch = arch;
+    const Bundle bundle = compile_graph(graph, builtin(), options);
+    int specific = 0;
+    for (const BundleKernel& k : bundle.kernels) {
+      const bool wgmma = k.name.find("_wgmma") != std::string::npos;
+      specific += wgmma;
+      EXPECT_EQ(k.target, wgmma ? arch + "a" : arch) << k.name;
+      EXPECT_NE(k.ptx.find(".target " + k.target), std::string::npos) << k.name;
+    }
+    EXPECT_EQ(specific, arch == "sm_90" ? 1 : 0);  // its six linears, 768 and 3072 wide, share one
+  }
+}
+
 // Each op's conformance graphs cover its kernel variants and dtypes: all must compile and verify.
 TEST(CompileGraphs, EveryOpsConformanceGraphsCompile) {
   int compiled = 0;
