@@ -2,7 +2,6 @@
 
 #include <cctype>
 #include <map>
-#include <regex>
 
 #include <fmt/format.h>
 
@@ -222,8 +221,15 @@ const PtxEntry* find_visible_entry(const std::vector<PtxEntry>& entries, const s
 }
 
 bool ptx_uses_f16_mma(const std::string& ptx) {
-  static const std::regex mma(R"((wgmma\.mma_async|mma\.sync)[.\w]*\.(bf16|f16)\b)");
-  return std::regex_search(ptx, mma);
+  // A plain scan of the MMA opcodes: the profiler runs this over every launch's PTX.
+  for (const char* mma : {"mma.sync.aligned.", "wgmma.mma_async."}) {
+    for (size_t at = ptx.find(mma); at != std::string::npos; at = ptx.find(mma, at + 1)) {
+      const size_t end = ptx.find_first_of(" \t", at);
+      const std::string opcode = ptx.substr(at, end == std::string::npos ? std::string::npos : end - at);
+      if (opcode.find(".bf16") != std::string::npos || opcode.find(".f16") != std::string::npos) return true;
+    }
+  }
+  return false;
 }
 
 std::string ntid_str(const std::array<int, 3>& ntid) {

@@ -15,6 +15,7 @@
 
 #include "core/registry.h"
 #include "ops/ops.h"
+#include "tests/op_test_util.h"
 
 namespace teeny {
 namespace {
@@ -167,18 +168,12 @@ TEST(Cli, MissingFileAndUsageErrorsExitOne) {
   EXPECT_NE(r.out.find("ops"), std::string::npos);
 }
 
-Registry real_registry() {
-  Registry registry;
-  ops::register_all(registry);
-  return registry;
-}
-
 TEST(Cli, OpsJsonListsEveryRegisteredOp) {
   Result r = teeny("ops --format json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   nlohmann::json ops = nlohmann::json::parse(r.out);
   ASSERT_TRUE(ops.is_array());
-  Registry registry = real_registry();
+  const Registry& registry = op_testing::registry();
   std::vector<std::string> listed;
   for (const auto& op : ops) listed.push_back(op.at("name").get<std::string>());
   EXPECT_EQ(listed, registry.names());
@@ -205,7 +200,7 @@ TEST(Cli, OpsShowsOneOpInDetailAndAsJson) {
 
   r = teeny("ops linear");
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  Registry registry = real_registry();
+  const Registry& registry = op_testing::registry();
   const OpDef& def = *registry.find("linear");
   EXPECT_EQ(r.out.substr(0, r.out.find('\n')), "linear: " + def.doc);
   EXPECT_NE(r.out.find("  source:  ops/linear.cpp\n"), std::string::npos) << r.out;

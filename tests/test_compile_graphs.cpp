@@ -13,21 +13,14 @@
 #include "core/ptx.h"
 #include "ops/ops.h"
 #include "tests/test_compile_util.h"
+#include "tests/op_test_util.h"
 
 namespace teeny {
 namespace {
 
 namespace fs = std::filesystem;
+using op_testing::registry;
 using testing::ScratchDir;
-
-const Registry& builtin() {
-  static const Registry registry = [] {
-    Registry r;
-    ops::register_all(r);
-    return r;
-  }();
-  return registry;
-}
 
 CompileOptions suite_options() {
   static ScratchDir cache;
@@ -124,10 +117,10 @@ TEST(CompileGraphs, EveryExampleGraphCompilesAndRoundTrips) {
   for (const std::string& path : paths) {
     SCOPED_TRACE(path);
     try {
-      Graph graph = load_graph(path, builtin());
+      Graph graph = load_graph(path, registry());
       CompileOptions options = suite_options();
       options.fuse = false;  // so nodes map one to one; fusion has its own tests
-      Bundle bundle = compile_graph(graph, builtin(), options);
+      Bundle bundle = compile_graph(graph, registry(), options);
       check_structure(graph, bundle);
 
       ScratchDir dir;
@@ -144,8 +137,8 @@ TEST(CompileGraphs, ExampleGraphsCompileWithFusion) {
   for (const std::string& path : example_graphs()) {
     SCOPED_TRACE(path);
     try {
-      Graph graph = load_graph(path, builtin());
-      Bundle bundle = compile_graph(graph, builtin(), suite_options());
+      Graph graph = load_graph(path, registry());
+      Bundle bundle = compile_graph(graph, registry(), suite_options());
       EXPECT_FALSE(bundle.launches.empty());
     } catch (const Error& e) {
       ADD_FAILURE() << e.render();
@@ -156,12 +149,12 @@ TEST(CompileGraphs, ExampleGraphsCompileWithFusion) {
 // --arch reaches the ops: on sm_90 the bf16 block's wide linears are wgmma kernels compiled for
 // sm_90a (PTX target and the bundle's per-kernel target agree); on sm_80 nothing is.
 TEST(CompileGraphs, ArchPicksArchSpecificKernelsAndTheirTarget) {
-  const Graph graph = load_graph(std::string(TEENY_SOURCE_DIR) + "/graphs/transformer_block_bf16.yaml", builtin());
+  const Graph graph = load_graph(std::string(TEENY_SOURCE_DIR) + "/graphs/transformer_block_bf16.yaml", registry());
   for (const std::string arch : {"sm_90", "sm_80"}) {
     SCOPED_TRACE(arch);
     CompileOptions options = suite_options();
     options.arch = arch;
-    const Bundle bundle = compile_graph(graph, builtin(), options);
+    const Bundle bundle = compile_graph(graph, registry(), options);
     int specific = 0;
     for (const BundleKernel& k : bundle.kernels) {
       const bool wgmma = k.name.find("_wgmma") != std::string::npos;
@@ -176,15 +169,15 @@ TEST(CompileGraphs, ArchPicksArchSpecificKernelsAndTheirTarget) {
 // Each op's conformance graphs cover its kernel variants and dtypes: all must compile and verify.
 TEST(CompileGraphs, EveryOpsConformanceGraphsCompile) {
   int compiled = 0;
-  for (const OpDef& op : builtin().ops()) {
+  for (const OpDef& op : registry().ops()) {
     if (!op.conformance_cases) continue;
     for (const ConformanceCase& c : op.conformance_cases()) {
       SCOPED_TRACE(fmt::format("{} [{}]", op.name, c.label));
       try {
-        Graph graph = parse_graph(c.graph, fmt::format("{}.yaml", op.name), builtin());
+        Graph graph = parse_graph(c.graph, fmt::format("{}.yaml", op.name), registry());
         CompileOptions options = suite_options();
         options.fuse = false;
-        check_structure(graph, compile_graph(graph, builtin(), options));
+        check_structure(graph, compile_graph(graph, registry(), options));
         ++compiled;
       } catch (const Error& e) {
         ADD_FAILURE() << e.render();

@@ -28,18 +28,12 @@
 #include "core/executor.h"
 #include "core/graph.h"
 #include "ops/ops.h"
+#include "tests/op_test_util.h"
 
 namespace teeny {
 namespace {
 
-const Registry& registry() {
-  static const Registry r = [] {
-    Registry reg;
-    ops::register_all(reg);
-    return reg;
-  }();
-  return r;
-}
+using op_testing::registry;
 
 struct Job {
   const OpDef* op = nullptr;

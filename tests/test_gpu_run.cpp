@@ -21,6 +21,8 @@
 #include "core/safetensors.h"
 #include "ops/ops.h"
 #include "tests/file_test_util.h"
+#include "tests/op_test_util.h"
+#include "tests/teeny_command.h"
 
 namespace teeny {
 namespace {
@@ -57,22 +59,8 @@ class RunDirs : public ::testing::Test {
 class GpuRun : public RunDirs {};
 class RunCpuMnist : public RunDirs {};
 
-struct Command {
-  int exit_code = -1;
-  std::string output;
-};
-
-Command run_teeny(const std::string& args) {
-  Command result;
-  FILE* pipe = popen((std::string(TEENY_BINARY) + " " + args + " 2>&1").c_str(), "r");
-  if (!pipe) return result;
-  std::array<char, 4096> buffer;
-  size_t n;
-  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) result.output.append(buffer.data(), n);
-  int status = pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
-}
+using testing::Command;
+using testing::run_teeny;
 
 // ---- mnist_mlp with known weights ----------------------------------------------------------
 
@@ -140,8 +128,7 @@ double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) 
 
 TEST_F(GpuRun, MnistMlpWithKnownWeightsMatchesIndependentLoops) {
   TEENY_GPU_OR_SKIP(device);
-  Registry registry;
-  ops::register_all(registry);
+  const Registry& registry = op_testing::registry();
   Graph graph = load_graph(std::string(TEENY_SOURCE_DIR) + "/graphs/mnist_mlp.yaml", registry);
   Bundle bundle = compile_to_disk(graph, registry, "mnist.teeny");
   write_mnist_data(path("w.safetensors"), path("x.npy"));
@@ -175,8 +162,7 @@ TEST_F(GpuRun, MnistMlpWithKnownWeightsMatchesIndependentLoops) {
 
 TEST_F(GpuRun, CliRunsMnistWithCheckAndCudaGraphAndWritesOutputs) {
   TEENY_GPU_OR_SKIP(device);
-  Registry registry;
-  ops::register_all(registry);
+  const Registry& registry = op_testing::registry();
   compile_to_disk(load_graph(std::string(TEENY_SOURCE_DIR) + "/graphs/mnist_mlp.yaml", registry),
                   registry, "mnist.teeny");
   write_mnist_data(path("w.safetensors"), path("x.npy"));
@@ -196,8 +182,7 @@ TEST_F(GpuRun, CliRunsMnistWithCheckAndCudaGraphAndWritesOutputs) {
 // The same data through `teeny run --device cpu` (the host reference executor): runs on any
 // machine, so the CLI's file handling and the references are checked without a GPU too.
 TEST_F(RunCpuMnist, DeviceCpuMatchesIndependentLoops) {
-  Registry registry;
-  ops::register_all(registry);
+  const Registry& registry = op_testing::registry();
   compile_to_disk(load_graph(std::string(TEENY_SOURCE_DIR) + "/graphs/mnist_mlp.yaml", registry),
                   registry, "mnist.teeny");
   write_mnist_data(path("w.safetensors"), path("x.npy"));

@@ -19,18 +19,12 @@
 #include "core/compile.h"
 #include "core/graph.h"
 #include "ops/ops.h"
+#include "tests/op_test_util.h"
 
 namespace teeny {
 namespace {
 
-const Registry& registry() {
-  static const Registry r = [] {
-    Registry reg;
-    ops::register_all(reg);
-    return reg;
-  }();
-  return r;
-}
+using op_testing::registry;
 
 Graph parse(const std::string& text) { return parse_graph(text, "vision_test.yaml", registry()); }
 

@@ -21,6 +21,7 @@
 #include "core/safetensors.h"
 #include "tests/test_run_support.h"
 #include "tests/file_test_util.h"
+#include "tests/teeny_command.h"
 
 namespace teeny {
 namespace {
@@ -409,22 +410,8 @@ TEST(Driver, MissingLibraryIsAPlainGpuError) {
   }
 }
 
-struct Command {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr together
-};
-
-Command run_teeny(const std::string& args) {
-  Command result;
-  FILE* pipe = popen((std::string(TEENY_BINARY) + " " + args + " 2>&1").c_str(), "r");
-  if (!pipe) return result;
-  std::array<char, 4096> buffer;
-  size_t n;
-  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) result.output.append(buffer.data(), n);
-  int status = pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
-}
+using testing::Command;
+using testing::run_teeny;
 
 TEST_F(RunFiles, TeenyRunWithoutADriverExitsThreeWithAPlainMessage) {
   void* driver = dlopen(cuda::kDriverLibrary, RTLD_NOW | RTLD_LOCAL);

@@ -10,6 +10,7 @@
 #include "core/graph.h"
 #include "ops/ops.h"
 #include "tests/spec_test_ops.h"
+#include "tests/op_test_util.h"
 
 namespace teeny {
 namespace {
@@ -150,14 +151,9 @@ TEST_F(Spec, LoadsFromAFile) {
 }
 
 // ---- the bundled graphs with the real ops -----------------------------------------------------
-Registry real_registry() {
-  Registry registry;
-  ops::register_all(registry);
-  return registry;
-}
 
 TEST(SpecGraphs, MnistMlpShapes) {
-  Registry registry = real_registry();
+  const Registry& registry = op_testing::registry();
   Graph graph = load_graph(TEENY_SOURCE_DIR "/graphs/mnist_mlp.yaml", registry);
   ASSERT_EQ(graph.nodes.size(), 4u);
   EXPECT_EQ(shape_str(graph.find_node("fc1")->ctx.output.shape), "[B, 256]");
@@ -178,7 +174,7 @@ TEST(SpecGraphs, MnistMlpShapes) {
 // Every graph in graphs/ validates, and every node's params match its op's documented
 // param_slots (what `teeny ops` lists).
 TEST(SpecGraphs, EveryBundledGraphValidatesAndDocumentsItsParams) {
-  Registry registry = real_registry();
+  const Registry& registry = op_testing::registry();
   int graphs = 0;
   for (const auto& entry : std::filesystem::directory_iterator(TEENY_SOURCE_DIR "/graphs")) {
     if (entry.path().extension() != ".yaml") continue;

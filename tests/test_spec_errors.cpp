@@ -9,6 +9,7 @@
 #include "core/graph.h"
 #include "ops/ops.h"
 #include "tests/spec_test_ops.h"
+#include "tests/op_test_util.h"
 
 namespace teeny {
 namespace {
@@ -515,9 +516,7 @@ std::string mnist_error(int line, const std::string& text) {
   std::ifstream file(TEENY_SOURCE_DIR "/graphs/mnist_mlp.yaml");
   std::string spec, current;
   for (int n = 1; std::getline(file, current); ++n) spec += (n == line ? text : current) + "\n";
-  Registry registry;
-  ops::register_all(registry);
-  return rendered([&] { parse_graph(spec, "mnist_mlp.yaml", registry); });
+  return rendered([&] { parse_graph(spec, "mnist_mlp.yaml", op_testing::registry()); });
 }
 
 TEST(SpecErrorRealOps, UnknownOpSuggestsLinear) {
