@@ -179,14 +179,16 @@ const char* kSdpaBody = R"CUDA( {
 // 4 warps, each owning 16 query rows; S = Q·Kᵀ and O += P·V are m16n8k16 MMAs (f32
 // accumulators). The S accumulators map onto P's A-fragments directly, so P never leaves
 // registers; the row max/sum live in the quad of lanes that shares a row. Q is staged through
-// the K buffer once, then kept as fragments.
+// the K buffer once, then kept as fragments. K and V tiles are double-buffered in dynamic
+// shared memory: the next tile's cp.async copies run while the current one is computed.
 const char* kSdpaMmaBody = R"CUDA( {
   constexpr int kLd = kDH + 8;  // padded rows: ldmatrix's 8 row reads hit distinct banks
   constexpr int kChunks = kBKV * kDH / 8;  // 16-byte chunks per K or V tile
   constexpr float kLog2e = 1.4426950408889634f;
   static_assert(kBKV == kBQ && kThreads == kBQ / 16 * 32, "Q is staged through the K tile; 16 rows per warp");
-  __shared__ __align__(16) T Ks[kBKV][kLd];
-  __shared__ __align__(16) T Vs[kBKV][kLd];
+  extern __shared__ __align__(16) unsigned char tn_sdpa_smem[];
+  T (*Ks)[kBKV][kLd] = reinterpret_cast<T (*)[kBKV][kLd]>(tn_sdpa_smem);  // [2][kBKV][kLd]
+  T (*Vs)[kBKV][kLd] = Ks + 2;
   const int q_tiles = (Sq + kBQ - 1) / kBQ;
   const int qt = q_tiles - 1 - (int)(blockIdx.x / N);  // heaviest causal tiles first
   const int n = (int)(blockIdx.x % N);
@@ -198,13 +200,14 @@ const char* kSdpaMmaBody = R"CUDA( {
   const T* vn = v + (long long)n * Skv * ldv;
   const T zero = tn_from_raw<T>(0);
 
-  // Rows [row0, row0 + kBKV) of a [rows, kDH] matrix into dst, zeros past `rows`.
+  // Rows [row0, row0 + kBKV) of a [rows, kDH] matrix into dst, zeros past `rows`; whole aligned
+  // chunks by cp.async (the caller commits and waits).
   auto load_tile = [&](T (*dst)[kLd], const T* src, int ld, int row0, int rows) {
     const bool vec = ld % 8 == 0 && tn_aligned16(src);
     for (int c = tid; c < kChunks; c += kThreads) {
       const int r = c / (kDH / 8), col = (c % (kDH / 8)) * 8, row = row0 + r;
       if (vec && row < rows) {
-        *reinterpret_cast<uint4*>(&dst[r][col]) = __ldg(reinterpret_cast<const uint4*>(src + (long long)row * ld + col));
+        tn_cp_async16(&dst[r][col], src + (long long)row * ld + col);
       } else {
 #pragma unroll
         for (int e = 0; e < 8; ++e) dst[r][col + e] = row < rows ? src[(long long)row * ld + col + e] : zero;
@@ -213,11 +216,13 @@ const char* kSdpaMmaBody = R"CUDA( {
   };
 
   unsigned qf[kDH / 16][4];
-  load_tile(Ks, qn, ldq, q0, Sq);
+  load_tile(Ks[1], qn, ldq, q0, Sq);
+  tn_cp_async_commit();
+  tn_cp_async_wait<0>();
   __syncthreads();
 #pragma unroll
   for (int kk = 0; kk < kDH / 16; ++kk)
-    tn_ldmatrix_x4(qf[kk], &Ks[warp * 16 + lane % 16][kk * 16 + (lane / 16) * 8]);
+    tn_ldmatrix_x4(qf[kk], &Ks[1][warp * 16 + lane % 16][kk * 16 + (lane / 16) * 8]);
 
   float o[kDH / 8][4];
 #pragma unroll
@@ -228,11 +233,19 @@ const char* kSdpaMmaBody = R"CUDA( {
   const int q_last = min(Sq, q0 + kBQ) - 1;
   const int kv_end = kCausal ? min(Skv, q_last + 1) : Skv;
 
-  for (int j0 = 0; j0 < kv_end; j0 += kBKV) {
-    __syncthreads();  // Q fragments / the previous tile are consumed
-    load_tile(Ks, kn, ldk, j0, Skv);
-    load_tile(Vs, vn, ldv, j0, Skv);
+  // Tile 0 goes to buffer 0 (Q was staged in buffer 1, whose reads the first barrier fences).
+  load_tile(Ks[0], kn, ldk, 0, Skv);
+  load_tile(Vs[0], vn, ldv, 0, Skv);
+  tn_cp_async_commit();
+  for (int j0 = 0, buf = 0; j0 < kv_end; j0 += kBKV, buf ^= 1) {
+    tn_cp_async_wait<0>();  // this tile's copies (the only group in flight)
+    // Everyone's copies of this tile have landed, and everyone is done with the other buffer.
     __syncthreads();
+    if (j0 + kBKV < kv_end) {
+      load_tile(Ks[buf ^ 1], kn, ldk, j0 + kBKV, Skv);
+      load_tile(Vs[buf ^ 1], vn, ldv, j0 + kBKV, Skv);
+    }
+    tn_cp_async_commit();
 
     float s[kBKV / 8][4];
 #pragma unroll
@@ -242,20 +255,22 @@ const char* kSdpaMmaBody = R"CUDA( {
 #pragma unroll
       for (int j = 0; j < kBKV / 8; j += 2) {
         unsigned r[4];  // keys j*8.. (k 0-7, 8-15), keys j*8+8.. (k 0-7, 8-15)
-        tn_ldmatrix_x4(r, &Ks[j * 8 + (mat / 2) * 8 + lane % 8][kk * 16 + (mat % 2) * 8]);
+        tn_ldmatrix_x4(r, &Ks[buf][j * 8 + (mat / 2) * 8 + lane % 8][kk * 16 + (mat % 2) * 8]);
         tn_mma16816(s[j], qf[kk], r[0], r[1]);
         tn_mma16816(s[j + 1], qf[kk], r[2], r[3]);
       }
     }
 
-    // Scale into log2 units, mask, and the online-softmax update per row (h = 0: g, 1: g + 8).
+    // Scale into log2 units, mask (only tiles past Skv or reaching the block's first query
+    // under causality hold hidden keys), and the online-softmax update per row (h = 0: g, 1: g + 8).
+    const bool masked = j0 + kBKV > Skv || (kCausal && j0 + kBKV - 1 > q0);
     float tile_max[2] = {TN_NEG_INF, TN_NEG_INF};
 #pragma unroll
     for (int j = 0; j < kBKV / 8; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int key = j0 + j * 8 + 2 * t + (e & 1), row = row_a + (e / 2) * 8;
-        const bool visible = key < Skv && (!kCausal || key <= row);
+        const bool visible = !masked || (key < Skv && (!kCausal || key <= row));
         s[j][e] = visible ? s[j][e] * qk_scale : TN_NEG_INF;
         tile_max[e / 2] = fmaxf(tile_max[e / 2], s[j][e]);
       }
@@ -292,7 +307,7 @@ const char* kSdpaMmaBody = R"CUDA( {
 #pragma unroll
       for (int d = 0; d < kDH / 8; d += 2) {
         unsigned r[4];  // dims d*8.. (keys 0-7, 8-15), dims d*8+8.. (keys 0-7, 8-15)
-        tn_ldmatrix_x4_trans(r, &Vs[kj * 16 + (mat % 2) * 8 + lane % 8][d * 8 + (mat / 2) * 8]);
+        tn_ldmatrix_x4_trans(r, &Vs[buf][kj * 16 + (mat % 2) * 8 + lane % 8][d * 8 + (mat / 2) * 8]);
         tn_mma16816(o[d], pa, r[0], r[1]);
         tn_mma16816(o[d + 1], pa, r[2], r[3]);
       }
@@ -338,6 +353,10 @@ Lowering lower_sdpa(const OpContext& ctx) {
                  f32("scale", sdpa_scale(ctx, head_dim))};
   launch.block = {threads, 1, 1};
   launch.grid = {n * ceil_div(sq, Expr(kQueriesPerBlock)), Expr(1), Expr(1)};
+  // The tensor-core kernel's double-buffered K and V tiles, rows padded by 8 elements.
+  launch.dynamic_smem = Expr(tensor_cores ? int64_t{2} * 2 * kMmaKeysPerTile * (head_dim + 8) *
+                                                static_cast<int64_t>(dtype_size(dtype))
+                                          : 0);
   const Expr elem(static_cast<int64_t>(dtype_size(dtype)));
   launch.bytes = (Expr(2) * n * sq * Expr(head_dim) + Expr(2) * n * skv * Expr(head_dim)) * elem;
   // q·kᵀ and p·v, 2 FLOPs per multiply-add; causal does about half.
