@@ -323,24 +323,27 @@ __device__ __forceinline__ void tn_store_pair(T* __restrict__ C, const T* __rest
 }
 )CUDA";
 
-// f16/bf16 on Hopper tensor cores (sm_90a): two warpgroups, each computing 64 rows x kBN with
-// wgmma m64nBNk16 from shared memory. Tiles are [rows][64] of 128-byte rows in wgmma's
-// 128-byte swizzle (16-byte chunk c of row r sits at chunk c ^ (r % 8); the swizzle is a
-// function of the address, so every tile starts on a 1024-byte boundary), filled by cp.async
-// kStages deep. Each k-step retires the previous step's MMAs (wgmma.wait_group 1) before the
-// barrier after which their stage is refilled, so one MMA group stays in flight across steps.
+// f16/bf16 on Hopper tensor cores (sm_90a), warp-specialised and persistent: warpgroup 0
+// loads, the other kConsumers warpgroups each compute 64 rows x kBN with wgmma m64nBNk16 from
+// shared memory. Each block walks output tiles first_tile, first_tile + gridDim.x, ... (grid
+// = at most one block per SM), so the loads of a block's next tile run during its epilogue.
+// Loader and consumers share a ring of kStages shared-memory stages guarded by mbarriers: a
+// stage's `full` barrier completes when its cp.async copies (and any zero-fill stores) have
+// landed, its `empty` barrier when every consumer warp has retired the MMAs reading it.
+// Consumers keep one MMA group in flight (wgmma.wait_group 1) and release a stage one step
+// late. Tiles are [rows][64] of 128-byte rows in wgmma's 128-byte swizzle (16-byte chunk c of
+// row r sits at chunk c ^ (r % 8); the swizzle is a function of the address, so every tile
+// starts on a 1024-byte boundary).
 const char* kGemmWgmma = R"CUDA(
-constexpr int kWarpgroups = kThreads / 128;
-static_assert(kBM == 64 * kWarpgroups, "each warpgroup owns 64 rows, the wgmma M");
+constexpr int kConsumers = kThreads / 128 - 1;
+static_assert(kBM == 64 * kConsumers, "each consumer warpgroup owns 64 rows, the wgmma M");
 static_assert(kBK * (int)sizeof(T) == 128, "a K tile row is one 128-byte swizzle row");
 static_assert(kBN % 16 == 0 && kBN <= 256, "wgmma N");
-static_assert(kStages >= 3, "one stage computing, one in flight, one loading");
-constexpr int kAcc = kBN / 2;  // f32 accumulators per thread: 64 x kBN over 128 threads
+static_assert(kStages >= 2, "one stage computing while the next loads");
+constexpr int kAcc = kBN / 2;  // f32 accumulators per consumer thread: 64 x kBN over 128 threads
 constexpr int kATileBytes = kBM * 128, kBTileBytes = kBN * 128;
 constexpr int kStageBytes = kATileBytes + kBTileBytes;
-constexpr int kAChunks = kBM * 8 / kThreads, kBChunks = kBN * 8 / kThreads;
-static_assert(kAChunks * kThreads == kBM * 8 && kBChunks * kThreads == kBN * 8,
-              "tile loads must divide evenly over the block");
+constexpr int kAChunks = kBM * 8 / 128, kBChunks = kBN * 8 / 128;  // 16-byte chunks per loader thread
 
 __device__ __forceinline__ unsigned tn_swizzled(int row, int chunk) {
   return (unsigned)(row * 128 + ((chunk ^ (row & 7)) << 4));
@@ -363,83 +366,147 @@ __device__ __forceinline__ void tn_fence_acc(float (&d)[kAcc]) {
   for (int i = 0; i < kAcc; ++i) asm volatile("" : "+f"(d[i]) :: "memory");
 }
 
+__device__ __forceinline__ void tn_mbar_init(unsigned bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void tn_mbar_arrive(unsigned bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" :: "r"(bar) : "memory");
+}
+// The barrier's pending count is raised now and lowered once this thread's earlier cp.async
+// copies land, so the phase cannot complete before them.
+__device__ __forceinline__ void tn_mbar_track_cp_async(unsigned bar) {
+  asm volatile("cp.async.mbarrier.arrive.shared::cta.b64 [%0];\n" :: "r"(bar) : "memory");
+}
+__device__ __forceinline__ void tn_mbar_wait(unsigned bar, unsigned parity) {
+  unsigned done;
+  do {
+    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+  } while (!done);
+}
+
 // One 16-byte chunk of a swizzled tile.
 __device__ __forceinline__ void tn_load_swizzled(unsigned char* tile, int row, int chunk, const T* __restrict__ src_row,
                                                  bool row_ok, int col, int cols, bool vec_ok) {
   tn_load_chunk(reinterpret_cast<T*>(tile + tn_swizzled(row, chunk)), src_row, row_ok, col, cols, vec_ok);
 }
 
+// Computes output tiles first_tile, first_tile + gridDim.x, ... (grouped tile order).
 __device__ __forceinline__ void tn_gemm_block(const T* __restrict__ A, const T* __restrict__ B,
                                               const T* __restrict__ bias, T* __restrict__ C,
-                                              int M, int N, int K, int lda, int ldb, int ldc, int pid) {
+                                              int M, int N, int K, int lda, int ldb, int ldc, int first_tile) {
   extern __shared__ unsigned char tn_dynamic_smem[];
   unsigned char* smem = tn_dynamic_smem + ((1024 - (tn_smem_addr(tn_dynamic_smem) & 1023)) & 1023);
-  int tile_m, tile_n;
-  tn_gemm_tile_coords(pid, M, N, tile_m, tile_n);
-  const int m0 = tile_m * kBM, n0 = tile_n * kBN;
+  const unsigned full_bar = tn_smem_addr(smem + kStages * kStageBytes), empty_bar = full_bar + kStages * 8;
   const int tid = threadIdx.x, warpgroup = tid / 128;
-  const bool a_vec = lda % 8 == 0 && tn_aligned16(A);
-  const bool b_vec = ldb % 8 == 0 && tn_aligned16(B);
-
-  auto load_tiles = [&](int stage, int k0) {
-    unsigned char* a_tile = smem + stage * kStageBytes;
-    unsigned char* b_tile = a_tile + kATileBytes;
-#pragma unroll
-    for (int c = 0; c < kAChunks; ++c) {
-      const int idx = tid + c * kThreads, r = idx / 8, chunk = idx % 8;
-      tn_load_swizzled(a_tile, r, chunk, A + (long long)(m0 + r) * lda, m0 + r < M, k0 + chunk * 8, K, a_vec);
+  if (tid == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      tn_mbar_init(full_bar + s * 8, 4);                // one arrive per loader warp
+      tn_mbar_init(empty_bar + s * 8, kConsumers * 4);  // one per consumer warp
     }
-#pragma unroll
-    for (int c = 0; c < kBChunks; ++c) {
-      const int idx = tid + c * kThreads, r = idx / 8, chunk = idx % 8;
-      tn_load_swizzled(b_tile, r, chunk, B + (long long)(n0 + r) * ldb, n0 + r < N, k0 + chunk * 8, K, b_vec);
+  }
+  __syncthreads();
+  const int tiles = ((M + kBM - 1) / kBM) * ((N + kBN - 1) / kBN);
+  const int k_tiles = (K + kBK - 1) / kBK;
+  int stage = 0;
+  unsigned phase = 0;  // parity of the ring's current pass
+  auto advance = [&] {
+    if (++stage == kStages) {
+      stage = 0;
+      phase ^= 1;
     }
   };
 
-  float acc[kAcc];
+  if (warpgroup == 0) {
+    // Loader thread tid copies chunk column tid % 8 of rows tid / 8 + 16c: the rows' swizzle
+    // (row % 8) is the same for every c, so chunk c of a stage is 2048 bytes past chunk 0.
+    const int row = tid / 8, chunk = tid % 8;
+    const unsigned first_chunk = tn_smem_addr(smem) + tn_swizzled(row, chunk);
+    const bool a_vec = lda % 8 == 0 && tn_aligned16(A);
+    const bool b_vec = ldb % 8 == 0 && tn_aligned16(B);
+    for (int tile = first_tile; tile < tiles; tile += gridDim.x) {
+      int tile_m, tile_n;
+      tn_gemm_tile_coords(tile, M, N, tile_m, tile_n);
+      const int m0 = tile_m * kBM, n0 = tile_n * kBN;
+      const T* a_src = A + (long long)(m0 + row) * lda + chunk * 8;
+      const T* b_src = B + (long long)(n0 + row) * ldb + chunk * 8;
+      // Whole tiles of aligned rows take one cp.async per chunk and no checks.
+      const bool a_whole = a_vec && m0 + kBM <= M, b_whole = b_vec && n0 + kBN <= N;
+      for (int kt = 0; kt < k_tiles; ++kt, advance()) {
+        tn_mbar_wait(empty_bar + stage * 8, phase ^ 1);  // a fresh barrier's previous phase counts as done
+        const unsigned a_dst = first_chunk + stage * kStageBytes, b_dst = a_dst + kATileBytes;
+        const int k0 = kt * kBK;
+        const bool k_whole = k0 + kBK <= K;
+        if (a_whole && k_whole) {
 #pragma unroll
-  for (int i = 0; i < kAcc; ++i) acc[i] = 0.f;
-
-  // Tile t is loaded kStages - 2 steps ahead, as cp.async group t (empty groups keep the count).
-  const int k_tiles = (K + kBK - 1) / kBK;
+          for (int c = 0; c < kAChunks; ++c) tn_cp_async16_to(a_dst + c * 2048, a_src + (long long)c * 16 * lda + k0);
+        } else {
+          unsigned char* a_tile = smem + stage * kStageBytes;
 #pragma unroll
-  for (int s = 0; s < kStages - 2; ++s) {
-    if (s < k_tiles) load_tiles(s, s * kBK);
-    tn_cp_async_commit();
-  }
-  for (int kt = 0; kt < k_tiles; ++kt) {
-    tn_cp_async_wait<kStages - 3>();
-    // cp.async and plain stores are generic-proxy writes; wgmma reads through the async proxy.
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-    __syncthreads();
-    // Every warpgroup retired step kt - 2's MMAs before this barrier: its stage is free.
-    const int next = kt + kStages - 2;
-    if (next < k_tiles) load_tiles(next % kStages, next * kBK);
-    tn_cp_async_commit();
-
-    const unsigned a_addr = tn_smem_addr(smem + (kt % kStages) * kStageBytes) + warpgroup * 64 * 128;
-    const unsigned b_addr = tn_smem_addr(smem + (kt % kStages) * kStageBytes + kATileBytes);
-    tn_fence_acc(acc);
-    tn_wgmma_fence();
+          for (int c = 0; c < kAChunks; ++c)
+            tn_load_swizzled(a_tile, row + 16 * c, chunk, A + (long long)(m0 + row + 16 * c) * lda,
+                             m0 + row + 16 * c < M, k0 + chunk * 8, K, a_vec);
+        }
+        if (b_whole && k_whole) {
 #pragma unroll
-    for (int kk = 0; kk < kBK / 16; ++kk) {  // 16 elements of K = 32 bytes along the swizzled row
-      tn_wgmma(acc, tn_wgmma_desc(a_addr + kk * 32), tn_wgmma_desc(b_addr + kk * 32));
+          for (int c = 0; c < kBChunks; ++c) tn_cp_async16_to(b_dst + c * 2048, b_src + (long long)c * 16 * ldb + k0);
+        } else {
+          unsigned char* b_tile = smem + stage * kStageBytes + kATileBytes;
+#pragma unroll
+          for (int c = 0; c < kBChunks; ++c)
+            tn_load_swizzled(b_tile, row + 16 * c, chunk, B + (long long)(n0 + row + 16 * c) * ldb,
+                             n0 + row + 16 * c < N, k0 + chunk * 8, K, b_vec);
+        }
+        // The phase waits for every lane's copies; lane 0's arrive, after the warp's
+        // convergence point, also releases the lanes' zero-fill stores.
+        tn_mbar_track_cp_async(full_bar + stage * 8);
+        __syncwarp();
+        if (tid % 32 == 0) tn_mbar_arrive(full_bar + stage * 8);
+      }
     }
-    tn_wgmma_commit();
-    tn_wgmma_wait<1>();
-    tn_fence_acc(acc);
+    return;
   }
-  tn_wgmma_wait<0>();
-  tn_fence_acc(acc);
 
-  // Epilogue: accumulator 4j + 2h + e is row (warp % 4) * 16 + lane / 4 + 8h, column 8j + 2 (lane % 4) + e.
-  const int lane = tid % 32, row = m0 + warpgroup * 64 + (tid % 128) / 32 * 16 + lane / 4;
+  const int consumer = warpgroup - 1, lane = tid % 32;
+  for (int tile = first_tile; tile < tiles; tile += gridDim.x) {
+    int tile_m, tile_n;
+    tn_gemm_tile_coords(tile, M, N, tile_m, tile_n);
+    const int m0 = tile_m * kBM, n0 = tile_n * kBN;
+    float acc[kAcc];
 #pragma unroll
-  for (int j = 0; j < kBN / 8; ++j)
+    for (int i = 0; i < kAcc; ++i) acc[i] = 0.f;
+    int previous = -1;  // the stage whose MMAs are still in flight
+    for (int kt = 0; kt < k_tiles; ++kt, advance()) {
+      tn_mbar_wait(full_bar + stage * 8, phase);
+      // The copies are generic-proxy writes; wgmma reads shared memory through the async proxy.
+      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+      const unsigned a_addr = tn_smem_addr(smem + stage * kStageBytes) + consumer * 64 * 128;
+      const unsigned b_addr = tn_smem_addr(smem + stage * kStageBytes + kATileBytes);
+      tn_fence_acc(acc);
+      tn_wgmma_fence();
 #pragma unroll
-    for (int h = 0; h < 2; ++h)
-      tn_store_pair(C, bias, M, N, ldc, row + h * 8, n0 + j * 8 + (lane % 4) * 2, acc[4 * j + 2 * h],
-                    acc[4 * j + 2 * h + 1]);
+      for (int kk = 0; kk < kBK / 16; ++kk) {  // 16 elements of K = 32 bytes along the swizzled row
+        tn_wgmma(acc, tn_wgmma_desc(a_addr + kk * 32), tn_wgmma_desc(b_addr + kk * 32));
+      }
+      tn_wgmma_commit();
+      tn_wgmma_wait<1>();
+      tn_fence_acc(acc);
+      if (previous >= 0 && lane == 0) tn_mbar_arrive(empty_bar + previous * 8);
+      previous = stage;
+    }
+    tn_wgmma_wait<0>();
+    tn_fence_acc(acc);
+    if (previous >= 0 && lane == 0) tn_mbar_arrive(empty_bar + previous * 8);
+
+    // Accumulator 4j + 2h + e is row (warp % 4) * 16 + lane / 4 + 8h, column 8j + 2 (lane % 4) + e.
+    const int row = m0 + consumer * 64 + (tid % 128) / 32 * 16 + lane / 4;
+#pragma unroll
+    for (int j = 0; j < kBN / 8; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        tn_store_pair(C, bias, M, N, ldc, row + h * 8, n0 + j * 8 + (lane % 4) * 2, acc[4 * j + 2 * h],
+                      acc[4 * j + 2 * h + 1]);
+  }
 }
 )CUDA";
 
@@ -450,9 +517,10 @@ const char* kMmaPrimitives = R"CUDA(
 __device__ __forceinline__ unsigned tn_smem_addr(const void* p) {
   return (unsigned)__cvta_generic_to_shared(p);
 }
-__device__ __forceinline__ void tn_cp_async16(void* dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" :: "r"(tn_smem_addr(dst)), "l"(src));
+__device__ __forceinline__ void tn_cp_async16_to(unsigned dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" :: "r"(dst), "l"(src));
 }
+__device__ __forceinline__ void tn_cp_async16(void* dst, const void* src) { tn_cp_async16_to(tn_smem_addr(dst), src); }
 __device__ __forceinline__ void tn_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int kPending> __device__ __forceinline__ void tn_cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" :: "n"(kPending));
@@ -523,24 +591,32 @@ GemmTile choose_gemm_tile(DType dtype, GemmBLayout layout, const Expr& n, int ta
   const bool narrow = n.is_const() && *n.const_value() < 512;
   if (dtype == DType::kF32) return narrow ? GemmTile{64, 64, 16, 256, 2} : GemmTile{128, 128, 8, 256, 2};
   if (narrow) return GemmTile{64, 64, 32, 128, 1};
-  // wgmma reads B from shared memory K-major, i.e. in the [N, K] layout. Measured on the H200
-  // (bf16, M = 4096..8192): a 128x256 tile wins at N = 4096 (457 vs 407 TFLOP/s); at GPT-2's
-  // N = 768..3072 with K = 768 two 128x128 blocks per SM win (298 vs 257 TFLOP/s at N = 2304),
-  // one block's epilogue overlapping the other's main loop.
+  // wgmma reads B from shared memory K-major, i.e. in the [N, K] layout. Stages fill ~192 KiB.
+  // Measured on the H200 (bf16, M = 8192 unless noted; 128x256 / 128x192 / 128x128 TFLOP/s):
+  // 4096^3 605 / - / 608 (128x256 was used); K = 768, N = 2304 332 / 330 / 315; N = 3072 373 /
+  // 329 / 320; K = 3072, N = 768 475 / 502 / 461; K = 768, N = 768 272 / 309 / 307. Only N is
+  // known when compiling (M has the batch), so N picks: wide outputs take 128x256, the rest
+  // 128x192 (GPT-2's 768 is four such tiles).
   if (target_sm == 90 && layout == GemmBLayout::kNK) {
-    const bool wide = n.is_const() && *n.const_value() >= 4096;
-    return wide ? GemmTile{128, 256, 64, 256, 1, 4} : GemmTile{128, 128, 64, 256, 2, 3};
+    const bool wide = n.is_const() && *n.const_value() >= 2048;
+    return wide ? GemmTile{128, 256, 64, 384, 1, 4} : GemmTile{128, 192, 64, 384, 1, 5};
   }
   return GemmTile{128, 128, 32, 256, 1};
 }
 
 int64_t gemm_dynamic_smem(const GemmTile& tile) {
-  // 16-bit A and B tiles per stage, + 1024 to align the swizzled tiles inside the allocation.
-  return tile.wgmma() ? int64_t{tile.stages} * (tile.bm + tile.bn) * tile.bk * 2 + 1024 : 0;
+  // 16-bit A and B tiles per stage, + 1024 to align the swizzled tiles inside the allocation,
+  // + a full and an empty mbarrier (8 bytes each) per stage.
+  return tile.wgmma() ? int64_t{tile.stages} * ((tile.bm + tile.bn) * tile.bk * 2 + 16) + 1024 : 0;
 }
 
 Expr gemm_tiles(const GemmTile& tile, const Expr& m, const Expr& n) {
   return ceil_div(m, Expr(tile.bm)) * ceil_div(n, Expr(tile.bn));
+}
+
+Expr gemm_grid(const GemmTile& tile, const Expr& m, const Expr& n) {
+  const Expr tiles = gemm_tiles(tile, m, n);
+  return tile.wgmma() ? min(tiles, Expr(kSm90Sms)) : tiles;
 }
 
 std::string gemm_kernel_name(const std::string& op, DType dtype, GemmBLayout layout, bool has_bias,

@@ -3,8 +3,9 @@
 // A is row-major with row stride lda. B is either [N, K] (a linear weight, K contiguous) or
 // [K, N] (a matmul operand, N contiguous). f32 runs on CUDA cores (shared-memory tiles,
 // register blocking, float4 loads); f16/bf16 run on tensor cores with f32 accumulation: on
-// sm_90 with B as [N, K], Hopper's warpgroup MMA (wgmma, sm_90a) reading 128-byte-swizzled
-// shared tiles filled by a multi-stage cp.async pipeline; otherwise mma.sync m16n8k16 fed by
+// sm_90 with B as [N, K], a persistent warp-specialised kernel: one warpgroup fills a ring of
+// 128-byte-swizzled shared stages by cp.async, the others run Hopper's warpgroup MMA (wgmma,
+// sm_90a) on them; otherwise mma.sync m16n8k16 fed by
 // ldmatrix with cp.async double buffering. Any M/N/K works: tails are masked, and unaligned
 // strides fall back to scalar loads at run time.
 #pragma once
@@ -20,6 +21,10 @@
 namespace teeny::ops {
 
 enum class GemmBLayout { kNK, kKN };
+
+// SMs of the sm_90 part teeny is tuned on (H100 SXM / H200), for persistent grids and wave
+// counts. Kernels stay correct on any SM count; only their load balance assumes this one.
+constexpr int kSm90Sms = 132;
 
 // The launch constants one kernel is generated from.
 struct GemmTile {
@@ -38,13 +43,18 @@ GemmTile choose_gemm_tile(DType dtype, GemmBLayout layout, const Expr& n, int ta
 int64_t gemm_dynamic_smem(const GemmTile& tile);
 
 // Source of `__device__ void tn_gemm_block(A, B, bias, C, M, N, K, lda, ldb, ldc, pid)`,
-// computing output tile `pid` (grouped tile order), for the given dtype, layout and tile.
+// computing output tile `pid` (grouped tile order), for the given dtype, layout and tile; the
+// persistent wgmma kernel computes tiles pid, pid + gridDim.x, ... instead.
 // Columns in [N, ldc) of the tile's rows are written as zeros (row padding). `bias` may be
 // null only when has_bias is false. Includes kernel_prelude().
 std::string gemm_device_source(DType dtype, GemmBLayout layout, bool has_bias, const GemmTile& tile);
 
-// Output tiles per matrix: the launch grid's x for M x N.
+// Output tiles per matrix.
 Expr gemm_tiles(const GemmTile& tile, const Expr& m, const Expr& n);
+
+// The launch grid's x for M x N: one block per tile, or for the persistent wgmma kernel at most
+// one per SM (its blocks stride over the tiles).
+Expr gemm_grid(const GemmTile& tile, const Expr& m, const Expr& n);
 
 // Kernel base name, e.g. "linear_bf16_nk_bias_128x128x32" ("..._wgmma" on that path).
 std::string gemm_kernel_name(const std::string& op, DType dtype, GemmBLayout layout, bool has_bias,

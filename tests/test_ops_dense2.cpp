@@ -301,14 +301,18 @@ TEST(Dense2Lowering, LinearSplitsKWhenTilesCannotFillTheGpu) {
 TEST(Dense2Lowering, LinearUsesWgmmaOnlyWhereItApplies) {
   OpContext ctx = context("linear", {{"out_features", 768}, {"bias", true}}, {tensor(DType::kBF16, {B, S, 3072})});
   Lowering lowering = op("linear").lower(ctx);
-  EXPECT_EQ(lowering.kernels.at(0).name, "linear_bf16_nk_bias_128x128x64_wgmma");
+  EXPECT_EQ(lowering.kernels.at(0).name, "linear_bf16_nk_bias_128x192x64_wgmma");
   EXPECT_TRUE(lowering.kernels.at(0).arch_specific);
-  EXPECT_EQ(lowering.launches.at(0).block[0], 256);
-  EXPECT_EQ(lowering.launches.at(0).dynamic_smem.eval({}), 3 * (128 + 128) * 64 * 2 + 1024);
-  const OpContext wide = context("linear", {{"out_features", 4096}, {"bias", true}}, {tensor(DType::kF16, {B, 4096})});
+  // A loader warpgroup and two MMA warpgroups; five 40 KiB stages with two 8-byte mbarriers each;
+  // persistent: at most one block per SM.
+  EXPECT_EQ(lowering.launches.at(0).block[0], 384);
+  EXPECT_EQ(lowering.launches.at(0).dynamic_smem.eval({}), 5 * ((128 + 192) * 64 * 2 + 16) + 1024);
+  EXPECT_EQ(lowering.launches.at(0).grid[0].eval({{"B", 1}, {"S", 128}}), 4);
+  EXPECT_EQ(lowering.launches.at(0).grid[0].eval({{"B", 64}, {"S", 128}}), 132);
+  const OpContext wide = context("linear", {{"out_features", 2048}, {"bias", true}}, {tensor(DType::kF16, {B, 4096})});
   lowering = op("linear").lower(wide);
   EXPECT_EQ(lowering.kernels.at(0).name, "linear_f16_nk_bias_128x256x64_wgmma");
-  EXPECT_EQ(lowering.launches.at(0).dynamic_smem.eval({}), 4 * (128 + 256) * 64 * 2 + 1024);
+  EXPECT_EQ(lowering.launches.at(0).dynamic_smem.eval({}), 4 * ((128 + 256) * 64 * 2 + 16) + 1024);
 
   ctx.target_sm = 80;
   lowering = op("linear").lower(ctx);
