@@ -499,13 +499,27 @@ __device__ __forceinline__ void tn_gemm_block(const T* __restrict__ A, const T* 
     if (previous >= 0 && lane == 0) tn_mbar_arrive(empty_bar + previous * 8);
 
     // Accumulator 4j + 2h + e is row (warp % 4) * 16 + lane / 4 + 8h, column 8j + 2 (lane % 4) + e.
-    const int row = m0 + consumer * 64 + (tid % 128) / 32 * 16 + lane / 4;
+    const int row = m0 + consumer * 64 + (tid % 128) / 32 * 16 + lane / 4, col = n0 + (lane % 4) * 2;
+    // Inside M and N, with no row padding to zero and 4-byte aligned pairs, the stores and
+    // bias loads need no checks, so they issue back to back instead of behind branches.
+    const bool whole = m0 + kBM <= M && (n0 + kBN < N || (n0 + kBN == N && ldc == N)) && ldc % 2 == 0 &&
+                       (reinterpret_cast<unsigned long long>(C) & 3ull) == 0;
+    if (whole) {
+      T* out = C + (long long)row * ldc + col;
 #pragma unroll
-    for (int j = 0; j < kBN / 8; ++j)
+      for (int j = 0; j < kBN / 8; ++j) {
+        const float b0 = kHasBias ? tn_f32(bias[col + j * 8]) : 0.f;
+        const float b1 = kHasBias ? tn_f32(bias[col + j * 8 + 1]) : 0.f;
+        *reinterpret_cast<unsigned*>(out + j * 8) = tn_pack2(acc[4 * j] + b0, acc[4 * j + 1] + b1);
+        *reinterpret_cast<unsigned*>(out + 8LL * ldc + j * 8) = tn_pack2(acc[4 * j + 2] + b0, acc[4 * j + 3] + b1);
+      }
+    } else {
 #pragma unroll
-      for (int h = 0; h < 2; ++h)
-        tn_store_pair(C, bias, M, N, ldc, row + h * 8, n0 + j * 8 + (lane % 4) * 2, acc[4 * j + 2 * h],
-                      acc[4 * j + 2 * h + 1]);
+      for (int j = 0; j < kBN / 8; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          tn_store_pair(C, bias, M, N, ldc, row + h * 8, col + j * 8, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+    }
   }
 }
 )CUDA";
