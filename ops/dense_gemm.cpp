@@ -324,23 +324,32 @@ __device__ __forceinline__ void tn_store_pair(T* __restrict__ C, const T* __rest
 )CUDA";
 
 // f16/bf16 on Hopper tensor cores (sm_90a), warp-specialised and persistent: warpgroup 0
-// loads, the other kConsumers warpgroups each compute 64 rows x kBN with wgmma m64nBNk16 from
-// shared memory. Each block walks output tiles first_tile, first_tile + gridDim.x, ... (grid
-// = at most one block per SM), so the loads of a block's next tile run during its epilogue.
+// loads, the other kConsumers warpgroups compute with wgmma m64nBNk16 from shared memory. Each
+// block walks output tiles first_tile, first_tile + gridDim.x, ... (its tiles t = 0, 1, ...;
+// grid = at most one block per SM), so the loads of a block's next tile run during an epilogue.
+// Two schedules: cooperative, the consumers split every tile's rows (64 each); pingpong
+// (kPingpong), consumer c computes whole tiles t = c, c + kConsumers, ... (kBM / 64 row blocks),
+// so one consumer's epilogue overlaps the other's MMAs.
 // Loader and consumers share a ring of kStages shared-memory stages guarded by mbarriers: a
 // stage's `full` barrier completes when its cp.async copies (and any zero-fill stores) have
-// landed, its `empty` barrier when every consumer warp has retired the MMAs reading it.
-// Consumers keep one MMA group in flight (wgmma.wait_group 1) and release a stage one step
-// late. Tiles are [rows][64] of 128-byte rows in wgmma's 128-byte swizzle (16-byte chunk c of
-// row r sits at chunk c ^ (r % 8); the swizzle is a function of the address, so every tile
-// starts on a 1024-byte boundary).
+// landed, its `empty` barrier when every warp computing on it has retired the MMAs reading it.
+// The loader fills the ring with the tiles' k-steps in order, so k-step kt of tile t is ring
+// step t * k_tiles + kt. Consumers keep one MMA group in flight (wgmma.wait_group 1) and release
+// a stage one step late. Tiles are [rows][64] of 128-byte rows in wgmma's 128-byte swizzle
+// (16-byte chunk c of row r sits at chunk c ^ (r % 8); the swizzle is a function of the
+// address, so every tile starts on a 1024-byte boundary).
 const char* kGemmWgmma = R"CUDA(
 constexpr int kConsumers = kThreads / 128 - 1;
-static_assert(kBM == 64 * kConsumers, "each consumer warpgroup owns 64 rows, the wgmma M");
+static_assert(kPingpong ? kBM % 64 == 0 : kBM == 64 * kConsumers,
+              "consumers compute row blocks of 64 (the wgmma M); cooperative ones one each per tile");
+constexpr int kRowBlocks = kPingpong ? kBM / 64 : 1;         // per consumer and tile
+constexpr int kTileStep = kPingpong ? kConsumers : 1;        // between a consumer's tiles
+constexpr int kStageWarps = kPingpong ? 4 : 4 * kConsumers;  // computing on one stage
 static_assert(kBK * (int)sizeof(T) == 128, "a K tile row is one 128-byte swizzle row");
 static_assert(kBN % 16 == 0 && kBN <= 256, "wgmma N");
 static_assert(kStages >= 2, "one stage computing while the next loads");
-constexpr int kAcc = kBN / 2;  // f32 accumulators per consumer thread: 64 x kBN over 128 threads
+constexpr int kAcc = kBN / 2;  // f32 accumulators per thread and row block: 64 x kBN over 128 threads
+static_assert(kRowBlocks * kAcc <= 128, "accumulators must leave registers for addresses (168 per thread)");
 constexpr int kATileBytes = kBM * 128, kBTileBytes = kBN * 128;
 constexpr int kStageBytes = kATileBytes + kBTileBytes;
 constexpr int kAChunks = kBM * 8 / 128, kBChunks = kBN * 8 / 128;  // 16-byte chunks per loader thread
@@ -398,12 +407,15 @@ __device__ __forceinline__ void tn_gemm_block(const T* __restrict__ A, const T* 
   extern __shared__ unsigned char tn_dynamic_smem[];
   unsigned char* smem = tn_dynamic_smem + ((1024 - (tn_smem_addr(tn_dynamic_smem) & 1023)) & 1023);
   const unsigned full_bar = tn_smem_addr(smem + kStages * kStageBytes), empty_bar = full_bar + kStages * 8;
+  const unsigned turn_bar = empty_bar + kStages * 8;  // pingpong: one per consumer
   const int tid = threadIdx.x, warpgroup = tid / 128;
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
-      tn_mbar_init(full_bar + s * 8, 4);                // one arrive per loader warp
-      tn_mbar_init(empty_bar + s * 8, kConsumers * 4);  // one per consumer warp
+      tn_mbar_init(full_bar + s * 8, 4);             // one arrive per loader warp
+      tn_mbar_init(empty_bar + s * 8, kStageWarps);  // one per warp computing on the stage
     }
+    if (kPingpong)
+      for (int c = 0; c < kConsumers; ++c) tn_mbar_init(turn_bar + c * 8, 4);  // one per warp of the previous consumer
   }
   __syncthreads();
   const int tiles = ((M + kBM - 1) / kBM) * ((N + kBN - 1) / kBN);
@@ -468,44 +480,66 @@ __device__ __forceinline__ void tn_gemm_block(const T* __restrict__ A, const T* 
   }
 
   const int consumer = warpgroup - 1, lane = tid % 32;
-  for (int tile = first_tile; tile < tiles; tile += gridDim.x) {
+  // Cooperative consumers all compute each of the block's tiles t; pingpong consumer c computes
+  // t = c, c + kConsumers, ...
+  for (int t = kPingpong ? consumer : 0, tile = first_tile + t * (int)gridDim.x; tile < tiles;
+       t += kTileStep, tile += kTileStep * (int)gridDim.x) {
     int tile_m, tile_n;
     tn_gemm_tile_coords(tile, M, N, tile_m, tile_n);
     const int m0 = tile_m * kBM, n0 = tile_n * kBN;
-    float acc[kAcc];
+    stage = t * k_tiles % kStages;  // the ring position of the tile's first k-step
+    phase = t * k_tiles / kStages & 1;
+    // Pingpong: tile t's consumer waits until tile t - 1's consumer has passed all its `full`
+    // waits. The parity waits need that order: waiting for pass n of a stage returns at once
+    // while pass n - 1 is incomplete, i.e. before the copies of pass n have even started. It
+    // also makes the consumers take turns on the tensor cores, one's epilogue under the other's
+    // MMAs. Consumer c's turn barrier completes once per tile of the previous consumer: tile t - 1
+    // completes pass (t - 1) / kConsumers.
+    if (kPingpong && t > 0) tn_mbar_wait(turn_bar + consumer * 8, (t - 1) / kConsumers & 1);
+    float acc[kRowBlocks][kAcc];
 #pragma unroll
-    for (int i = 0; i < kAcc; ++i) acc[i] = 0.f;
+    for (int i = 0; i < kRowBlocks; ++i)
+#pragma unroll
+      for (int j = 0; j < kAcc; ++j) acc[i][j] = 0.f;
     int previous = -1;  // the stage whose MMAs are still in flight
     for (int kt = 0; kt < k_tiles; ++kt, advance()) {
       tn_mbar_wait(full_bar + stage * 8, phase);
       // The copies are generic-proxy writes; wgmma reads shared memory through the async proxy.
       asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-      const unsigned a_addr = tn_smem_addr(smem + stage * kStageBytes) + consumer * 64 * 128;
+      const unsigned a_addr = tn_smem_addr(smem + stage * kStageBytes) + (kPingpong ? 0 : consumer * 64 * 128);
       const unsigned b_addr = tn_smem_addr(smem + stage * kStageBytes + kATileBytes);
-      tn_fence_acc(acc);
+#pragma unroll
+      for (int i = 0; i < kRowBlocks; ++i) tn_fence_acc(acc[i]);
       tn_wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < kBK / 16; ++kk) {  // 16 elements of K = 32 bytes along the swizzled row
-        tn_wgmma(acc, tn_wgmma_desc(a_addr + kk * 32), tn_wgmma_desc(b_addr + kk * 32));
-      }
+      for (int kk = 0; kk < kBK / 16; ++kk)  // 16 elements of K = 32 bytes along the swizzled row
+#pragma unroll
+        for (int i = 0; i < kRowBlocks; ++i)
+          tn_wgmma(acc[i], tn_wgmma_desc(a_addr + i * 64 * 128 + kk * 32), tn_wgmma_desc(b_addr + kk * 32));
       tn_wgmma_commit();
       tn_wgmma_wait<1>();
-      tn_fence_acc(acc);
+#pragma unroll
+      for (int i = 0; i < kRowBlocks; ++i) tn_fence_acc(acc[i]);
       if (previous >= 0 && lane == 0) tn_mbar_arrive(empty_bar + previous * 8);
       previous = stage;
     }
+    if (kPingpong && lane == 0) tn_mbar_arrive(turn_bar + (consumer + 1) % kConsumers * 8);  // this warp's waits are done
     tn_wgmma_wait<0>();
-    tn_fence_acc(acc);
+#pragma unroll
+    for (int i = 0; i < kRowBlocks; ++i) tn_fence_acc(acc[i]);
     if (previous >= 0 && lane == 0) tn_mbar_arrive(empty_bar + previous * 8);
 
-    // Accumulator 4j + 2h + e is row (warp % 4) * 16 + lane / 4 + 8h, column 8j + 2 (lane % 4) + e.
-    const int row = m0 + consumer * 64 + (tid % 128) / 32 * 16 + lane / 4;
+    // Accumulator 4j + 2h + e of row block i is row 64i + (warp % 4) * 16 + lane / 4 + 8h,
+    // column 8j + 2 (lane % 4) + e.
+    const int row = m0 + (kPingpong ? 0 : consumer * 64) + (tid % 128) / 32 * 16 + lane / 4;
 #pragma unroll
-    for (int j = 0; j < kBN / 8; ++j)
+    for (int i = 0; i < kRowBlocks; ++i)
 #pragma unroll
-      for (int h = 0; h < 2; ++h)
-        tn_store_pair(C, bias, M, N, ldc, row + h * 8, n0 + j * 8 + (lane % 4) * 2, acc[4 * j + 2 * h],
-                      acc[4 * j + 2 * h + 1]);
+      for (int j = 0; j < kBN / 8; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          tn_store_pair(C, bias, M, N, ldc, row + 64 * i + h * 8, n0 + j * 8 + (lane % 4) * 2,
+                        acc[i][4 * j + 2 * h], acc[i][4 * j + 2 * h + 1]);
   }
 }
 )CUDA";
@@ -598,6 +632,7 @@ GemmTile choose_gemm_tile(DType dtype, GemmBLayout layout, const Expr& n, int ta
   // known when compiling (M has the batch), so N picks: wide outputs take 128x256, the rest
   // 128x192 (GPT-2's 768 is four such tiles).
   if (target_sm == 90 && layout == GemmBLayout::kNK) {
+    if (kUseWgmmaPingpong) return kWgmmaPingpongTile;
     const bool wide = n.is_const() && *n.const_value() >= 2048;
     return wide ? GemmTile{128, 256, 64, 384, 1, 4} : GemmTile{128, 192, 64, 384, 1, 5};
   }
@@ -606,8 +641,9 @@ GemmTile choose_gemm_tile(DType dtype, GemmBLayout layout, const Expr& n, int ta
 
 int64_t gemm_dynamic_smem(const GemmTile& tile) {
   // 16-bit A and B tiles per stage, + 1024 to align the swizzled tiles inside the allocation,
-  // + a full and an empty mbarrier (8 bytes each) per stage.
-  return tile.wgmma() ? int64_t{tile.stages} * ((tile.bm + tile.bn) * tile.bk * 2 + 16) + 1024 : 0;
+  // + a full and an empty mbarrier (8 bytes each) per stage, + pingpong's two turn mbarriers.
+  if (!tile.wgmma()) return 0;
+  return int64_t{tile.stages} * ((tile.bm + tile.bn) * tile.bk * 2 + 16) + (tile.pingpong ? 16 : 0) + 1024;
 }
 
 Expr gemm_tiles(const GemmTile& tile, const Expr& m, const Expr& n) {
@@ -622,7 +658,8 @@ Expr gemm_grid(const GemmTile& tile, const Expr& m, const Expr& n) {
 std::string gemm_kernel_name(const std::string& op, DType dtype, GemmBLayout layout, bool has_bias,
                              const GemmTile& tile) {
   return fmt::format("{}_{}_{}{}_{}x{}x{}{}", op, dtype_name(dtype), layout_name(layout),
-                     has_bias ? "_bias" : "", tile.bm, tile.bn, tile.bk, tile.wgmma() ? "_wgmma" : "");
+                     has_bias ? "_bias" : "", tile.bm, tile.bn, tile.bk,
+                     tile.wgmma() ? (tile.pingpong ? "_wgmma_pp" : "_wgmma") : "");
 }
 
 std::string gemm_device_source(DType dtype, GemmBLayout layout, bool has_bias, const GemmTile& tile) {
@@ -641,6 +678,7 @@ std::string gemm_device_source(DType dtype, GemmBLayout layout, bool has_bias, c
     src += kGemmF32;
   } else if (tile.wgmma()) {
     src += kernel_constant("kStages", tile.stages);
+    src += fmt::format("constexpr bool kPingpong = {};\n", tile.pingpong);
     src += mma_primitives(dtype) + kTensorCoreShared + wgmma_instruction(dtype, tile.bn) + kGemmWgmma;
   } else {
     const int warps = tile.threads / 32;

@@ -32,8 +32,19 @@ struct GemmTile {
   int threads;     // threads per block (1-D)
   int min_blocks;  // __launch_bounds__ occupancy hint (caps registers)
   int stages = 0;  // wgmma path only: shared-memory pipeline depth (0: the other paths)
+  // wgmma path only: each MMA warpgroup computes whole tiles, alternately (see kGemmWgmma),
+  // instead of all of them splitting each tile's rows.
+  bool pingpong = false;
   bool wgmma() const { return stages > 0; }
 };
+
+// The wgmma kernel's pingpong schedule: 128x128 tiles (128 f32 accumulators per MMA thread),
+// six 32 KiB stages. It targets short K (e.g. 768: 12 k-steps per tile), where the cooperative
+// kernel leaves the tensor cores idle during each tile's MMA drain and epilogue. Not yet
+// measured on a GPU, so choose_gemm_tile takes it only when kUseWgmmaPingpong is set (then for
+// every sm_90 16-bit GEMM with B as [N, K] and N >= 512).
+constexpr GemmTile kWgmmaPingpongTile{128, 128, 64, 384, 1, 6, true};
+constexpr bool kUseWgmmaPingpong = false;
 
 // Picks a tile for the dtype and B layout on the target SM; `n` is the output width (a narrow
 // N gets the small tile so small layers still fill the GPU).
@@ -56,7 +67,8 @@ Expr gemm_tiles(const GemmTile& tile, const Expr& m, const Expr& n);
 // one per SM (its blocks stride over the tiles).
 Expr gemm_grid(const GemmTile& tile, const Expr& m, const Expr& n);
 
-// Kernel base name, e.g. "linear_bf16_nk_bias_128x128x32" ("..._wgmma" on that path).
+// Kernel base name, e.g. "linear_bf16_nk_bias_128x128x32" ("..._wgmma" on that path,
+// "..._wgmma_pp" for its pingpong schedule).
 std::string gemm_kernel_name(const std::string& op, DType dtype, GemmBLayout layout, bool has_bias,
                              const GemmTile& tile);
 

@@ -205,6 +205,12 @@ OpDef linear_op() {
                                     {{"y", "linear", {"x"}, {{"out_features", out}}}}),
                          {{{"B", 1}}, {{"B", 260}}}});
       }
+      // Over 2 x 132 output tiles (297 of 128x128, 153 of 128x256), so persistent wgmma blocks
+      // compute several and the ring wraps from tile to tile (pingpong: consumer to consumer);
+      // K = 200 is four k-steps, fewer than the stages, the last one ragged.
+      cases.push_back({"[B, 200] -> 4100 " + dt,
+                       case_graph({"B"}, {{"x", dtype, "[B, 200]"}}, {{"y", "linear", {"x"}, {{"out_features", 4100}}}}),
+                       {{{"B", 1100}}}});
       cases.push_back({"[B, 5, W] -> 130, no bias " + dt,
                        case_graph({"B", "W"}, {{"x", dtype, "[B, 5, W]"}},
                                   {{"y", "linear", {"x"}, {{"out_features", 130}, {"bias", false}}}}),

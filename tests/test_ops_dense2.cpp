@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -18,6 +19,7 @@
 #include "core/nvrtc.h"
 #include "core/ptx.h"
 #include "core/registry.h"
+#include "ops/dense_gemm.h"
 #include "ops/ops.h"
 #include "tests/op_test_util.h"
 
@@ -327,13 +329,33 @@ TEST(Dense2Lowering, LinearUsesWgmmaOnlyWhereItApplies) {
   EXPECT_FALSE(op("matmul").lower(mm).kernels.at(0).arch_specific);
 }
 
+// The pingpong schedule, off in choose_gemm_tile until measured: its name and shared memory.
+TEST(Dense2Lowering, WgmmaPingpongTile) {
+  using namespace ops;
+  EXPECT_EQ(gemm_kernel_name("linear", DType::kBF16, GemmBLayout::kNK, true, kWgmmaPingpongTile),
+            "linear_bf16_nk_bias_128x128x64_wgmma_pp");
+  // Six 32 KiB stages with two 8-byte mbarriers each, two turn mbarriers, 1024 for alignment.
+  EXPECT_EQ(gemm_dynamic_smem(kWgmmaPingpongTile), 6 * (32768 + 16) + 16 + 1024);
+}
+
 // NVRTC passes inline PTX through unchecked; ptxas validates the wgmma instructions, their
 // operand counts and descriptors' types, and says when it would serialise the MMA pipeline.
+// Both schedules: the pingpong one replaces the chosen tile's device source under the same entry.
 TEST(Dense2Lowering, WgmmaKernelsAssembleForSm90aWithoutSerialisation) {
   if (!fs::exists(TEENY_PTXAS)) GTEST_SKIP() << "no ptxas at " << TEENY_PTXAS;
-  for (auto [dtype, out] : {std::pair{DType::kBF16, 768}, std::pair{DType::kF16, 4096}}) {
+  using namespace ops;
+  for (auto [dtype, out, pingpong] : std::vector<std::tuple<DType, int, bool>>{
+           {DType::kBF16, 768, false}, {DType::kBF16, 768, true}, {DType::kF16, 4096, false}, {DType::kF16, 4096, true}}) {
     const OpContext ctx = context("linear", {{"out_features", out}, {"bias", false}}, {tensor(dtype, {B, 768})});
     KernelSource kernel = op("linear").lower(ctx).kernels.at(0);
+    if (pingpong) {
+      const GemmTile chosen = choose_gemm_tile(dtype, GemmBLayout::kNK, Expr(out), 90);
+      const std::string device = gemm_device_source(dtype, GemmBLayout::kNK, false, chosen);
+      ASSERT_EQ(kernel.source.rfind(device, 0), 0u);
+      kernel.source = gemm_device_source(dtype, GemmBLayout::kNK, false, kWgmmaPingpongTile) +
+                      kernel.source.substr(device.size());
+      kernel.name = gemm_kernel_name("linear", dtype, GemmBLayout::kNK, false, kWgmmaPingpongTile);
+    }
     SCOPED_TRACE(kernel.name);
     ASSERT_TRUE(kernel.arch_specific);
     kernel.source = substitute_entry(kernel.source, kernel.name + "_entry_point", kernel.name);
