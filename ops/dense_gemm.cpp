@@ -7,6 +7,9 @@
 namespace teeny::ops {
 namespace {
 
+// The longest K for which the wgmma GEMM takes the pingpong schedule.
+constexpr int kPingpongMaxK = 1024;
+
 // Shared by both paths: output tile coordinates in grouped order — kGroupM consecutive tile
 // ids walk down M under one N tile, so that B panel stays in L2 while A streams.
 const char* kTileOrder = R"CUDA(
@@ -324,23 +327,32 @@ __device__ __forceinline__ void tn_store_pair(T* __restrict__ C, const T* __rest
 )CUDA";
 
 // f16/bf16 on Hopper tensor cores (sm_90a), warp-specialised and persistent: warpgroup 0
-// loads, the other kConsumers warpgroups each compute 64 rows x kBN with wgmma m64nBNk16 from
-// shared memory. Each block walks output tiles first_tile, first_tile + gridDim.x, ... (grid
-// = at most one block per SM), so the loads of a block's next tile run during its epilogue.
+// loads, the other kConsumers warpgroups compute with wgmma m64nBNk16 from shared memory. Each
+// block walks output tiles first_tile, first_tile + gridDim.x, ... (its tiles t = 0, 1, ...;
+// grid = at most one block per SM), so the loads of a block's next tile run during an epilogue.
+// Two schedules: cooperative, the consumers split every tile's rows (64 each); pingpong
+// (kPingpong), consumer c computes whole tiles t = c, c + kConsumers, ... (kBM / 64 row blocks),
+// so one consumer's epilogue overlaps the other's MMAs.
 // Loader and consumers share a ring of kStages shared-memory stages guarded by mbarriers: a
 // stage's `full` barrier completes when its cp.async copies (and any zero-fill stores) have
-// landed, its `empty` barrier when every consumer warp has retired the MMAs reading it.
-// Consumers keep one MMA group in flight (wgmma.wait_group 1) and release a stage one step
-// late. Tiles are [rows][64] of 128-byte rows in wgmma's 128-byte swizzle (16-byte chunk c of
-// row r sits at chunk c ^ (r % 8); the swizzle is a function of the address, so every tile
-// starts on a 1024-byte boundary).
+// landed, its `empty` barrier when every warp computing on it has retired the MMAs reading it.
+// The loader fills the ring with the tiles' k-steps in order, so k-step kt of tile t is ring
+// step t * k_tiles + kt. Consumers keep one MMA group in flight (wgmma.wait_group 1) and release
+// a stage one step late. Tiles are [rows][64] of 128-byte rows in wgmma's 128-byte swizzle
+// (16-byte chunk c of row r sits at chunk c ^ (r % 8); the swizzle is a function of the
+// address, so every tile starts on a 1024-byte boundary).
 const char* kGemmWgmma = R"CUDA(
 constexpr int kConsumers = kThreads / 128 - 1;
-static_assert(kBM == 64 * kConsumers, "each consumer warpgroup owns 64 rows, the wgmma M");
+static_assert(kPingpong ? kBM % 64 == 0 : kBM == 64 * kConsumers,
+              "consumers compute row blocks of 64 (the wgmma M); cooperative ones one each per tile");
+constexpr int kRowBlocks = kPingpong ? kBM / 64 : 1;         // per consumer and tile
+constexpr int kTileStep = kPingpong ? kConsumers : 1;        // between a consumer's tiles
+constexpr int kStageWarps = kPingpong ? 4 : 4 * kConsumers;  // computing on one stage
 static_assert(kBK * (int)sizeof(T) == 128, "a K tile row is one 128-byte swizzle row");
 static_assert(kBN % 16 == 0 && kBN <= 256, "wgmma N");
 static_assert(kStages >= 2, "one stage computing while the next loads");
-constexpr int kAcc = kBN / 2;  // f32 accumulators per consumer thread: 64 x kBN over 128 threads
+constexpr int kAcc = kBN / 2;  // f32 accumulators per thread and row block: 64 x kBN over 128 threads
+static_assert(kRowBlocks * kAcc <= 128, "accumulators must leave registers for addresses (168 per thread)");
 constexpr int kATileBytes = kBM * 128, kBTileBytes = kBN * 128;
 constexpr int kStageBytes = kATileBytes + kBTileBytes;
 constexpr int kAChunks = kBM * 8 / 128, kBChunks = kBN * 8 / 128;  // 16-byte chunks per loader thread
@@ -398,12 +410,15 @@ __device__ __forceinline__ void tn_gemm_block(const T* __restrict__ A, const T* 
   extern __shared__ unsigned char tn_dynamic_smem[];
   unsigned char* smem = tn_dynamic_smem + ((1024 - (tn_smem_addr(tn_dynamic_smem) & 1023)) & 1023);
   const unsigned full_bar = tn_smem_addr(smem + kStages * kStageBytes), empty_bar = full_bar + kStages * 8;
+  const unsigned turn_bar = empty_bar + kStages * 8;  // pingpong: one per consumer
   const int tid = threadIdx.x, warpgroup = tid / 128;
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
-      tn_mbar_init(full_bar + s * 8, 4);                // one arrive per loader warp
-      tn_mbar_init(empty_bar + s * 8, kConsumers * 4);  // one per consumer warp
+      tn_mbar_init(full_bar + s * 8, 4);             // one arrive per loader warp
+      tn_mbar_init(empty_bar + s * 8, kStageWarps);  // one per warp computing on the stage
     }
+    if (kPingpong)
+      for (int c = 0; c < kConsumers; ++c) tn_mbar_init(turn_bar + c * 8, 4);  // one per warp of the previous consumer
   }
   __syncthreads();
   const int tiles = ((M + kBM - 1) / kBM) * ((N + kBN - 1) / kBN);
@@ -468,57 +483,84 @@ __device__ __forceinline__ void tn_gemm_block(const T* __restrict__ A, const T* 
   }
 
   const int consumer = warpgroup - 1, lane = tid % 32;
-  for (int tile = first_tile; tile < tiles; tile += gridDim.x) {
+  // Cooperative consumers all compute each of the block's tiles t; pingpong consumer c computes
+  // t = c, c + kConsumers, ...
+  for (int t = kPingpong ? consumer : 0, tile = first_tile + t * (int)gridDim.x; tile < tiles;
+       t += kTileStep, tile += kTileStep * (int)gridDim.x) {
     int tile_m, tile_n;
     tn_gemm_tile_coords(tile, M, N, tile_m, tile_n);
     const int m0 = tile_m * kBM, n0 = tile_n * kBN;
-    float acc[kAcc];
+    stage = t * k_tiles % kStages;  // the ring position of the tile's first k-step
+    phase = t * k_tiles / kStages & 1;
+    // Pingpong: tile t's consumer waits until tile t - 1's consumer has passed all its `full`
+    // waits. The parity waits need that order: waiting for pass n of a stage returns at once
+    // while pass n - 1 is incomplete, i.e. before the copies of pass n have even started. It
+    // also makes the consumers take turns on the tensor cores, one's epilogue under the other's
+    // MMAs. Consumer c's turn barrier completes once per tile of the previous consumer: tile t - 1
+    // completes pass (t - 1) / kConsumers.
+    if (kPingpong && t > 0) tn_mbar_wait(turn_bar + consumer * 8, (t - 1) / kConsumers & 1);
+    float acc[kRowBlocks][kAcc];
 #pragma unroll
-    for (int i = 0; i < kAcc; ++i) acc[i] = 0.f;
+    for (int i = 0; i < kRowBlocks; ++i)
+#pragma unroll
+      for (int j = 0; j < kAcc; ++j) acc[i][j] = 0.f;
     int previous = -1;  // the stage whose MMAs are still in flight
     for (int kt = 0; kt < k_tiles; ++kt, advance()) {
       tn_mbar_wait(full_bar + stage * 8, phase);
       // The copies are generic-proxy writes; wgmma reads shared memory through the async proxy.
       asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-      const unsigned a_addr = tn_smem_addr(smem + stage * kStageBytes) + consumer * 64 * 128;
+      const unsigned a_addr = tn_smem_addr(smem + stage * kStageBytes) + (kPingpong ? 0 : consumer * 64 * 128);
       const unsigned b_addr = tn_smem_addr(smem + stage * kStageBytes + kATileBytes);
-      tn_fence_acc(acc);
+#pragma unroll
+      for (int i = 0; i < kRowBlocks; ++i) tn_fence_acc(acc[i]);
       tn_wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < kBK / 16; ++kk) {  // 16 elements of K = 32 bytes along the swizzled row
-        tn_wgmma(acc, tn_wgmma_desc(a_addr + kk * 32), tn_wgmma_desc(b_addr + kk * 32));
-      }
+      for (int kk = 0; kk < kBK / 16; ++kk)  // 16 elements of K = 32 bytes along the swizzled row
+#pragma unroll
+        for (int i = 0; i < kRowBlocks; ++i)
+          tn_wgmma(acc[i], tn_wgmma_desc(a_addr + i * 64 * 128 + kk * 32), tn_wgmma_desc(b_addr + kk * 32));
       tn_wgmma_commit();
       tn_wgmma_wait<1>();
-      tn_fence_acc(acc);
+#pragma unroll
+      for (int i = 0; i < kRowBlocks; ++i) tn_fence_acc(acc[i]);
       if (previous >= 0 && lane == 0) tn_mbar_arrive(empty_bar + previous * 8);
       previous = stage;
     }
+    if (kPingpong && lane == 0) tn_mbar_arrive(turn_bar + (consumer + 1) % kConsumers * 8);  // this warp's waits are done
     tn_wgmma_wait<0>();
-    tn_fence_acc(acc);
+#pragma unroll
+    for (int i = 0; i < kRowBlocks; ++i) tn_fence_acc(acc[i]);
     if (previous >= 0 && lane == 0) tn_mbar_arrive(empty_bar + previous * 8);
 
-    // Accumulator 4j + 2h + e is row (warp % 4) * 16 + lane / 4 + 8h, column 8j + 2 (lane % 4) + e.
-    const int row = m0 + consumer * 64 + (tid % 128) / 32 * 16 + lane / 4, col = n0 + (lane % 4) * 2;
+    // Accumulator 4j + 2h + e of row block i is row 64i + (warp % 4) * 16 + lane / 4 + 8h,
+    // column 8j + 2 (lane % 4) + e.
+    const int row = m0 + (kPingpong ? 0 : consumer * 64) + (tid % 128) / 32 * 16 + lane / 4;
+    const int col = n0 + (lane % 4) * 2;
     // Inside M and N, with no row padding to zero and 4-byte aligned pairs, the stores and
     // bias loads need no checks, so they issue back to back instead of behind branches.
     const bool whole = m0 + kBM <= M && (n0 + kBN < N || (n0 + kBN == N && ldc == N)) && ldc % 2 == 0 &&
                        (reinterpret_cast<unsigned long long>(C) & 3ull) == 0;
     if (whole) {
-      T* out = C + (long long)row * ldc + col;
 #pragma unroll
       for (int j = 0; j < kBN / 8; ++j) {
         const float b0 = kHasBias ? tn_f32(bias[col + j * 8]) : 0.f;
         const float b1 = kHasBias ? tn_f32(bias[col + j * 8 + 1]) : 0.f;
-        *reinterpret_cast<unsigned*>(out + j * 8) = tn_pack2(acc[4 * j] + b0, acc[4 * j + 1] + b1);
-        *reinterpret_cast<unsigned*>(out + 8LL * ldc + j * 8) = tn_pack2(acc[4 * j + 2] + b0, acc[4 * j + 3] + b1);
+#pragma unroll
+        for (int i = 0; i < kRowBlocks; ++i) {
+          T* out = C + (long long)(row + 64 * i) * ldc + col + j * 8;
+          *reinterpret_cast<unsigned*>(out) = tn_pack2(acc[i][4 * j] + b0, acc[i][4 * j + 1] + b1);
+          *reinterpret_cast<unsigned*>(out + 8LL * ldc) = tn_pack2(acc[i][4 * j + 2] + b0, acc[i][4 * j + 3] + b1);
+        }
       }
     } else {
 #pragma unroll
-      for (int j = 0; j < kBN / 8; ++j)
+      for (int i = 0; i < kRowBlocks; ++i)
 #pragma unroll
-        for (int h = 0; h < 2; ++h)
-          tn_store_pair(C, bias, M, N, ldc, row + h * 8, col + j * 8, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+        for (int j = 0; j < kBN / 8; ++j)
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+            tn_store_pair(C, bias, M, N, ldc, row + 64 * i + h * 8, col + j * 8, acc[i][4 * j + 2 * h],
+                          acc[i][4 * j + 2 * h + 1]);
     }
   }
 }
@@ -601,17 +643,19 @@ std::string bounded_kernel_entry(const std::vector<KernelArg>& args, int threads
   return entry;
 }
 
-GemmTile choose_gemm_tile(DType dtype, GemmBLayout layout, const Expr& n, int target_sm) {
+GemmTile choose_gemm_tile(DType dtype, GemmBLayout layout, const Expr& n, const Expr& k, int target_sm) {
   const bool narrow = n.is_const() && *n.const_value() < 512;
   if (dtype == DType::kF32) return narrow ? GemmTile{64, 64, 16, 256, 2} : GemmTile{128, 128, 8, 256, 2};
   if (narrow) return GemmTile{64, 64, 32, 128, 1};
   // wgmma reads B from shared memory K-major, i.e. in the [N, K] layout. Stages fill ~192 KiB.
-  // Measured on the H200 (bf16, M = 8192 unless noted; 128x256 / 128x192 / 128x128 TFLOP/s):
-  // 4096^3 605 / - / 608 (128x256 was used); K = 768, N = 2304 332 / 330 / 315; N = 3072 373 /
-  // 329 / 320; K = 3072, N = 768 475 / 502 / 461; K = 768, N = 768 272 / 309 / 307. Only N is
-  // known when compiling (M has the batch), so N picks: wide outputs take 128x256, the rest
-  // 128x192 (GPT-2's 768 is four such tiles).
+  // Measured on the H200 (bf16, M = 8192 unless noted; cooperative 128x256 / 128x192 / 128x128
+  // TFLOP/s): 4096^3 605 / - / 608; K = 768, N = 2304 332 / 330 / 315; N = 3072 373 / 329 / 320;
+  // K = 3072, N = 768 475 / 502 / 461; K = 768, N = 768 272 / 309 / 307. With a short K a tile
+  // is a few k-steps, and the cooperative kernel idles the tensor cores through each tile's
+  // drain and epilogue; pingpong hides them. M (the batch) is unknown when compiling, so N and
+  // K pick: wide outputs take 128x256, the rest 128x192 (GPT-2's 768 is four such tiles).
   if (target_sm == 90 && layout == GemmBLayout::kNK) {
+    if (k.is_const() && *k.const_value() <= kPingpongMaxK) return GemmTile{128, 128, 64, 384, 1, 6, true};
     const bool wide = n.is_const() && *n.const_value() >= 2048;
     return wide ? GemmTile{128, 256, 64, 384, 1, 4} : GemmTile{128, 192, 64, 384, 1, 5};
   }
@@ -620,8 +664,9 @@ GemmTile choose_gemm_tile(DType dtype, GemmBLayout layout, const Expr& n, int ta
 
 int64_t gemm_dynamic_smem(const GemmTile& tile) {
   // 16-bit A and B tiles per stage, + 1024 to align the swizzled tiles inside the allocation,
-  // + a full and an empty mbarrier (8 bytes each) per stage.
-  return tile.wgmma() ? int64_t{tile.stages} * ((tile.bm + tile.bn) * tile.bk * 2 + 16) + 1024 : 0;
+  // + a full and an empty mbarrier (8 bytes each) per stage, + pingpong's two turn mbarriers.
+  if (!tile.wgmma()) return 0;
+  return int64_t{tile.stages} * ((tile.bm + tile.bn) * tile.bk * 2 + 16) + (tile.pingpong ? 16 : 0) + 1024;
 }
 
 Expr gemm_tiles(const GemmTile& tile, const Expr& m, const Expr& n) {
@@ -636,7 +681,8 @@ Expr gemm_grid(const GemmTile& tile, const Expr& m, const Expr& n) {
 std::string gemm_kernel_name(const std::string& op, DType dtype, GemmBLayout layout, bool has_bias,
                              const GemmTile& tile) {
   return fmt::format("{}_{}_{}{}_{}x{}x{}{}", op, dtype_name(dtype), layout_name(layout),
-                     has_bias ? "_bias" : "", tile.bm, tile.bn, tile.bk, tile.wgmma() ? "_wgmma" : "");
+                     has_bias ? "_bias" : "", tile.bm, tile.bn, tile.bk,
+                     tile.wgmma() ? (tile.pingpong ? "_wgmma_pp" : "_wgmma") : "");
 }
 
 std::string gemm_device_source(DType dtype, GemmBLayout layout, bool has_bias, const GemmTile& tile) {
@@ -655,6 +701,7 @@ std::string gemm_device_source(DType dtype, GemmBLayout layout, bool has_bias, c
     src += kGemmF32;
   } else if (tile.wgmma()) {
     src += kernel_constant("kStages", tile.stages);
+    src += fmt::format("constexpr bool kPingpong = {};\n", tile.pingpong);
     src += mma_primitives(dtype) + kTensorCoreShared + wgmma_instruction(dtype, tile.bn) + kGemmWgmma;
   } else {
     const int warps = tile.threads / 32;

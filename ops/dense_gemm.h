@@ -32,12 +32,17 @@ struct GemmTile {
   int threads;     // threads per block (1-D)
   int min_blocks;  // __launch_bounds__ occupancy hint (caps registers)
   int stages = 0;  // wgmma path only: shared-memory pipeline depth (0: the other paths)
+  // wgmma path only: each MMA warpgroup computes whole tiles, alternately (see kGemmWgmma),
+  // instead of all of them splitting each tile's rows.
+  bool pingpong = false;
   bool wgmma() const { return stages > 0; }
 };
 
-// Picks a tile for the dtype and B layout on the target SM; `n` is the output width (a narrow
-// N gets the small tile so small layers still fill the GPU).
-GemmTile choose_gemm_tile(DType dtype, GemmBLayout layout, const Expr& n, int target_sm);
+// Picks a tile for the dtype and B layout on the target SM from the output width `n` (a narrow
+// N gets a small tile so small layers still fill the GPU) and the reduction length `k` (on
+// sm_90, a short K takes the pingpong schedule, whose epilogues overlap the other warpgroup's
+// MMAs).
+GemmTile choose_gemm_tile(DType dtype, GemmBLayout layout, const Expr& n, const Expr& k, int target_sm);
 
 // Dynamic shared memory of a launch of the tile's kernel, in bytes (0 unless wgmma).
 int64_t gemm_dynamic_smem(const GemmTile& tile);
@@ -56,7 +61,8 @@ Expr gemm_tiles(const GemmTile& tile, const Expr& m, const Expr& n);
 // one per SM (its blocks stride over the tiles).
 Expr gemm_grid(const GemmTile& tile, const Expr& m, const Expr& n);
 
-// Kernel base name, e.g. "linear_bf16_nk_bias_128x128x32" ("..._wgmma" on that path).
+// Kernel base name, e.g. "linear_bf16_nk_bias_128x128x32" ("..._wgmma" on that path,
+// "..._wgmma_pp" for its pingpong schedule).
 std::string gemm_kernel_name(const std::string& op, DType dtype, GemmBLayout layout, bool has_bias,
                              const GemmTile& tile);
 

@@ -70,7 +70,7 @@ Lowering lower_linear(const OpContext& ctx) {
   const Expr n = ctx.output.shape.back();
   const Expr m = product(Shape(x.shape.begin(), x.shape.end() - 1));
   const Expr ldy = ctx.output.row_stride;
-  const GemmTile tile = choose_gemm_tile(dtype, GemmBLayout::kNK, n, ctx.target_sm);
+  const GemmTile tile = choose_gemm_tile(dtype, GemmBLayout::kNK, n, k, ctx.target_sm);
   const bool split_k = dtype == DType::kF32;
   const Expr tiles = gemm_tiles(tile, m, n);
   const Expr splits = split_k ? max(Expr(1), min(ceil_div(Expr(3 * kResidentBlocks / 2), tiles), ceil_div(k, Expr(kMinSplitK))))
@@ -198,13 +198,24 @@ OpDef linear_op() {
                          awkward_rows()});
       }
       // Aligned rows over many K tiles (deeper than the wgmma pipeline), ragged M and N tiles;
-      // 16-bit: 1000 takes the 128x192 wgmma tile, 4100 the 128x256 one.
+      // 16-bit: the pingpong wgmma kernel (K <= 1024).
       for (int out : {1000, 4100}) {
         cases.push_back({fmt::format("[B, 768] -> {} {}", out, dt),
                          case_graph({"B"}, {{"x", dtype, "[B, 768]"}},
                                     {{"y", "linear", {"x"}, {{"out_features", out}}}}),
                          {{{"B", 1}}, {{"B", 260}}}});
       }
+      // Over 2 x 132 output tiles (297 of 128x128, 153 of 128x256), so persistent wgmma blocks
+      // compute several and the ring wraps from tile to tile (pingpong: consumer to consumer);
+      // K = 200 is four k-steps, fewer than the stages, the last one ragged.
+      cases.push_back({"[B, 200] -> 4100 " + dt,
+                       case_graph({"B"}, {{"x", dtype, "[B, 200]"}}, {{"y", "linear", {"x"}, {{"out_features", 4100}}}}),
+                       {{{"B", 1100}}}});
+      // Cooperative wgmma (K > 1024): 153 tiles of 128x256, ragged in M, N and K (1100 = 17
+      // k-steps + 12); the [B, W] cases above take its 128x192 tile with unaligned rows.
+      cases.push_back({"[B, 1100] -> 4100 " + dt,
+                       case_graph({"B"}, {{"x", dtype, "[B, 1100]"}}, {{"y", "linear", {"x"}, {{"out_features", 4100}}}}),
+                       {{{"B", 1100}}}});
       cases.push_back({"[B, 5, W] -> 130, no bias " + dt,
                        case_graph({"B", "W"}, {{"x", dtype, "[B, 5, W]"}},
                                   {{"y", "linear", {"x"}, {{"out_features", 130}, {"bias", false}}}}),

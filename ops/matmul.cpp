@@ -58,7 +58,7 @@ Lowering lower_matmul(const OpContext& ctx) {
   const Expr k = a.shape.back();
   const Expr n = b.shape.back();
   const Expr batches = product(out_batch);
-  const GemmTile tile = choose_gemm_tile(dtype, GemmBLayout::kKN, n, ctx.target_sm);
+  const GemmTile tile = choose_gemm_tile(dtype, GemmBLayout::kKN, n, k, ctx.target_sm);
   const std::vector<Expr> a_strides = batch_strides(a, out_batch);
   const std::vector<Expr> b_strides = batch_strides(b, out_batch);
 

@@ -162,7 +162,8 @@ TEST(CompileGraphs, ArchPicksArchSpecificKernelsAndTheirTarget) {
       EXPECT_EQ(k.target, wgmma ? arch + "a" : arch) << k.name;
       EXPECT_NE(k.ptx.find(".target " + k.target), std::string::npos) << k.name;
     }
-    // Its six linears: the five 768 wide share a 128x192 kernel, the 3072-wide one takes 128x256.
+    // Its six linears: the five with K = 768 share the pingpong kernel, fc_proj (K = 3072) takes
+    // the cooperative 128x192 one.
     EXPECT_EQ(specific, arch == "sm_90" ? 2 : 0);
   }
 }

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -18,6 +19,7 @@
 #include "core/nvrtc.h"
 #include "core/ptx.h"
 #include "core/registry.h"
+#include "ops/dense_gemm.h"
 #include "ops/ops.h"
 #include "tests/op_test_util.h"
 
@@ -296,8 +298,9 @@ TEST(Dense2Lowering, LinearSplitsKWhenTilesCannotFillTheGpu) {
   EXPECT_EQ(op("linear").lower(bf16).launches.size(), 1u);
 }
 
-// On sm_90 wide 16-bit linears take the wgmma kernel (arch-specific, dynamic shared memory);
-// other targets, narrow outputs and matmul's [K, N] operand keep the mma.sync kernel.
+// On sm_90 wide 16-bit linears take the wgmma kernel (arch-specific, dynamic shared memory):
+// pingpong for K <= 1024, else cooperative; other targets, narrow outputs and matmul's [K, N]
+// operand keep the mma.sync kernel.
 TEST(Dense2Lowering, LinearUsesWgmmaOnlyWhereItApplies) {
   OpContext ctx = context("linear", {{"out_features", 768}, {"bias", true}}, {tensor(DType::kBF16, {B, S, 3072})});
   Lowering lowering = op("linear").lower(ctx);
@@ -313,6 +316,13 @@ TEST(Dense2Lowering, LinearUsesWgmmaOnlyWhereItApplies) {
   lowering = op("linear").lower(wide);
   EXPECT_EQ(lowering.kernels.at(0).name, "linear_f16_nk_bias_128x256x64_wgmma");
   EXPECT_EQ(lowering.launches.at(0).dynamic_smem.eval({}), 4 * ((128 + 256) * 64 * 2 + 16) + 1024);
+  // K = 768: pingpong, six 32 KiB stages, two 8-byte mbarriers each and two turn mbarriers.
+  const OpContext short_k = context("linear", {{"out_features", 3072}, {"bias", true}}, {tensor(DType::kBF16, {B, 768})});
+  lowering = op("linear").lower(short_k);
+  EXPECT_EQ(lowering.kernels.at(0).name, "linear_bf16_nk_bias_128x128x64_wgmma_pp");
+  EXPECT_EQ(lowering.launches.at(0).block[0], 384);
+  EXPECT_EQ(lowering.launches.at(0).dynamic_smem.eval({}), 6 * (32768 + 16) + 16 + 1024);
+  EXPECT_EQ(lowering.launches.at(0).grid[0].eval({{"B", 8192}}), 132);
 
   ctx.target_sm = 80;
   lowering = op("linear").lower(ctx);
@@ -329,10 +339,12 @@ TEST(Dense2Lowering, LinearUsesWgmmaOnlyWhereItApplies) {
 
 // NVRTC passes inline PTX through unchecked; ptxas validates the wgmma instructions, their
 // operand counts and descriptors' types, and says when it would serialise the MMA pipeline.
+// Both schedules (pingpong for K <= 1024) and all three wgmma tiles.
 TEST(Dense2Lowering, WgmmaKernelsAssembleForSm90aWithoutSerialisation) {
   if (!fs::exists(TEENY_PTXAS)) GTEST_SKIP() << "no ptxas at " << TEENY_PTXAS;
-  for (auto [dtype, out] : {std::pair{DType::kBF16, 768}, std::pair{DType::kF16, 4096}}) {
-    const OpContext ctx = context("linear", {{"out_features", out}, {"bias", false}}, {tensor(dtype, {B, 768})});
+  for (auto [dtype, in, out] : std::vector<std::tuple<DType, int, int>>{
+           {DType::kBF16, 768, 768}, {DType::kBF16, 3072, 768}, {DType::kF16, 4096, 4096}}) {
+    const OpContext ctx = context("linear", {{"out_features", out}, {"bias", false}}, {tensor(dtype, {B, in})});
     KernelSource kernel = op("linear").lower(ctx).kernels.at(0);
     SCOPED_TRACE(kernel.name);
     ASSERT_TRUE(kernel.arch_specific);
