@@ -26,10 +26,8 @@ constexpr int kQueriesPerBlock = 64;
 int threads_per_query(int64_t head_dim) { return head_dim <= 64 ? 1 : head_dim <= 128 ? 2 : 4; }
 // Scores for a tile live in registers next to q and the accumulator: 16 keeps d <= 256 unspilled.
 constexpr int kKeysPerTile = 16;
-// Tensor-core path: 8 warps x 16 query rows, 64 keys per tile. 128 queries per block halve the
-// K/V traffic from L2 per query against 64 (each block streams all of its keys once).
-constexpr int kMmaWarps = 8;
-constexpr int kMmaQueriesPerBlock = kMmaWarps * 16;
+// Tensor-core path: 4 warps x 16 query rows = kQueriesPerBlock, 64 keys per tile.
+constexpr int kMmaWarps = 4;
 constexpr int kMmaKeysPerTile = 64;
 
 TensorType infer_sdpa(const OpDef& meta, const OpContext& ctx) {
@@ -181,13 +179,13 @@ const char* kSdpaBody = R"CUDA( {
 // 4 warps, each owning 16 query rows; S = Q·Kᵀ and O += P·V are m16n8k16 MMAs (f32
 // accumulators). The S accumulators map onto P's A-fragments directly, so P never leaves
 // registers; the row max/sum live in the quad of lanes that shares a row. Q is staged through
-// the two K buffers once, then kept as fragments. K and V tiles are double-buffered in dynamic
+// the K buffer once, then kept as fragments. K and V tiles are double-buffered in dynamic
 // shared memory: the next tile's cp.async copies run while the current one is computed.
 const char* kSdpaMmaBody = R"CUDA( {
   constexpr int kLd = kDH + 8;  // padded rows: ldmatrix's 8 row reads hit distinct banks
   constexpr int kChunks = kBKV * kDH / 8;  // 16-byte chunks per K or V tile
   constexpr float kLog2e = 1.4426950408889634f;
-  static_assert(2 * kBKV == kBQ && kThreads == kBQ / 16 * 32, "Q is staged through both K tiles; 16 rows per warp");
+  static_assert(kBKV == kBQ && kThreads == kBQ / 16 * 32, "Q is staged through the K tile; 16 rows per warp");
   extern __shared__ __align__(16) unsigned char tn_sdpa_smem[];
   T (*Ks)[kBKV][kLd] = reinterpret_cast<T (*)[kBKV][kLd]>(tn_sdpa_smem);  // [2][kBKV][kLd]
   T (*Vs)[kBKV][kLd] = Ks + 2;
@@ -218,16 +216,13 @@ const char* kSdpaMmaBody = R"CUDA( {
   };
 
   unsigned qf[kDH / 16][4];
-  load_tile(Ks[0], qn, ldq, q0, Sq);  // query rows [0, kBKV) in Ks[0], the rest in Ks[1]
-  load_tile(Ks[1], qn, ldq, q0 + kBKV, Sq);
+  load_tile(Ks[1], qn, ldq, q0, Sq);
   tn_cp_async_commit();
   tn_cp_async_wait<0>();
   __syncthreads();
-  const int q_row = warp * 16 + lane % 16;
 #pragma unroll
   for (int kk = 0; kk < kDH / 16; ++kk)
-    tn_ldmatrix_x4(qf[kk], &Ks[q_row / kBKV][q_row % kBKV][kk * 16 + (lane / 16) * 8]);
-  __syncthreads();  // every warp holds its Q fragments before tile 0 overwrites them
+    tn_ldmatrix_x4(qf[kk], &Ks[1][warp * 16 + lane % 16][kk * 16 + (lane / 16) * 8]);
 
   float o[kDH / 8][4];
 #pragma unroll
@@ -238,6 +233,7 @@ const char* kSdpaMmaBody = R"CUDA( {
   const int q_last = min(Sq, q0 + kBQ) - 1;
   const int kv_end = kCausal ? min(Skv, q_last + 1) : Skv;
 
+  // Tile 0 goes to buffer 0 (Q was staged in buffer 1, whose reads the first barrier fences).
   load_tile(Ks[0], kn, ldk, 0, Skv);
   load_tile(Vs[0], vn, ldv, 0, Skv);
   tn_cp_async_commit();
@@ -356,8 +352,7 @@ Lowering lower_sdpa(const OpContext& ctx) {
                  i32("ldk", k.row_stride), i32("ldv", v.row_stride),
                  f32("scale", sdpa_scale(ctx, head_dim))};
   launch.block = {threads, 1, 1};
-  const int queries_per_block = tensor_cores ? kMmaQueriesPerBlock : kQueriesPerBlock;
-  launch.grid = {n * ceil_div(sq, Expr(queries_per_block)), Expr(1), Expr(1)};
+  launch.grid = {n * ceil_div(sq, Expr(kQueriesPerBlock)), Expr(1), Expr(1)};
   // The tensor-core kernel's double-buffered K and V tiles, rows padded by 8 elements.
   launch.dynamic_smem = Expr(tensor_cores ? int64_t{2} * 2 * kMmaKeysPerTile * (head_dim + 8) *
                                                 static_cast<int64_t>(dtype_size(dtype))
@@ -372,7 +367,7 @@ Lowering lower_sdpa(const OpContext& ctx) {
   kernel.name = fmt::format("sdpa_{}_d{}{}{}", dtype_name(dtype), head_dim, causal ? "_causal" : "",
                             tensor_cores ? "_mma" : "");
   kernel.source = kernel_prelude() + kernel_typedef("T", dtype) + kNegInf + kernel_constant("kDH", head_dim) +
-                  kernel_constant("kBQ", queries_per_block) + kernel_constant("kThreads", threads) +
+                  kernel_constant("kBQ", kQueriesPerBlock) + kernel_constant("kThreads", threads) +
                   fmt::format("constexpr bool kCausal = {};\n", causal);
   if (tensor_cores) {
     kernel.source += mma_primitives(dtype) + kernel_constant("kBKV", kMmaKeysPerTile) +
