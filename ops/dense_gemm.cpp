@@ -648,12 +648,13 @@ GemmTile choose_gemm_tile(DType dtype, GemmBLayout layout, const Expr& n, const 
   if (dtype == DType::kF32) return narrow ? GemmTile{64, 64, 16, 256, 2} : GemmTile{128, 128, 8, 256, 2};
   if (narrow) return GemmTile{64, 64, 32, 128, 1};
   // wgmma reads B from shared memory K-major, i.e. in the [N, K] layout. Stages fill ~192 KiB.
-  // Measured on the H200 (bf16, M = 8192 unless noted; cooperative 128x256 / 128x192 / 128x128
-  // TFLOP/s): 4096^3 605 / - / 608; K = 768, N = 2304 332 / 330 / 315; N = 3072 373 / 329 / 320;
-  // K = 3072, N = 768 475 / 502 / 461; K = 768, N = 768 272 / 309 / 307. With a short K a tile
-  // is a few k-steps, and the cooperative kernel idles the tensor cores through each tile's
-  // drain and epilogue; pingpong hides them. M (the batch) is unknown when compiling, so N and
-  // K pick: wide outputs take 128x256, the rest 128x192 (GPT-2's 768 is four such tiles).
+  // Measured on the H200 (bf16, M = 8192 unless noted; TFLOP/s): cooperative 128x256 / 128x192
+  // / 128x128, then pingpong 128x128: K = 768, N = 2304 332 / 330 / 315, 428; N = 3072 373 /
+  // 329 / 320, 429; N = 768 272 / 309 / 307, 398; K = 3072, N = 768 475 / 502 / 461; 4096^3
+  // 612 (128x256). With a short K a tile is a few k-steps, and the cooperative kernel idles
+  // the tensor cores through each tile's drain and epilogue, which pingpong overlaps. M (the
+  // batch) is unknown when compiling, so N and K pick: short K takes pingpong, else wide outputs
+  // take 128x256 and the rest 128x192 (GPT-2's 768 is four such tiles).
   if (target_sm == 90 && layout == GemmBLayout::kNK) {
     if (k.is_const() && *k.const_value() <= kPingpongMaxK) return GemmTile{128, 128, 64, 384, 1, 6, true};
     const bool wide = n.is_const() && *n.const_value() >= 2048;
