@@ -276,12 +276,18 @@ class SpecParser {
   }
 
   // Map entries in source order (yaml-cpp iterates in order; Fields is keyed by name).
+  // Sorts pointers, not the entries: assigning a YAML::Node (as sorting's swaps would) does not
+  // rebind it but overwrites the node it refers to, so two swapped entries ended up the same.
   static std::vector<std::pair<std::string, Field>> ordered(const Fields& map) {
-    std::vector<std::pair<std::string, Field>> entries(map.begin(), map.end());
-    std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) {
-      return std::make_pair(a.second.key_pos.line, a.second.key_pos.column) <
-             std::make_pair(b.second.key_pos.line, b.second.key_pos.column);
+    std::vector<const Fields::value_type*> sorted;
+    for (const auto& entry : map) sorted.push_back(&entry);
+    std::sort(sorted.begin(), sorted.end(), [](const auto* a, const auto* b) {
+      return std::make_pair(a->second.key_pos.line, a->second.key_pos.column) <
+             std::make_pair(b->second.key_pos.line, b->second.key_pos.column);
     });
+    std::vector<std::pair<std::string, Field>> entries;
+    entries.reserve(sorted.size());
+    for (const auto* entry : sorted) entries.push_back(*entry);
     return entries;
   }
 

@@ -71,6 +71,34 @@ TEST_F(Spec, ReadsNameDimsAndInputs) {
   EXPECT_EQ(graph.outputs, (std::vector<std::string>{"p", "g", "s"}));
 }
 
+// Dims and inputs keep their own declarations when their names are not in alphabetical order
+// (the parser once sorted them into spec order by assigning YAML nodes, which made both the same).
+TEST(SpecOrder, DimsAndInputsOutOfAlphabeticalOrderKeepTheirOwnDeclarations) {
+  const Graph g = parse_graph(R"(name: t
+dims:
+  S: {max: 128, default: 16}
+  B: {max: 512, default: 8}
+inputs:
+  x: {dtype: f32, shape: [B, 8]}
+  r: {dtype: bf16, shape: [S, 4, 3]}
+nodes:
+  - {name: y, op: relu, inputs: [x]}
+outputs: [y]
+)",
+                              "t.yaml", testing::spec_test_registry());
+  EXPECT_EQ(g.default_bindings(), (Bindings{{"B", 8}, {"S", 16}}));
+  ASSERT_EQ(g.dims.size(), 2u);
+  EXPECT_EQ(g.dims[0].name, "S");
+  EXPECT_EQ(g.dims[0].max, 128);
+  EXPECT_EQ(g.dims[1].max, 512);
+  ASSERT_EQ(g.inputs.size(), 2u);
+  EXPECT_EQ(g.inputs[0].name, "x");
+  EXPECT_EQ(g.inputs[0].type.dtype, DType::kF32);
+  EXPECT_EQ(shape_str(g.inputs[0].type.shape), "[B, 8]");
+  EXPECT_EQ(g.inputs[1].type.dtype, DType::kBF16);
+  EXPECT_EQ(shape_str(g.inputs[1].type.shape), "[S, 4, 3]");
+}
+
 TEST_F(Spec, InfersNodeTypesInSpecOrder) {
   std::vector<std::string> order;
   for (const Node& n : graph.nodes) order.push_back(n.name);
