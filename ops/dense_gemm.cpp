@@ -397,10 +397,26 @@ __device__ __forceinline__ void tn_mbar_wait(unsigned bar, unsigned parity) {
   } while (!done);
 }
 
-// One 16-byte chunk of a swizzled tile.
-__device__ __forceinline__ void tn_load_swizzled(unsigned char* tile, int row, int chunk, const T* __restrict__ src_row,
-                                                 bool row_ok, int col, int cols, bool vec_ok) {
-  tn_load_chunk(reinterpret_cast<T*>(tile + tn_swizzled(row, chunk)), src_row, row_ok, col, cols, vec_ok);
+// The loader's share of one operand tile (rows r0.. of P, K columns k0..k0 + 63): chunk column
+// `chunk` of rows row + 16c. Rows share their swizzle (row % 8) for every c, so chunk c lands
+// 2048 bytes past chunk 0. Whole tiles (`whole`: aligned rows, all inside) take one cp.async
+// per chunk and no checks; others check every element and zero-fill.
+template <int kChunks>
+__device__ __forceinline__ void tn_load_operand(unsigned char* tile, const T* __restrict__ P, int r0, int rows,
+                                                int ld, bool vec, bool whole, int k0, int K, int row, int chunk) {
+  if (whole && k0 + kBK <= K) {
+    const unsigned dst = tn_smem_addr(tile + tn_swizzled(row, chunk));
+    const T* src = P + (long long)(r0 + row) * ld + chunk * 8 + k0;
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) tn_cp_async16_to(dst + c * 2048, src + (long long)c * 16 * ld);
+  } else {
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+      const int r = row + 16 * c;
+      tn_load_chunk(reinterpret_cast<T*>(tile + tn_swizzled(r, chunk)), P + (long long)(r0 + r) * ld, r0 + r < rows,
+                    k0 + chunk * 8, K, vec);
+    }
+  }
 }
 
 // Computes output tiles first_tile, first_tile + gridDim.x, ... (grouped tile order).
@@ -433,45 +449,19 @@ __device__ __forceinline__ void tn_gemm_block(const T* __restrict__ A, const T* 
   };
 
   if (warpgroup == 0) {
-    // Loader thread tid copies chunk column tid % 8 of rows tid / 8 + 16c: the rows' swizzle
-    // (row % 8) is the same for every c, so chunk c of a stage is 2048 bytes past chunk 0.
-    const int row = tid / 8, chunk = tid % 8;
-    const unsigned first_chunk = tn_smem_addr(smem) + tn_swizzled(row, chunk);
+    const int row = tid / 8, chunk = tid % 8;  // this loader thread's rows row + 16c, chunk column
     const bool a_vec = lda % 8 == 0 && tn_aligned16(A);
     const bool b_vec = ldb % 8 == 0 && tn_aligned16(B);
     for (int tile = first_tile; tile < tiles; tile += gridDim.x) {
       int tile_m, tile_n;
       tn_gemm_tile_coords(tile, M, N, tile_m, tile_n);
       const int m0 = tile_m * kBM, n0 = tile_n * kBN;
-      const T* a_src = A + (long long)(m0 + row) * lda + chunk * 8;
-      const T* b_src = B + (long long)(n0 + row) * ldb + chunk * 8;
-      // Whole tiles of aligned rows take one cp.async per chunk and no checks.
       const bool a_whole = a_vec && m0 + kBM <= M, b_whole = b_vec && n0 + kBN <= N;
       for (int kt = 0; kt < k_tiles; ++kt, advance()) {
         tn_mbar_wait(empty_bar + stage * 8, phase ^ 1);  // a fresh barrier's previous phase counts as done
-        const unsigned a_dst = first_chunk + stage * kStageBytes, b_dst = a_dst + kATileBytes;
-        const int k0 = kt * kBK;
-        const bool k_whole = k0 + kBK <= K;
-        if (a_whole && k_whole) {
-#pragma unroll
-          for (int c = 0; c < kAChunks; ++c) tn_cp_async16_to(a_dst + c * 2048, a_src + (long long)c * 16 * lda + k0);
-        } else {
-          unsigned char* a_tile = smem + stage * kStageBytes;
-#pragma unroll
-          for (int c = 0; c < kAChunks; ++c)
-            tn_load_swizzled(a_tile, row + 16 * c, chunk, A + (long long)(m0 + row + 16 * c) * lda,
-                             m0 + row + 16 * c < M, k0 + chunk * 8, K, a_vec);
-        }
-        if (b_whole && k_whole) {
-#pragma unroll
-          for (int c = 0; c < kBChunks; ++c) tn_cp_async16_to(b_dst + c * 2048, b_src + (long long)c * 16 * ldb + k0);
-        } else {
-          unsigned char* b_tile = smem + stage * kStageBytes + kATileBytes;
-#pragma unroll
-          for (int c = 0; c < kBChunks; ++c)
-            tn_load_swizzled(b_tile, row + 16 * c, chunk, B + (long long)(n0 + row + 16 * c) * ldb,
-                             n0 + row + 16 * c < N, k0 + chunk * 8, K, b_vec);
-        }
+        unsigned char* a_tile = smem + stage * kStageBytes;
+        tn_load_operand<kAChunks>(a_tile, A, m0, M, lda, a_vec, a_whole, kt * kBK, K, row, chunk);
+        tn_load_operand<kBChunks>(a_tile + kATileBytes, B, n0, N, ldb, b_vec, b_whole, kt * kBK, K, row, chunk);
         // The phase waits for every lane's copies; lane 0's arrive, after the warp's
         // convergence point, also releases the lanes' zero-fill stores.
         tn_mbar_track_cp_async(full_bar + stage * 8);
