@@ -55,7 +55,8 @@ void run_compile(const CompileFlags& flags) {
   std::string out = fmt::format("compiled '{}' -> {} in {:.2f} s\n", flags.graph, path, seconds);
   out += fmt::format("  {} nodes, {} kernels ({} compiled, {} cached), {} launches", bundle.nodes.size(),
                      stats.kernels, stats.compiled, stats.cached, bundle.launches.size());
-  if (stats.passes_applied > 0) out += fmt::format(", {} fusion rewrites", stats.passes_applied);
+  if (stats.passes_applied > 0)
+    out += fmt::format(", {} fusion rewrite{}", stats.passes_applied, stats.passes_applied == 1 ? "" : "s");
   out += fmt::format("\n  {} params: {} bytes{}, {} bytes of host init data\n", bundle.params.size(), param_bytes,
                      binding_text.empty() ? "" : " at " + binding_text, bundle.param_bytes.size());
   out += fmt::format("  arch {}, NVRTC {}\n", bundle.arch, bundle.nvrtc_version);

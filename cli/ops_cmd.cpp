@@ -28,6 +28,7 @@ std::vector<std::string> input_names(const OpDef& op) {
   std::vector<std::string> names;
   for (const InputSpec& input : op.inputs) names.push_back(input.name);
   if (op.variadic && !names.empty()) names.back() += "...";
+  for (size_t k = names.size() - static_cast<size_t>(op.optional_inputs); k < names.size(); ++k) names[k] += "?";
   return names;
 }
 
@@ -62,6 +63,7 @@ nlohmann::json op_json(const OpDef& op) {
                         {"params", op.param_slots}, {"dtypes", dtype_list(op)},
                         {"source", op.source_file}};
   if (op.variadic) out["min_inputs"] = op.min_inputs;
+  if (op.optional_inputs > 0) out["optional_inputs"] = op.optional_inputs;
   return out;
 }
 
@@ -71,8 +73,9 @@ std::string op_details(const OpDef& op) {
   out += fmt::format("  dtypes:  {}\n", fmt::join(dtype_list(op), ", "));
   std::vector<Row> inputs;
   for (const InputSpec& input : op.inputs) inputs.push_back({input.name, input.doc});
-  out += op.variadic ? fmt::format("  inputs ({} or more; the last repeats):\n", op.min_inputs)
-                     : std::string("  inputs:\n");
+  if (op.variadic) out += fmt::format("  inputs ({} or more; the last repeats):\n", op.min_inputs);
+  else if (op.optional_inputs > 0) out += fmt::format("  inputs (the last {} optional):\n", op.optional_inputs);
+  else out += "  inputs:\n";
   out += format_table(inputs, "    ");
   if (op.attrs.empty()) {
     out += "  attrs:   none\n";

@@ -163,6 +163,7 @@ struct OpDef {
   std::vector<InputSpec> inputs;  // the last one repeats if `variadic`
   bool variadic = false;          // concat: N >= min_inputs
   int min_inputs = 0;             // used when variadic
+  int optional_inputs = 0;        // not variadic: the last N inputs may be left out
   std::vector<AttrSpec> attrs;
   std::vector<DType> dtypes{DType::kF32};  // accepted input/output float dtypes
 

@@ -535,6 +535,14 @@ class SpecParser {
                               fmt::format("op '{}' takes at least {} input{} ({}...), got {}",
                                           op.name, min_inputs, min_inputs == 1 ? "" : "s",
                                           join(names), count));
+    } else if (op.optional_inputs > 0) {
+      const size_t required = op.inputs.size() - static_cast<size_t>(op.optional_inputs);
+      if (count < required || count > op.inputs.size()) {
+        for (size_t k = required; k < names.size(); ++k) names[k] += "?";
+        throw graph_.error_at(node, "inputs",
+                              fmt::format("op '{}' takes {} to {} inputs ({}), got {}", op.name, required,
+                                          op.inputs.size(), join(names), count));
+      }
     } else if (count != op.inputs.size()) {
       throw graph_.error_at(node, "inputs",
                             fmt::format("op '{}' takes {} input{} ({}), got {}", op.name,

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "ops/activation.h"
 #include "ops/kernel_util.h"
 
 namespace teeny::ops {
@@ -50,10 +51,12 @@ __device__ __forceinline__ float4 tn_load_k4(const float* __restrict__ P, int ro
 }
 
 // With `accumulate` (split-K: the caller offsets A and B to its K range) the tile is atomically
-// added to C, which the caller zeroed; a null `bias` (splits after the first) adds none.
+// added to C, which the caller zeroed; a null `bias` or `R` (splits after the first) adds none.
+// Split-K runs with no activation (it applies to the whole sum).
 __device__ __forceinline__ void tn_gemm_block(const float* __restrict__ A, const float* __restrict__ B,
                                               const float* __restrict__ bias, float* __restrict__ C,
                                               int M, int N, int K, int lda, int ldb, int ldc, int pid,
+                                              const float* __restrict__ R = nullptr, int ldr = 0,
                                               bool accumulate = false) {
   __shared__ __align__(16) float As[2][kBK][kBM];
   __shared__ __align__(16) float Bs[2][kBK][kBN];
@@ -149,9 +152,10 @@ __device__ __forceinline__ void tn_gemm_block(const float* __restrict__ A, const
     __syncthreads();
   }
 
-  // Epilogue: + bias, masked stores; columns in [N, ldc) are row padding and get zeros.
+  // Epilogue: act(+ bias) + R, masked stores; columns in [N, ldc) are row padding and get zeros.
   const bool c_vec = ldc % 4 == 0 && tn_aligned16(C);
   const bool add_bias = kHasBias && bias != nullptr;
+  const bool add_residual = kHasResidual && R != nullptr;
 #pragma unroll
   for (int i = 0; i < kTM; ++i) {
     const int m = m0 + (i / 4) * kRowGroupStride + ty * 4 + (i % 4);
@@ -164,7 +168,8 @@ __device__ __forceinline__ void tn_gemm_block(const float* __restrict__ A, const
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const float b = (add_bias && n + j < N) ? __ldg(bias + n + j) : 0.f;
-        v[j] = n + j < N ? acc[i][g * 4 + j] + b : 0.f;
+        const float r = (add_residual && n + j < N) ? R[(long long)m * ldr + n + j] : 0.f;
+        v[j] = n + j < N ? tn_act(acc[i][g * 4 + j] + b) + r : 0.f;
       }
       if (accumulate) {
 #pragma unroll
@@ -203,7 +208,8 @@ static_assert(kAChunks * kThreads * 8 == kBM * kBK && kBChunks * kThreads * 8 ==
 
 __device__ __forceinline__ void tn_gemm_block(const T* __restrict__ A, const T* __restrict__ B,
                                               const T* __restrict__ bias, T* __restrict__ C,
-                                              int M, int N, int K, int lda, int ldb, int ldc, int pid) {
+                                              int M, int N, int K, int lda, int ldb, int ldc, int pid,
+                                              const T* __restrict__ R = nullptr, int ldr = 0) {
   __shared__ __align__(16) T As[2][kBM][kALd];
   __shared__ __align__(16) T Bs[2][kBRows][kBLd];
   int tile_m, tile_n;
@@ -285,15 +291,15 @@ __device__ __forceinline__ void tn_gemm_block(const T* __restrict__ A, const T* 
     for (int h = 0; h < 2; ++h)
 #pragma unroll
       for (int j = 0; j < kNI; ++j)
-        tn_store_pair(C, bias, M, N, ldc, m0 + wm * kWarpTileM + i * 16 + g + h * 8,
+        tn_store_pair(C, bias, R, M, N, ldc, ldr, m0 + wm * kWarpTileM + i * 16 + g + h * 8,
                       n0 + wn * kWarpTileN + j * 8 + t * 2, acc[i][j][h * 2], acc[i][j][h * 2 + 1]);
 }
 )CUDA";
 
 // Shared by the 16-bit paths. Loading: one 8-element chunk of a tile, by cp.async when whole
 // and aligned, else element-wise (zeros outside [rows, cols)). The epilogue: C[m][n..n+1] =
-// v + bias as one 32-bit store where aligned; rows >= M are skipped, columns in [N, ldc) are
-// row padding and get zeros.
+// act(v + bias) + R[m][n..n+1] as one 32-bit store where aligned; rows >= M are skipped,
+// columns in [N, ldc) are row padding and get zeros.
 const char* kTensorCoreShared = R"CUDA(
 __device__ __forceinline__ void tn_load_chunk(T* dst, const T* __restrict__ src_row, bool row_ok,
                                               int col, int cols, bool vec_ok) {
@@ -305,14 +311,16 @@ __device__ __forceinline__ void tn_load_chunk(T* dst, const T* __restrict__ src_
   }
 }
 
-__device__ __forceinline__ void tn_store_pair(T* __restrict__ C, const T* __restrict__ bias, int M, int N,
-                                              int ldc, int m, int n, float v0, float v1) {
+__device__ __forceinline__ void tn_store_pair(T* __restrict__ C, const T* __restrict__ bias,
+                                              const T* __restrict__ R, int M, int N, int ldc, int ldr, int m,
+                                              int n, float v0, float v1) {
   if (m >= M) return;
   float v[2] = {v0, v1};
 #pragma unroll
   for (int e = 0; e < 2; ++e) {
     const float b = (kHasBias && n + e < N) ? tn_f32(bias[n + e]) : 0.f;
-    v[e] = n + e < N ? v[e] + b : 0.f;
+    const float r = (kHasResidual && n + e < N) ? tn_f32(R[(long long)m * ldr + n + e]) : 0.f;
+    v[e] = n + e < N ? tn_act(v[e] + b) + r : 0.f;
   }
   T* out = C + (long long)m * ldc + n;
   if (ldc % 2 == 0 && n + 1 < ldc && (reinterpret_cast<unsigned long long>(out) & 3ull) == 0) {
@@ -422,7 +430,8 @@ __device__ __forceinline__ void tn_load_operand(unsigned char* tile, const T* __
 // Computes output tiles first_tile, first_tile + gridDim.x, ... (grouped tile order).
 __device__ __forceinline__ void tn_gemm_block(const T* __restrict__ A, const T* __restrict__ B,
                                               const T* __restrict__ bias, T* __restrict__ C,
-                                              int M, int N, int K, int lda, int ldb, int ldc, int first_tile) {
+                                              int M, int N, int K, int lda, int ldb, int ldc, int first_tile,
+                                              const T* __restrict__ R = nullptr, int ldr = 0) {
   extern __shared__ unsigned char tn_dynamic_smem[];
   unsigned char* smem = tn_dynamic_smem + ((1024 - (tn_smem_addr(tn_dynamic_smem) & 1023)) & 1023);
   const unsigned full_bar = tn_smem_addr(smem + kStages * kStageBytes), empty_bar = full_bar + kStages * 8;
@@ -538,8 +547,18 @@ __device__ __forceinline__ void tn_gemm_block(const T* __restrict__ A, const T* 
 #pragma unroll
         for (int i = 0; i < kRowBlocks; ++i) {
           T* out = C + (long long)(row + 64 * i) * ldc + col + j * 8;
-          *reinterpret_cast<unsigned*>(out) = tn_pack2(acc[i][4 * j] + b0, acc[i][4 * j + 1] + b1);
-          *reinterpret_cast<unsigned*>(out + 8LL * ldc) = tn_pack2(acc[i][4 * j + 2] + b0, acc[i][4 * j + 3] + b1);
+          float r[4] = {0.f, 0.f, 0.f, 0.f};
+          if (kHasResidual) {
+            const T* res = R + (long long)(row + 64 * i) * ldr + col + j * 8;
+            r[0] = tn_f32(res[0]);
+            r[1] = tn_f32(res[1]);
+            r[2] = tn_f32(res[8LL * ldr]);
+            r[3] = tn_f32(res[8LL * ldr + 1]);
+          }
+          *reinterpret_cast<unsigned*>(out) =
+              tn_pack2(tn_act(acc[i][4 * j] + b0) + r[0], tn_act(acc[i][4 * j + 1] + b1) + r[1]);
+          *reinterpret_cast<unsigned*>(out + 8LL * ldc) =
+              tn_pack2(tn_act(acc[i][4 * j + 2] + b0) + r[2], tn_act(acc[i][4 * j + 3] + b1) + r[3]);
         }
       }
     } else {
@@ -549,7 +568,7 @@ __device__ __forceinline__ void tn_gemm_block(const T* __restrict__ A, const T* 
         for (int j = 0; j < kBN / 8; ++j)
 #pragma unroll
           for (int h = 0; h < 2; ++h)
-            tn_store_pair(C, bias, M, N, ldc, row + 64 * i + h * 8, col + j * 8, acc[i][4 * j + 2 * h],
+            tn_store_pair(C, bias, R, M, N, ldc, ldr, row + 64 * i + h * 8, col + j * 8, acc[i][4 * j + 2 * h],
                           acc[i][4 * j + 2 * h + 1]);
     }
   }
@@ -676,14 +695,22 @@ std::string gemm_kernel_name(const std::string& op, DType dtype, GemmBLayout lay
                      tile.wgmma() ? (tile.pingpong ? "_wgmma_pp" : "_wgmma") : "");
 }
 
-std::string gemm_device_source(DType dtype, GemmBLayout layout, bool has_bias, const GemmTile& tile) {
+std::string GemmEpilogue::suffix() const {
+  return (activation.empty() ? "" : "_" + activation) + (residual ? "_res" : "");
+}
+
+std::string gemm_device_source(DType dtype, GemmBLayout layout, bool has_bias, const GemmTile& tile,
+                               const GemmEpilogue& epilogue) {
   std::string src = kernel_prelude();
   src += kernel_typedef("T", dtype);
   src += kernel_constant("kBM", tile.bm) + kernel_constant("kBN", tile.bn) +
          kernel_constant("kBK", tile.bk) + kernel_constant("kThreads", tile.threads) +
          kernel_constant("kGroupM", 8);
-  src += fmt::format("constexpr bool kBTransposed = {};\nconstexpr bool kHasBias = {};\n",
-                     layout == GemmBLayout::kNK, has_bias);
+  src += fmt::format("constexpr bool kBTransposed = {};\nconstexpr bool kHasBias = {};\n"
+                     "constexpr bool kHasResidual = {};\n"
+                     "__device__ __forceinline__ float tn_act(float v) {{ return {}; }}\n",
+                     layout == GemmBLayout::kNK, has_bias, epilogue.residual,
+                     epilogue.activation.empty() ? "v" : activation(epilogue.activation).cuda);
   src += kTileOrder;
   if (dtype == DType::kF32) {
     // 128x128 tiles: 8x8 per thread; 64x64 tiles: 4x4 per thread (256 threads either way).

@@ -38,6 +38,15 @@ struct GemmTile {
   bool wgmma() const { return stages > 0; }
 };
 
+// What the epilogue applies after the bias: C = activation(A·B + bias) + residual. The
+// residual R has C's dtype and shape, row stride ldr (tn_gemm_block's trailing arguments).
+struct GemmEpilogue {
+  std::string activation;  // an ops/activation.h name; empty: none
+  bool residual = false;
+  // Kernel-name suffix: "", "_gelu_tanh", "_res", "_relu_res", ...
+  std::string suffix() const;
+};
+
 // Picks a tile for the dtype and B layout on the target SM from the output width `n` (a narrow
 // N gets a small tile so small layers still fill the GPU) and the reduction length `k` (on
 // sm_90, a short K takes the pingpong schedule, whose epilogues overlap the other warpgroup's
@@ -47,12 +56,15 @@ GemmTile choose_gemm_tile(DType dtype, GemmBLayout layout, const Expr& n, const 
 // Dynamic shared memory of a launch of the tile's kernel, in bytes (0 unless wgmma).
 int64_t gemm_dynamic_smem(const GemmTile& tile);
 
-// Source of `__device__ void tn_gemm_block(A, B, bias, C, M, N, K, lda, ldb, ldc, pid)`,
+// Source of `__device__ void tn_gemm_block(A, B, bias, C, M, N, K, lda, ldb, ldc, pid, R, ldr)`,
 // computing output tile `pid` (grouped tile order), for the given dtype, layout and tile; the
 // persistent wgmma kernel computes tiles pid, pid + gridDim.x, ... instead.
 // Columns in [N, ldc) of the tile's rows are written as zeros (row padding). `bias` may be
-// null only when has_bias is false. Includes kernel_prelude().
-std::string gemm_device_source(DType dtype, GemmBLayout layout, bool has_bias, const GemmTile& tile);
+// null only when has_bias is false; R (default null) is read only with epilogue.residual.
+// The f32 block takes a last `accumulate` (split-K): it atomically adds to C, and a null bias
+// or R adds none, so only one split passes them. Includes kernel_prelude().
+std::string gemm_device_source(DType dtype, GemmBLayout layout, bool has_bias, const GemmTile& tile,
+                               const GemmEpilogue& epilogue = {});
 
 // Output tiles per matrix.
 Expr gemm_tiles(const GemmTile& tile, const Expr& m, const Expr& n);

@@ -6,8 +6,8 @@
 // contiguous. Compute is in f32 for every storage dtype.
 #include <fmt/format.h>
 
-#include <cmath>
 
+#include "ops/activation.h"
 #include "ops/conformance.h"
 #include "ops/kernel_util.h"
 #include "ops/ops.h"
@@ -25,11 +25,6 @@ struct UnaryFn {
   std::function<double(double, const Attrs&)> host;
   int flops_per_element = 1;
 };
-
-UnaryFn fixed(std::string cuda, std::function<double(double)> host, int flops) {
-  return {[cuda](const Attrs&) { return std::make_pair(std::string(), cuda); },
-          [host](double v, const Attrs&) { return host(v); }, flops};
-}
 
 const char* kUnaryBody = R"CUDA(
   const long long n = rows * (long long)cols;
@@ -163,48 +158,37 @@ OpDef unary_op(const std::string& name, std::string doc, UnaryFn fn,
   return def;
 }
 
-double host_sigmoid(double v) { return 1.0 / (1.0 + std::exp(-v)); }
+// An elementwise op over one activation of ops/activation.h.
+UnaryFn from_activation(const std::string& name) {
+  const Activation& a = activation(name);
+  return {[a](const Attrs&) { return std::make_pair(std::string(), a.cuda); },
+          [a](double v, const Attrs&) { return a.host(v); }, a.flops};
+}
 
 }  // namespace
 
-OpDef relu_op() {
-  return unary_op("relu", "max(x, 0) (NaN propagates)",
-                  fixed("v < 0.f ? 0.f : v", [](double v) { return v < 0 ? 0.0 : v; }, 1));
-}
+OpDef relu_op() { return unary_op("relu", "max(x, 0) (NaN propagates)", from_activation("relu")); }
 
-OpDef silu_op() {
-  return unary_op("silu", "x * sigmoid(x)",
-                  fixed("v / (1.f + expf(-v))", [](double v) { return v * host_sigmoid(v); }, 4));
-}
+OpDef silu_op() { return unary_op("silu", "x * sigmoid(x)", from_activation("silu")); }
 
-OpDef sigmoid_op() {
-  return unary_op("sigmoid", "1 / (1 + exp(-x))",
-                  fixed("1.f / (1.f + expf(-v))", [](double v) { return host_sigmoid(v); }, 3));
-}
+OpDef sigmoid_op() { return unary_op("sigmoid", "1 / (1 + exp(-x))", from_activation("sigmoid")); }
 
-OpDef tanh_op() {
-  return unary_op("tanh", "hyperbolic tangent",
-                  fixed("tanhf(v)", [](double v) { return std::tanh(v); }, 5));
-}
+OpDef tanh_op() { return unary_op("tanh", "hyperbolic tangent", from_activation("tanh")); }
 
 OpDef gelu_op() {
   AttrSpec approximate = attr_spec("approximate", AttrType::kEnum,
                                    "none: x * Phi(x) with erf; tanh: the tanh approximation",
                                    nlohmann::json("none"), {"none", "tanh"});
   UnaryFn fn;
+  // Kernel names: gelu_<dtype> (erf) and gelu_tanh_<dtype>.
   fn.cuda = [](const Attrs& attrs) {
-    if (attrs.s("approximate") == "tanh")
-      return std::make_pair(
-          std::string("_tanh"),
-          std::string("0.5f * v * (1.f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)))"));
-    return std::make_pair(std::string(), std::string("0.5f * v * (1.f + erff(v * 0.7071067811865476f))"));
+    const bool tanh_form = attrs.s("approximate") == "tanh";
+    return std::make_pair(std::string(tanh_form ? "_tanh" : ""), activation(tanh_form ? "gelu_tanh" : "gelu").cuda);
   };
   fn.host = [](double v, const Attrs& attrs) {
-    if (attrs.s("approximate") == "tanh")
-      return 0.5 * v * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v)));
-    return 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0)));
+    return activation(*activation_of_op("gelu", attrs)).host(v);
   };
-  fn.flops_per_element = 8;
+  fn.flops_per_element = activation("gelu").flops;
   return unary_op("gelu", "Gaussian error linear unit (PyTorch nn.GELU)", fn, {approximate},
                   {{{"approximate", "none"}}, {{"approximate", "tanh"}}});
 }

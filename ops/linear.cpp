@@ -3,9 +3,11 @@
 // 16-byte multiple so the padded-row-stride path is exercised end to end.
 #include <fmt/format.h>
 
+#include "ops/activation.h"
 #include "ops/conformance.h"
 #include "ops/dense_gemm.h"
 #include "ops/kernel_util.h"
+#include "ops/linear.h"
 #include "ops/ops.h"
 
 namespace teeny::ops {
@@ -14,6 +16,28 @@ namespace {
 // Elements per 16 bytes: f32 rows pad to a multiple of 4, 16-bit rows to a multiple of 8.
 int64_t row_align(DType dtype) { return 16 / static_cast<int64_t>(dtype_size(dtype)); }
 
+// f32 split-K: K is split until the blocks make at least 1.5 waves of kResidentBlocks (two
+// 128x128 blocks per SM on the H200's 132 SMs), each split over at least kMinSplitK of K.
+// Below one wave SMs idle (batch 1); from one to 1.5 waves the last wave is at most half full
+// (GPT-2's N = 768 layers at M = 8192: 384 tiles, 73% busy; two splits make 97%). Above that
+// the zeroing and atomics of a split cost more than the emptier last wave (measured on the
+// H200: tiny_lm's 512-tile layers slowed by 24% when split). Splits atomically add into an
+// output zeroed by a first launch; with two the sum is still order-independent. The split
+// count is an expression of the dims, so one bundle serves every batch size. An activation
+// applies to the whole sum, so a fused one turns splitting off.
+constexpr int kResidentBlocks = 2 * kSm90Sms;
+constexpr int kMinSplitK = 128;
+constexpr int kZeroThreads = 256;
+
+}  // namespace
+
+std::vector<AttrSpec> linear_attr_specs() {
+  return {
+      {"out_features", AttrType::kInt, "output features (rows of weight)", std::nullopt, {}, false, 1.0},
+      {"bias", AttrType::kBool, "add a bias [out]", nlohmann::json(true), {}, false, std::nullopt},
+      {"in_features", AttrType::kInt, "optional check: must equal x's last dim", std::nullopt, {}, true, 1.0},
+  };
+}
 
 TensorType infer_linear(const OpDef& meta, const OpContext& ctx) {
   const TensorType& x = ctx.inputs.at(0);
@@ -50,19 +74,7 @@ std::vector<ParamSpec> linear_params(const OpContext& ctx) {
   return params;
 }
 
-// f32 split-K: K is split until the blocks make at least 1.5 waves of kResidentBlocks (two
-// 128x128 blocks per SM on the H200's 132 SMs), each split over at least kMinSplitK of K.
-// Below one wave SMs idle (batch 1); from one to 1.5 waves the last wave is at most half full
-// (GPT-2's N = 768 layers at M = 8192: 384 tiles, 73% busy; two splits make 97%). Above that
-// the zeroing and atomics of a split cost more than the emptier last wave (measured on the
-// H200: tiny_lm's 512-tile layers slowed by 24% when split). Splits atomically add into an
-// output zeroed by a first launch; with two the sum is still order-independent. The split
-// count is an expression of the dims, so one bundle serves every batch size.
-constexpr int kResidentBlocks = 2 * kSm90Sms;
-constexpr int kMinSplitK = 128;
-constexpr int kZeroThreads = 256;
-
-Lowering lower_linear(const OpContext& ctx) {
+Lowering lower_linear(const OpContext& ctx, const GemmEpilogue& epilogue) {
   const TensorType& x = ctx.inputs.at(0);
   const DType dtype = ctx.output.dtype;
   const bool has_bias = ctx.attrs.b("bias");
@@ -71,7 +83,7 @@ Lowering lower_linear(const OpContext& ctx) {
   const Expr m = product(Shape(x.shape.begin(), x.shape.end() - 1));
   const Expr ldy = ctx.output.row_stride;
   const GemmTile tile = choose_gemm_tile(dtype, GemmBLayout::kNK, n, k, ctx.target_sm);
-  const bool split_k = dtype == DType::kF32;
+  const bool split_k = dtype == DType::kF32 && epilogue.activation.empty();
   const Expr tiles = gemm_tiles(tile, m, n);
   const Expr splits = split_k ? max(Expr(1), min(ceil_div(Expr(3 * kResidentBlocks / 2), tiles), ceil_div(k, Expr(kMinSplitK))))
                               : Expr(1);
@@ -106,18 +118,22 @@ Lowering lower_linear(const OpContext& ctx) {
   launch.args.push_back(input(0, "x", dtype));
   launch.args.push_back(param("weight", "weight", dtype));
   if (has_bias) launch.args.push_back(param("bias", "bias", dtype));
+  if (epilogue.residual) launch.args.push_back(input(1, "residual", dtype));
   launch.args.push_back(output("y", dtype));
   launch.args.push_back(i32("M", m));
   launch.args.push_back(i32("N", n));
   launch.args.push_back(i32("K", k));
   launch.args.push_back(i32("ldx", x.row_stride));
   launch.args.push_back(i32("ldy", ldy));
+  if (epilogue.residual) launch.args.push_back(i32("ldr", ctx.inputs.at(1).row_stride));
   if (split_k) launch.args.push_back(i32("splits", splits));
   launch.block = {tile.threads, 1, 1};
   launch.grid = {split_k ? tiles * splits : gemm_grid(tile, m, n), Expr(1), Expr(1)};
   launch.dynamic_smem = Expr(gemm_dynamic_smem(tile));
-  launch.bytes = (m * k + n * k + m * n + (has_bias ? n : Expr(0))) * elem;
-  launch.flops = Expr(2) * m * n * k + (has_bias ? m * n : Expr(0));
+  launch.bytes = (m * k + n * k + (epilogue.residual ? Expr(2) : Expr(1)) * m * n + (has_bias ? n : Expr(0))) * elem;
+  const int epilogue_flops = (has_bias ? 1 : 0) + (epilogue.residual ? 1 : 0) +
+                             (epilogue.activation.empty() ? 0 : activation(epilogue.activation).flops);
+  launch.flops = Expr(2) * m * n * k + Expr(epilogue_flops) * m * n;
 
   const std::string bias_arg = has_bias ? "bias" : "nullptr";
   // Split z covers K range [k0, k0 + k_split): A and W are K-contiguous, so it is an offset.
@@ -130,13 +146,15 @@ Lowering lower_linear(const OpContext& ctx) {
                     "  const int k0 = split * k_split;\n"
                     "  if (k0 >= K) return;\n"
                     "  tn_gemm_block(x + k0, weight + k0, {}, y, M, N, min(K - k0, k_split), ldx, K, "
-                    "ldy, (int)(blockIdx.x % tiles), splits > 1);\n"
+                    "ldy, (int)(blockIdx.x % tiles), {}, splits > 1);\n"
                     "}}\n",
-                    has_bias ? "split == 0 ? bias : nullptr" : "nullptr")
-              : fmt::format(" {{\n  tn_gemm_block(x, weight, {}, y, M, N, K, ldx, K, ldy, blockIdx.x);\n}}\n", bias_arg);
+                    has_bias ? "split == 0 ? bias : nullptr" : "nullptr",
+                    epilogue.residual ? "split == 0 ? residual : nullptr, ldr" : "nullptr, 0")
+              : fmt::format(" {{\n  tn_gemm_block(x, weight, {}, y, M, N, K, ldx, K, ldy, blockIdx.x{});\n}}\n", bias_arg,
+                            epilogue.residual ? ", residual, ldr" : "");
   KernelSource kernel;
-  kernel.name = gemm_kernel_name("linear", dtype, GemmBLayout::kNK, has_bias, tile);
-  kernel.source = gemm_device_source(dtype, GemmBLayout::kNK, has_bias, tile) +
+  kernel.name = gemm_kernel_name("linear", dtype, GemmBLayout::kNK, has_bias, tile) + epilogue.suffix();
+  kernel.source = gemm_device_source(dtype, GemmBLayout::kNK, has_bias, tile, epilogue) +
                   bounded_kernel_entry(launch.args, tile.threads, tile.min_blocks) + body;
   kernel.file = __FILE__;
   kernel.line = __LINE__;
@@ -164,26 +182,19 @@ HostTensor linear_reference(const RefContext& ref) {
   return y;
 }
 
-}  // namespace
-
 OpDef linear_op() {
   OpDef def;
   def.name = "linear";
   def.doc = "y = x Wᵀ + b over all leading dims; weight [out, in], bias [out]; output rows padded "
             "to 16 bytes";
   def.inputs = {{"x", "[..., in]"}};
-  def.attrs = {
-      {"out_features", AttrType::kInt, "output features (rows of weight)", std::nullopt, {}, false, 1.0},
-      {"bias", AttrType::kBool, "add a bias [out]", nlohmann::json(true), {}, false, std::nullopt},
-      {"in_features", AttrType::kInt, "optional check: must equal x's last dim", std::nullopt, {}, true,
-       1.0},
-  };
+  def.attrs = linear_attr_specs();
   def.dtypes = {DType::kF32, DType::kBF16, DType::kF16};
   const OpDef meta = def;
   def.infer = [meta](const OpContext& ctx) { return infer_linear(meta, ctx); };
   def.params = linear_params;
   def.param_slots = {"weight", "bias"};
-  def.lower = lower_linear;
+  def.lower = [](const OpContext& ctx) { return lower_linear(ctx, {}); };
   def.reference = linear_reference;
   def.conformance_cases = [] {
     std::vector<ConformanceCase> cases;

@@ -162,9 +162,10 @@ TEST(CompileGraphs, ArchPicksArchSpecificKernelsAndTheirTarget) {
       EXPECT_EQ(k.target, wgmma ? arch + "a" : arch) << k.name;
       EXPECT_NE(k.ptx.find(".target " + k.target), std::string::npos) << k.name;
     }
-    // Its six linears: the five with K = 768 share the pingpong kernel, fc_proj (K = 3072) takes
+    // Its six linears: q, k, v share the pingpong kernel (K = 768); proj (+ the residual) and fc
+    // (+ gelu) take pingpong kernels with those epilogues, fc_proj (K = 3072, + the residual)
     // the cooperative 128x192 one.
-    EXPECT_EQ(specific, arch == "sm_90" ? 2 : 0);
+    EXPECT_EQ(specific, arch == "sm_90" ? 4 : 0);
   }
 }
 

@@ -1,0 +1,44 @@
+#include "ops/activation.h"
+
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+
+namespace teeny::ops {
+namespace {
+
+double host_sigmoid(double v) { return 1.0 / (1.0 + std::exp(-v)); }
+
+}  // namespace
+
+const std::vector<Activation>& activations() {
+  static const std::vector<Activation> table = {
+      {"relu", "(v < 0.f ? 0.f : v)", [](double v) { return v < 0 ? 0.0 : v; }, 1},
+      {"silu", "(v / (1.f + expf(-v)))", [](double v) { return v * host_sigmoid(v); }, 4},
+      {"sigmoid", "(1.f / (1.f + expf(-v)))", host_sigmoid, 3},
+      {"tanh", "tanhf(v)", [](double v) { return std::tanh(v); }, 5},
+      {"gelu", "(0.5f * v * (1.f + erff(v * 0.7071067811865476f)))",
+       [](double v) { return 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0))); }, 8},
+      {"gelu_tanh", "(0.5f * v * (1.f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v))))",
+       [](double v) { return 0.5 * v * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v))); },
+       8},
+  };
+  return table;
+}
+
+const Activation& activation(const std::string& name) {
+  for (const Activation& a : activations())
+    if (a.name == name) return a;
+  throw Error(fmt::format("unknown activation '{}'", name));
+}
+
+std::optional<std::string> activation_of_op(const std::string& op, const Attrs& attrs) {
+  if (op == "gelu") return attrs.s("approximate") == "tanh" ? "gelu_tanh" : "gelu";
+  for (const Activation& a : activations())
+    if (a.name == op) return op;
+  return std::nullopt;
+}
+
+}  // namespace teeny::ops

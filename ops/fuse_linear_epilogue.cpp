@@ -1,0 +1,126 @@
+// Graph pass: a linear whose output feeds only an activation (relu, silu, sigmoid, tanh,
+// gelu) or only an add becomes one fused.linear, which applies them in the GEMM's epilogue:
+// linear -> gelu, linear -> add(other, ·) and linear -> gelu -> add all become one node. The
+// fused node takes the last replaced node's name (consumers and graph outputs unchanged) and
+// keeps the linear's param names. A rewrite is made only when the fused output has exactly the
+// replaced node's type (dtype, shape and row stride: no broadcasting add, no new row padding),
+// so nothing downstream changes.
+#include <fmt/format.h>
+
+#include <map>
+#include <optional>
+
+#include "core/graph.h"
+#include "ops/activation.h"
+#include "ops/ops.h"
+
+namespace teeny::ops {
+namespace {
+
+bool same_type(const TensorType& a, const TensorType& b) {
+  return a.dtype == b.dtype && a.shape == b.shape && a.row_stride == b.row_stride;
+}
+
+std::string param_name(const Node& node, const std::string& slot) {
+  auto it = node.param_names.find(slot);
+  return it != node.param_names.end() ? it->second : node.name + "." + slot;
+}
+
+// The rewrite of `consumer` (an activation or an add reading `linear`) into a fused.linear.
+struct Rewrite {
+  size_t linear, consumer;
+  std::string activation;        // set for an activation consumer
+  std::optional<std::string> residual;  // set for an add consumer
+};
+
+// A linear, or a fused.linear whose epilogue can still take what `rewrite` adds.
+bool can_extend(const Node& node, bool adds_activation) {
+  if (node.op->name == "linear") return true;
+  if (node.op->name != "fused.linear" || node.inputs.size() == 2) return false;  // already has a residual
+  return !adds_activation || node.ctx.attrs.s("activation") == "none";
+}
+
+Node fused_node(const Node& linear, const Node& consumer, const Rewrite& rewrite, const OpDef& fused) {
+  Node node;
+  node.name = consumer.name;
+  node.op = &fused;
+  node.inputs = {linear.inputs.at(0)};
+  if (rewrite.residual) node.inputs.push_back(*rewrite.residual);
+  node.pos = linear.pos;  // errors about the linear's attrs point at the linear
+  node.key_pos = linear.key_pos;
+  nlohmann::json attrs = linear.ctx.attrs.json();
+  if (!rewrite.activation.empty()) attrs["activation"] = rewrite.activation;
+  else if (!attrs.contains("activation")) attrs["activation"] = "none";
+  node.ctx = linear.ctx;
+  node.ctx.node = consumer.name;
+  node.ctx.attrs = Attrs(std::move(attrs));
+  if (rewrite.residual) node.ctx.inputs.push_back(consumer.ctx.inputs.at(consumer.inputs[0] == linear.name ? 1 : 0));
+  node.ctx.output = fused.infer(node.ctx);
+  node.param_names = {{"weight", param_name(linear, "weight")}};
+  if (linear.ctx.attrs.b("bias")) node.param_names["bias"] = param_name(linear, "bias");
+  for (const Node* original : {&linear, &consumer}) {
+    if (original->fused_from.empty()) node.fused_from.push_back(original->name);
+    else node.fused_from.insert(node.fused_from.end(), original->fused_from.begin(), original->fused_from.end());
+  }
+  return node;
+}
+
+// The first possible rewrite in graph order, if any.
+std::optional<Rewrite> find_rewrite(const Graph& graph) {
+  std::map<std::string, int> uses;  // a graph output counts as a use, so it is never fused away
+  for (const Node& node : graph.nodes)
+    for (const std::string& input : node.inputs) ++uses[input];
+  for (const std::string& output : graph.outputs) ++uses[output];
+  std::map<std::string, size_t> index;
+  for (size_t i = 0; i < graph.nodes.size(); ++i) index[graph.nodes[i].name] = i;
+  auto sole_linear = [&](const std::string& name, bool adds_activation) -> std::optional<size_t> {
+    auto it = index.find(name);
+    if (it == index.end() || uses[name] != 1 || !can_extend(graph.nodes[it->second], adds_activation))
+      return std::nullopt;
+    return it->second;
+  };
+
+  for (size_t i = 0; i < graph.nodes.size(); ++i) {
+    const Node& node = graph.nodes[i];
+    if (auto act = activation_of_op(node.op->name, node.ctx.attrs); act && node.inputs.size() == 1) {
+      if (auto linear = sole_linear(node.inputs[0], true);
+          linear && same_type(graph.nodes[*linear].ctx.output, node.ctx.output))
+        return Rewrite{*linear, i, *act, std::nullopt};
+    }
+    if (node.op->name == "add" && node.inputs.size() == 2) {
+      for (int side : {1, 0}) {
+        auto linear = sole_linear(node.inputs[side], false);
+        if (linear && same_type(graph.nodes[*linear].ctx.output, node.ctx.output) &&
+            same_type(node.ctx.inputs[1 - side], node.ctx.output))
+          return Rewrite{*linear, i, "", node.inputs[1 - side]};
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+int fuse_linear_epilogue(Graph& graph, const Registry& registry) {
+  const OpDef* fused = registry.find("fused.linear");
+  if (fused == nullptr) throw Error("graph pass fuse_linear_epilogue: op 'fused.linear' is not registered");
+  int rewrites = 0;
+  // One rewrite at a time, so a linear -> gelu -> add chain fuses in two steps.
+  while (std::optional<Rewrite> rewrite = find_rewrite(graph)) {
+    Node replacement = fused_node(graph.nodes[rewrite->linear], graph.nodes[rewrite->consumer], *rewrite, *fused);
+    graph.nodes[rewrite->consumer] = std::move(replacement);  // after the linear's input and the residual
+    graph.nodes.erase(graph.nodes.begin() + static_cast<std::ptrdiff_t>(rewrite->linear));
+    ++rewrites;
+  }
+  return rewrites;
+}
+
+}  // namespace
+
+GraphPass fuse_linear_epilogue_pass() {
+  return GraphPass{"fuse_linear_epilogue",
+                   "linear -> activation (relu, silu, sigmoid, tanh, gelu) and linear -> add, intermediates "
+                   "used once, into one fused.linear applying them in the GEMM epilogue; only where the "
+                   "output type (row stride included) stays the same",
+                   fuse_linear_epilogue};
+}
+
+}  // namespace teeny::ops

@@ -1,0 +1,27 @@
+// linear's pieces that fused.linear (ops/fused_linear.cpp) is built from, so the fused layer
+// has linear's shape rule, params, GEMM and reference.
+#pragma once
+
+#include <vector>
+
+#include "core/op.h"
+#include "ops/dense_gemm.h"
+
+namespace teeny::ops {
+
+// out_features, bias, in_features.
+std::vector<AttrSpec> linear_attr_specs();
+
+// The output of x [..., in] -> [..., out_features] (input 0; rows padded to 16 bytes).
+TensorType infer_linear(const OpDef& meta, const OpContext& ctx);
+
+// weight [out, in] and, with attr bias, bias [out].
+std::vector<ParamSpec> linear_params(const OpContext& ctx);
+
+// The GEMM launch(es), with the epilogue's activation and residual (input 1) applied.
+Lowering lower_linear(const OpContext& ctx, const GemmEpilogue& epilogue);
+
+// x Wᵀ + b in double precision.
+HostTensor linear_reference(const RefContext& ref);
+
+}  // namespace teeny::ops
