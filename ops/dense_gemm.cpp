@@ -301,14 +301,22 @@ __device__ __forceinline__ void tn_gemm_block(const T* __restrict__ A, const T* 
 // act(v + bias) + R[m][n..n+1] as one 32-bit store where aligned; rows >= M are skipped,
 // columns in [N, ldc) are row padding and get zeros.
 const char* kTensorCoreShared = R"CUDA(
+constexpr int kChunkElems = 16 / (int)sizeof(T);  // elements per 16-byte chunk
+
 __device__ __forceinline__ void tn_load_chunk(T* dst, const T* __restrict__ src_row, bool row_ok,
                                               int col, int cols, bool vec_ok) {
-  if (row_ok && vec_ok && col + 7 < cols) {
+  if (row_ok && vec_ok && col + kChunkElems - 1 < cols) {
     tn_cp_async16(dst, src_row + col);
   } else {
 #pragma unroll
-    for (int i = 0; i < 8; ++i) dst[i] = (row_ok && col + i < cols) ? src_row[col + i] : tn_from_raw<T>(0);
+    for (int i = 0; i < kChunkElems; ++i) dst[i] = (row_ok && col + i < cols) ? src_row[col + i] : tn_cast<T>(0.f);
   }
+}
+
+// C[0], C[1] = lo, hi as one store; `out` is aligned to two elements.
+__device__ __forceinline__ void tn_store2(T* out, float lo, float hi) {
+  if constexpr (sizeof(T) == 4) *reinterpret_cast<float2*>(out) = make_float2(lo, hi);
+  else *reinterpret_cast<unsigned*>(out) = tn_pack2(lo, hi);
 }
 
 __device__ __forceinline__ void tn_store_pair(T* __restrict__ C, const T* __restrict__ bias,
@@ -323,9 +331,8 @@ __device__ __forceinline__ void tn_store_pair(T* __restrict__ C, const T* __rest
     v[e] = n + e < N ? tn_act(v[e] + b) + r : 0.f;
   }
   T* out = C + (long long)m * ldc + n;
-  if (ldc % 2 == 0 && n + 1 < ldc && (reinterpret_cast<unsigned long long>(out) & 3ull) == 0) {
-    *reinterpret_cast<unsigned*>(out) =
-        (unsigned)tn_raw(tn_cast<T>(v[0])) | ((unsigned)tn_raw(tn_cast<T>(v[1])) << 16);
+  if (ldc % 2 == 0 && n + 1 < ldc && (reinterpret_cast<unsigned long long>(out) & (2 * sizeof(T) - 1)) == 0) {
+    tn_store2(out, v[0], v[1]);
   } else {
 #pragma unroll
     for (int e = 0; e < 2; ++e)
@@ -349,6 +356,11 @@ __device__ __forceinline__ void tn_store_pair(T* __restrict__ C, const T* __rest
 // a stage one step late. Tiles are [rows][64] of 128-byte rows in wgmma's 128-byte swizzle
 // (16-byte chunk c of row r sits at chunk c ^ (r % 8); the swizzle is a function of the
 // address, so every tile starts on a 1024-byte boundary).
+//
+// f32 (3xTF32): each operand x is split into TF32 parts hi = tf32(x) and lo = tf32(x - hi),
+// and D += A_lo B_hi + A_hi B_lo + A_hi B_hi (A_lo B_lo, ~2^-22 relative, is dropped), which
+// keeps f32 accuracy on TF32 tensor cores. The loader splits the chunks it copied once they
+// land: hi in place, lo in a mirror of the stage, kOperandBytes further on.
 const char* kGemmWgmma = R"CUDA(
 constexpr int kConsumers = kThreads / 128 - 1;
 static_assert(kPingpong ? kBM % 64 == 0 : kBM == 64 * kConsumers,
@@ -361,8 +373,10 @@ static_assert(kBN % 16 == 0 && kBN <= 256, "wgmma N");
 static_assert(kStages >= 2, "one stage computing while the next loads");
 constexpr int kAcc = kBN / 2;  // f32 accumulators per thread and row block: 64 x kBN over 128 threads
 static_assert(kRowBlocks * kAcc <= 128, "accumulators must leave registers for addresses (168 per thread)");
+static_assert(kSplitTf32 == (sizeof(T) == 4), "f32 runs as 3xTF32; 16-bit types directly");
 constexpr int kATileBytes = kBM * 128, kBTileBytes = kBN * 128;
-constexpr int kStageBytes = kATileBytes + kBTileBytes;
+constexpr int kOperandBytes = kATileBytes + kBTileBytes;
+constexpr int kStageBytes = kOperandBytes * (kSplitTf32 ? 2 : 1);
 constexpr int kAChunks = kBM * 8 / 128, kBChunks = kBN * 8 / 128;  // 16-byte chunks per loader thread
 
 __device__ __forceinline__ unsigned tn_swizzled(int row, int chunk) {
@@ -405,7 +419,26 @@ __device__ __forceinline__ void tn_mbar_wait(unsigned bar, unsigned parity) {
   } while (!done);
 }
 
-// The loader's share of one operand tile (rows r0.. of P, K columns k0..k0 + 63): chunk column
+// x -> (tf32(x), tf32(x - tf32(x))) for the 4 floats of the chunk at `p`: the high parts in
+// place, the low parts kOperandBytes on. Both are exact TF32 values, so the MMA reads them
+// whole whether it rounds or truncates its operands.
+__device__ __forceinline__ void tn_split_tf32_chunk(unsigned char* p) {
+  float4 v = *reinterpret_cast<float4*>(p);
+  float* e = reinterpret_cast<float*>(&v);
+  float lo[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    unsigned hi, lo_bits;
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(hi) : "f"(e[i]));
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(lo_bits) : "f"(e[i] - __uint_as_float(hi)));
+    e[i] = __uint_as_float(hi);
+    lo[i] = __uint_as_float(lo_bits);
+  }
+  *reinterpret_cast<float4*>(p) = v;
+  *reinterpret_cast<float4*>(p + kOperandBytes) = make_float4(lo[0], lo[1], lo[2], lo[3]);
+}
+
+// The loader's share of one operand tile (rows r0.. of P, K columns k0..k0 + kBK - 1): chunk column
 // `chunk` of rows row + 16c. Rows share their swizzle (row % 8) for every c, so chunk c lands
 // 2048 bytes past chunk 0. Whole tiles (`whole`: aligned rows, all inside) take one cp.async
 // per chunk and no checks; others check every element and zero-fill.
@@ -414,7 +447,7 @@ __device__ __forceinline__ void tn_load_operand(unsigned char* tile, const T* __
                                                 int ld, bool vec, bool whole, int k0, int K, int row, int chunk) {
   if (whole && k0 + kBK <= K) {
     const unsigned dst = tn_smem_addr(tile + tn_swizzled(row, chunk));
-    const T* src = P + (long long)(r0 + row) * ld + chunk * 8 + k0;
+    const T* src = P + (long long)(r0 + row) * ld + chunk * kChunkElems + k0;
 #pragma unroll
     for (int c = 0; c < kChunks; ++c) tn_cp_async16_to(dst + c * 2048, src + (long long)c * 16 * ld);
   } else {
@@ -422,7 +455,7 @@ __device__ __forceinline__ void tn_load_operand(unsigned char* tile, const T* __
     for (int c = 0; c < kChunks; ++c) {
       const int r = row + 16 * c;
       tn_load_chunk(reinterpret_cast<T*>(tile + tn_swizzled(r, chunk)), P + (long long)(r0 + r) * ld, r0 + r < rows,
-                    k0 + chunk * 8, K, vec);
+                    k0 + chunk * kChunkElems, K, vec);
     }
   }
 }
@@ -459,8 +492,19 @@ __device__ __forceinline__ void tn_gemm_block(const T* __restrict__ A, const T* 
 
   if (warpgroup == 0) {
     const int row = tid / 8, chunk = tid % 8;  // this loader thread's rows row + 16c, chunk column
-    const bool a_vec = lda % 8 == 0 && tn_aligned16(A);
-    const bool b_vec = ldb % 8 == 0 && tn_aligned16(B);
+    const bool a_vec = lda % kChunkElems == 0 && tn_aligned16(A);
+    const bool b_vec = ldb % kChunkElems == 0 && tn_aligned16(B);
+    // 3xTF32: this thread's chunks of the stage filled one step earlier, split once they land.
+    auto split_stage = [&](int s) {
+      unsigned char* a_tile = smem + s * kStageBytes;
+#pragma unroll
+      for (int c = 0; c < kAChunks; ++c) tn_split_tf32_chunk(a_tile + tn_swizzled(row + 16 * c, chunk));
+#pragma unroll
+      for (int c = 0; c < kBChunks; ++c) tn_split_tf32_chunk(a_tile + kATileBytes + tn_swizzled(row + 16 * c, chunk));
+      __syncwarp();
+      if (tid % 32 == 0) tn_mbar_arrive(full_bar + s * 8);
+    };
+    int pending = -1;  // 3xTF32: the stage copied last step, not yet split
     for (int tile = first_tile; tile < tiles; tile += gridDim.x) {
       int tile_m, tile_n;
       tn_gemm_tile_coords(tile, M, N, tile_m, tile_n);
@@ -471,12 +515,26 @@ __device__ __forceinline__ void tn_gemm_block(const T* __restrict__ A, const T* 
         unsigned char* a_tile = smem + stage * kStageBytes;
         tn_load_operand<kAChunks>(a_tile, A, m0, M, lda, a_vec, a_whole, kt * kBK, K, row, chunk);
         tn_load_operand<kBChunks>(a_tile + kATileBytes, B, n0, N, ldb, b_vec, b_whole, kt * kBK, K, row, chunk);
-        // The phase waits for every lane's copies; lane 0's arrive, after the warp's
-        // convergence point, also releases the lanes' zero-fill stores.
-        tn_mbar_track_cp_async(full_bar + stage * 8);
-        __syncwarp();
-        if (tid % 32 == 0) tn_mbar_arrive(full_bar + stage * 8);
+        if (kSplitTf32) {
+          // This step's copies stay in flight while the previous step's are split.
+          tn_cp_async_commit();
+          if (pending >= 0) {
+            tn_cp_async_wait<1>();
+            split_stage(pending);
+          }
+          pending = stage;
+        } else {
+          // The phase waits for every lane's copies; lane 0's arrive, after the warp's
+          // convergence point, also releases the lanes' zero-fill stores.
+          tn_mbar_track_cp_async(full_bar + stage * 8);
+          __syncwarp();
+          if (tid % 32 == 0) tn_mbar_arrive(full_bar + stage * 8);
+        }
       }
+    }
+    if (kSplitTf32 && pending >= 0) {
+      tn_cp_async_wait<0>();
+      split_stage(pending);
     }
     return;
   }
@@ -514,10 +572,16 @@ __device__ __forceinline__ void tn_gemm_block(const T* __restrict__ A, const T* 
       for (int i = 0; i < kRowBlocks; ++i) tn_fence_acc(acc[i]);
       tn_wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < kBK / 16; ++kk)  // 16 elements of K = 32 bytes along the swizzled row
+      for (int kk = 0; kk < 4; ++kk)  // one MMA's K (16 16-bit or 8 TF32 elements) is 32 bytes of the row
 #pragma unroll
-        for (int i = 0; i < kRowBlocks; ++i)
-          tn_wgmma(acc[i], tn_wgmma_desc(a_addr + i * 64 * 128 + kk * 32), tn_wgmma_desc(b_addr + kk * 32));
+        for (int i = 0; i < kRowBlocks; ++i) {
+          const unsigned a = a_addr + i * 64 * 128 + kk * 32, b = b_addr + kk * 32;
+          if (kSplitTf32) {  // the small terms first, into the still-small accumulator
+            tn_wgmma(acc[i], tn_wgmma_desc(a + kOperandBytes), tn_wgmma_desc(b));
+            tn_wgmma(acc[i], tn_wgmma_desc(a), tn_wgmma_desc(b + kOperandBytes));
+          }
+          tn_wgmma(acc[i], tn_wgmma_desc(a), tn_wgmma_desc(b));
+        }
       tn_wgmma_commit();
       tn_wgmma_wait<1>();
 #pragma unroll
@@ -538,7 +602,7 @@ __device__ __forceinline__ void tn_gemm_block(const T* __restrict__ A, const T* 
     // Inside M and N, with no row padding to zero and 4-byte aligned pairs, the stores and
     // bias loads need no checks, so they issue back to back instead of behind branches.
     const bool whole = m0 + kBM <= M && (n0 + kBN < N || (n0 + kBN == N && ldc == N)) && ldc % 2 == 0 &&
-                       (reinterpret_cast<unsigned long long>(C) & 3ull) == 0;
+                       (reinterpret_cast<unsigned long long>(C) & (2 * sizeof(T) - 1)) == 0;
     if (whole) {
 #pragma unroll
       for (int j = 0; j < kBN / 8; ++j) {
@@ -555,10 +619,8 @@ __device__ __forceinline__ void tn_gemm_block(const T* __restrict__ A, const T* 
             r[2] = tn_f32(res[8LL * ldr]);
             r[3] = tn_f32(res[8LL * ldr + 1]);
           }
-          *reinterpret_cast<unsigned*>(out) =
-              tn_pack2(tn_act(acc[i][4 * j] + b0) + r[0], tn_act(acc[i][4 * j + 1] + b1) + r[1]);
-          *reinterpret_cast<unsigned*>(out + 8LL * ldc) =
-              tn_pack2(tn_act(acc[i][4 * j + 2] + b0) + r[2], tn_act(acc[i][4 * j + 3] + b1) + r[3]);
+          tn_store2(out, tn_act(acc[i][4 * j] + b0) + r[0], tn_act(acc[i][4 * j + 1] + b1) + r[1]);
+          tn_store2(out + 8LL * ldc, tn_act(acc[i][4 * j + 2] + b0) + r[2], tn_act(acc[i][4 * j + 3] + b1) + r[3]);
         }
       }
     } else {
@@ -623,17 +685,20 @@ std::string wgmma_instruction(DType dtype, int n) {
     registers += fmt::format("{}%{}", i == 0 ? "" : ", ", i);
     operands += fmt::format("{}\"+f\"(d[{}])", i == 0 ? "" : ", ", i);
   }
-  const char* type = dtype == DType::kBF16 ? "bf16" : "f16";
+  // TF32 takes 8 elements of K and no transpose operands (both operands K-major).
+  const bool tf32 = dtype == DType::kF32;
+  const char* type = tf32 ? "tf32" : dtype == DType::kBF16 ? "bf16" : "f16";
   return fmt::format(R"CUDA(
 __device__ __forceinline__ void tn_wgmma(float (&d)[{regs}], unsigned long long a, unsigned long long b) {{
   asm volatile(
       "{{\n.reg .pred p;\nsetp.ne.b32 p, %{scale}, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{type}.{type} {{{registers}}}, %{a}, %{b}, p, 1, 1, 0, 0;\n}}\n"
+      "wgmma.mma_async.sync.aligned.m64n{n}k{k}.f32.{type}.{type} {{{registers}}}, %{a}, %{b}, p, 1, 1{trans};\n}}\n"
       : {operands}
       : "l"(a), "l"(b), "r"(1));
 }}
 )CUDA",
-                     fmt::arg("regs", regs), fmt::arg("n", n), fmt::arg("type", type),
+                     fmt::arg("regs", regs), fmt::arg("n", n), fmt::arg("type", type), fmt::arg("k", tf32 ? 8 : 16),
+                     fmt::arg("trans", tf32 ? "" : ", 0, 0"),
                      fmt::arg("registers", registers), fmt::arg("operands", operands), fmt::arg("a", regs),
                      fmt::arg("b", regs + 1), fmt::arg("scale", regs + 2));
 }
@@ -654,7 +719,11 @@ std::string bounded_kernel_entry(const std::vector<KernelArg>& args, int threads
 
 GemmTile choose_gemm_tile(DType dtype, GemmBLayout layout, const Expr& n, const Expr& k, int target_sm) {
   const bool narrow = n.is_const() && *n.const_value() < 512;
-  if (dtype == DType::kF32) return narrow ? GemmTile{64, 64, 16, 256, 2} : GemmTile{128, 128, 8, 256, 2};
+  if (dtype == DType::kF32) {
+    // 3xTF32 stages are 64 KiB (f32 high and low parts of both 128-row tiles): three fit.
+    if (target_sm == 90 && layout == GemmBLayout::kNK && !narrow) return GemmTile{128, 128, 32, 384, 1, 3, true, true};
+    return narrow ? GemmTile{64, 64, 16, 256, 2} : GemmTile{128, 128, 8, 256, 2};
+  }
   if (narrow) return GemmTile{64, 64, 32, 128, 1};
   // wgmma reads B from shared memory K-major, i.e. in the [N, K] layout. Stages fill ~192 KiB.
   // Measured on the H200 (bf16, M = 8192 unless noted; TFLOP/s): cooperative 128x256 / 128x192
@@ -673,10 +742,12 @@ GemmTile choose_gemm_tile(DType dtype, GemmBLayout layout, const Expr& n, const 
 }
 
 int64_t gemm_dynamic_smem(const GemmTile& tile) {
-  // 16-bit A and B tiles per stage, + 1024 to align the swizzled tiles inside the allocation,
-  // + a full and an empty mbarrier (8 bytes each) per stage, + pingpong's two turn mbarriers.
+  // A and B tiles of 128-byte rows per stage (twice for 3xTF32), + 1024 to align the swizzled
+  // tiles inside the allocation, + a full and an empty mbarrier (8 bytes each) per stage, +
+  // pingpong's two turn mbarriers.
   if (!tile.wgmma()) return 0;
-  return int64_t{tile.stages} * ((tile.bm + tile.bn) * tile.bk * 2 + 16) + (tile.pingpong ? 16 : 0) + 1024;
+  const int64_t stage_bytes = int64_t{tile.bm + tile.bn} * 128 * (tile.split_tf32 ? 2 : 1);
+  return int64_t{tile.stages} * (stage_bytes + 16) + (tile.pingpong ? 16 : 0) + 1024;
 }
 
 Expr gemm_tiles(const GemmTile& tile, const Expr& m, const Expr& n) {
@@ -712,15 +783,16 @@ std::string gemm_device_source(DType dtype, GemmBLayout layout, bool has_bias, c
                      layout == GemmBLayout::kNK, has_bias, epilogue.residual,
                      epilogue.activation.empty() ? "v" : activation(epilogue.activation).cuda);
   src += kTileOrder;
-  if (dtype == DType::kF32) {
+  if (tile.wgmma()) {
+    src += kernel_constant("kStages", tile.stages);
+    src += fmt::format("constexpr bool kPingpong = {};\nconstexpr bool kSplitTf32 = {};\n", tile.pingpong,
+                       tile.split_tf32);
+    src += mma_primitives(dtype) + kTensorCoreShared + wgmma_instruction(dtype, tile.bn) + kGemmWgmma;
+  } else if (dtype == DType::kF32) {
     // 128x128 tiles: 8x8 per thread; 64x64 tiles: 4x4 per thread (256 threads either way).
     const int micro = tile.bm == 128 ? 8 : 4;
     src += kernel_constant("kTM", micro) + kernel_constant("kTN", micro);
     src += kGemmF32;
-  } else if (tile.wgmma()) {
-    src += kernel_constant("kStages", tile.stages);
-    src += fmt::format("constexpr bool kPingpong = {};\n", tile.pingpong);
-    src += mma_primitives(dtype) + kTensorCoreShared + wgmma_instruction(dtype, tile.bn) + kGemmWgmma;
   } else {
     const int warps = tile.threads / 32;
     const int warps_m = 2;

@@ -35,6 +35,8 @@ struct GemmTile {
   // wgmma path only: each MMA warpgroup computes whole tiles, alternately (see kGemmWgmma),
   // instead of all of them splitting each tile's rows.
   bool pingpong = false;
+  // wgmma path only, f32: 3xTF32 (stages hold each operand's TF32 high and low parts).
+  bool split_tf32 = false;
   bool wgmma() const { return stages > 0; }
 };
 
@@ -50,7 +52,7 @@ struct GemmEpilogue {
 // Picks a tile for the dtype and B layout on the target SM from the output width `n` (a narrow
 // N gets a small tile so small layers still fill the GPU) and the reduction length `k` (on
 // sm_90, a short K takes the pingpong schedule, whose epilogues overlap the other warpgroup's
-// MMAs).
+// MMAs). On sm_90 a wide f32 linear runs on tensor cores as 3xTF32 (see kGemmWgmma).
 GemmTile choose_gemm_tile(DType dtype, GemmBLayout layout, const Expr& n, const Expr& k, int target_sm);
 
 // Dynamic shared memory of a launch of the tile's kernel, in bytes (0 unless wgmma).

@@ -83,7 +83,7 @@ Lowering lower_linear(const OpContext& ctx, const GemmEpilogue& epilogue) {
   const Expr m = product(Shape(x.shape.begin(), x.shape.end() - 1));
   const Expr ldy = ctx.output.row_stride;
   const GemmTile tile = choose_gemm_tile(dtype, GemmBLayout::kNK, n, k, ctx.target_sm);
-  const bool split_k = dtype == DType::kF32 && epilogue.activation.empty();
+  const bool split_k = dtype == DType::kF32 && !tile.wgmma() && epilogue.activation.empty();
   const Expr tiles = gemm_tiles(tile, m, n);
   const Expr splits = split_k ? max(Expr(1), min(ceil_div(Expr(3 * kResidentBlocks / 2), tiles), ceil_div(k, Expr(kMinSplitK))))
                               : Expr(1);
