@@ -460,11 +460,14 @@ __device__ __forceinline__ void tn_load_operand(unsigned char* tile, const T* __
   }
 }
 
-// Computes output tiles first_tile, first_tile + gridDim.x, ... (grouped tile order).
+// Computes work units first_tile, first_tile + gridDim.x, ...: unit u is output tile u % tiles
+// (grouped tile order) over K split u / tiles of `splits`. Every unit takes the same number of
+// k-steps (the ring arithmetic relies on it); steps past K load zeros. With splits > 1 (f32
+// only) units add into C, which the caller zeroed, and split 0 adds the bias and residual.
 __device__ __forceinline__ void tn_gemm_block(const T* __restrict__ A, const T* __restrict__ B,
                                               const T* __restrict__ bias, T* __restrict__ C,
                                               int M, int N, int K, int lda, int ldb, int ldc, int first_tile,
-                                              const T* __restrict__ R = nullptr, int ldr = 0) {
+                                              const T* __restrict__ R = nullptr, int ldr = 0, int splits = 1) {
   extern __shared__ unsigned char tn_dynamic_smem[];
   unsigned char* smem = tn_dynamic_smem + ((1024 - (tn_smem_addr(tn_dynamic_smem) & 1023)) & 1023);
   const unsigned full_bar = tn_smem_addr(smem + kStages * kStageBytes), empty_bar = full_bar + kStages * 8;
@@ -479,8 +482,8 @@ __device__ __forceinline__ void tn_gemm_block(const T* __restrict__ A, const T* 
       for (int c = 0; c < kConsumers; ++c) tn_mbar_init(turn_bar + c * 8, 4);  // one per warp of the previous consumer
   }
   __syncthreads();
-  const int tiles = ((M + kBM - 1) / kBM) * ((N + kBN - 1) / kBN);
-  const int k_tiles = (K + kBK - 1) / kBK;
+  const int tiles = ((M + kBM - 1) / kBM) * ((N + kBN - 1) / kBN), units = tiles * splits;
+  const int k_tiles = ((K + kBK - 1) / kBK + splits - 1) / splits;  // k-steps per unit
   int stage = 0;
   unsigned phase = 0;  // parity of the ring's current pass
   auto advance = [&] {
@@ -505,16 +508,17 @@ __device__ __forceinline__ void tn_gemm_block(const T* __restrict__ A, const T* 
       if (tid % 32 == 0) tn_mbar_arrive(full_bar + s * 8);
     };
     int pending = -1;  // 3xTF32: the stage copied last step, not yet split
-    for (int tile = first_tile; tile < tiles; tile += gridDim.x) {
+    for (int unit = first_tile; unit < units; unit += gridDim.x) {
       int tile_m, tile_n;
-      tn_gemm_tile_coords(tile, M, N, tile_m, tile_n);
-      const int m0 = tile_m * kBM, n0 = tile_n * kBN;
+      tn_gemm_tile_coords(unit % tiles, M, N, tile_m, tile_n);
+      const int m0 = tile_m * kBM, n0 = tile_n * kBN, k_base = unit / tiles * k_tiles * kBK;
       const bool a_whole = a_vec && m0 + kBM <= M, b_whole = b_vec && n0 + kBN <= N;
       for (int kt = 0; kt < k_tiles; ++kt, advance()) {
         tn_mbar_wait(empty_bar + stage * 8, phase ^ 1);  // a fresh barrier's previous phase counts as done
         unsigned char* a_tile = smem + stage * kStageBytes;
-        tn_load_operand<kAChunks>(a_tile, A, m0, M, lda, a_vec, a_whole, kt * kBK, K, row, chunk);
-        tn_load_operand<kBChunks>(a_tile + kATileBytes, B, n0, N, ldb, b_vec, b_whole, kt * kBK, K, row, chunk);
+        const int k0 = k_base + kt * kBK;
+        tn_load_operand<kAChunks>(a_tile, A, m0, M, lda, a_vec, a_whole, k0, K, row, chunk);
+        tn_load_operand<kBChunks>(a_tile + kATileBytes, B, n0, N, ldb, b_vec, b_whole, k0, K, row, chunk);
         if (kSplitTf32) {
           // This step's copies stay in flight while the previous step's are split.
           tn_cp_async_commit();
@@ -542,10 +546,10 @@ __device__ __forceinline__ void tn_gemm_block(const T* __restrict__ A, const T* 
   const int consumer = warpgroup - 1, lane = tid % 32;
   // Cooperative consumers all compute each of the block's tiles t; pingpong consumer c computes
   // t = c, c + kConsumers, ...
-  for (int t = kPingpong ? consumer : 0, tile = first_tile + t * (int)gridDim.x; tile < tiles;
-       t += kTileStep, tile += kTileStep * (int)gridDim.x) {
+  for (int t = kPingpong ? consumer : 0, unit = first_tile + t * (int)gridDim.x; unit < units;
+       t += kTileStep, unit += kTileStep * (int)gridDim.x) {
     int tile_m, tile_n;
-    tn_gemm_tile_coords(tile, M, N, tile_m, tile_n);
+    tn_gemm_tile_coords(unit % tiles, M, N, tile_m, tile_n);
     const int m0 = tile_m * kBM, n0 = tile_n * kBN;
     stage = t * k_tiles % kStages;  // the ring position of the tile's first k-step
     phase = t * k_tiles / kStages & 1;
@@ -599,6 +603,24 @@ __device__ __forceinline__ void tn_gemm_block(const T* __restrict__ A, const T* 
     // column 8j + 2 (lane % 4) + e.
     const int row = m0 + (kPingpong ? 0 : consumer * 64) + (tid % 128) / 32 * 16 + lane / 4;
     const int col = n0 + (lane % 4) * 2;
+    if constexpr (kSplitTf32) {
+      if (splits > 1) {
+        const bool first_split = unit < tiles;
+#pragma unroll
+        for (int i = 0; i < kRowBlocks; ++i)
+#pragma unroll
+          for (int j = 0; j < kBN / 8; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int m = row + 64 * i + (e / 2) * 8, n = col + j * 8 + e % 2;
+              if (m >= M || n >= N) continue;
+              float v = acc[i][4 * j + e];
+              if (first_split) v += (kHasBias ? bias[n] : 0.f) + (kHasResidual ? R[(long long)m * ldr + n] : 0.f);
+              atomicAdd(C + (long long)m * ldc + n, v);
+            }
+        continue;
+      }
+    }
     // Inside M and N, with no row padding to zero and 4-byte aligned pairs, the stores and
     // bias loads need no checks, so they issue back to back instead of behind branches.
     const bool whole = m0 + kBM <= M && (n0 + kBN < N || (n0 + kBN == N && ldc == N)) && ldc % 2 == 0 &&

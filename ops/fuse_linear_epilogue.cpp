@@ -7,23 +7,18 @@
 // so nothing downstream changes.
 #include <fmt/format.h>
 
-#include <map>
 #include <optional>
 
 #include "core/graph.h"
 #include "ops/activation.h"
 #include "ops/ops.h"
+#include "ops/pass_util.h"
 
 namespace teeny::ops {
 namespace {
 
 bool same_type(const TensorType& a, const TensorType& b) {
   return a.dtype == b.dtype && a.shape == b.shape && a.row_stride == b.row_stride;
-}
-
-std::string param_name(const Node& node, const std::string& slot) {
-  auto it = node.param_names.find(slot);
-  return it != node.param_names.end() ? it->second : node.name + "." + slot;
 }
 
 // The rewrite of `consumer` (an activation or an add reading `linear`) into a fused.linear.
@@ -58,26 +53,18 @@ Node fused_node(const Node& linear, const Node& consumer, const Rewrite& rewrite
   node.ctx.output = fused.infer(node.ctx);
   node.param_names = {{"weight", param_name(linear, "weight")}};
   if (linear.ctx.attrs.b("bias")) node.param_names["bias"] = param_name(linear, "bias");
-  for (const Node* original : {&linear, &consumer}) {
-    if (original->fused_from.empty()) node.fused_from.push_back(original->name);
-    else node.fused_from.insert(node.fused_from.end(), original->fused_from.begin(), original->fused_from.end());
-  }
+  node.fused_from = fused_from({&linear, &consumer});
   return node;
 }
 
 // The first possible rewrite in graph order, if any.
 std::optional<Rewrite> find_rewrite(const Graph& graph) {
-  std::map<std::string, int> uses;  // a graph output counts as a use, so it is never fused away
-  for (const Node& node : graph.nodes)
-    for (const std::string& input : node.inputs) ++uses[input];
-  for (const std::string& output : graph.outputs) ++uses[output];
-  std::map<std::string, size_t> index;
-  for (size_t i = 0; i < graph.nodes.size(); ++i) index[graph.nodes[i].name] = i;
+  const GraphUses uses(graph);
   auto sole_linear = [&](const std::string& name, bool adds_activation) -> std::optional<size_t> {
-    auto it = index.find(name);
-    if (it == index.end() || uses[name] != 1 || !can_extend(graph.nodes[it->second], adds_activation))
-      return std::nullopt;
-    return it->second;
+    const Node* producer = uses.single_use_producer(name, "linear");
+    if (producer == nullptr) producer = uses.single_use_producer(name, "fused.linear");
+    if (producer == nullptr || !can_extend(*producer, adds_activation)) return std::nullopt;
+    return uses.position(*producer);
   };
 
   for (size_t i = 0; i < graph.nodes.size(); ++i) {
@@ -100,12 +87,11 @@ std::optional<Rewrite> find_rewrite(const Graph& graph) {
 }
 
 int fuse_linear_epilogue(Graph& graph, const Registry& registry) {
-  const OpDef* fused = registry.find("fused.linear");
-  if (fused == nullptr) throw Error("graph pass fuse_linear_epilogue: op 'fused.linear' is not registered");
+  const OpDef& fused = fused_op(registry, "fuse_linear_epilogue", "fused.linear");
   int rewrites = 0;
   // One rewrite at a time, so a linear -> gelu -> add chain fuses in two steps.
   while (std::optional<Rewrite> rewrite = find_rewrite(graph)) {
-    Node replacement = fused_node(graph.nodes[rewrite->linear], graph.nodes[rewrite->consumer], *rewrite, *fused);
+    Node replacement = fused_node(graph.nodes[rewrite->linear], graph.nodes[rewrite->consumer], *rewrite, fused);
     graph.nodes[rewrite->consumer] = std::move(replacement);  // after the linear's input and the residual
     graph.nodes.erase(graph.nodes.begin() + static_cast<std::ptrdiff_t>(rewrite->linear));
     ++rewrites;

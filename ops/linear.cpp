@@ -16,8 +16,9 @@ namespace {
 // Elements per 16 bytes: f32 rows pad to a multiple of 4, 16-bit rows to a multiple of 8.
 int64_t row_align(DType dtype) { return 16 / static_cast<int64_t>(dtype_size(dtype)); }
 
-// f32 split-K: K is split until the blocks make at least 1.5 waves of kResidentBlocks (two
-// 128x128 blocks per SM on the H200's 132 SMs), each split over at least kMinSplitK of K.
+// f32 split-K: K is split until the blocks make at least 1.5 waves of the resident blocks (CUDA
+// cores: two 128x128 blocks per SM on the H200's 132 SMs; the persistent 3xTF32 kernel: one
+// work unit of a tile and a K range per SM at a time), each split over at least kMinSplitK of K.
 // Below one wave SMs idle (batch 1); from one to 1.5 waves the last wave is at most half full
 // (GPT-2's N = 768 layers at M = 8192: 384 tiles, 73% busy; two splits make 97%). Above that
 // the zeroing and atomics of a split cost more than the emptier last wave (measured on the
@@ -83,9 +84,10 @@ Lowering lower_linear(const OpContext& ctx, const GemmEpilogue& epilogue) {
   const Expr m = product(Shape(x.shape.begin(), x.shape.end() - 1));
   const Expr ldy = ctx.output.row_stride;
   const GemmTile tile = choose_gemm_tile(dtype, GemmBLayout::kNK, n, k, ctx.target_sm);
-  const bool split_k = dtype == DType::kF32 && !tile.wgmma() && epilogue.activation.empty();
+  const bool split_k = dtype == DType::kF32 && epilogue.activation.empty();
+  const int resident = tile.wgmma() ? kSm90Sms : kResidentBlocks;
   const Expr tiles = gemm_tiles(tile, m, n);
-  const Expr splits = split_k ? max(Expr(1), min(ceil_div(Expr(3 * kResidentBlocks / 2), tiles), ceil_div(k, Expr(kMinSplitK))))
+  const Expr splits = split_k ? max(Expr(1), min(ceil_div(Expr(3 * resident / 2), tiles), ceil_div(k, Expr(kMinSplitK))))
                               : Expr(1);
   const Expr elem(static_cast<int64_t>(dtype_size(dtype)));
 
@@ -128,7 +130,8 @@ Lowering lower_linear(const OpContext& ctx, const GemmEpilogue& epilogue) {
   if (epilogue.residual) launch.args.push_back(i32("ldr", ctx.inputs.at(1).row_stride));
   if (split_k) launch.args.push_back(i32("splits", splits));
   launch.block = {tile.threads, 1, 1};
-  launch.grid = {split_k ? tiles * splits : gemm_grid(tile, m, n), Expr(1), Expr(1)};
+  const Expr units = split_k ? tiles * splits : tiles;
+  launch.grid = {tile.wgmma() ? min(units, Expr(kSm90Sms)) : units, Expr(1), Expr(1)};
   launch.dynamic_smem = Expr(gemm_dynamic_smem(tile));
   launch.bytes = (m * k + n * k + (epilogue.residual ? Expr(2) : Expr(1)) * m * n + (has_bias ? n : Expr(0))) * elem;
   const int epilogue_flops = (has_bias ? 1 : 0) + (epilogue.residual ? 1 : 0) +
@@ -136,9 +139,14 @@ Lowering lower_linear(const OpContext& ctx, const GemmEpilogue& epilogue) {
   launch.flops = Expr(2) * m * n * k + Expr(epilogue_flops) * m * n;
 
   const std::string bias_arg = has_bias ? "bias" : "nullptr";
-  // Split z covers K range [k0, k0 + k_split): A and W are K-contiguous, so it is an offset.
+  const std::string residual_args = epilogue.residual ? "residual, ldr" : "nullptr, 0";
+  // CUDA cores: split z covers K range [k0, k0 + k_split): A and W are K-contiguous, so it is an
+  // offset. The persistent wgmma kernel walks (tile, split) units itself.
   const std::string body =
-      split_k ? fmt::format(
+      split_k && tile.wgmma()
+          ? fmt::format(" {{\n  tn_gemm_block(x, weight, {}, y, M, N, K, ldx, K, ldy, blockIdx.x, {}, splits);\n}}\n",
+                        bias_arg, residual_args)
+      : split_k ? fmt::format(
                     " {{\n"
                     "  const int tiles = ((M + kBM - 1) / kBM) * ((N + kBN - 1) / kBN);\n"
                     "  const int split = (int)(blockIdx.x / tiles);\n"
@@ -150,8 +158,8 @@ Lowering lower_linear(const OpContext& ctx, const GemmEpilogue& epilogue) {
                     "}}\n",
                     has_bias ? "split == 0 ? bias : nullptr" : "nullptr",
                     epilogue.residual ? "split == 0 ? residual : nullptr, ldr" : "nullptr, 0")
-              : fmt::format(" {{\n  tn_gemm_block(x, weight, {}, y, M, N, K, ldx, K, ldy, blockIdx.x{});\n}}\n", bias_arg,
-                            epilogue.residual ? ", residual, ldr" : "");
+              : fmt::format(" {{\n  tn_gemm_block(x, weight, {}, y, M, N, K, ldx, K, ldy, blockIdx.x, {});\n}}\n",
+                            bias_arg, residual_args);
   KernelSource kernel;
   kernel.name = gemm_kernel_name("linear", dtype, GemmBLayout::kNK, has_bias, tile) + epilogue.suffix();
   kernel.source = gemm_device_source(dtype, GemmBLayout::kNK, has_bias, tile, epilogue) +

@@ -6,7 +6,8 @@
 // combined with shuffles), which keeps q and the output accumulator in registers for head
 // dims up to 256. Causal: tiles wholly above the diagonal are never loaded, and the heaviest
 // query tiles are scheduled first. The causal mask is PyTorch's `is_causal` (key j is visible
-// to query i iff j <= i). Math in f32 whatever the storage dtype.
+// to query i iff j <= i). Math in f32 whatever the storage dtype. The kernels also read heads
+// in place from [B, S, H*Dh] tensors and write them merged, for fused.sdpa_heads (ops/sdpa.h).
 #include <algorithm>
 #include <cmath>
 
@@ -16,6 +17,7 @@
 #include "ops/dense_gemm.h"
 #include "ops/kernel_util.h"
 #include "ops/ops.h"
+#include "ops/sdpa.h"
 
 namespace teeny::ops {
 namespace {
@@ -31,41 +33,13 @@ constexpr int kMmaWarps = 4;
 constexpr int kMmaKeysPerTile = 64;
 
 TensorType infer_sdpa(const OpDef& meta, const OpContext& ctx) {
+  const DType dtype = check_attention_inputs(meta, ctx, {"[N, S, Dh]", "N", "head dim"});
   const TensorType& q = ctx.inputs.at(0);
-  const TensorType& k = ctx.inputs.at(1);
-  const TensorType& v = ctx.inputs.at(2);
-  const char* names[] = {"q", "k", "v"};
-  for (int i = 0; i < 3; ++i) {
-    if (ctx.inputs[i].shape.size() != 3) {
-      throw OpError("inputs", fmt::format("sdpa needs q, k, v of shape [N, S, Dh]; {} is {}", names[i],
-                                          shape_str(ctx.inputs[i].shape)));
-    }
-  }
-  const DType dtype = common_float_dtype(meta, ctx);
-  if (output_float_dtype(meta, ctx, dtype) != dtype) {
-    throw OpError("dtype", fmt::format("sdpa computes in its input dtype {}", dtype_name(dtype)));
-  }
-  if (q.shape[0] != k.shape[0] || q.shape[0] != v.shape[0]) {
-    throw OpError("inputs", fmt::format("sdpa: q, k, v must have the same first dim N; got {}, {}, {}",
-                                        shape_str(q.shape), shape_str(k.shape), shape_str(v.shape)));
-  }
-  if (k.shape[1] != v.shape[1]) {
-    throw OpError("inputs", fmt::format("sdpa: k and v must have the same length; got {} and {}",
-                                        shape_str(k.shape), shape_str(v.shape)));
-  }
-  if (q.shape[2] != k.shape[2] || q.shape[2] != v.shape[2]) {
-    throw OpError("inputs", fmt::format("sdpa: q, k, v must have the same head dim; got {}, {}, {}",
-                                        shape_str(q.shape), shape_str(k.shape), shape_str(v.shape)));
-  }
   const auto head_dim = q.shape[2].const_value();
   if (!head_dim) {
     throw OpError("inputs", fmt::format("sdpa needs a fixed head dim; q is {}", shape_str(q.shape)));
   }
-  const int tpq = threads_per_query(*head_dim);
-  if (*head_dim > kMaxHeadDim || *head_dim % tpq != 0) {
-    throw OpError("inputs", fmt::format("sdpa supports head dims up to {} (multiples of {} above {}); got {}",
-                                        kMaxHeadDim, tpq, tpq == 2 ? 64 : 128, *head_dim));
-  }
+  check_sdpa_head_dim("sdpa", *head_dim);
   return contiguous(dtype, q.shape);
 }
 
@@ -90,9 +64,12 @@ const char* kSdpaBody = R"CUDA( {
   const int n = (int)(blockIdx.x % N);
   const int tid = threadIdx.x, part = tid % kTPQ;
   const int qi = qt * kBQ + tid / kTPQ;
-  const T* qn = q + (long long)n * Sq * ldq;
-  const T* kn = k + (long long)n * Skv * ldk;
-  const T* vn = v + (long long)n * Skv * ldv;
+  // Head n: row block n / heads, columns from (n % heads) * kDH.
+  const long long batch = n / heads;
+  const int hcol = (n % heads) * kDH;
+  const T* qn = q + batch * Sq * ldq + hcol;
+  const T* kn = k + batch * Skv * ldk + hcol;
+  const T* vn = v + batch * Skv * ldv + hcol;
 
   // q pre-scaled so scores are in log2 units: softmax via exp2.
   float qr[kDHT], acc[kDHT];
@@ -105,6 +82,7 @@ const char* kSdpaBody = R"CUDA( {
   float m_run = TN_NEG_INF, l_run = 0.f;
   const int q_last = min(Sq, (qt + 1) * kBQ) - 1;
   const int kv_end = kCausal ? min(Skv, q_last + 1) : Skv;
+  // kn/vn include the head's column offset, so a head that starts mid-vector reads scalars.
   const bool kv_vec = kDH % kVec == 0 && ldk % kVec == 0 && ldv % kVec == 0 && tn_aligned16(kn) &&
                       tn_aligned16(vn);
 
@@ -167,7 +145,7 @@ const char* kSdpaBody = R"CUDA( {
 
   if (qi < Sq) {
     const float inv = 1.f / l_run;
-    T* dst = out + ((long long)n * Sq + qi) * kDH + part * kDHT;
+    T* dst = out + (batch * Sq + qi) * ldo + hcol + part * kDHT;
 #pragma unroll
     for (int d = 0; d < kDHT; ++d) dst[d] = tn_cast<T>(acc[d] * inv);
   }
@@ -195,9 +173,12 @@ const char* kSdpaMmaBody = R"CUDA( {
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int g = lane / 4, t = lane % 4, mat = lane / 8;
   const int q0 = qt * kBQ;
-  const T* qn = q + (long long)n * Sq * ldq;
-  const T* kn = k + (long long)n * Skv * ldk;
-  const T* vn = v + (long long)n * Skv * ldv;
+  // Head n: row block n / heads, columns from (n % heads) * kDH (kDH % 16 == 0: 16-byte aligned).
+  const long long batch = n / heads;
+  const int hcol = (n % heads) * kDH;
+  const T* qn = q + batch * Sq * ldq + hcol;
+  const T* kn = k + batch * Skv * ldk + hcol;
+  const T* vn = v + batch * Skv * ldv + hcol;
   const T zero = tn_from_raw<T>(0);
 
   // Rows [row0, row0 + kBKV) of a [rows, kDH] matrix into dst, zeros past `rows`; whole aligned
@@ -321,7 +302,7 @@ const char* kSdpaMmaBody = R"CUDA( {
     const int row = row_a + h * 8;
     if (row >= Sq) continue;
     const float inv = 1.f / l_run[h];
-    T* dst = out + ((long long)n * Sq + row) * kDH + 2 * t;
+    T* dst = out + (batch * Sq + row) * ldo + hcol + 2 * t;  // ldo and hcol even: 4-byte stores
 #pragma unroll
     for (int d = 0; d < kDH / 8; ++d)
       *reinterpret_cast<unsigned*>(dst + d * 8) = tn_pack2(o[d][2 * h] * inv, o[d][2 * h + 1] * inv);
@@ -334,23 +315,72 @@ bool use_tensor_cores(DType dtype, int64_t head_dim) {
   return dtype != DType::kF32 && head_dim % 16 == 0 && head_dim <= 128;
 }
 
-Lowering lower_sdpa(const OpContext& ctx) {
+}  // namespace
+
+std::vector<AttrSpec> sdpa_attr_specs() {
+  return {
+      {"causal", AttrType::kBool, "mask keys after the query (PyTorch is_causal)", nlohmann::json(false), {},
+       false, std::nullopt},
+      {"scale", AttrType::kFloat, "score scale; default 1/sqrt(Dh)", std::nullopt, {}, true, std::nullopt},
+  };
+}
+
+DType check_attention_inputs(const OpDef& meta, const OpContext& ctx, const AttentionLayout& layout) {
+  const std::string& op = meta.name;
+  const TensorType& q = ctx.inputs.at(0);
+  const TensorType& k = ctx.inputs.at(1);
+  const TensorType& v = ctx.inputs.at(2);
+  const char* names[] = {"q", "k", "v"};
+  for (int i = 0; i < 3; ++i) {
+    if (ctx.inputs[i].shape.size() != 3) {
+      throw OpError("inputs", fmt::format("{} needs q, k, v of shape {}; {} is {}", op, layout.shape, names[i],
+                                          shape_str(ctx.inputs[i].shape)));
+    }
+  }
+  const DType dtype = common_float_dtype(meta, ctx);
+  if (output_float_dtype(meta, ctx, dtype) != dtype) {
+    throw OpError("dtype", fmt::format("{} computes in its input dtype {}", op, dtype_name(dtype)));
+  }
+  if (q.shape[0] != k.shape[0] || q.shape[0] != v.shape[0]) {
+    throw OpError("inputs", fmt::format("{}: q, k, v must have the same first dim {}; got {}, {}, {}", op,
+                                        layout.first, shape_str(q.shape), shape_str(k.shape), shape_str(v.shape)));
+  }
+  if (k.shape[1] != v.shape[1]) {
+    throw OpError("inputs", fmt::format("{}: k and v must have the same length; got {} and {}", op,
+                                        shape_str(k.shape), shape_str(v.shape)));
+  }
+  if (q.shape[2] != k.shape[2] || q.shape[2] != v.shape[2]) {
+    throw OpError("inputs", fmt::format("{}: q, k, v must have the same {}; got {}, {}, {}", op, layout.last,
+                                        shape_str(q.shape), shape_str(k.shape), shape_str(v.shape)));
+  }
+  return dtype;
+}
+
+void check_sdpa_head_dim(const std::string& op, int64_t head_dim) {
+  const int tpq = threads_per_query(head_dim);
+  if (head_dim > kMaxHeadDim || head_dim % tpq != 0) {
+    throw OpError("inputs", fmt::format("{} supports head dims up to {} (multiples of {} above {}); got {}", op,
+                                        kMaxHeadDim, tpq, tpq == 2 ? 64 : 128, head_dim));
+  }
+}
+
+Lowering lower_attention(const OpContext& ctx, int64_t heads) {
   const TensorType& q = ctx.inputs.at(0);
   const TensorType& k = ctx.inputs.at(1);
   const TensorType& v = ctx.inputs.at(2);
   const DType dtype = ctx.output.dtype;
-  const int64_t head_dim = *q.shape[2].const_value();
+  const int64_t head_dim = *q.shape[2].const_value() / heads;
   const bool causal = ctx.attrs.b("causal");
   const bool tensor_cores = use_tensor_cores(dtype, head_dim);
   const int tpq = threads_per_query(head_dim);
   const int threads = tensor_cores ? kMmaWarps * 32 : kQueriesPerBlock * tpq;
-  const Expr n = q.shape[0], sq = q.shape[1], skv = k.shape[1];
+  const Expr n = q.shape[0] * Expr(heads), sq = q.shape[1], skv = k.shape[1];
 
   Launch launch;
   launch.args = {input(0, "q", dtype), input(1, "k", dtype), input(2, "v", dtype), output("out", dtype),
                  i32("N", n), i32("Sq", sq), i32("Skv", skv), i32("ldq", q.row_stride),
-                 i32("ldk", k.row_stride), i32("ldv", v.row_stride),
-                 f32("scale", sdpa_scale(ctx, head_dim))};
+                 i32("ldk", k.row_stride), i32("ldv", v.row_stride), i32("heads", Expr(heads)),
+                 i32("ldo", ctx.output.row_stride), f32("scale", sdpa_scale(ctx, head_dim))};
   launch.block = {threads, 1, 1};
   launch.grid = {n * ceil_div(sq, Expr(kQueriesPerBlock)), Expr(1), Expr(1)};
   // The tensor-core kernel's double-buffered K and V tiles, rows padded by 8 elements.
@@ -358,6 +388,7 @@ Lowering lower_sdpa(const OpContext& ctx) {
                                                 static_cast<int64_t>(dtype_size(dtype))
                                           : 0);
   const Expr elem(static_cast<int64_t>(dtype_size(dtype)));
+  // Per head, whatever the layout: q read and the output written once, k and v read once.
   launch.bytes = (Expr(2) * n * sq * Expr(head_dim) + Expr(2) * n * skv * Expr(head_dim)) * elem;
   // q·kᵀ and p·v, 2 FLOPs per multiply-add; causal does about half.
   const Expr full = Expr(4) * n * sq * skv * Expr(head_dim);
@@ -381,40 +412,41 @@ Lowering lower_sdpa(const OpContext& ctx) {
   return Lowering{{kernel}, {launch}};
 }
 
-HostTensor sdpa_reference(const RefContext& ref) {
+HostTensor attention_reference(const RefContext& ref, int64_t heads) {
   const HostTensor& q = ref.inputs.at(0);
   const HostTensor& k = ref.inputs.at(1);
   const HostTensor& v = ref.inputs.at(2);
-  const int64_t n = q.shape[0], sq = q.shape[1], dh = q.shape[2], skv = k.shape[1];
+  const int64_t batch = q.shape[0], sq = q.shape[1], width = q.shape[2], skv = k.shape[1];
+  const int64_t dh = width / heads;
   const bool causal = ref.op.attrs.b("causal");
   const double scale = sdpa_scale(ref.op, dh);
-  HostTensor out{ref.op.output.dtype, ref.output_shape, std::vector<double>(n * sq * dh, 0.0)};
+  HostTensor out{ref.op.output.dtype, ref.output_shape, std::vector<double>(batch * sq * width, 0.0)};
   std::vector<double> scores(skv);
-  for (int64_t b = 0; b < n; ++b) {
-    for (int64_t i = 0; i < sq; ++i) {
-      const double* qi = &q.data[(b * sq + i) * dh];
-      const int64_t visible = causal ? std::min(skv, i + 1) : skv;
-      double max_score = -INFINITY;
-      for (int64_t j = 0; j < visible; ++j) {
-        const double* kj = &k.data[(b * skv + j) * dh];
-        double dot = 0.0;
-        for (int64_t d = 0; d < dh; ++d) dot += qi[d] * kj[d];
-        scores[j] = dot * scale;
-        max_score = std::max(max_score, scores[j]);
-      }
-      double total = 0.0;
-      for (int64_t j = 0; j < visible; ++j) total += scores[j] = std::exp(scores[j] - max_score);
-      double* oi = &out.data[(b * sq + i) * dh];
-      for (int64_t j = 0; j < visible; ++j) {
-        const double* vj = &v.data[(b * skv + j) * dh];
-        for (int64_t d = 0; d < dh; ++d) oi[d] += scores[j] / total * vj[d];
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t h = 0; h < heads; ++h) {
+      for (int64_t i = 0; i < sq; ++i) {
+        const double* qi = &q.data[(b * sq + i) * width + h * dh];
+        const int64_t visible = causal ? std::min(skv, i + 1) : skv;
+        double max_score = -INFINITY;
+        for (int64_t j = 0; j < visible; ++j) {
+          const double* kj = &k.data[(b * skv + j) * width + h * dh];
+          double dot = 0.0;
+          for (int64_t d = 0; d < dh; ++d) dot += qi[d] * kj[d];
+          scores[j] = dot * scale;
+          max_score = std::max(max_score, scores[j]);
+        }
+        double total = 0.0;
+        for (int64_t j = 0; j < visible; ++j) total += scores[j] = std::exp(scores[j] - max_score);
+        double* oi = &out.data[(b * sq + i) * width + h * dh];
+        for (int64_t j = 0; j < visible; ++j) {
+          const double* vj = &v.data[(b * skv + j) * width + h * dh];
+          for (int64_t d = 0; d < dh; ++d) oi[d] += scores[j] / total * vj[d];
+        }
       }
     }
   }
   return out;
 }
-
-}  // namespace
 
 OpDef sdpa_op() {
   OpDef def;
@@ -422,16 +454,12 @@ OpDef sdpa_op() {
   def.doc = "softmax(q kᵀ · scale [+ causal mask]) v, q/k/v [N, S, Dh]; flash-style tiling, never "
             "materialises S×S";
   def.inputs = {{"q", "[N, Sq, Dh]"}, {"k", "[N, Skv, Dh]"}, {"v", "[N, Skv, Dh]"}};
-  def.attrs = {
-      {"causal", AttrType::kBool, "mask keys after the query (PyTorch is_causal)", nlohmann::json(false), {},
-       false, std::nullopt},
-      {"scale", AttrType::kFloat, "score scale; default 1/sqrt(Dh)", std::nullopt, {}, true, std::nullopt},
-  };
+  def.attrs = sdpa_attr_specs();
   def.dtypes = {DType::kF32, DType::kBF16, DType::kF16};
   const OpDef meta = def;
   def.infer = [meta](const OpContext& ctx) { return infer_sdpa(meta, ctx); };
-  def.lower = lower_sdpa;
-  def.reference = sdpa_reference;
+  def.lower = [](const OpContext& ctx) { return lower_attention(ctx, 1); };
+  def.reference = [](const RefContext& ref) { return attention_reference(ref, 1); };
   def.conformance_cases = [] {
     std::vector<ConformanceCase> cases;
     const std::vector<Bindings> lengths = {{{"N", 1}, {"S", 1}}, {{"N", 3}, {"S", 17}},

@@ -3,7 +3,8 @@
 #   1. configure and build with Ninja (build dir: $BUILD_DIR, default build-gpu),
 #   2. run the gpu-labelled tests, then the rest of ctest,
 #   3. compile every graphs/*.yaml and run each bundle with --check (random params, so the
-#      check compares real numbers), once plainly and once as a replayed CUDA graph.
+#      check compares real numbers), once plainly and once as a replayed CUDA graph,
+#   4. run every PyTorch twin (scripts/torch_twins/<graph>.py) when python3 has torch.
 # Every step's output goes to a log in $OUT (if set) or $BUILD_DIR/gpu-test-logs; a summary
 # is printed at the end and written to summary.txt there. Exit status: 0 only if every step
 # passed.
@@ -66,6 +67,15 @@ if step configure cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWi
       skip "run-$name" "compile failed"
     fi
   done
+  if python3 -c "import torch" >/dev/null 2>&1; then
+    for twin in "$ROOT"/scripts/torch_twins/*.py; do
+      name=$(basename "$twin" .py)
+      [[ -f "$ROOT/graphs/$name.yaml" ]] || continue  # shared modules, not twins
+      step "twin-$name" env TEENY="$BUILD/teeny" python3 "$twin"
+    done
+  else
+    skip twins "python3 has no torch"
+  fi
 else
   skip tests "build failed"
 fi

@@ -2,6 +2,7 @@
 // ops, pass verification, and give a structurally sound bundle (golden-free checks).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <set>
 
@@ -167,6 +168,31 @@ TEST(CompileGraphs, ArchPicksArchSpecificKernelsAndTheirTarget) {
     // the cooperative 128x192 one.
     EXPECT_EQ(specific, arch == "sm_90" ? 4 : 0);
   }
+}
+
+// fuse_attention_heads on the bf16 block: its three split_heads, sdpa and merge_heads become one
+// fused.sdpa_heads node running sdpa's tensor-core kernel; --no-fuse keeps all sixteen nodes.
+TEST(CompileGraphs, TransformerBlockFusesAttentionHeads) {
+  const Graph graph = load_graph(std::string(TEENY_SOURCE_DIR) + "/graphs/transformer_block_bf16.yaml", registry());
+  CompileOptions options = suite_options();
+  CompileStats stats;
+  const Bundle fused = compile_graph(graph, registry(), options, &stats);
+  options.fuse = false;
+  const Bundle plain = compile_graph(graph, registry(), options);
+  // + fuse_linear_epilogue: proj + res1, fc + act, fc_proj + out.
+  EXPECT_EQ(stats.passes_applied, 4);
+  EXPECT_EQ(plain.nodes.size(), 16u);
+  EXPECT_EQ(fused.nodes.size(), 9u);
+  EXPECT_EQ(fused.launches.size() + 7, plain.launches.size());
+  const auto merged = std::find_if(fused.nodes.begin(), fused.nodes.end(),
+                                   [](const BundleNode& n) { return n.name == "merged"; });
+  ASSERT_NE(merged, fused.nodes.end());
+  EXPECT_EQ(merged->op, "fused.sdpa_heads");
+  EXPECT_EQ(merged->fused_from, (std::vector<std::string>{"qh", "kh", "vh", "attn", "merged"}));
+  std::vector<std::string> kernels;
+  for (const BundleLaunch& l : fused.launches)
+    if (l.node == "merged") kernels.push_back(fused.kernels.at(l.kernel).name);
+  EXPECT_EQ(kernels, std::vector<std::string>{"sdpa_bf16_d64_causal_mma"});
 }
 
 // Each op's conformance graphs cover its kernel variants and dtypes: all must compile and verify.

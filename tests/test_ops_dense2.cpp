@@ -1,7 +1,8 @@
-// dense2 ops (linear, matmul, sdpa, split_heads, merge_heads): host references against
-// hand-computed values, shape rules and their errors (exact text), lowering (arguments match
-// the generated signature; padded strides, grids and costs), and NVRTC compilation of every
-// kernel variant for sm_90 with the PTX entry checked against the launch's arguments.
+// dense2 ops (linear, matmul, sdpa, fused.sdpa_heads, split_heads, merge_heads): host
+// references against hand-computed values, shape rules and their errors (exact text), lowering
+// (arguments match the generated signature; padded strides, grids and costs), NVRTC compilation
+// of every kernel variant for sm_90 with the PTX entry checked against the launch's arguments,
+// and the fuse_attention_heads graph pass.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -10,12 +11,14 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <set>
 #include <tuple>
 
 #include <fmt/format.h>
 
 #include "core/compile.h"
+#include "core/graph.h"
 #include "core/nvrtc.h"
 #include "core/ptx.h"
 #include "core/registry.h"
@@ -94,6 +97,43 @@ TEST(Dense2Reference, SplitAndMergeHeadsAreInverse) {
   const HostTensor merged = reference("merge_heads", {{"heads", 2}}, {{split.shape, split.data}});
   EXPECT_EQ(merged.shape, (std::vector<int64_t>{1, 2, 4}));
   expect_near(merged.data, x.data);
+}
+
+// fused.sdpa_heads on [1, 2, 2 heads of 1]: head 0 is SdpaCausalAndNot's case; head 1 has its
+// keys swapped (weights 3/4, 1/4 where both are visible) and values 4, 12.
+TEST(Dense2Reference, SdpaHeadsByHand) {
+  const HostIn q{{1, 2, 2}, {1, 1, 1, 1}}, k{{1, 2, 2}, {0, std::log(3.0), std::log(3.0), 0}};
+  const HostIn v{{1, 2, 2}, {2, 4, 6, 12}};
+  expect_near(reference("fused.sdpa_heads", {{"heads", 2}, {"causal", false}}, {q, k, v}).data, {5, 6, 5, 6});
+  expect_near(reference("fused.sdpa_heads", {{"heads", 2}, {"causal", true}}, {q, k, v}).data, {2, 4, 5, 6});
+}
+
+// The fused op equals split_heads -> sdpa -> merge_heads, each through its own reference.
+TEST(Dense2Reference, SdpaHeadsEqualsSplitAttendMerge) {
+  const int64_t batch = 2, sq = 5, skv = 7, heads = 3, width = heads * 4;
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<double> uniform(-1.0, 1.0);
+  auto random = [&](int64_t rows) {
+    HostIn x{{batch, rows, width}, {}};
+    for (int64_t i = 0; i < batch * rows * width; ++i) x.data.push_back(uniform(rng));
+    return x;
+  };
+  const HostIn q = random(sq), k = random(skv), v = random(skv);
+  auto split = [&](const HostIn& x) {
+    const HostTensor y = reference("split_heads", {{"heads", heads}}, {x});
+    return HostIn{y.shape, y.data};
+  };
+  for (const nlohmann::json& attrs : {nlohmann::json{{"causal", false}}, nlohmann::json{{"causal", true}, {"scale", 0.7}}}) {
+    SCOPED_TRACE(attrs.dump());
+    const HostTensor attended = reference("sdpa", attrs, {split(q), split(k), split(v)});
+    const HostTensor merged = reference("merge_heads", {{"heads", heads}}, {{attended.shape, attended.data}});
+    nlohmann::json fused_attrs = attrs;
+    fused_attrs["heads"] = heads;
+    const HostTensor fused = reference("fused.sdpa_heads", fused_attrs, {q, k, v});
+    EXPECT_EQ(fused.shape, (std::vector<int64_t>{batch, sq, width}));
+    EXPECT_EQ(fused.shape, merged.shape);
+    expect_near(fused.data, merged.data);
+  }
 }
 
 // ---- shape rules -----------------------------------------------------------------------------
@@ -177,6 +217,41 @@ TEST(Dense2Shape, SdpaShapesAndErrors) {
             "sdpa needs q, k, v of shape [N, S, Dh]; q is [S, 64]");
 }
 
+TEST(Dense2Shape, SdpaHeadsShapesAndErrors) {
+  const Expr T = Expr::dim("T");
+  TensorType q = tensor(DType::kBF16, {B, S, 768});
+  q.row_stride = Expr(776);
+  const TensorType kv = tensor(DType::kBF16, {B, T, 768});
+  const OpContext ctx = context("fused.sdpa_heads", {{"heads", 12}, {"causal", true}}, {q, kv, kv});
+  EXPECT_EQ(shape_str(ctx.output.shape), "[B, S, 768]");
+  EXPECT_EQ(ctx.output.row_stride, Expr(768));  // contiguous whatever the inputs' strides
+  EXPECT_EQ(ctx.output.dtype, DType::kBF16);
+  const std::string op = "fused.sdpa_heads";
+  const TensorType x = tensor(DType::kF32, {B, S, 768});
+  std::string key;
+  EXPECT_EQ(infer_error(op, {{"heads", 5}}, {x, x, x}, &key),
+            "fused.sdpa_heads: the width 768 is not divisible by heads = 5");
+  EXPECT_EQ(key, "attrs.heads");
+  const TensorType wide = tensor(DType::kF32, {B, S, 640});
+  EXPECT_EQ(infer_error(op, {{"heads", 2}}, {wide, wide, wide}, &key),
+            "fused.sdpa_heads supports head dims up to 256 (multiples of 4 above 128); got 320");
+  EXPECT_EQ(key, "inputs");
+  const TensorType pair = tensor(DType::kF32, {Expr(2), S, 768});
+  EXPECT_EQ(infer_error(op, {{"heads", 12}}, {x, pair, pair}),
+            "fused.sdpa_heads: q, k, v must have the same first dim B; got [B, S, 768], [2, S, 768], [2, S, 768]");
+  EXPECT_EQ(infer_error(op, {{"heads", 12}}, {x, tensor(DType::kF32, {B, T, 768}), x}),
+            "fused.sdpa_heads: k and v must have the same length; got [B, T, 768] and [B, S, 768]");
+  EXPECT_EQ(infer_error(op, {{"heads", 12}}, {x, x, tensor(DType::kF32, {B, S, 384})}),
+            "fused.sdpa_heads: q, k, v must have the same width H*Dh; got [B, S, 768], [B, S, 768], [B, S, 384]");
+  EXPECT_EQ(infer_error(op, {{"heads", 12}}, {x, tensor(DType::kF32, {B, 768}), x}),
+            "fused.sdpa_heads needs q, k, v of shape [B, S, H*Dh]; k is [B, 768]");
+  const TensorType symbolic = tensor(DType::kF32, {B, S, S});
+  EXPECT_EQ(infer_error(op, {{"heads", 1}}, {symbolic, symbolic, symbolic}),
+            "fused.sdpa_heads needs a fixed width H*Dh; q is [B, S, S]");
+  EXPECT_EQ(infer_error(op, {{"heads", 12}}, {x, tensor(DType::kBF16, {B, S, 768}), x}),
+            "input 1 is bf16 but input 0 is f32; fused.sdpa_heads needs one dtype");
+}
+
 TEST(Dense2Shape, SplitAndMergeHeads) {
   OpContext split = context("split_heads", {{"heads", 12}}, {tensor(DType::kBF16, {B, S, 768})});
   EXPECT_EQ(shape_str(split.output.shape), "[B*12, S, 64]");
@@ -229,6 +304,11 @@ std::vector<LowerCase> lowering_cases() {
   cases.push_back({"sdpa", {{"causal", true}}, {f16, f16, f16}});
   cases.push_back({"split_heads", {{"heads", 1}}, {padded}});
   cases.push_back({"sdpa", {{"causal", true}}, {padded, padded, padded}});
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    const TensorType x = tensor(dt, {B, S, 768});
+    cases.push_back({"fused.sdpa_heads", {{"heads", 12}, {"causal", true}}, {x, x, x}});
+  }
+  cases.push_back({"fused.sdpa_heads", {{"heads", 1}, {"causal", false}}, {padded, padded, padded}});
   return cases;
 }
 
@@ -258,7 +338,8 @@ const KernelArg& arg(const Launch& launch, const std::string& name) {
 TEST(Dense2Lowering, LinearGridStridesAndCost) {
   TensorType x = tensor(DType::kF32, {B, S, 17});
   x.row_stride = Expr(20);
-  const OpContext ctx = context("linear", {{"out_features", 4096}, {"bias", true}}, {x});
+  OpContext ctx = context("linear", {{"out_features", 4096}, {"bias", true}}, {x});
+  ctx.target_sm = 80;  // the CUDA-core kernel (sm_90 takes 3xTF32)
   const Lowering lowering = op("linear").lower(ctx);
   ASSERT_EQ(lowering.launches.size(), 2u);  // f32: zero-fill for split-K, then the GEMM
   const Launch& launch = lowering.launches[1];
@@ -279,8 +360,9 @@ TEST(Dense2Lowering, LinearGridStridesAndCost) {
 }
 
 TEST(Dense2Lowering, LinearSplitsKWhenTilesCannotFillTheGpu) {
-  // GPT-2's MLP down-projection at B=1, S=128: 6 tiles of 128x128, K = 3072.
-  const OpContext ctx = context("linear", {{"out_features", 768}, {"bias", true}}, {tensor(DType::kF32, {B, S, 3072})});
+  // GPT-2's MLP down-projection at B=1, S=128: 6 tiles of 128x128, K = 3072 (CUDA cores).
+  OpContext ctx = context("linear", {{"out_features", 768}, {"bias", true}}, {tensor(DType::kF32, {B, S, 3072})});
+  ctx.target_sm = 80;
   const Lowering lowering = op("linear").lower(ctx);
   ASSERT_EQ(lowering.launches.size(), 2u);
   const Bindings small = {{"B", 1}, {"S", 128}};
@@ -296,6 +378,28 @@ TEST(Dense2Lowering, LinearSplitsKWhenTilesCannotFillTheGpu) {
   // 16-bit linears run on tensor cores without split-K: one launch.
   const OpContext bf16 = context("linear", {{"out_features", 768}, {"bias", true}}, {tensor(DType::kBF16, {B, S, 3072})});
   EXPECT_EQ(op("linear").lower(bf16).launches.size(), 1u);
+}
+
+// sm_90 f32: the persistent 3xTF32 wgmma kernel, whose blocks walk (tile, K split) units; the
+// splits fill 1.5 waves of one unit per SM.
+TEST(Dense2Lowering, LinearF32OnSm90IsPersistent3xTf32) {
+  const OpContext ctx = context("linear", {{"out_features", 768}, {"bias", true}}, {tensor(DType::kF32, {B, S, 3072})});
+  const Lowering lowering = op("linear").lower(ctx);
+  ASSERT_EQ(lowering.launches.size(), 2u);
+  const Launch& gemm = lowering.launches[1];
+  EXPECT_EQ(lowering.kernels.at(gemm.kernel).name, "linear_f32_nk_bias_128x128x32_wgmma_pp");
+  EXPECT_TRUE(lowering.kernels.at(gemm.kernel).arch_specific);
+  EXPECT_EQ(gemm.block[0], 384);
+  // Three stages of f32 A and B tiles, each twice (TF32 high and low parts), + mbarriers.
+  EXPECT_EQ(gemm.dynamic_smem.eval({}), 3 * ((128 + 128) * 128 * 2 + 16) + 16 + 1024);
+  const Bindings small = {{"B", 1}, {"S", 128}}, large = {{"B", 64}, {"S", 128}};
+  // 6 tiles: min(ceil(198 / 6), 3072 / 128) = 24 splits, 144 units on 132 blocks.
+  EXPECT_EQ(arg(gemm, "splits").value.eval(small), 24);
+  EXPECT_EQ(gemm.grid[0].eval(small), 132);
+  EXPECT_EQ(arg(lowering.launches[0], "count").value.eval(small), 128 * 768);
+  // 384 tiles fill the SMs: no split, one element zeroed.
+  EXPECT_EQ(arg(gemm, "splits").value.eval(large), 1);
+  EXPECT_EQ(arg(lowering.launches[0], "count").value.eval(large), 1);
 }
 
 // On sm_90 wide 16-bit linears take the wgmma kernel (arch-specific, dynamic shared memory):
@@ -408,6 +512,34 @@ TEST(Dense2Lowering, SdpaGridScaleAndStrides) {
   EXPECT_EQ(simt.kernels.at(0).name, "sdpa_f32_d64_causal");
 }
 
+// fused.sdpa_heads runs sdpa's kernel (the same source, so compile shares one PTX) on heads read
+// in place: only `heads` and the strides differ, and grid, shared memory and cost equal sdpa's
+// on the split tensors.
+TEST(Dense2Lowering, SdpaHeadsSharesSdpasKernel) {
+  TensorType x = tensor(DType::kBF16, {B, S, 768});
+  x.row_stride = Expr(776);
+  const Lowering fused = op("fused.sdpa_heads").lower(context("fused.sdpa_heads", {{"heads", 12}, {"causal", true}}, {x, x, x}));
+  const TensorType split = tensor(DType::kBF16, {B * Expr(12), S, 64});
+  const Lowering plain = op("sdpa").lower(context("sdpa", {{"causal", true}}, {split, split, split}));
+  EXPECT_EQ(fused.kernels.at(0).name, "sdpa_bf16_d64_causal_mma");
+  EXPECT_EQ(fused.kernels.at(0).source, plain.kernels.at(0).source);
+  const Launch& f = fused.launches.at(0);
+  const Launch& p = plain.launches.at(0);
+  const Bindings bind = {{"B", 2}, {"S", 130}};
+  for (const char* name : {"N", "Sq", "Skv"}) EXPECT_EQ(arg(f, name).value.eval(bind), arg(p, name).value.eval(bind)) << name;
+  EXPECT_EQ(arg(f, "heads").value.eval(bind), 12);
+  EXPECT_EQ(arg(p, "heads").value.eval(bind), 1);
+  EXPECT_EQ(arg(f, "ldq").value.eval(bind), 776);
+  EXPECT_EQ(arg(f, "ldo").value.eval(bind), 768);
+  EXPECT_EQ(arg(p, "ldo").value.eval(bind), 64);
+  EXPECT_DOUBLE_EQ(arg(f, "scale").fvalue, 0.125);  // 1/sqrt(Dh), Dh = 768 / 12
+  EXPECT_EQ(f.grid[0].eval(bind), p.grid[0].eval(bind));
+  EXPECT_EQ(f.block, p.block);
+  EXPECT_EQ(f.dynamic_smem.eval(bind), p.dynamic_smem.eval(bind));
+  EXPECT_EQ(f.bytes.eval(bind), p.bytes.eval(bind));
+  EXPECT_EQ(f.flops.eval(bind), p.flops.eval(bind));
+}
+
 TEST(Dense2Lowering, EveryKernelCompilesWithNvrtcForSm90) {
   std::vector<KernelSource> kernels;
   std::vector<Launch> launches;
@@ -440,6 +572,143 @@ TEST(Dense2Lowering, EveryKernelCompilesWithNvrtcForSm90) {
     ASSERT_TRUE(entry->maxntid.has_value());
     EXPECT_EQ((*entry->maxntid)[0], launches[i].block[0]);
   }
+}
+
+// ---- fuse_attention_heads ----------------------------------------------------------------------
+
+const GraphPass& attention_pass() {
+  for (const GraphPass& pass : registry().passes())
+    if (pass.name == "fuse_attention_heads") return pass;
+  throw std::runtime_error("fuse_attention_heads is not registered");
+}
+
+Graph parse(const std::string& text) { return parse_graph(text, "dense2_test.yaml", registry()); }
+
+// x -> linears q, k, v -> split_heads (vh first) -> sdpa attn (inputs `attn_inputs`) -> merge_heads
+// merged (heads `merge_heads`) -> proj, then `tail` nodes; outputs `outputs`.
+std::string attention(const std::string& merge_heads = "3", const std::string& tail = "",
+                      const std::string& outputs = "[proj]", const std::string& attn_inputs = "[qh, kh, vh]") {
+  return fmt::format(R"(name: t
+dims: {{B: {{min: 1, max: 64, default: 2}}, S: {{min: 1, max: 512, default: 16}}}}
+inputs: {{x: {{dtype: bf16, shape: [B, S, 96]}}}}
+nodes:
+  - {{name: q, op: linear, inputs: [x], attrs: {{out_features: 96}}}}
+  - {{name: k, op: linear, inputs: [x], attrs: {{out_features: 96}}}}
+  - {{name: v, op: linear, inputs: [x], attrs: {{out_features: 96}}}}
+  - {{name: vh, op: split_heads, inputs: [v], attrs: {{heads: 3}}}}
+  - {{name: qh, op: split_heads, inputs: [q], attrs: {{heads: 3}}}}
+  - {{name: kh, op: split_heads, inputs: [k], attrs: {{heads: 3}}}}
+  - {{name: attn, op: sdpa, inputs: {}, attrs: {{causal: true, scale: 0.5}}}}
+  - {{name: merged, op: merge_heads, inputs: [attn], attrs: {{heads: {}}}}}
+  - {{name: proj, op: linear, inputs: [merged], attrs: {{out_features: 96}}}}
+{}outputs: {}
+)",
+                     attn_inputs, merge_heads, tail, outputs);
+}
+
+std::vector<std::string> node_names(const Graph& graph) {
+  std::vector<std::string> names;
+  for (const Node& node : graph.nodes) names.push_back(node.name);
+  return names;
+}
+
+TEST(Dense2Fusion, RewritesSplitSdpaMerge) {
+  Graph graph = parse(attention());
+  const TensorType before = graph.find_node("merged")->ctx.output;
+  const Position attn_pos = graph.find_node("attn")->pos;
+  const auto attn_keys = graph.find_node("attn")->key_pos;
+  EXPECT_EQ(attention_pass().apply(graph, registry()), 1);
+  EXPECT_EQ(node_names(graph), (std::vector<std::string>{"q", "k", "v", "merged", "proj"}));
+  const Node& fused = graph.nodes[3];
+  EXPECT_EQ(fused.op->name, "fused.sdpa_heads");
+  EXPECT_EQ(fused.ctx.node, "merged");
+  EXPECT_EQ(fused.inputs, (std::vector<std::string>{"q", "k", "v"}));
+  EXPECT_EQ(fused.fused_from, (std::vector<std::string>{"vh", "qh", "kh", "attn", "merged"}));  // graph order
+  EXPECT_EQ(fused.ctx.attrs.i("heads"), 3);
+  EXPECT_TRUE(fused.ctx.attrs.b("causal"));
+  EXPECT_DOUBLE_EQ(fused.ctx.attrs.f("scale"), 0.5);
+  EXPECT_EQ(fused.ctx.output.shape, before.shape);
+  EXPECT_EQ(fused.ctx.output.row_stride, before.row_stride);
+  EXPECT_EQ(fused.ctx.output.dtype, DType::kBF16);
+  EXPECT_EQ(fused.pos.line, attn_pos.line);
+  EXPECT_EQ(fused.pos.column, attn_pos.column);
+  EXPECT_EQ(fused.key_pos.size(), attn_keys.size());
+  EXPECT_EQ(graph.nodes[4].inputs, std::vector<std::string>{"merged"});  // the consumer finds it by name
+}
+
+// a, b and c may be one tensor (here a graph input with three uses): only the intermediates count.
+TEST(Dense2Fusion, SelfAttentionOnOneTensor) {
+  Graph graph = parse(R"(name: t
+dims: {B: {min: 1, max: 64, default: 2}, S: {min: 1, max: 512, default: 16}}
+inputs: {x: {dtype: f32, shape: [B, S, 68]}}
+nodes:
+  - {name: qh, op: split_heads, inputs: [x], attrs: {heads: 4}}
+  - {name: kh, op: split_heads, inputs: [x], attrs: {heads: 4}}
+  - {name: vh, op: split_heads, inputs: [x], attrs: {heads: 4}}
+  - {name: attn, op: sdpa, inputs: [qh, kh, vh]}
+  - {name: out, op: merge_heads, inputs: [attn], attrs: {heads: 4}}
+outputs: [out]
+)");
+  EXPECT_EQ(attention_pass().apply(graph, registry()), 1);
+  ASSERT_EQ(graph.nodes.size(), 1u);
+  const Node& fused = graph.nodes[0];
+  EXPECT_EQ(fused.name, "out");
+  EXPECT_EQ(fused.inputs, (std::vector<std::string>{"x", "x", "x"}));
+  EXPECT_FALSE(fused.ctx.attrs.b("causal"));
+  EXPECT_EQ(shape_str(fused.ctx.output.shape), "[B, S, 68]");
+}
+
+TEST(Dense2Fusion, LeavesSplitWithSecondUse) {
+  Graph graph = parse(attention("3", "  - {name: other, op: relu, inputs: [kh]}\n", "[proj, other]"));
+  EXPECT_EQ(attention_pass().apply(graph, registry()), 0);
+  EXPECT_EQ(graph.nodes.size(), 10u);
+}
+
+TEST(Dense2Fusion, LeavesOneSplitFeedingTwoInputs) {
+  Graph graph = parse(attention("3", "", "[proj, vh, kh]", "[qh, qh, qh]"));
+  EXPECT_EQ(attention_pass().apply(graph, registry()), 0);
+  EXPECT_EQ(graph.nodes.size(), 9u);
+}
+
+TEST(Dense2Fusion, LeavesIntermediatesThatAreGraphOutputs) {
+  for (const char* output : {"attn", "qh"}) {
+    SCOPED_TRACE(output);
+    Graph graph = parse(attention("3", "", fmt::format("[proj, {}]", output)));
+    EXPECT_EQ(attention_pass().apply(graph, registry()), 0);
+    EXPECT_EQ(graph.nodes.size(), 9u);
+  }
+}
+
+TEST(Dense2Fusion, LeavesMergeWithOtherHeads) {
+  Graph graph = parse(attention("1"));
+  EXPECT_EQ(attention_pass().apply(graph, registry()), 0);
+  EXPECT_EQ(graph.nodes.size(), 9u);
+}
+
+// The bundled transformer graphs: every attention block fuses, and nothing else changes.
+TEST(Dense2Fusion, BundledTransformerGraphs) {
+  for (const auto& [file, blocks] : std::vector<std::pair<std::string, int>>{
+           {"transformer_block.yaml", 1}, {"transformer_block_bf16.yaml", 1}, {"tiny_lm.yaml", 2}}) {
+    SCOPED_TRACE(file);
+    Graph graph = load_graph(std::string(TEENY_SOURCE_DIR) + "/graphs/" + file, registry());
+    const size_t nodes = graph.nodes.size();
+    EXPECT_EQ(attention_pass().apply(graph, registry()), blocks);
+    EXPECT_EQ(graph.nodes.size(), nodes - 4 * blocks);
+    for (const Node& node : graph.nodes) {
+      EXPECT_NE(node.op->name, "split_heads");
+      EXPECT_NE(node.op->name, "sdpa");
+      EXPECT_NE(node.op->name, "merge_heads");
+    }
+  }
+  Graph block = load_graph(std::string(TEENY_SOURCE_DIR) + "/graphs/transformer_block_bf16.yaml", registry());
+  attention_pass().apply(block, registry());
+  const Node* merged = block.find_node("merged");
+  ASSERT_NE(merged, nullptr);
+  EXPECT_EQ(merged->inputs, (std::vector<std::string>{"q", "k", "v"}));
+  EXPECT_EQ(merged->fused_from, (std::vector<std::string>{"qh", "kh", "vh", "attn", "merged"}));
+  EXPECT_EQ(merged->ctx.attrs.i("heads"), 12);
+  EXPECT_TRUE(merged->ctx.attrs.b("causal"));
+  EXPECT_FALSE(merged->ctx.attrs.has("scale"));
 }
 
 }  // namespace

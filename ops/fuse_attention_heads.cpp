@@ -1,0 +1,66 @@
+// Graph pass: merge_heads(sdpa(split_heads(a), split_heads(b), split_heads(c))), with one
+// `heads` throughout and each split_heads and the sdpa output used once, becomes one
+// fused.sdpa_heads node on a, b, c. It takes the merge_heads node's name (so its consumers and
+// the graph outputs are unchanged), the sdpa node's source positions (errors about causal or
+// scale point there) and lists the five nodes it replaced in Node::fused_from.
+#include <algorithm>
+#include <array>
+
+#include "core/graph.h"
+#include "ops/ops.h"
+#include "ops/pass_util.h"
+
+namespace teeny::ops {
+namespace {
+
+Node fuse(const std::array<const Node*, 3>& splits, const Node& sdpa, const Node& merge, const OpDef& fused,
+          const GraphUses& uses) {
+  Node node;
+  node.name = merge.name;
+  node.op = &fused;
+  node.pos = sdpa.pos;
+  node.key_pos = sdpa.key_pos;
+  nlohmann::json attrs = sdpa.ctx.attrs.json();  // causal, and scale when given
+  attrs["heads"] = merge.ctx.attrs.i("heads");
+  node.ctx.node = merge.name;
+  node.ctx.attrs = Attrs(std::move(attrs));
+  for (const Node* split : splits) {
+    node.inputs.push_back(split->inputs.at(0));
+    node.ctx.inputs.push_back(split->ctx.inputs.at(0));
+  }
+  node.ctx.requested_dtype = merge.ctx.requested_dtype;
+  node.ctx.output = fused.infer(node.ctx);
+  std::vector<const Node*> originals = {splits[0], splits[1], splits[2], &sdpa, &merge};
+  std::sort(originals.begin(), originals.end(),
+            [&](const Node* x, const Node* y) { return uses.position(*x) < uses.position(*y); });
+  node.fused_from = fused_from(originals);
+  return node;
+}
+
+int fuse_attention_heads(Graph& graph, const Registry& registry) {
+  const OpDef& fused = fused_op(registry, "fuse_attention_heads", "fused.sdpa_heads");
+  return fuse_patterns(graph, "merge_heads", [&](const Node& merge, const GraphUses& uses) -> std::optional<Fusion> {
+    const int64_t heads = merge.ctx.attrs.i("heads");
+    const Node* sdpa = uses.single_use_producer(merge.inputs.at(0), "sdpa");
+    if (sdpa == nullptr) return std::nullopt;
+    std::array<const Node*, 3> splits{};
+    for (size_t i = 0; i < 3; ++i) {
+      splits[i] = uses.single_use_producer(sdpa->inputs.at(i), "split_heads");
+      if (splits[i] == nullptr || splits[i]->ctx.attrs.i("heads") != heads ||
+          splits[i]->ctx.inputs.at(0).shape.size() != 3)
+        return std::nullopt;
+    }
+    return Fusion{fuse(splits, *sdpa, merge, fused, uses), {splits[0], splits[1], splits[2], sdpa}};
+  });
+}
+
+}  // namespace
+
+GraphPass fuse_attention_heads_pass() {
+  return GraphPass{"fuse_attention_heads",
+                   "split_heads x3 -> sdpa -> merge_heads, one heads, intermediates used once, into one "
+                   "fused.sdpa_heads node that reads and writes the heads in place",
+                   fuse_attention_heads};
+}
+
+}  // namespace teeny::ops

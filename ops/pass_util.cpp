@@ -1,0 +1,64 @@
+#include "ops/pass_util.h"
+
+#include <set>
+
+namespace teeny::ops {
+
+GraphUses::GraphUses(const Graph& graph) : graph_(graph) {
+  for (const Node& node : graph.nodes)
+    for (const std::string& input : node.inputs) ++uses_[input];
+  for (const std::string& output : graph.outputs) ++uses_[output];
+  for (size_t i = 0; i < graph.nodes.size(); ++i) index_[graph.nodes[i].name] = i;
+}
+
+const Node* GraphUses::single_use_producer(const std::string& tensor, const std::string& op) const {
+  auto it = index_.find(tensor);
+  if (it == index_.end()) return nullptr;
+  const Node& producer = graph_.nodes[it->second];
+  auto use = uses_.find(tensor);
+  return producer.op->name == op && use != uses_.end() && use->second == 1 ? &producer : nullptr;
+}
+
+size_t GraphUses::position(const Node& node) const { return index_.at(node.name); }
+
+std::string param_name(const Node& node, const std::string& slot) {
+  auto it = node.param_names.find(slot);
+  return it != node.param_names.end() ? it->second : node.name + "." + slot;
+}
+
+std::vector<std::string> fused_from(const std::vector<const Node*>& originals) {
+  std::vector<std::string> names;
+  for (const Node* original : originals) {
+    if (original->fused_from.empty()) names.push_back(original->name);
+    else names.insert(names.end(), original->fused_from.begin(), original->fused_from.end());
+  }
+  return names;
+}
+
+int fuse_patterns(Graph& graph, const std::string& last_op,
+                  const std::function<std::optional<Fusion>(const Node& node, const GraphUses& uses)>& match) {
+  const GraphUses uses(graph);
+  std::set<std::string> absorbed;
+  int rewrites = 0;
+  for (Node& node : graph.nodes) {
+    if (node.op->name != last_op) continue;
+    std::optional<Fusion> fusion = match(node, uses);
+    if (!fusion) continue;
+    for (const Node* original : fusion->absorbed) absorbed.insert(original->name);
+    node = std::move(fusion->replacement);
+    ++rewrites;
+  }
+  std::vector<Node> kept;
+  for (Node& node : graph.nodes)
+    if (!absorbed.count(node.name)) kept.push_back(std::move(node));
+  graph.nodes = std::move(kept);
+  return rewrites;
+}
+
+const OpDef& fused_op(const Registry& registry, const std::string& pass, const std::string& op) {
+  const OpDef* def = registry.find(op);
+  if (def == nullptr) throw Error("graph pass " + pass + ": op '" + op + "' is not registered");
+  return *def;
+}
+
+}  // namespace teeny::ops

@@ -1,0 +1,57 @@
+// What the graph passes (ops/fuse_*.cpp) share: who uses a tensor, who produces it, and the
+// bookkeeping of a rewrite.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/graph.h"
+#include "core/registry.h"
+
+namespace teeny::ops {
+
+// A graph's uses and producers as they are when the pass starts. A graph output counts as a
+// use, so it is never fused away.
+class GraphUses {
+ public:
+  explicit GraphUses(const Graph& graph);
+  // The node producing `tensor` if it is an `op` node used once, else nullptr (a graph input
+  // has no producer).
+  const Node* single_use_producer(const std::string& tensor, const std::string& op) const;
+  // Where `node` stands in graph.nodes.
+  size_t position(const Node& node) const;
+
+ private:
+  const Graph& graph_;
+  std::map<std::string, int> uses_;
+  std::map<std::string, size_t> index_;
+};
+
+// A pattern found ending at one node: the node that takes its place and the earlier nodes it
+// absorbs.
+struct Fusion {
+  Node replacement;
+  std::vector<const Node*> absorbed;
+};
+
+// The loop of a fusion pass: `match` sees every node whose op is `last_op` (with the uses as
+// they were before the pass) and may return a Fusion. Its replacement takes the matched node's
+// place, which comes after all the pattern's inputs; the absorbed nodes are dropped. Returns the
+// number of rewrites.
+int fuse_patterns(Graph& graph, const std::string& last_op,
+                  const std::function<std::optional<Fusion>(const Node& node, const GraphUses& uses)>& match);
+
+// The op `pass` creates; throws Error if the registry lacks it.
+const OpDef& fused_op(const Registry& registry, const std::string& pass, const std::string& op);
+
+// The full name of `node`'s param `slot`: its entry in Node::param_names, else "<node>.<slot>".
+std::string param_name(const Node& node, const std::string& slot);
+
+// Node::fused_from for a node replacing `originals` (in graph order): their names, or, for one
+// that is itself fused, the names it was fused from.
+std::vector<std::string> fused_from(const std::vector<const Node*>& originals);
+
+}  // namespace teeny::ops

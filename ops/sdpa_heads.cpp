@@ -1,0 +1,88 @@
+// fused.sdpa_heads: merge_heads(sdpa(split_heads(q), split_heads(k), split_heads(v))) in one
+// launch, for q [B, S, H*Dh] and k/v [B, T, H*Dh]. sdpa's kernel reads each head in place
+// (padded row strides included) and writes it into its columns of the [B, S, H*Dh] output, so
+// the four head copies never run. Lowering, kernels and reference are sdpa's (ops/sdpa.h); the
+// graph pass that forms this op from five nodes: ops/fuse_attention_heads.cpp.
+#include <fmt/format.h>
+
+#include "ops/conformance.h"
+#include "ops/kernel_util.h"
+#include "ops/ops.h"
+#include "ops/sdpa.h"
+
+namespace teeny::ops {
+namespace {
+
+constexpr const char* kOp = "fused.sdpa_heads";
+
+TensorType infer_sdpa_heads(const OpDef& meta, const OpContext& ctx) {
+  const DType dtype = check_attention_inputs(meta, ctx, {"[B, S, H*Dh]", "B", "width H*Dh"});
+  const TensorType& q = ctx.inputs.at(0);
+  const auto width = q.shape[2].const_value();
+  if (!width) {
+    throw OpError("inputs", fmt::format("{} needs a fixed width H*Dh; q is {}", kOp, shape_str(q.shape)));
+  }
+  const int64_t heads = ctx.attrs.i("heads");
+  if (*width % heads != 0) {
+    throw OpError("attrs.heads",
+                  fmt::format("{}: the width {} is not divisible by heads = {}", kOp, *width, heads));
+  }
+  check_sdpa_head_dim(kOp, *width / heads);
+  return contiguous(dtype, q.shape);
+}
+
+std::vector<ConformanceCase> sdpa_heads_cases() {
+  std::vector<ConformanceCase> cases;
+  const std::vector<Bindings> sizes = {{{"B", 1}, {"S", 1}}, {{"B", 3}, {"S", 17}}, {{"B", 2}, {"S", 130}}};
+  for (DType dtype : float_dtypes()) {
+    const std::string dt = dtype_name(dtype);
+    // Dh 64 and 128: tensor cores for f16/bf16; 17: the CUDA-core kernel with scalar loads.
+    for (int heads : {1, 3, 12}) {
+      for (int head_dim : {64, 17, 128}) {
+        for (bool causal : {false, true}) {
+          const std::string shape = fmt::format("[B, S, {}]", heads * head_dim);
+          cases.push_back({fmt::format("{} heads of {}{} {}", heads, head_dim, causal ? " causal" : "", dt),
+                           case_graph({"B", "S"}, {{"q", dtype, shape}, {"k", dtype, shape}, {"v", dtype, shape}},
+                                      {{"o", kOp, {"q", "k", "v"}, {{"heads", heads}, {"causal", causal}}}}),
+                           sizes});
+        }
+      }
+    }
+    for (bool causal : {false, true}) {
+      cases.push_back({fmt::format("q [B, S, 192], k/v [B, T, 192], 3 heads{} {}", causal ? " causal" : "", dt),
+                       case_graph({"B", "S", "T"},
+                                  {{"q", dtype, "[B, S, 192]"}, {"k", dtype, "[B, T, 192]"}, {"v", dtype, "[B, T, 192]"}},
+                                  {{"o", kOp, {"q", "k", "v"}, {{"heads", 3}, {"causal", causal}, {"scale", 0.3}}}}),
+                       {{{"B", 2}, {"S", 33}, {"T", 70}}, {{"B", 1}, {"S", 70}, {"T", 33}}}});
+    }
+    // 3 heads of 17 in rows padded to 52 (f32) or 56 (16-bit) elements; one tensor as q, k and v.
+    cases.push_back({"padded q/k/v (linear 51 of 52/56), 3 heads " + dt,
+                     case_graph({"B", "S"}, {{"x", dtype, "[B, S, 8]"}},
+                                {{"p", "linear", {"x"}, {{"out_features", 51}}},
+                                 {"o", kOp, {"p", "p", "p"}, {{"heads", 3}, {"causal", true}}}}),
+                     {{{"B", 1}, {"S", 1}}, {{"B", 2}, {"S", 100}}}});
+  }
+  return cases;
+}
+
+}  // namespace
+
+OpDef sdpa_heads_op() {
+  OpDef def;
+  def.name = kOp;
+  def.doc = "merge_heads(sdpa(split_heads(q), split_heads(k), split_heads(v))) in one kernel; q [B, S, H*Dh], "
+            "k/v [B, T, H*Dh] -> [B, S, H*Dh]";
+  def.inputs = {{"q", "[B, S, H*Dh]"}, {"k", "[B, T, H*Dh]"}, {"v", "[B, T, H*Dh]"}};
+  def.attrs = {{"heads", AttrType::kInt, "number of heads H", std::nullopt, {}, false, 1.0}};
+  for (AttrSpec& spec : sdpa_attr_specs()) def.attrs.push_back(std::move(spec));
+  def.dtypes = {DType::kF32, DType::kBF16, DType::kF16};
+  const OpDef meta = def;
+  def.infer = [meta](const OpContext& ctx) { return infer_sdpa_heads(meta, ctx); };
+  def.lower = [](const OpContext& ctx) { return lower_attention(ctx, ctx.attrs.i("heads")); };
+  def.reference = [](const RefContext& ref) { return attention_reference(ref, ref.op.attrs.i("heads")); };
+  def.conformance_cases = sdpa_heads_cases;
+  def.source_file = TEENY_OP_FILE;
+  return def;
+}
+
+}  // namespace teeny::ops
