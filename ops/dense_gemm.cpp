@@ -603,23 +603,22 @@ __device__ __forceinline__ void tn_gemm_block(const T* __restrict__ A, const T* 
     // column 8j + 2 (lane % 4) + e.
     const int row = m0 + (kPingpong ? 0 : consumer * 64) + (tid % 128) / 32 * 16 + lane / 4;
     const int col = n0 + (lane % 4) * 2;
-    if constexpr (kSplitTf32) {
-      if (splits > 1) {
-        const bool first_split = unit < tiles;
+    if (kSplitTf32 && splits > 1) {  // (T is float: 16-bit kernels never split)
+      const bool first_split = unit < tiles;
 #pragma unroll
-        for (int i = 0; i < kRowBlocks; ++i)
+      for (int i = 0; i < kRowBlocks; ++i)
 #pragma unroll
-          for (int j = 0; j < kBN / 8; ++j)
+        for (int j = 0; j < kBN / 8; ++j)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const int m = row + 64 * i + (e / 2) * 8, n = col + j * 8 + e % 2;
-              if (m >= M || n >= N) continue;
-              float v = acc[i][4 * j + e];
-              if (first_split) v += (kHasBias ? bias[n] : 0.f) + (kHasResidual ? R[(long long)m * ldr + n] : 0.f);
-              atomicAdd(C + (long long)m * ldc + n, v);
-            }
-        continue;
-      }
+          for (int e = 0; e < 4; ++e) {
+            const int m = row + 64 * i + (e / 2) * 8, n = col + j * 8 + e % 2;
+            if (m >= M || n >= N) continue;
+            float v = acc[i][4 * j + e];
+            if (first_split)
+              v += (kHasBias ? tn_f32(bias[n]) : 0.f) + (kHasResidual ? tn_f32(R[(long long)m * ldr + n]) : 0.f);
+            atomicAdd(reinterpret_cast<float*>(C + (long long)m * ldc + n), v);
+          }
+      continue;
     }
     // Inside M and N, with no row padding to zero and 4-byte aligned pairs, the stores and
     // bias loads need no checks, so they issue back to back instead of behind branches.
