@@ -313,6 +313,19 @@ __device__ __forceinline__ void tn_load_chunk(T* dst, const T* __restrict__ src_
   }
 }
 
+// lo, hi = p[0], p[1] as one load; `p` is aligned to two elements.
+__device__ __forceinline__ void tn_load2(const T* p, float& lo, float& hi) {
+  if constexpr (sizeof(T) == 4) {
+    const float2 v = *reinterpret_cast<const float2*>(p);
+    lo = v.x;
+    hi = v.y;
+  } else {
+    const unsigned v = *reinterpret_cast<const unsigned*>(p);
+    lo = tn_f32(tn_from_raw<T>((unsigned short)(v & 0xffffu)));
+    hi = tn_f32(tn_from_raw<T>((unsigned short)(v >> 16)));
+  }
+}
+
 // C[0], C[1] = lo, hi as one store; `out` is aligned to two elements.
 __device__ __forceinline__ void tn_store2(T* out, float lo, float hi) {
   if constexpr (sizeof(T) == 4) *reinterpret_cast<float2*>(out) = make_float2(lo, hi);
@@ -623,7 +636,8 @@ __device__ __forceinline__ void tn_gemm_block(const T* __restrict__ A, const T* 
     // Inside M and N, with no row padding to zero and 4-byte aligned pairs, the stores and
     // bias loads need no checks, so they issue back to back instead of behind branches.
     const bool whole = m0 + kBM <= M && (n0 + kBN < N || (n0 + kBN == N && ldc == N)) && ldc % 2 == 0 &&
-                       (reinterpret_cast<unsigned long long>(C) & (2 * sizeof(T) - 1)) == 0;
+                       (reinterpret_cast<unsigned long long>(C) & (2 * sizeof(T) - 1)) == 0 &&
+                       (!kHasResidual || (ldr % 2 == 0 && (reinterpret_cast<unsigned long long>(R) & (2 * sizeof(T) - 1)) == 0));
     if (whole) {
 #pragma unroll
       for (int j = 0; j < kBN / 8; ++j) {
@@ -633,12 +647,10 @@ __device__ __forceinline__ void tn_gemm_block(const T* __restrict__ A, const T* 
         for (int i = 0; i < kRowBlocks; ++i) {
           T* out = C + (long long)(row + 64 * i) * ldc + col + j * 8;
           float r[4] = {0.f, 0.f, 0.f, 0.f};
-          if (kHasResidual) {
+          if (kHasResidual) {  // pairs as one load each (`whole` checked their alignment)
             const T* res = R + (long long)(row + 64 * i) * ldr + col + j * 8;
-            r[0] = tn_f32(res[0]);
-            r[1] = tn_f32(res[1]);
-            r[2] = tn_f32(res[8LL * ldr]);
-            r[3] = tn_f32(res[8LL * ldr + 1]);
+            tn_load2(res, r[0], r[1]);
+            tn_load2(res + 8LL * ldr, r[2], r[3]);
           }
           tn_store2(out, tn_act(acc[i][4 * j] + b0) + r[0], tn_act(acc[i][4 * j + 1] + b1) + r[1]);
           tn_store2(out + 8LL * ldc, tn_act(acc[i][4 * j + 2] + b0) + r[2], tn_act(acc[i][4 * j + 3] + b1) + r[3]);

@@ -37,7 +37,8 @@ TEST(GpuLinearF32, TensorCorePathKeepsF32Accuracy) {
       kRows, kIn, kOut);
   const Graph graph = parse_graph(spec, "f32_gemm.yaml", registry());
   const Bundle bundle = compile_graph(graph, registry(), CompileOptions{});
-  ASSERT_NE(bundle.kernels.at(0).name.find("_wgmma"), std::string::npos) << bundle.kernels.at(0).name;
+  ASSERT_EQ(bundle.kernels.size(), 2u);  // the zeroing for split-K, then the GEMM
+  ASSERT_NE(bundle.kernels.at(1).name.find("_wgmma"), std::string::npos) << bundle.kernels.at(1).name;
 
   const BoundBundle bound = bind_bundle(bundle, bundle_bindings(bundle, {}), "f32_gemm");
   DataOptions options;
