@@ -753,8 +753,11 @@ std::string bounded_kernel_entry(const std::vector<KernelArg>& args, int threads
 GemmTile choose_gemm_tile(DType dtype, GemmBLayout layout, const Expr& n, const Expr& k, int target_sm) {
   const bool narrow = n.is_const() && *n.const_value() < 512;
   if (dtype == DType::kF32) {
-    // 3xTF32 stages are 64 KiB (f32 high and low parts of both 128-row tiles): three fit.
-    if (target_sm == 90 && layout == GemmBLayout::kNK && !narrow) return GemmTile{128, 128, 32, 384, 1, 3, true, true};
+    // 3xTF32 stages are 64 KiB (f32 high and low parts of both 128-row tiles): three fit. Its
+    // split-K units fill the GPU even at N = 128 (tiny_lm's 256-wide layers: 2x the CUDA-core
+    // kernel's 26 TFLOP/s), so only outputs under one tile wide stay on CUDA cores.
+    const bool under_one_tile = !n.is_const() || *n.const_value() < 128;
+    if (target_sm == 90 && layout == GemmBLayout::kNK && !under_one_tile) return GemmTile{128, 128, 32, 384, 1, 3, true, true};
     return narrow ? GemmTile{64, 64, 16, 256, 2} : GemmTile{128, 128, 8, 256, 2};
   }
   if (narrow) return GemmTile{64, 64, 32, 128, 1};
