@@ -157,7 +157,7 @@ TEST_F(GpuRun, MnistMlpWithKnownWeightsMatchesIndependentLoops) {
 
   CheckReport report = check_against_reference(executor, registry, data, {{"probs", probs}});
   EXPECT_TRUE(report.ok()) << format_check_report(report);
-  ASSERT_EQ(report.nodes.size(), 3u);  // fc1 and its relu run as one fused.linear
+  ASSERT_EQ(report.nodes.size(), 4u);
 }
 
 TEST_F(GpuRun, CliRunsMnistWithCheckAndCudaGraphAndWritesOutputs) {
@@ -171,7 +171,7 @@ TEST_F(GpuRun, CliRunsMnistWithCheckAndCudaGraphAndWritesOutputs) {
                           path("probs.npy") + " --output-dir " + path("all") +
                           " --check --cuda-graph --iterations 2");
   EXPECT_EQ(run.exit_code, 0) << run.output;
-  EXPECT_NE(run.output.find("check: ok: all 3 nodes match the host reference"), std::string::npos)
+  EXPECT_NE(run.output.find("check: ok: all 4 nodes match the host reference"), std::string::npos)
       << run.output;
   HostTensor probs = read_npy(path("probs.npy"));
   EXPECT_EQ(probs.shape, std::vector<int64_t>({kBatch, kOut}));

@@ -34,14 +34,14 @@ const GraphPass& epilogue_pass() {
 }
 
 // A graph over x [B, 16] (and r [B, 16]) with the given node lines and outputs.
-std::string graph(const std::string& nodes, const std::string& outputs) {
+std::string graph(const std::string& nodes, const std::string& outputs, const std::string& dtype = "bf16") {
   return fmt::format(R"(name: t
 dims: {{B: {{min: 1, max: 64, default: 2}}}}
-inputs: {{x: {{dtype: f32, shape: [B, 16]}}, r: {{dtype: f32, shape: [B, 16]}}}}
+inputs: {{x: {{dtype: {}, shape: [B, 16]}}, r: {{dtype: {}, shape: [B, 16]}}}}
 nodes:
 {}outputs: {}
 )",
-                     nodes, outputs);
+                     dtype, dtype, nodes, outputs);
 }
 
 std::vector<std::string> names(const Graph& g) {
@@ -122,6 +122,18 @@ TEST(LinearEpilogueFusion, RewritesAnMlpWithResidual) {
   EXPECT_EQ(out.ctx.output.shape, (Shape{Expr::dim("B"), Expr(16)}));
 }
 
+TEST(LinearEpilogueFusion, F32LinearsTakeTheResidualButNoActivation) {
+  Graph g = parse(graph(R"(  - {name: fc, op: linear, inputs: [x], attrs: {out_features: 16}}
+  - {name: act, op: gelu, inputs: [fc]}
+  - {name: proj, op: linear, inputs: [act], attrs: {out_features: 16}}
+  - {name: out, op: add, inputs: [proj, r]}
+)",
+                        "[out]", "f32"));
+  EXPECT_EQ(epilogue_pass().apply(g, registry()), 1);
+  EXPECT_EQ(names(g), (std::vector<std::string>{"fc:linear", "act:gelu", "out:fused.linear"}));
+  EXPECT_EQ(g.nodes[2].inputs, (std::vector<std::string>{"act", "r"}));
+}
+
 TEST(LinearEpilogueFusion, ActivationThenResidualBecomeOneNode) {
   Graph g = parse(graph(R"(  - {name: l, op: linear, inputs: [x], attrs: {out_features: 16, bias: false}}
   - {name: a, op: relu, inputs: [l]}
@@ -152,7 +164,7 @@ TEST(LinearEpilogueFusion, LeavesWhatCannotFuse) {
        "  - {name: v, op: reduce_sum, inputs: [r], attrs: {axis: 0, keepdim: false}}\n"
        "  - {name: y, op: add, inputs: [l, v]}\n",
        "[y]"},
-      // 17 outputs pad the linear's rows to 20: fusing would change the tensor's row stride
+      // 17 outputs pad the linear's rows to 24: fusing would change the tensor's row stride
       {"  - {name: l, op: linear, inputs: [x], attrs: {out_features: 17}}\n"
        "  - {name: a, op: sigmoid, inputs: [l]}\n",
        "[a]"},
