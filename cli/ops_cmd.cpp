@@ -74,7 +74,8 @@ std::string op_details(const OpDef& op) {
   std::vector<Row> inputs;
   for (const InputSpec& input : op.inputs) inputs.push_back({input.name, input.doc});
   if (op.variadic) out += fmt::format("  inputs ({} or more; the last repeats):\n", op.min_inputs);
-  else if (op.optional_inputs > 0) out += fmt::format("  inputs (the last {} optional):\n", op.optional_inputs);
+  else if (op.optional_inputs == 1) out += "  inputs (the last one optional):\n";
+  else if (op.optional_inputs > 1) out += fmt::format("  inputs (the last {} optional):\n", op.optional_inputs);
   else out += "  inputs:\n";
   out += format_table(inputs, "    ");
   if (op.attrs.empty()) {

@@ -216,6 +216,21 @@ TEST(Cli, OpsShowsOneOpInDetailAndAsJson) {
             registry.names().size() + 1);
 }
 
+// fused.linear's residual may be left out: marked `?` in the list, said in the details and JSON.
+TEST(Cli, OpsMarksOptionalInputs) {
+  Result r = teeny("ops fused.linear");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("  inputs (the last one optional):\n    x         [..., in]\n    residual  optional"),
+            std::string::npos)
+      << r.out;
+  r = teeny("ops fused.linear --format json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out).at("optional_inputs"), 1);
+  r = teeny("ops");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("fused.linear        x, residual?  "), std::string::npos) << r.out;
+}
+
 TEST(Cli, OpsUnknownNameSuggests) {
   Result r = teeny("ops lineer");
   EXPECT_EQ(r.exit_code, 1);
