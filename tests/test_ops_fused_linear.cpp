@@ -97,6 +97,52 @@ TEST(FusedLinearShape, ResidualMustMatchTheOutput) {
             "node 'y': op 'fused.linear' takes 1 to 2 inputs (x, residual?), got 3");
 }
 
+// ---- lowering --------------------------------------------------------------------------------
+
+const KernelArg* find_arg(const Launch& launch, const std::string& name) {
+  for (const KernelArg& a : launch.args)
+    if (a.name == name) return &a;
+  return nullptr;
+}
+
+TEST(FusedLinearLowering, ResidualIsAnInputWithItsStrideAndCost) {
+  TensorType residual = op_testing::tensor(DType::kBF16, {Expr::dim("B"), Expr(768)});
+  residual.row_stride = Expr(776);
+  const OpContext ctx = op_testing::context(
+      "fused.linear", {{"out_features", 768}, {"bias", true}, {"activation", "gelu_tanh"}},
+      {op_testing::tensor(DType::kBF16, {Expr::dim("B"), Expr(3072)}), residual});
+  const Lowering lowering = op_testing::op("fused.linear").lower(ctx);
+  ASSERT_EQ(lowering.launches.size(), 1u);
+  const Launch& launch = lowering.launches[0];
+  EXPECT_EQ(lowering.kernels.at(0).name, "linear_bf16_nk_bias_128x192x64_wgmma_gelu_tanh_res");
+  const KernelArg* r = find_arg(launch, "residual");
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(r->kind, ArgKind::kInput);
+  EXPECT_EQ(r->input_index, 1);
+  EXPECT_EQ(find_arg(launch, "ldr")->value.eval({}), 776);
+  const Bindings b = {{"B", 10}};
+  // Reads x, W, bias and the residual, writes y; 2 FLOPs per multiply-add, then bias, GELU (8)
+  // and the add per output.
+  EXPECT_EQ(launch.bytes.eval(b), 2LL * (10 * 3072 + 768 * 3072 + 2 * 10 * 768 + 768));
+  EXPECT_EQ(launch.flops.eval(b), 2LL * 10 * 768 * 3072 + 10LL * 768 * (1 + 1 + 8));
+}
+
+TEST(FusedLinearLowering, F32ActivationTurnsSplitKOffButAResidualKeepsIt) {
+  const TensorType x = op_testing::tensor(DType::kF32, {Expr::dim("B"), Expr(3072)});
+  const TensorType r = op_testing::tensor(DType::kF32, {Expr::dim("B"), Expr(768)});
+  const Bindings small = {{"B", 1}};
+  const OpContext act = op_testing::context(
+      "fused.linear", {{"out_features", 768}, {"bias", true}, {"activation", "relu"}}, {x});
+  const Lowering with_act = op_testing::op("fused.linear").lower(act);
+  ASSERT_EQ(with_act.launches.size(), 1u);  // no zeroing: K is never split
+  EXPECT_EQ(find_arg(with_act.launches[0], "splits"), nullptr);
+  const OpContext res = op_testing::context(
+      "fused.linear", {{"out_features", 768}, {"bias", true}, {"activation", "none"}}, {x, r});
+  const Lowering with_res = op_testing::op("fused.linear").lower(res);
+  ASSERT_EQ(with_res.launches.size(), 2u);  // zeroing, then the split GEMM (split 0 adds the residual)
+  EXPECT_EQ(find_arg(with_res.launches[1], "splits")->value.eval(small), 24);
+}
+
 // ---- the pass -------------------------------------------------------------------------------
 
 TEST(LinearEpilogueFusion, RewritesAnMlpWithResidual) {
