@@ -169,7 +169,7 @@ __device__ __forceinline__ void tn_gemm_block(const float* __restrict__ A, const
       for (int j = 0; j < 4; ++j) {
         const float b = (add_bias && n + j < N) ? __ldg(bias + n + j) : 0.f;
         const float r = (add_residual && n + j < N) ? R[(long long)m * ldr + n + j] : 0.f;
-        v[j] = n + j < N ? tn_act(acc[i][g * 4 + j] + b) + r : 0.f;
+        v[j] = n + j < N ? tn_epilogue(acc[i][g * 4 + j] + b, r) : 0.f;
       }
       if (accumulate) {
 #pragma unroll
@@ -341,7 +341,7 @@ __device__ __forceinline__ void tn_store_pair(T* __restrict__ C, const T* __rest
   for (int e = 0; e < 2; ++e) {
     const float b = (kHasBias && n + e < N) ? tn_f32(bias[n + e]) : 0.f;
     const float r = (kHasResidual && n + e < N) ? tn_f32(R[(long long)m * ldr + n + e]) : 0.f;
-    v[e] = n + e < N ? tn_act(v[e] + b) + r : 0.f;
+    v[e] = n + e < N ? tn_epilogue(v[e] + b, r) : 0.f;
   }
   T* out = C + (long long)m * ldc + n;
   if (ldc % 2 == 0 && n + 1 < ldc && (reinterpret_cast<unsigned long long>(out) & (2 * sizeof(T) - 1)) == 0) {
@@ -652,8 +652,9 @@ __device__ __forceinline__ void tn_gemm_block(const T* __restrict__ A, const T* 
             tn_load2(res, r[0], r[1]);
             tn_load2(res + 8LL * ldr, r[2], r[3]);
           }
-          tn_store2(out, tn_act(acc[i][4 * j] + b0) + r[0], tn_act(acc[i][4 * j + 1] + b1) + r[1]);
-          tn_store2(out + 8LL * ldc, tn_act(acc[i][4 * j + 2] + b0) + r[2], tn_act(acc[i][4 * j + 3] + b1) + r[3]);
+          tn_store2(out, tn_epilogue(acc[i][4 * j] + b0, r[0]), tn_epilogue(acc[i][4 * j + 1] + b1, r[1]));
+          tn_store2(out + 8LL * ldc, tn_epilogue(acc[i][4 * j + 2] + b0, r[2]),
+                    tn_epilogue(acc[i][4 * j + 3] + b1, r[3]));
         }
       }
     } else {
@@ -815,7 +816,11 @@ std::string gemm_device_source(DType dtype, GemmBLayout layout, bool has_bias, c
          kernel_constant("kGroupM", 8);
   src += fmt::format("constexpr bool kBTransposed = {};\nconstexpr bool kHasBias = {};\n"
                      "constexpr bool kHasResidual = {};\n"
-                     "__device__ __forceinline__ float tn_act(float v) {{ return {}; }}\n",
+                     "__device__ __forceinline__ float tn_act(float v) {{ return {}; }}\n"
+                     // No `+ 0.f` without a residual: it is not an identity (-0 + 0 = +0), so
+                     // the compiler would keep one add per output.
+                     "__device__ __forceinline__ float tn_epilogue(float v, float r) {{\n"
+                     "  return kHasResidual ? tn_act(v) + r : tn_act(v);\n}}\n",
                      layout == GemmBLayout::kNK, has_bias, epilogue.residual,
                      epilogue.activation.empty() ? "v" : activation(epilogue.activation).cuda);
   src += kTileOrder;
