@@ -510,6 +510,11 @@ __device__ __forceinline__ void tn_gemm_block(const T* __restrict__ A, const T* 
     const int row = tid / 8, chunk = tid % 8;  // this loader thread's rows row + 16c, chunk column
     const bool a_vec = lda % kChunkElems == 0 && tn_aligned16(A);
     const bool b_vec = ldb % kChunkElems == 0 && tn_aligned16(B);
+    // Lane 0's arrive, after the warp's convergence point, also releases the lanes' stores.
+    auto arrive_full = [&](int s) {
+      __syncwarp();
+      if (tid % 32 == 0) tn_mbar_arrive(full_bar + s * 8);
+    };
     // 3xTF32: this thread's chunks of the stage filled one step earlier, split once they land.
     auto split_stage = [&](int s) {
       unsigned char* a_tile = smem + s * kStageBytes;
@@ -517,8 +522,7 @@ __device__ __forceinline__ void tn_gemm_block(const T* __restrict__ A, const T* 
       for (int c = 0; c < kAChunks; ++c) tn_split_tf32_chunk(a_tile + tn_swizzled(row + 16 * c, chunk));
 #pragma unroll
       for (int c = 0; c < kBChunks; ++c) tn_split_tf32_chunk(a_tile + kATileBytes + tn_swizzled(row + 16 * c, chunk));
-      __syncwarp();
-      if (tid % 32 == 0) tn_mbar_arrive(full_bar + s * 8);
+      arrive_full(s);
     };
     int pending = -1;  // 3xTF32: the stage copied last step, not yet split
     for (int unit = first_tile; unit < units; unit += gridDim.x) {
@@ -541,11 +545,9 @@ __device__ __forceinline__ void tn_gemm_block(const T* __restrict__ A, const T* 
           }
           pending = stage;
         } else {
-          // The phase waits for every lane's copies; lane 0's arrive, after the warp's
-          // convergence point, also releases the lanes' zero-fill stores.
+          // The phase waits for every lane's copies (and the zero-fill stores, by the arrive).
           tn_mbar_track_cp_async(full_bar + stage * 8);
-          __syncwarp();
-          if (tid % 32 == 0) tn_mbar_arrive(full_bar + stage * 8);
+          arrive_full(stage);
         }
       }
     }
@@ -791,9 +793,8 @@ Expr gemm_tiles(const GemmTile& tile, const Expr& m, const Expr& n) {
   return ceil_div(m, Expr(tile.bm)) * ceil_div(n, Expr(tile.bn));
 }
 
-Expr gemm_grid(const GemmTile& tile, const Expr& m, const Expr& n) {
-  const Expr tiles = gemm_tiles(tile, m, n);
-  return tile.wgmma() ? min(tiles, Expr(kSm90Sms)) : tiles;
+Expr gemm_grid(const GemmTile& tile, const Expr& units) {
+  return tile.wgmma() ? min(units, Expr(kSm90Sms)) : units;
 }
 
 std::string gemm_kernel_name(const std::string& op, DType dtype, GemmBLayout layout, bool has_bias,

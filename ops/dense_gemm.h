@@ -71,9 +71,10 @@ std::string gemm_device_source(DType dtype, GemmBLayout layout, bool has_bias, c
 // Output tiles per matrix.
 Expr gemm_tiles(const GemmTile& tile, const Expr& m, const Expr& n);
 
-// The launch grid's x for M x N: one block per tile, or for the persistent wgmma kernel at most
-// one per SM (its blocks stride over the tiles).
-Expr gemm_grid(const GemmTile& tile, const Expr& m, const Expr& n);
+// The launch grid's x for `units` of work (output tiles, times the K splits where split): one
+// block per unit, or for the persistent wgmma kernel at most one per SM (its blocks stride over
+// the units).
+Expr gemm_grid(const GemmTile& tile, const Expr& units);
 
 // Kernel base name, e.g. "linear_bf16_nk_bias_128x128x32" ("..._wgmma" on that path,
 // "..._wgmma_pp" for its pingpong schedule).

@@ -1,12 +1,11 @@
 // Graph pass: a linear whose output feeds only an activation (relu, silu, sigmoid, tanh,
-// gelu; 16-bit linears only) or only an add becomes one fused.linear, which applies them in the GEMM's epilogue:
-// linear -> gelu, linear -> add(other, ·) and linear -> gelu -> add all become one node. The
+// gelu; 16-bit linears only) or only an add becomes one fused.linear, which applies them in
+// the GEMM's epilogue: linear -> gelu, linear -> add(other, ·) and linear -> gelu -> add all
+// become one node. The
 // fused node takes the last replaced node's name (consumers and graph outputs unchanged) and
 // keeps the linear's param names. A rewrite is made only when the fused output has exactly the
 // replaced node's type (dtype, shape and row stride: no broadcasting add, no new row padding),
 // so nothing downstream changes.
-#include <fmt/format.h>
-
 #include <optional>
 
 #include "core/graph.h"
@@ -30,7 +29,7 @@ struct Rewrite {
 
 // A linear, or a fused.linear whose epilogue can still take what `rewrite` adds. f32 linears
 // take no activation: it would turn off their split-K, and then a small batch leaves most SMs
-// idle (H200, mnist_mlp at B=1: 90 us fused against ~25 unfused).
+// idle (H200, mnist_mlp at B=1: 90 us fused against 45 unfused).
 bool can_extend(const Node& node, bool adds_activation) {
   if (adds_activation && node.ctx.output.dtype == DType::kF32) return false;
   if (node.op->name == "linear") return true;

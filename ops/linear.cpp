@@ -130,8 +130,7 @@ Lowering lower_linear(const OpContext& ctx, const GemmEpilogue& epilogue) {
   if (epilogue.residual) launch.args.push_back(i32("ldr", ctx.inputs.at(1).row_stride));
   if (split_k) launch.args.push_back(i32("splits", splits));
   launch.block = {tile.threads, 1, 1};
-  const Expr units = split_k ? tiles * splits : tiles;
-  launch.grid = {tile.wgmma() ? min(units, Expr(kSm90Sms)) : units, Expr(1), Expr(1)};
+  launch.grid = {gemm_grid(tile, split_k ? tiles * splits : tiles), Expr(1), Expr(1)};
   launch.dynamic_smem = Expr(gemm_dynamic_smem(tile));
   launch.bytes = (m * k + n * k + (epilogue.residual ? Expr(2) : Expr(1)) * m * n + (has_bias ? n : Expr(0))) * elem;
   const int epilogue_flops = (has_bias ? 1 : 0) + (epilogue.residual ? 1 : 0) +

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "core/graph.h"
 #include "core/op.h"
 #include "core/registry.h"
 #include "ops/ops.h"
@@ -53,6 +54,16 @@ inline std::string infer_error(const std::string& name, nlohmann::json attrs, st
     op(name).infer(ctx);
   } catch (const OpError& e) {
     if (key) *key = e.key;
+    return e.message();
+  }
+  return "(no error)";
+}
+
+// The message of the error parsing graph spec `text` (as file `path`) raises, or "(no error)".
+inline std::string graph_error(const std::string& text, const std::string& path) {
+  try {
+    parse_graph(text, path, registry());
+  } catch (const Error& e) {
     return e.message();
   }
   return "(no error)";

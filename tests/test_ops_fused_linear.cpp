@@ -18,14 +18,7 @@ using op_testing::registry;
 
 Graph parse(const std::string& text) { return parse_graph(text, "fused_test.yaml", registry()); }
 
-std::string parse_error(const std::string& text) {
-  try {
-    parse(text);
-  } catch (const Error& e) {
-    return e.message();
-  }
-  return "(no error)";
-}
+std::string parse_error(const std::string& text) { return op_testing::graph_error(text, "fused_test.yaml"); }
 
 const GraphPass& epilogue_pass() {
   for (const GraphPass& pass : registry().passes())

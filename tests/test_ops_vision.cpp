@@ -80,14 +80,7 @@ std::vector<double> iota(int n, double start = 1.0) {
 }
 
 // The message of the error parsing a graph raises ("(no error)" if none).
-std::string parse_error(const std::string& text) {
-  try {
-    parse(text);
-  } catch (const Error& e) {
-    return e.message();
-  }
-  return "(no error)";
-}
+std::string parse_error(const std::string& text) { return op_testing::graph_error(text, "vision_test.yaml"); }
 
 // ---- references ------------------------------------------------------------------------------
 
