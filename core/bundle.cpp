@@ -31,10 +31,6 @@ constexpr const char* kParamsFile = "params.bin";
 
 std::string kernel_file(const std::string& name) { return "kernels/" + name + ".ptx"; }
 
-bool is_pointer(ArgKind kind) {
-  return kind == ArgKind::kInput || kind == ArgKind::kParam || kind == ArgKind::kOutput;
-}
-
 bool is_identifier(const std::string& name) {
   if (name.empty() || std::isdigit(static_cast<unsigned char>(name[0]))) return false;
   return std::all_of(name.begin(), name.end(),
@@ -301,6 +297,13 @@ json bundle_to_json(const Bundle& bundle) {
         arg["dtype"] = dtype_name(a.dtype);
       } else if (a.kind == ArgKind::kF32) {
         arg["value"] = float_json(a.fvalue);
+      } else if (a.kind == ArgKind::kTensorMap) {
+        arg["of"] = a.map.of;
+        arg["cols"] = a.map.cols.str();
+        arg["rows"] = a.map.rows.str();
+        arg["row_stride"] = a.map.row_stride.str();
+        arg["box"] = {a.map.box_cols, a.map.box_rows};
+        arg["swizzle"] = a.map.swizzle;
       } else {
         arg["value"] = a.value.str();
       }
@@ -424,7 +427,8 @@ Bundle bundle_from_json(const json& manifest) {
       BundleArg arg;
       arg.kind = parse_enum<ArgKind>(a["kind"], {{"input", ArgKind::kInput}, {"param", ArgKind::kParam},
                                                  {"output", ArgKind::kOutput}, {"i32", ArgKind::kI32},
-                                                 {"i64", ArgKind::kI64}, {"f32", ArgKind::kF32}});
+                                                 {"i64", ArgKind::kI64}, {"f32", ArgKind::kF32},
+                                                 {"tensor_map", ArgKind::kTensorMap}});
       arg.name = a["name"].str();
       arg.c_type = a["c_type"].str();
       arg.ptx_type = a["ptx_type"].str();
@@ -436,6 +440,16 @@ Bundle bundle_from_json(const json& manifest) {
         if (arg.kind != ArgKind::kParam) check_tensor(a["tensor"]);
       } else if (arg.kind == ArgKind::kF32) {
         arg.fvalue = a["value"].number();
+      } else if (arg.kind == ArgKind::kTensorMap) {
+        arg.map.of = a["of"].str();
+        arg.map.cols = a["cols"].expr();
+        arg.map.rows = a["rows"].expr();
+        arg.map.row_stride = a["row_stride"].expr();
+        std::vector<Field> box = a["box"].items();
+        if (box.size() != 2) a["box"].fail(fmt::format("expected 2 integers [cols, rows], found {}", box.size()));
+        arg.map.box_cols = box[0].small_int();
+        arg.map.box_rows = box[1].small_int();
+        arg.map.swizzle = a["swizzle"].small_int();
       } else {
         arg.value = a["value"].expr();
       }

@@ -43,7 +43,8 @@ struct BundleArg {
   std::string tensor;     // kInput/kOutput: tensor name; kParam: param name "<node>.<slot>"
   Expr value;             // kI32 / kI64
   double fvalue = 0.0;    // kF32
-  DType dtype = DType::kF32;
+  DType dtype = DType::kF32;  // pointers: the element type
+  TensorMapSpec map;      // kTensorMap
 };
 
 struct BundleKernel {

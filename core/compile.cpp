@@ -240,11 +240,19 @@ class GraphCompiler {
       check_dims_known(node, launch.flops, where + " cost (FLOPs)");
       for (size_t a = 0; a < launch.args.size(); ++a) {
         KernelArg& arg = launch.args[a];
+        const std::string arg_where = fmt::format("{}, argument {} '{}'", where, a, arg.name);
         if (arg.kind == ArgKind::kI32 || arg.kind == ArgKind::kI64) {
           arg.value = fixed(arg.value);
-          check_dims_known(node, arg.value, fmt::format("{}, argument {} '{}'", where, a, arg.name));
+          check_dims_known(node, arg.value, arg_where);
         }
-        check_arg_binding(node, specs, i, a, arg);
+        if (arg.kind == ArgKind::kTensorMap) {
+          for (auto [what, e] : {std::pair{"cols", &arg.map.cols}, std::pair{"rows", &arg.map.rows},
+                                 std::pair{"row stride", &arg.map.row_stride}}) {
+            *e = fixed(*e);
+            check_dims_known(node, *e, fmt::format("{} {}", arg_where, what));
+          }
+        }
+        check_arg_binding(node, specs, i, launch.args, a);
       }
       pending_.push_back({&node, static_cast<int>(i), kernel_ids[launch.kernel], std::move(launch), param_names});
     }
@@ -320,8 +328,9 @@ class GraphCompiler {
   }
 
   // The argument refers to something that exists, with the dtype the kernel will read.
-  void check_arg_binding(const Node& node, const std::vector<ParamSpec>& specs, size_t launch, size_t position,
-                         const KernelArg& arg) const {
+  void check_arg_binding(const Node& node, const std::vector<ParamSpec>& specs, size_t launch,
+                         const std::vector<KernelArg>& args, size_t position) const {
+    const KernelArg& arg = args[position];
     std::string where = fmt::format("launch {}, argument {} '{}'", launch, position, arg.name);
     auto check_dtype = [&](DType actual, const std::string& what) {
       if (arg.dtype != actual) {
@@ -355,6 +364,27 @@ class GraphCompiler {
       case ArgKind::kI64:
       case ArgKind::kF32:
         break;
+      case ArgKind::kTensorMap: {
+        auto target = std::find_if(args.begin(), args.end(), [&](const KernelArg& a) { return a.name == arg.map.of; });
+        if (target == args.end()) {
+          std::vector<std::string> pointers;
+          for (const KernelArg& a : args) {
+            if (is_pointer(a.kind)) pointers.push_back(a.name);
+          }
+          throw node_error(node, fmt::format("{}: tensor map of '{}', which is not an argument of the launch{}", where,
+                                             arg.map.of, did_you_mean(arg.map.of, pointers)));
+        }
+        if (!is_pointer(target->kind)) {
+          throw node_error(node, fmt::format("{}: tensor map of '{}', an argument of kind {}; a tensor map views "
+                                             "an input, param or output",
+                                             where, arg.map.of, arg_kind_name(target->kind)));
+        }
+        std::string problem = tensor_map_problem(arg.map, target->dtype);
+        if (!problem.empty()) {
+          throw node_error(node, fmt::format("{}: tensor map of '{}': {}", where, arg.map.of, problem));
+        }
+        break;
+      }
     }
   }
 
@@ -541,6 +571,7 @@ class GraphCompiler {
     out.value = arg.value;
     out.fvalue = arg.fvalue;
     out.dtype = arg.dtype;
+    out.map = arg.map;
     switch (arg.kind) {
       case ArgKind::kInput: out.tensor = node.inputs[arg.input_index]; break;
       case ArgKind::kOutput: out.tensor = node.name; break;
@@ -618,18 +649,6 @@ std::string substitute_entry(const std::string& source, const std::string& entry
                             kernel_name, placeholder, placeholder));
   }
   return out.append(source, copied, std::string::npos);
-}
-
-ArgLayout arg_layout(const KernelArg& arg) {
-  switch (arg.kind) {
-    case ArgKind::kInput:
-    case ArgKind::kParam:
-    case ArgKind::kOutput:
-    case ArgKind::kI64: return {8, 8};
-    case ArgKind::kI32:
-    case ArgKind::kF32: return {4, 4};
-  }
-  return {0, 0};
 }
 
 Bundle compile_graph(const Graph& graph, const Registry& registry, const CompileOptions& options,

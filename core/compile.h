@@ -2,9 +2,10 @@
 //
 // Verification is the point of this file: every launch's argument list is checked against the
 // kernel's C signature (names, C types) and the PTX `.visible .entry` parameter list (count,
-// size, alignment); the block against `.reqntid` / `.maxntid`; host init bytes against
-// shape × dtype size. A mismatch is an error naming the op, node, launch, argument position,
-// what was expected and what was found.
+// size, alignment); tensor-map arguments against the pointer they view and TMA's limits; the
+// block against `.reqntid` / `.maxntid`; host init bytes against shape × dtype size. A mismatch
+// is an error naming the op, node, launch, argument position, what was expected and what was
+// found.
 #pragma once
 
 #include <string>
@@ -55,13 +56,5 @@ std::vector<CParam> parse_kernel_signature(const std::string& source, const std:
 // Replaces every TEENY_ENTRY identifier in `source` by `entry`; throws if there is none.
 std::string substitute_entry(const std::string& source, const std::string& entry,
                              const std::string& kernel_name);
-
-// The size and alignment in the kernel's parameter buffer of an argument's C type
-// (pointers 8, int 4, long long 8, float 4).
-struct ArgLayout {
-  int size = 0;
-  int align = 0;
-};
-ArgLayout arg_layout(const KernelArg& arg);
 
 }  // namespace teeny

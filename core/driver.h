@@ -63,7 +63,8 @@ namespace teeny::cuda {
   X(GraphInstantiateWithFlags, cuGraphInstantiateWithFlags)          \
   X(GraphLaunch, cuGraphLaunch)                                      \
   X(GraphDestroy, cuGraphDestroy)                                    \
-  X(GraphExecDestroy, cuGraphExecDestroy)
+  X(GraphExecDestroy, cuGraphExecDestroy)                            \
+  X(TensorMapEncodeTiled, cuTensorMapEncodeTiled)
 
 struct DriverApi {
 #define TEENY_CUDA_DECLARE(member, cuda_name) decltype(&::cuda_name) member = nullptr;

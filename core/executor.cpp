@@ -25,19 +25,6 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   return fmt::format("[{}]", fmt::join(shape, ", "));
 }
 
-// The size a kernel argument of `kind` occupies in the parameter buffer.
-int arg_size(ArgKind kind) {
-  switch (kind) {
-    case ArgKind::kInput:
-    case ArgKind::kParam:
-    case ArgKind::kOutput:
-    case ArgKind::kI64: return 8;
-    case ArgKind::kI32:
-    case ArgKind::kF32: return 4;
-  }
-  return 0;
-}
-
 // SplitMix64: a tiny generator with a fully specified output, so random data is the same on
 // every platform and standard library (std:: distributions are not).
 uint64_t splitmix64(uint64_t& state) {
@@ -60,6 +47,26 @@ int64_t checked_numel(const std::vector<int64_t>& shape) {
   int64_t numel = 1;
   for (int64_t extent : shape) numel *= extent;
   return numel;
+}
+
+CUtensorMapDataType tensor_map_data_type(DType dtype, const std::string& what) {
+  switch (dtype) {
+    case DType::kF32: return CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
+    case DType::kF16: return CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+    case DType::kBF16: return CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+    case DType::kI32: return CU_TENSOR_MAP_DATA_TYPE_INT32;
+  }
+  throw gpu_error(fmt::format("{}: tensor maps of {} elements are not supported", what, dtype_name(dtype)));
+}
+
+CUtensorMapSwizzle tensor_map_swizzle(int bytes, const std::string& what) {
+  switch (bytes) {
+    case 0: return CU_TENSOR_MAP_SWIZZLE_NONE;
+    case 32: return CU_TENSOR_MAP_SWIZZLE_32B;
+    case 64: return CU_TENSOR_MAP_SWIZZLE_64B;
+    case 128: return CU_TENSOR_MAP_SWIZZLE_128B;
+  }
+  throw gpu_error(fmt::format("{}: swizzle {} is not 0, 32, 64 or 128 bytes", what, bytes));
 }
 
 }  // namespace
@@ -251,10 +258,11 @@ BoundBundle bind_bundle(const Bundle& bundle, const Bindings& bindings, const st
       b.size = arg.size;
       b.target = arg.tensor;
       const std::string arg_where = fmt::format("argument {} '{}' of launch '{}'", a, arg.name, where);
-      if (arg.size != arg_size(arg.kind) || arg.offset < 0 || arg.offset % arg.size != 0) {
-        throw fail(fmt::format("{} ({}) has size {} at offset {}; expected size {} at an aligned offset",
-                               arg_where, arg_kind_name(arg.kind), arg.size, arg.offset,
-                               arg_size(arg.kind)));
+      const ArgLayout layout = arg_layout(arg.kind);
+      if (arg.size != layout.size || arg.offset < 0 || arg.offset % layout.align != 0) {
+        throw fail(fmt::format("{} ({}) has size {} at offset {}; expected size {} at a multiple of {}",
+                               arg_where, arg_kind_name(arg.kind), arg.size, arg.offset, layout.size,
+                               layout.align));
       }
       switch (arg.kind) {
         case ArgKind::kInput:
@@ -280,11 +288,50 @@ BoundBundle bind_bundle(const Bundle& bundle, const Bindings& bindings, const st
           break;
         case ArgKind::kI64: b.ivalue = eval(arg.value, arg_where); break;
         case ArgKind::kF32: b.fvalue = arg.fvalue; break;
+        case ArgKind::kTensorMap:
+          b.map.cols = eval(arg.map.cols, "cols of " + arg_where);
+          b.map.rows = eval(arg.map.rows, "rows of " + arg_where);
+          b.map.row_stride = eval(arg.map.row_stride, "row stride of " + arg_where);
+          b.map.box_cols = arg.map.box_cols;
+          b.map.box_rows = arg.map.box_rows;
+          b.map.swizzle = arg.map.swizzle;
+          break;
       }
-      // The end of the last argument, without a C struct's tail padding: the size the
-      // driver expects for CU_LAUNCH_PARAM_BUFFER_SIZE.
+      // The end of the last argument: the bytes that hold every argument at its offset.
       l.param_buffer_bytes = std::max(l.param_buffer_bytes, static_cast<size_t>(arg.offset + arg.size));
       l.args.push_back(std::move(b));
+    }
+    // Tensor maps once every pointer of the launch is bound: any argument may be the one viewed.
+    for (size_t a = 0; a < launch.args.size(); ++a) {
+      const BundleArg& arg = launch.args[a];
+      if (arg.kind != ArgKind::kTensorMap) continue;
+      const std::string arg_where =
+          fmt::format("argument {} '{}' of launch '{}' (tensor map of '{}')", a, arg.name, where, arg.map.of);
+      auto target = std::find_if(launch.args.begin(), launch.args.end(),
+                                 [&](const BundleArg& t) { return t.name == arg.map.of; });
+      if (target == launch.args.end() || !is_pointer(target->kind)) {
+        throw fail(fmt::format("{}: the launch has no input, param or output argument '{}'", arg_where,
+                               arg.map.of));
+      }
+      BoundTensorMap& map = l.args[a].map;
+      map.of = static_cast<size_t>(target - launch.args.begin());
+      map.dtype = target->dtype;
+      const TensorMapSpec concrete{arg.map.of, Expr(map.cols),          Expr(map.rows),
+                                   Expr(map.row_stride), map.box_cols, map.box_rows, map.swizzle};
+      if (std::string problem = tensor_map_problem(concrete, map.dtype); !problem.empty()) {
+        throw fail(fmt::format("{}: {} with {}", arg_where, problem, bindings_text(bindings)));
+      }
+      // The map may only reach bytes of the buffer it views: TMA checks the map's bounds, not
+      // the allocation's.
+      const uint64_t reach = static_cast<uint64_t>((map.rows - 1) * map.row_stride + map.cols) * dtype_size(map.dtype);
+      const bool param = target->kind == ArgKind::kParam;
+      const uint64_t holds = param ? bound.param(target->tensor).bytes : bound.tensor(target->tensor).bytes;
+      if (reach > holds) {
+        throw fail(fmt::format("{}: [{}, {}] with row stride {} of {} reaches {} bytes, but {} '{}' has {} "
+                               "with {}", arg_where, map.rows, map.cols, map.row_stride, dtype_name(map.dtype),
+                               reach, param ? "parameter" : "tensor", target->tensor, holds,
+                               bindings_text(bindings)));
+      }
     }
     bound.launches.push_back(std::move(l));
   }
@@ -534,20 +581,24 @@ GpuExecutor::GpuExecutor(std::shared_ptr<cuda::Device> device, const BoundBundle
   params_ = cuda::DeviceBuffer(device_, params_size, "parameters");
   params_.zero(loading("clearing the parameters"));
 
+  // The driver copies the buffer at launch, so only offsets (64-aligned for tensor maps, as
+  // the PTX declares) matter, not where the host vector itself is aligned.
   for (const BoundLaunch& launch : bound_.launches) {
     std::vector<uint8_t> buffer(launch.param_buffer_bytes, 0);
     for (const BoundArg& arg : launch.args) {
       uint8_t* slot = buffer.data() + arg.offset;
       switch (arg.kind) {
         case ArgKind::kInput:
-        case ArgKind::kOutput: {
-          CUdeviceptr ptr = tensor_ptr(arg.target);
+        case ArgKind::kOutput:
+        case ArgKind::kParam: {
+          CUdeviceptr ptr = arg_ptr(arg);
           std::memcpy(slot, &ptr, sizeof(ptr));
           break;
         }
-        case ArgKind::kParam: {
-          CUdeviceptr ptr = params_.ptr() + param_offsets_.at(arg.target);
-          std::memcpy(slot, &ptr, sizeof(ptr));
+        case ArgKind::kTensorMap: {
+          CUtensorMap map = encode_tensor_map(launch, arg);
+          static_assert(sizeof(map) == 128);
+          std::memcpy(slot, &map, sizeof(map));
           break;
         }
         case ArgKind::kI32: {
@@ -569,6 +620,15 @@ GpuExecutor::GpuExecutor(std::shared_ptr<cuda::Device> device, const BoundBundle
     }
     param_buffers_.push_back(std::move(buffer));
   }
+  // Launches pass kernelParams (a pointer per argument), not the packed buffer: with
+  // CU_LAUNCH_PARAM_BUFFER_POINTER the H200 (driver 580) faults on the first TMA copy through
+  // a __grid_constant__ tensor map (illegal instruction), while the same bytes passed per
+  // argument work. Pointers into the buffers stay valid: each is built, then never resized.
+  for (size_t i = 0; i < bound_.launches.size(); ++i) {
+    std::vector<void*> pointers;
+    for (const BoundArg& arg : bound_.launches[i].args) pointers.push_back(param_buffers_[i].data() + arg.offset);
+    arg_pointers_.push_back(std::move(pointers));
+  }
   stream_ = std::make_unique<cuda::Stream>(device_);
 }
 
@@ -578,6 +638,35 @@ std::string GpuExecutor::loading(const std::string& what) const {
 
 CUdeviceptr GpuExecutor::tensor_ptr(const std::string& name) const {
   return arena_.ptr() + bound_.plan.offsets.at(name);
+}
+
+CUdeviceptr GpuExecutor::arg_ptr(const BoundArg& arg) const {
+  return arg.kind == ArgKind::kParam ? params_.ptr() + param_offsets_.at(arg.target) : tensor_ptr(arg.target);
+}
+
+CUtensorMap GpuExecutor::encode_tensor_map(const BoundLaunch& launch, const BoundArg& arg) const {
+  const BoundTensorMap& m = arg.map;
+  const BoundArg& of = launch.args.at(m.of);
+  const std::string what = loading(fmt::format("encoding tensor map '{}' (of '{}') for launch {} of node '{}'",
+                                               arg.name, of.name, launch.index, launch.node));
+  // bind_bundle checked extents, stride and box against the driver's rules; the address is
+  // known only now.
+  const CUdeviceptr address = arg_ptr(of);
+  if (address % 16 != 0) {
+    throw gpu_error(fmt::format("{}: the global address 0x{:x} of '{}' is not 16-byte aligned", what, address,
+                                of.target));
+  }
+  const CUtensorMapDataType type = tensor_map_data_type(m.dtype, what);
+  const CUtensorMapSwizzle swizzle = tensor_map_swizzle(m.swizzle, what);
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(m.cols), static_cast<cuuint64_t>(m.rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(m.row_stride) * dtype_size(m.dtype)};  // bytes; rank - 1
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(m.box_cols), static_cast<cuuint32_t>(m.box_rows)};
+  const cuuint32_t element_strides[2] = {1, 1};
+  CUtensorMap map;
+  TEENY_CU(device_->driver(), TensorMapEncodeTiled, what, &map, type, 2, reinterpret_cast<void*>(address), dims,
+           strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+           CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return map;
 }
 
 void GpuExecutor::upload(const RunData& data) {
@@ -607,18 +696,15 @@ void GpuExecutor::set_param(const std::string& name, const HostTensor& values) {
 
 void GpuExecutor::enqueue(size_t launch_index) const {
   const BoundLaunch& launch = bound_.launches[launch_index];
-  // The driver reads the buffer during the call and never writes it.
-  void* buffer = const_cast<uint8_t*>(param_buffers_[launch_index].data());
-  size_t size = param_buffers_[launch_index].size();
-  void* config[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, buffer, CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
-                    CU_LAUNCH_PARAM_END};
+  // The driver reads the arguments during the call and never writes them.
+  void** args = const_cast<void**>(arg_pointers_[launch_index].data());
   const cuda::Driver& driver = device_->driver();
   CUresult result = driver.api().LaunchKernel(
       functions_[launch_index], static_cast<unsigned>(launch.grid[0]),
       static_cast<unsigned>(launch.grid[1]), static_cast<unsigned>(launch.grid[2]),
       static_cast<unsigned>(launch.block[0]), static_cast<unsigned>(launch.block[1]),
       static_cast<unsigned>(launch.block[2]), static_cast<unsigned>(launch.dynamic_smem),
-      stream_->handle(), nullptr, config);
+      stream_->handle(), args, nullptr);
   if (result != CUDA_SUCCESS) {
     // Formatted only on failure: enqueueing is on the profiled path.
     driver.check(result, "cuLaunchKernel",

@@ -43,6 +43,16 @@ struct BoundTensor {
   int64_t numel() const;
 };
 
+// A tensor map's evaluated view, checked against cuTensorMapEncodeTiled's rules and the size of
+// the buffer it views; only the global address is left to check when it is encoded.
+struct BoundTensorMap {
+  size_t of = 0;               // index in BoundLaunch::args of the pointer it views
+  DType dtype = DType::kF32;   // that pointer's element type
+  int64_t cols = 0, rows = 0, row_stride = 0;  // elements
+  int box_cols = 0, box_rows = 0;
+  int swizzle = 0;             // bytes
+};
+
 struct BoundArg {
   ArgKind kind = ArgKind::kI32;
   std::string name;
@@ -50,6 +60,7 @@ struct BoundArg {
   std::string target;        // tensor (kInput/kOutput) or param (kParam) name
   int64_t ivalue = 0;        // kI32 / kI64
   double fvalue = 0.0;       // kF32
+  BoundTensorMap map;        // kTensorMap
 };
 
 struct BoundLaunch {
@@ -161,13 +172,16 @@ class GpuExecutor {
 
  private:
   CUdeviceptr tensor_ptr(const std::string& name) const;
+  CUdeviceptr arg_ptr(const BoundArg& arg) const;  // kInput, kParam, kOutput
+  CUtensorMap encode_tensor_map(const BoundLaunch& launch, const BoundArg& arg) const;
   std::string loading(const std::string& what) const;  // "<what> from bundle <label>"
 
   std::shared_ptr<cuda::Device> device_;
   const BoundBundle& bound_;
   std::vector<std::unique_ptr<cuda::Module>> modules_;  // per bundle kernel
   std::vector<CUfunction> functions_;                   // per launch
-  std::vector<std::vector<uint8_t>> param_buffers_;     // per launch
+  std::vector<std::vector<uint8_t>> param_buffers_;     // per launch: the packed arguments
+  std::vector<std::vector<void*>> arg_pointers_;        // per launch: each argument in its buffer
   cuda::DeviceBuffer arena_, params_;
   std::map<std::string, uint64_t> param_offsets_;
   std::unique_ptr<cuda::Stream> stream_;

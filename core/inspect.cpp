@@ -1,5 +1,7 @@
 #include "core/inspect.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -67,7 +69,8 @@ class Inspector {
     return out;
   }
 
-  json arg(const BundleArg& a, size_t position) const {
+  json arg(const BundleLaunch& l, size_t position) const {
+    const BundleArg& a = l.args[position];
     json out = {{"position", position}, {"name", a.name},       {"kind", arg_kind_name(a.kind)},
                 {"c_type", a.c_type},   {"ptx_type", a.ptx_type}, {"size", a.size},
                 {"offset", a.offset}};
@@ -102,14 +105,40 @@ class Inspector {
         out["bound_to"] = "constant";
         out["value"] = a.fvalue;
         break;
+      case ArgKind::kTensorMap: {
+        const TensorMapSpec& m = a.map;
+        out["bound_to"] = "map of " + m.of;
+        out["map"] = {{"of", m.of},
+                      {"cols", expr(m.cols)},
+                      {"rows", expr(m.rows)},
+                      {"row_stride", expr(m.row_stride)},
+                      {"box", {m.box_cols, m.box_rows}},
+                      {"swizzle", m.swizzle}};
+        out["value"] = tensor_map_value(l, m);
+        break;
+      }
     }
     return out;
+  }
+
+  // "bf16 [256, 512] row stride 512, box [128, 64], swizzle 128B": shape and box as [rows, cols],
+  // like tensors' shapes; the element type is the viewed pointer's.
+  std::string tensor_map_value(const BundleLaunch& l, const TensorMapSpec& m) const {
+    auto target = std::find_if(l.args.begin(), l.args.end(), [&](const BundleArg& a) { return a.name == m.of; });
+    std::string dtype = target != l.args.end() && is_pointer(target->kind) ? dtype_name(target->dtype) : "?";
+    std::string swizzle = m.swizzle == 0 ? std::string("no swizzle") : fmt::format("swizzle {}B", m.swizzle);
+    try {
+      return fmt::format("{} [{}, {}] row stride {}, box [{}, {}], {}", dtype, m.rows.eval(bindings_),
+                         m.cols.eval(bindings_), m.row_stride.eval(bindings_), m.box_rows, m.box_cols, swizzle);
+    } catch (const Error& error) {
+      return error.message();
+    }
   }
 
   json launch(const BundleLaunch& l) const {
     const BundleKernel& kernel = bundle_.kernels.at(l.kernel);
     json args = json::array();
-    for (size_t i = 0; i < l.args.size(); ++i) args.push_back(arg(l.args[i], i));
+    for (size_t i = 0; i < l.args.size(); ++i) args.push_back(arg(l, i));
     json out = {{"index", l.index},
                 {"kernel", kernel.name},
                 {"entry", kernel.entry},

@@ -62,6 +62,12 @@ KernelArg f32(std::string name, double value) {
   return a;
 }
 
+KernelArg tensor_map(std::string name, TensorMapSpec spec) {
+  KernelArg a = named_arg(ArgKind::kTensorMap, std::move(name));
+  a.map = std::move(spec);
+  return a;
+}
+
 const char* arg_kind_name(ArgKind kind) {
   switch (kind) {
     case ArgKind::kInput: return "input";
@@ -70,8 +76,68 @@ const char* arg_kind_name(ArgKind kind) {
     case ArgKind::kI32: return "i32";
     case ArgKind::kI64: return "i64";
     case ArgKind::kF32: return "f32";
+    case ArgKind::kTensorMap: return "tensor_map";
   }
   return "?";
+}
+
+bool is_pointer(ArgKind kind) {
+  return kind == ArgKind::kInput || kind == ArgKind::kParam || kind == ArgKind::kOutput;
+}
+
+ArgLayout arg_layout(ArgKind kind) {
+  switch (kind) {
+    case ArgKind::kInput:
+    case ArgKind::kParam:
+    case ArgKind::kOutput:
+    case ArgKind::kI64: return {8, 8};
+    case ArgKind::kI32:
+    case ArgKind::kF32: return {4, 4};
+    case ArgKind::kTensorMap: return {128, 64};
+  }
+  return {0, 0};
+}
+
+const char* tensor_map_c_type_definition() {
+  return "struct __align__(64) tn_tensor_map { unsigned long long opaque[16]; };\n";
+}
+
+std::string tensor_map_problem(const TensorMapSpec& spec, DType dtype) {
+  const int64_t element = static_cast<int64_t>(dtype_size(dtype));
+  auto bytes = [&](const char* what, int64_t elements) {
+    return fmt::format("{} {} x {} bytes of {} = {} bytes", what, elements, element, dtype_name(dtype),
+                       elements * element);
+  };
+  for (auto [what, extent] : {std::pair{"box_cols", spec.box_cols}, std::pair{"box_rows", spec.box_rows}}) {
+    if (extent < 1 || extent > 256) return fmt::format("{} {} is outside 1..256", what, extent);
+  }
+  if (spec.swizzle != 0 && spec.swizzle != 32 && spec.swizzle != 64 && spec.swizzle != 128) {
+    return fmt::format("swizzle {} is not 0, 32, 64 or 128 (bytes)", spec.swizzle);
+  }
+  // cuTensorMapEncodeTiled (no interleave): the box's inner extent is whole 16-byte units, and a
+  // swizzled box row fits in the swizzle span.
+  if (spec.box_cols * element % 16 != 0) {
+    return fmt::format("{} is not a multiple of 16", bytes("box_cols", spec.box_cols));
+  }
+  if (spec.swizzle != 0 && spec.box_cols * element > spec.swizzle) {
+    return fmt::format("{} exceeds the {}-byte swizzle span", bytes("box_cols", spec.box_cols), spec.swizzle);
+  }
+  constexpr int64_t kMaxExtent = int64_t{1} << 32;
+  for (auto [what, extent] : {std::pair{"cols", &spec.cols}, std::pair{"rows", &spec.rows}}) {
+    std::optional<int64_t> value = extent->const_value();
+    if (value && (*value < 1 || *value > kMaxExtent)) return fmt::format("{} {} is outside 1..2^32", what, *value);
+  }
+  if (std::optional<int64_t> stride = spec.row_stride.const_value()) {
+    if (*stride * element % 16 != 0) {
+      return fmt::format("{} is not a multiple of 16", bytes("row stride", *stride));
+    }
+    if (*stride * element >= (int64_t{1} << 40)) {
+      return fmt::format("{} is not below 2^40", bytes("row stride", *stride));
+    }
+    std::optional<int64_t> cols = spec.cols.const_value();
+    if (cols && *stride < *cols) return fmt::format("row stride {} is less than cols {}", *stride, *cols);
+  }
+  return "";
 }
 
 const char* param_init_name(ParamInit init) {
@@ -91,6 +157,7 @@ std::string arg_c_type(const KernelArg& arg) {
     case ArgKind::kI32: return "int";
     case ArgKind::kI64: return "long long";
     case ArgKind::kF32: return "float";
+    case ArgKind::kTensorMap: return "const __grid_constant__ tn_tensor_map";
   }
   return "?";
 }

@@ -86,8 +86,24 @@ inline constexpr const char* kEntryPlaceholder = "TEENY_ENTRY";
 
 // One kernel argument, typed and named. The C type follows from kind + dtype:
 //   kInput / kParam -> "const T*", kOutput -> "T*", kI32 -> "int", kI64 -> "long long",
-//   kF32 -> "float". Names must match the kernel's C parameter names.
-enum class ArgKind { kInput, kParam, kOutput, kI32, kI64, kF32 };
+//   kF32 -> "float", kTensorMap -> "const __grid_constant__ tn_tensor_map".
+// Names must match the kernel's C parameter names.
+//
+// kTensorMap: a CUtensorMap (128 bytes, 64-byte aligned, passed by value) that the runtime encodes
+// once per bound launch with cuTensorMapEncodeTiled: a 2-D row-major view of the pointer argument
+// named `of` (an input/param/output arg of the same launch; its dtype is the element type).
+// Out-of-bounds reads of a box fill zeros. The kernel source must define the C type before its
+// entry: tensor_map_c_type_definition().
+enum class ArgKind { kInput, kParam, kOutput, kI32, kI64, kF32, kTensorMap };
+struct TensorMapSpec {
+  std::string of;          // name of the pointer arg in the same launch
+  Expr cols, rows;         // extents in elements; cols is the contiguous one
+  Expr row_stride;         // elements between consecutive rows (>= cols)
+  int box_cols = 0, box_rows = 0;  // the tile one TMA copy moves (each 1..256)
+  // Shared-memory swizzle in bytes: 0, 32, 64 or 128 (box_cols * elem bytes must be <= it when
+  // nonzero).
+  int swizzle = 128;
+};
 struct KernelArg {
   ArgKind kind = ArgKind::kInput;
   std::string name;
@@ -96,6 +112,7 @@ struct KernelArg {
   Expr value;            // kI32 / kI64: symbolic value
   double fvalue = 0.0;   // kF32
   DType dtype = DType::kF32;  // pointee type for pointers
+  TensorMapSpec map;     // kTensorMap
 };
 KernelArg input(int index, std::string name, DType dtype);
 KernelArg param(std::string slot, std::string name, DType dtype);
@@ -103,8 +120,29 @@ KernelArg output(std::string name, DType dtype);
 KernelArg i32(std::string name, Expr value);
 KernelArg i64(std::string name, Expr value);
 KernelArg f32(std::string name, double value);
+KernelArg tensor_map(std::string name, TensorMapSpec spec);
 std::string arg_c_type(const KernelArg& arg);  // "const float*", "int", ...
-const char* arg_kind_name(ArgKind kind);       // "input", "param", "output", "i32", "i64", "f32"
+// "input", "param", "output", "i32", "i64", "f32", "tensor_map"
+const char* arg_kind_name(ArgKind kind);
+bool is_pointer(ArgKind kind);  // kInput, kParam, kOutput
+
+// Size and alignment of an argument in the kernel's parameter buffer: pointers 8, int 4,
+// long long 8, float 4, tensor map 128 aligned to 64.
+struct ArgLayout {
+  int size = 0;
+  int align = 0;
+};
+ArgLayout arg_layout(ArgKind kind);
+inline ArgLayout arg_layout(const KernelArg& arg) { return arg_layout(arg.kind); }
+
+// The C definition of tn_tensor_map, the device type of a kTensorMap parameter, for kernel
+// sources to put before their entry (the layout of CUtensorMap without including cuda.h).
+const char* tensor_map_c_type_definition();
+
+// Why `spec` cannot be encoded as a tensor map over elements of `dtype`, or "" if it can: the box
+// and swizzle limits, and cuTensorMapEncodeTiled's extent and stride rules wherever cols, rows and
+// row_stride are constants (all of them once dims are bound).
+std::string tensor_map_problem(const TensorMapSpec& spec, DType dtype);
 
 struct Launch {
   int kernel = 0;               // index into Lowering::kernels

@@ -313,6 +313,12 @@ __device__ __forceinline__ void tn_load_chunk(T* dst, const T* __restrict__ src_
   }
 }
 
+// A 16-bit pair (lo: the lower address) as floats.
+__device__ __forceinline__ void tn_unpack2(unsigned v, float& lo, float& hi) {
+  lo = tn_f32(tn_from_raw<T>((unsigned short)(v & 0xffffu)));
+  hi = tn_f32(tn_from_raw<T>((unsigned short)(v >> 16)));
+}
+
 // lo, hi = p[0], p[1] as one load; `p` is aligned to two elements.
 __device__ __forceinline__ void tn_load2(const T* p, float& lo, float& hi) {
   if constexpr (sizeof(T) == 4) {
@@ -320,9 +326,24 @@ __device__ __forceinline__ void tn_load2(const T* p, float& lo, float& hi) {
     lo = v.x;
     hi = v.y;
   } else {
-    const unsigned v = *reinterpret_cast<const unsigned*>(p);
-    lo = tn_f32(tn_from_raw<T>((unsigned short)(v & 0xffffu)));
-    hi = tn_f32(tn_from_raw<T>((unsigned short)(v >> 16)));
+    tn_unpack2(*reinterpret_cast<const unsigned*>(p), lo, hi);
+  }
+}
+
+// Transposes the 4x4 matrix [quad lane][slot] of 32-bit words across the 4 lanes of a quad
+// (quad_lane = lane % 4): slot p of lane t trades places with slot t of lane p. Two butterfly
+// rounds, each swapping one bit of the slot with that bit of the lane.
+__device__ __forceinline__ void tn_quad_transpose(unsigned (&u)[4], int quad_lane) {
+#pragma unroll
+  for (int bit = 1; bit <= 2; bit <<= 1) {
+    const bool upper = quad_lane & bit;
+#pragma unroll
+    for (int p = 0; p < 4; ++p) {
+      if (p & bit) continue;  // the pair (p, p | bit)
+      const unsigned got = __shfl_xor_sync(0xffffffffu, upper ? u[p] : u[p | bit], bit);
+      if (upper) u[p] = got;
+      else u[p | bit] = got;
+    }
   }
 }
 
@@ -376,9 +397,9 @@ __device__ __forceinline__ void tn_store_pair(T* __restrict__ C, const T* __rest
 // land: hi in place, lo in a mirror of the stage, kOperandBytes further on.
 const char* kGemmWgmma = R"CUDA(
 constexpr int kConsumers = kThreads / 128 - 1;
-static_assert(kPingpong ? kBM % 64 == 0 : kBM == 64 * kConsumers,
-              "consumers compute row blocks of 64 (the wgmma M); cooperative ones one each per tile");
-constexpr int kRowBlocks = kPingpong ? kBM / 64 : 1;         // per consumer and tile
+static_assert(kBM % (kPingpong ? 64 : 64 * kConsumers) == 0,
+              "consumers compute row blocks of 64 (the wgmma M); cooperative ones kBM / kConsumers rows each");
+constexpr int kRowBlocks = kPingpong ? kBM / 64 : kBM / (64 * kConsumers);  // per consumer and tile
 constexpr int kTileStep = kPingpong ? kConsumers : 1;        // between a consumer's tiles
 constexpr int kStageWarps = kPingpong ? 4 : 4 * kConsumers;  // computing on one stage
 static_assert(kBK * (int)sizeof(T) == 128, "a K tile row is one 128-byte swizzle row");
@@ -387,6 +408,7 @@ static_assert(kStages >= 2, "one stage computing while the next loads");
 constexpr int kAcc = kBN / 2;  // f32 accumulators per thread and row block: 64 x kBN over 128 threads
 static_assert(kRowBlocks * kAcc <= 128, "accumulators must leave registers for addresses (168 per thread)");
 static_assert(kSplitTf32 == (sizeof(T) == 4), "f32 runs as 3xTF32; 16-bit types directly");
+static_assert(!(kTma && kSplitTf32), "3xTF32 splits its chunks in the loader threads, so it copies by cp.async");
 constexpr int kATileBytes = kBM * 128, kBTileBytes = kBN * 128;
 constexpr int kOperandBytes = kATileBytes + kBTileBytes;
 constexpr int kStageBytes = kOperandBytes * (kSplitTf32 ? 2 : 1);
@@ -430,6 +452,18 @@ __device__ __forceinline__ void tn_mbar_wait(unsigned bar, unsigned parity) {
     asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
                  : "=r"(done) : "r"(bar), "r"(parity) : "memory");
   } while (!done);
+}
+
+// The stage's `full` barrier expects `bytes` more from the copies issued after this arrive.
+__device__ __forceinline__ void tn_mbar_arrive_expect_tx(unsigned bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" :: "r"(bar), "r"(bytes) : "memory");
+}
+// One TMA copy of the box at (col, row) of the tensor map into shared memory at `dst`, in the
+// map's swizzle; it completes `bytes` of the barrier's transaction count. Out-of-bounds parts
+// of the box are zero-filled (and still counted), which masks the M, N and K tails.
+__device__ __forceinline__ void tn_tma_load(unsigned dst, const void* map, int col, int row, unsigned bar) {
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
+               :: "r"(dst), "l"(map), "r"(col), "r"(row), "r"(bar) : "memory");
 }
 
 // x -> (tf32(x), tf32(x - tf32(x))) for the 4 floats of the chunk at `p`: the high parts in
@@ -480,7 +514,8 @@ __device__ __forceinline__ void tn_load_operand(unsigned char* tile, const T* __
 __device__ __forceinline__ void tn_gemm_block(const T* __restrict__ A, const T* __restrict__ B,
                                               const T* __restrict__ bias, T* __restrict__ C,
                                               int M, int N, int K, int lda, int ldb, int ldc, int first_tile,
-                                              const T* __restrict__ R = nullptr, int ldr = 0, int splits = 1) {
+                                              const T* __restrict__ R = nullptr, int ldr = 0, int splits = 1,
+                                              const void* a_map = nullptr, const void* b_map = nullptr) {
   extern __shared__ unsigned char tn_dynamic_smem[];
   unsigned char* smem = tn_dynamic_smem + ((1024 - (tn_smem_addr(tn_dynamic_smem) & 1023)) & 1023);
   const unsigned full_bar = tn_smem_addr(smem + kStages * kStageBytes), empty_bar = full_bar + kStages * 8;
@@ -488,7 +523,7 @@ __device__ __forceinline__ void tn_gemm_block(const T* __restrict__ A, const T* 
   const int tid = threadIdx.x, warpgroup = tid / 128;
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
-      tn_mbar_init(full_bar + s * 8, 4);             // one arrive per loader warp
+      tn_mbar_init(full_bar + s * 8, kTma ? 1 : 4);  // TMA: the issuing thread's; else one per loader warp
       tn_mbar_init(empty_bar + s * 8, kStageWarps);  // one per warp computing on the stage
     }
     if (kPingpong)
@@ -506,6 +541,23 @@ __device__ __forceinline__ void tn_gemm_block(const T* __restrict__ A, const T* 
     }
   };
 
+  if (warpgroup == 0 && kTma) {
+    // One thread issues both operand tiles of a stage as two TMA copies.
+    if (tid != 0) return;
+    for (int unit = first_tile; unit < units; unit += gridDim.x) {
+      int tile_m, tile_n;
+      tn_gemm_tile_coords(unit % tiles, M, N, tile_m, tile_n);
+      const int k_base = unit / tiles * k_tiles * kBK;
+      for (int kt = 0; kt < k_tiles; ++kt, advance()) {
+        tn_mbar_wait(empty_bar + stage * 8, phase ^ 1);  // a fresh barrier's previous phase counts as done
+        const unsigned a_tile = tn_smem_addr(smem + stage * kStageBytes), bar = full_bar + stage * 8;
+        tn_mbar_arrive_expect_tx(bar, kStageBytes);
+        tn_tma_load(a_tile, a_map, k_base + kt * kBK, tile_m * kBM, bar);
+        tn_tma_load(a_tile + kATileBytes, b_map, k_base + kt * kBK, tile_n * kBN, bar);
+      }
+    }
+    return;
+  }
   if (warpgroup == 0) {
     const int row = tid / 8, chunk = tid % 8;  // this loader thread's rows row + 16c, chunk column
     const bool a_vec = lda % kChunkElems == 0 && tn_aligned16(A);
@@ -583,9 +635,10 @@ __device__ __forceinline__ void tn_gemm_block(const T* __restrict__ A, const T* 
     int previous = -1;  // the stage whose MMAs are still in flight
     for (int kt = 0; kt < k_tiles; ++kt, advance()) {
       tn_mbar_wait(full_bar + stage * 8, phase);
-      // The copies are generic-proxy writes; wgmma reads shared memory through the async proxy.
-      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-      const unsigned a_addr = tn_smem_addr(smem + stage * kStageBytes) + (kPingpong ? 0 : consumer * 64 * 128);
+      // cp.async copies are generic-proxy writes, and wgmma reads shared memory through the
+      // async proxy (as TMA writes it).
+      if (!kTma) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+      const unsigned a_addr = tn_smem_addr(smem + stage * kStageBytes) + (kPingpong ? 0 : consumer * kRowBlocks * 64 * 128);
       const unsigned b_addr = tn_smem_addr(smem + stage * kStageBytes + kATileBytes);
 #pragma unroll
       for (int i = 0; i < kRowBlocks; ++i) tn_fence_acc(acc[i]);
@@ -616,7 +669,7 @@ __device__ __forceinline__ void tn_gemm_block(const T* __restrict__ A, const T* 
 
     // Accumulator 4j + 2h + e of row block i is row 64i + (warp % 4) * 16 + lane / 4 + 8h,
     // column 8j + 2 (lane % 4) + e.
-    const int row = m0 + (kPingpong ? 0 : consumer * 64) + (tid % 128) / 32 * 16 + lane / 4;
+    const int row = m0 + (kPingpong ? 0 : consumer * kRowBlocks * 64) + (tid % 128) / 32 * 16 + lane / 4;
     const int col = n0 + (lane % 4) * 2;
     if (kSplitTf32 && splits > 1) {  // (T is float: 16-bit kernels never split)
       const bool first_split = unit < tiles;
@@ -640,7 +693,43 @@ __device__ __forceinline__ void tn_gemm_block(const T* __restrict__ A, const T* 
     const bool whole = m0 + kBM <= M && (n0 + kBN < N || (n0 + kBN == N && ldc == N)) && ldc % 2 == 0 &&
                        (reinterpret_cast<unsigned long long>(C) & (2 * sizeof(T) - 1)) == 0 &&
                        (!kHasResidual || (ldr % 2 == 0 && (reinterpret_cast<unsigned long long>(R) & (2 * sizeof(T) - 1)) == 0));
-    if (whole) {
+    // 16-bit, rows 16-byte aligned: each quad of lanes (one row, 32 columns) trades its pairs
+    // in a 4x4 transpose, so a lane stores 8 consecutive columns as one 16-byte store, and
+    // loads its residual so (the transpose maps those back to the accumulator layout); a warp
+    // then writes whole 32-byte sectors instead of halves.
+    const bool whole16 = sizeof(T) == 2 && whole && ldc % 8 == 0 && tn_aligned16(C) &&
+                         (!kHasResidual || (ldr % 8 == 0 && tn_aligned16(R)));
+    if (whole16) {
+      const int quad_lane = lane % 4;
+#pragma unroll
+      for (int i = 0; i < kRowBlocks; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const long long m = row + 64 * i + 8 * h;
+#pragma unroll
+          for (int q = 0; q < kBN / 32; ++q) {
+            const int n = n0 + 32 * q + 8 * quad_lane;  // this lane's 8 columns after the transpose
+            unsigned r[4] = {0u, 0u, 0u, 0u};
+            if (kHasResidual) {
+              const uint4 v = *reinterpret_cast<const uint4*>(R + m * ldr + n);
+              r[0] = v.x, r[1] = v.y, r[2] = v.z, r[3] = v.w;
+              tn_quad_transpose(r, quad_lane);
+            }
+            unsigned u[4];
+#pragma unroll
+            for (int p = 0; p < 4; ++p) {
+              const int j = 4 * q + p;
+              const float b0 = kHasBias ? tn_f32(bias[col + j * 8]) : 0.f;
+              const float b1 = kHasBias ? tn_f32(bias[col + j * 8 + 1]) : 0.f;
+              float r0 = 0.f, r1 = 0.f;
+              if (kHasResidual) tn_unpack2(r[p], r0, r1);
+              u[p] = tn_pack2(tn_epilogue(acc[i][4 * j + 2 * h] + b0, r0), tn_epilogue(acc[i][4 * j + 2 * h + 1] + b1, r1));
+            }
+            tn_quad_transpose(u, quad_lane);
+            *reinterpret_cast<uint4*>(C + m * ldc + n) = make_uint4(u[0], u[1], u[2], u[3]);
+          }
+        }
+    } else if (whole) {
 #pragma unroll
       for (int j = 0; j < kBN / 8; ++j) {
         const float b0 = kHasBias ? tn_f32(bias[col + j * 8]) : 0.f;
@@ -753,7 +842,8 @@ std::string bounded_kernel_entry(const std::vector<KernelArg>& args, int threads
   return entry;
 }
 
-GemmTile choose_gemm_tile(DType dtype, GemmBLayout layout, const Expr& n, const Expr& k, int target_sm) {
+GemmTile choose_gemm_tile(DType dtype, GemmBLayout layout, const Expr& n, const Expr& k, int target_sm,
+                          bool tma_ok) {
   const bool narrow = n.is_const() && *n.const_value() < 512;
   if (dtype == DType::kF32) {
     // 3xTF32 stages are 64 KiB (f32 high and low parts of both 128-row tiles): three fit. Its
@@ -765,10 +855,20 @@ GemmTile choose_gemm_tile(DType dtype, GemmBLayout layout, const Expr& n, const 
   }
   if (narrow) return GemmTile{64, 64, 32, 128, 1};
   // wgmma reads B from shared memory K-major, i.e. in the [N, K] layout. Stages fill ~192 KiB.
-  // Measured on the H200 (bf16, M = 8192 unless noted; TFLOP/s): cooperative 128x256 / 128x192
-  // / 128x128, then pingpong 128x128: K = 768, N = 2304 332 / 330 / 315, 428; N = 3072 373 /
-  // 329 / 320, 429; N = 768 272 / 309 / 307, 398; K = 3072, N = 768 475 / 502 / 461; 4096^3
-  // 612 (128x256). With a short K a tile is a few k-steps, and the cooperative kernel idles
+  // Loading by TMA (rows of A and B 16-byte multiples), measured on the H200 over GPT-2's
+  // layers at M = 32768 (K = 768, N = 768 / 3072 with GELU; K = 3072, N = 768; us): pingpong
+  // 128x128 73 / 336 / 241, cooperative 256x128 76 / 339 / 256, cooperative 128x256 77 / 349
+  // / 252; the cp.async kernels (next) took 94 / 383 / 335. One loader thread frees the
+  // loader warpgroup's issue slots and L1 for the consumers.
+  if (target_sm == 90 && layout == GemmBLayout::kNK && tma_ok) {
+    GemmTile tile{128, 128, 64, 384, 1, 6, true};
+    tile.tma = true;
+    return tile;
+  }
+  // Loading by cp.async, measured on the H200 (bf16, M = 8192 unless noted; TFLOP/s):
+  // cooperative 128x256 / 128x192 / 128x128, then pingpong 128x128: K = 768, N = 2304 332 /
+  // 330 / 315, 428; N = 3072 373 / 329 / 320, 429; N = 768 272 / 309 / 307, 398; K = 3072,
+  // N = 768 475 / 502 / 461; 4096^3 612 (128x256). With a short K a tile is a few k-steps, and the cooperative kernel idles
   // the tensor cores through each tile's drain and epilogue, which pingpong overlaps. M (the
   // batch) is unknown when compiling, so N and K pick: short K takes pingpong, else wide outputs
   // take 128x256 and the rest 128x192 (GPT-2's 768 is four such tiles).
@@ -797,11 +897,19 @@ Expr gemm_grid(const GemmTile& tile, const Expr& units) {
   return tile.wgmma() ? min(units, Expr(kSm90Sms)) : units;
 }
 
+std::vector<KernelArg> gemm_tensor_maps(const GemmTile& tile, const std::string& a, const std::string& b,
+                                        const Expr& m, const Expr& n, const Expr& k, const Expr& lda,
+                                        const Expr& ldb) {
+  // A K box of 128 bytes: one swizzle row (the tile's row of a k-step).
+  return {tensor_map("a_map", {a, k, m, lda, tile.bk, tile.bm, 128}),
+          tensor_map("b_map", {b, k, n, ldb, tile.bk, tile.bn, 128})};
+}
+
 std::string gemm_kernel_name(const std::string& op, DType dtype, GemmBLayout layout, bool has_bias,
                              const GemmTile& tile) {
-  return fmt::format("{}_{}_{}{}_{}x{}x{}{}", op, dtype_name(dtype), layout_name(layout),
+  return fmt::format("{}_{}_{}{}_{}x{}x{}{}{}", op, dtype_name(dtype), layout_name(layout),
                      has_bias ? "_bias" : "", tile.bm, tile.bn, tile.bk,
-                     tile.wgmma() ? (tile.pingpong ? "_wgmma_pp" : "_wgmma") : "");
+                     tile.wgmma() ? (tile.pingpong ? "_wgmma_pp" : "_wgmma") : "", tile.tma ? "_tma" : "");
 }
 
 std::string GemmEpilogue::suffix() const {
@@ -827,8 +935,9 @@ std::string gemm_device_source(DType dtype, GemmBLayout layout, bool has_bias, c
   src += kTileOrder;
   if (tile.wgmma()) {
     src += kernel_constant("kStages", tile.stages);
-    src += fmt::format("constexpr bool kPingpong = {};\nconstexpr bool kSplitTf32 = {};\n", tile.pingpong,
-                       tile.split_tf32);
+    src += fmt::format("constexpr bool kPingpong = {};\nconstexpr bool kSplitTf32 = {};\nconstexpr bool kTma = {};\n",
+                       tile.pingpong, tile.split_tf32, tile.tma);
+    if (tile.tma) src += tensor_map_c_type_definition();
     src += mma_primitives(dtype) + kTensorCoreShared + wgmma_instruction(dtype, tile.bn) + kGemmWgmma;
   } else if (dtype == DType::kF32) {
     // 128x128 tiles: 8x8 per thread; 64x64 tiles: 4x4 per thread (256 threads either way).

@@ -37,6 +37,9 @@ struct GemmTile {
   bool pingpong = false;
   // wgmma path only, f32: 3xTF32 (stages hold each operand's TF32 high and low parts).
   bool split_tf32 = false;
+  // wgmma path only, 16-bit: the loader is one thread issuing TMA copies through the tensor
+  // maps a_map / b_map (see gemm_tensor_maps) instead of a warpgroup of cp.async copies.
+  bool tma = false;
   bool wgmma() const { return stages > 0; }
 };
 
@@ -53,7 +56,16 @@ struct GemmEpilogue {
 // N gets a small tile so small layers still fill the GPU) and the reduction length `k` (on
 // sm_90, a short K takes the pingpong schedule, whose epilogues overlap the other warpgroup's
 // MMAs). On sm_90 a wide f32 linear runs on tensor cores as 3xTF32 (see kGemmWgmma).
-GemmTile choose_gemm_tile(DType dtype, GemmBLayout layout, const Expr& n, const Expr& k, int target_sm);
+// `tma_ok`: A's and B's rows are 16-byte multiples (a TMA requirement), so on sm_90 a 16-bit
+// GEMM may load by TMA.
+GemmTile choose_gemm_tile(DType dtype, GemmBLayout layout, const Expr& n, const Expr& k, int target_sm,
+                          bool tma_ok = false);
+
+// The TMA kernel's tensor-map arguments a_map and b_map, views of the pointer arguments
+// `a` ([M, K], row stride lda) and `b` ([N, K], row stride ldb) in the tile's boxes.
+std::vector<KernelArg> gemm_tensor_maps(const GemmTile& tile, const std::string& a, const std::string& b,
+                                        const Expr& m, const Expr& n, const Expr& k, const Expr& lda,
+                                        const Expr& ldb);
 
 // Dynamic shared memory of a launch of the tile's kernel, in bytes (0 unless wgmma).
 int64_t gemm_dynamic_smem(const GemmTile& tile);
@@ -77,7 +89,7 @@ Expr gemm_tiles(const GemmTile& tile, const Expr& m, const Expr& n);
 Expr gemm_grid(const GemmTile& tile, const Expr& units);
 
 // Kernel base name, e.g. "linear_bf16_nk_bias_128x128x32" ("..._wgmma" on that path,
-// "..._wgmma_pp" for its pingpong schedule).
+// "..._wgmma_pp" for its pingpong schedule, then "_tma" when it loads by TMA).
 std::string gemm_kernel_name(const std::string& op, DType dtype, GemmBLayout layout, bool has_bias,
                              const GemmTile& tile);
 

@@ -83,7 +83,12 @@ Lowering lower_linear(const OpContext& ctx, const GemmEpilogue& epilogue) {
   const Expr n = ctx.output.shape.back();
   const Expr m = product(Shape(x.shape.begin(), x.shape.end() - 1));
   const Expr ldy = ctx.output.row_stride;
-  const GemmTile tile = choose_gemm_tile(dtype, GemmBLayout::kNK, n, k, ctx.target_sm);
+  // TMA needs 16-byte multiples for the row strides of x and of W (whose rows are K long).
+  const auto is_16_byte_multiple = [&](const Expr& elements) {
+    return elements.is_const() && *elements.const_value() * static_cast<int64_t>(dtype_size(dtype)) % 16 == 0;
+  };
+  const bool tma_ok = dtype != DType::kF32 && is_16_byte_multiple(k) && is_16_byte_multiple(x.row_stride);
+  const GemmTile tile = choose_gemm_tile(dtype, GemmBLayout::kNK, n, k, ctx.target_sm, tma_ok);
   const bool split_k = dtype == DType::kF32 && epilogue.activation.empty();
   const int resident = tile.wgmma() ? kSm90Sms : kResidentBlocks;
   const Expr tiles = gemm_tiles(tile, m, n);
@@ -129,6 +134,10 @@ Lowering lower_linear(const OpContext& ctx, const GemmEpilogue& epilogue) {
   launch.args.push_back(i32("ldy", ldy));
   if (epilogue.residual) launch.args.push_back(i32("ldr", ctx.inputs.at(1).row_stride));
   if (split_k) launch.args.push_back(i32("splits", splits));
+  if (tile.tma) {
+    for (KernelArg& map : gemm_tensor_maps(tile, "x", "weight", m, n, k, x.row_stride, k))
+      launch.args.push_back(std::move(map));
+  }
   launch.block = {tile.threads, 1, 1};
   launch.grid = {gemm_grid(tile, split_k ? tiles * splits : tiles), Expr(1), Expr(1)};
   launch.dynamic_smem = Expr(gemm_dynamic_smem(tile));
@@ -157,8 +166,8 @@ Lowering lower_linear(const OpContext& ctx, const GemmEpilogue& epilogue) {
                     "}}\n",
                     has_bias ? "split == 0 ? bias : nullptr" : "nullptr",
                     epilogue.residual ? "split == 0 ? residual : nullptr, ldr" : "nullptr, 0")
-              : fmt::format(" {{\n  tn_gemm_block(x, weight, {}, y, M, N, K, ldx, K, ldy, blockIdx.x, {});\n}}\n",
-                            bias_arg, residual_args);
+              : fmt::format(" {{\n  tn_gemm_block(x, weight, {}, y, M, N, K, ldx, K, ldy, blockIdx.x, {}{});\n}}\n",
+                            bias_arg, residual_args, tile.tma ? ", 1, &a_map, &b_map" : "");
   KernelSource kernel;
   kernel.name = gemm_kernel_name("linear", dtype, GemmBLayout::kNK, has_bias, tile) + epilogue.suffix();
   kernel.source = gemm_device_source(dtype, GemmBLayout::kNK, has_bias, tile, epilogue) +

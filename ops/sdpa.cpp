@@ -4,10 +4,11 @@
 // memory in tiles of kBKV keys with an online softmax, so nothing S×S is ever stored. kTPQ
 // threads share one query row (each owns kDH / kTPQ of its dims, partial dot products are
 // combined with shuffles), which keeps q and the output accumulator in registers for head
-// dims up to 256. Causal: tiles wholly above the diagonal are never loaded, and the heaviest
-// query tiles are scheduled first. The causal mask is PyTorch's `is_causal` (key j is visible
-// to query i iff j <= i). Math in f32 whatever the storage dtype. The kernels also read heads
-// in place from [B, S, H*Dh] tensors and write them merged, for fused.sdpa_heads (ops/sdpa.h).
+// dims up to 256. Causal: tiles wholly above the diagonal are never loaded, and within each
+// group of heads the heaviest query tiles are scheduled first. The causal mask is PyTorch's
+// `is_causal` (key j is visible to query i iff j <= i). Math in f32 whatever the storage
+// dtype. The kernels also read heads in place from [B, S, H*Dh] tensors and write them
+// merged, for fused.sdpa_heads (ops/sdpa.h).
 #include <algorithm>
 #include <cmath>
 
@@ -31,6 +32,9 @@ constexpr int kKeysPerTile = 16;
 // Tensor-core path: 4 warps x 16 query rows = kQueriesPerBlock, 64 keys per tile.
 constexpr int kMmaWarps = 4;
 constexpr int kMmaKeysPerTile = 64;
+// Resident blocks the register cap aims at: 4 (128 registers) hide the tile loads' latency
+// better than the 3 an uncapped 160 allow (GPT-2, B = 64, S = 512 on the H200: 185 vs 197 us).
+constexpr int kMmaBlocksPerSm = 4;
 
 TensorType infer_sdpa(const OpDef& meta, const OpContext& ctx) {
   const DType dtype = check_attention_inputs(meta, ctx, {"[N, S, Dh]", "N", "head dim"});
@@ -49,6 +53,27 @@ double sdpa_scale(const OpContext& ctx, int64_t head_dim) {
 
 const char* kNegInf = "#define TN_NEG_INF __uint_as_float(0xff800000u)  // no math.h under NVRTC\n";
 
+// Both kernels' helpers. tn_sdpa_tile maps a block to (query tile qt, head n): heads in groups
+// of kHeadGroup, each group's query tiles heaviest first (causal), so a group's K and V stay
+// in L2 while all of its query tiles read them (query-tile-major order over all heads reads
+// them from DRAM again for every query tile once they outgrow L2).
+const char* kSdpaShared = R"CUDA(
+// 2^x in one MUFU op: exp2f adds denormal handling, and a p below 2^-126 is as good as 0.
+__device__ __forceinline__ float tn_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+constexpr int kHeadGroup = 32;
+__device__ __forceinline__ void tn_sdpa_tile(int q_tiles, int N, int& qt, int& n) {
+  const int per_group = kHeadGroup * q_tiles;
+  const int group = (int)blockIdx.x / per_group, r = (int)blockIdx.x % per_group;
+  const int group_heads = min(kHeadGroup, N - group * kHeadGroup);
+  qt = q_tiles - 1 - r / group_heads;
+  n = group * kHeadGroup + r % group_heads;
+}
+)CUDA";
+
 const char* kSdpaConstants = R"CUDA(
 constexpr int kDHT = kDH / kTPQ;                   // dims owned by one thread
 constexpr int kVec = tn_pack<T>::kN;               // elements per 16-byte load
@@ -59,9 +84,8 @@ static_assert(kThreads == kBQ * kTPQ, "block = queries x threads per query");
 const char* kSdpaBody = R"CUDA( {
   __shared__ __align__(16) float Ks[kBKV][kDH];
   __shared__ __align__(16) float Vs[kBKV][kDH];
-  const int q_tiles = (Sq + kBQ - 1) / kBQ;
-  const int qt = q_tiles - 1 - (int)(blockIdx.x / N);  // heaviest causal tiles first
-  const int n = (int)(blockIdx.x % N);
+  int qt, n;
+  tn_sdpa_tile((Sq + kBQ - 1) / kBQ, N, qt, n);
   const int tid = threadIdx.x, part = tid % kTPQ;
   const int qi = qt * kBQ + tid / kTPQ;
   // Head n: row block n / heads, columns from (n % heads) * kDH.
@@ -129,13 +153,13 @@ const char* kSdpaBody = R"CUDA( {
     }
     // Key 0 is visible to every row, so m_run is finite from the first tile on.
     const float m_new = fmaxf(m_run, tile_max);
-    const float alpha = exp2f(m_run - m_new);
+    const float alpha = tn_exp2(m_run - m_new);
     l_run *= alpha;
 #pragma unroll
     for (int d = 0; d < kDHT; ++d) acc[d] *= alpha;
 #pragma unroll
     for (int j = 0; j < kBKV; ++j) {
-      const float p = exp2f(s[j] - m_new);
+      const float p = tn_exp2(s[j] - m_new);
       l_run += p;
 #pragma unroll
       for (int d = 0; d < kDHT; ++d) acc[d] = fmaf(p, Vs[j][part * kDHT + d], acc[d]);
@@ -167,9 +191,8 @@ const char* kSdpaMmaBody = R"CUDA( {
   extern __shared__ __align__(16) unsigned char tn_sdpa_smem[];
   T (*Ks)[kBKV][kLd] = reinterpret_cast<T (*)[kBKV][kLd]>(tn_sdpa_smem);  // [2][kBKV][kLd]
   T (*Vs)[kBKV][kLd] = Ks + 2;
-  const int q_tiles = (Sq + kBQ - 1) / kBQ;
-  const int qt = q_tiles - 1 - (int)(blockIdx.x / N);  // heaviest causal tiles first
-  const int n = (int)(blockIdx.x % N);
+  int qt, n;
+  tn_sdpa_tile((Sq + kBQ - 1) / kBQ, N, qt, n);
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int g = lane / 4, t = lane % 4, mat = lane / 8;
   const int q0 = qt * kBQ;
@@ -196,10 +219,14 @@ const char* kSdpaMmaBody = R"CUDA( {
     }
   };
 
+  // Q (staged in buffer 1) and K/V tile 0 (buffer 0) load together, as two copy groups.
   unsigned qf[kDH / 16][4];
   load_tile(Ks[1], qn, ldq, q0, Sq);
   tn_cp_async_commit();
-  tn_cp_async_wait<0>();
+  load_tile(Ks[0], kn, ldk, 0, Skv);
+  load_tile(Vs[0], vn, ldv, 0, Skv);
+  tn_cp_async_commit();
+  tn_cp_async_wait<1>();  // Q's group
   __syncthreads();
 #pragma unroll
   for (int kk = 0; kk < kDH / 16; ++kk)
@@ -214,10 +241,7 @@ const char* kSdpaMmaBody = R"CUDA( {
   const int q_last = min(Sq, q0 + kBQ) - 1;
   const int kv_end = kCausal ? min(Skv, q_last + 1) : Skv;
 
-  // Tile 0 goes to buffer 0 (Q was staged in buffer 1, whose reads the first barrier fences).
-  load_tile(Ks[0], kn, ldk, 0, Skv);
-  load_tile(Vs[0], vn, ldv, 0, Skv);
-  tn_cp_async_commit();
+  // The loop's first barrier fences the Q reads of buffer 1 before tile 1 overwrites it.
   for (int j0 = 0, buf = 0; j0 < kv_end; j0 += kBKV, buf ^= 1) {
     tn_cp_async_wait<0>();  // this tile's copies (the only group in flight)
     // Everyone's copies of this tile have landed, and everyone is done with the other buffer.
@@ -262,7 +286,7 @@ const char* kSdpaMmaBody = R"CUDA( {
       tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 2));
       // Key 0 is visible to every row, so the max is finite from the first tile on.
       const float m_new = fmaxf(m_run[h], tile_max[h]);
-      alpha[h] = exp2f(m_run[h] - m_new);
+      alpha[h] = tn_exp2(m_run[h] - m_new);
       m_run[h] = m_new;
       l_run[h] *= alpha[h];  // this lane's partial row sum; the quad is summed at the end
     }
@@ -270,7 +294,7 @@ const char* kSdpaMmaBody = R"CUDA( {
     for (int j = 0; j < kBKV / 8; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        s[j][e] = exp2f(s[j][e] - m_run[e / 2]);
+        s[j][e] = tn_exp2(s[j][e] - m_run[e / 2]);
         l_run[e / 2] += s[j][e];
       }
 #pragma unroll
@@ -399,10 +423,10 @@ Lowering lower_attention(const OpContext& ctx, int64_t heads) {
                             tensor_cores ? "_mma" : "");
   kernel.source = kernel_prelude() + kernel_typedef("T", dtype) + kNegInf + kernel_constant("kDH", head_dim) +
                   kernel_constant("kBQ", kQueriesPerBlock) + kernel_constant("kThreads", threads) +
-                  fmt::format("constexpr bool kCausal = {};\n", causal);
+                  fmt::format("constexpr bool kCausal = {};\n", causal) + kSdpaShared;
   if (tensor_cores) {
     kernel.source += mma_primitives(dtype) + kernel_constant("kBKV", kMmaKeysPerTile) +
-                     bounded_kernel_entry(launch.args, threads, 1) + kSdpaMmaBody;
+                     bounded_kernel_entry(launch.args, threads, kMmaBlocksPerSm) + kSdpaMmaBody;
   } else {
     kernel.source += kernel_constant("kTPQ", tpq) + kernel_constant("kBKV", kKeysPerTile) + kSdpaConstants +
                      bounded_kernel_entry(launch.args, threads, 1) + kSdpaBody;

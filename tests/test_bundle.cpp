@@ -92,6 +92,45 @@ TEST(Bundle, ManifestStructure) {
   EXPECT_EQ(m["checksums"].size(), 3u);
 }
 
+TEST(Bundle, TensorMapArgRoundTrips) {
+  static const Registry registry = testing::test_registry();
+  ScratchDir dir;
+  Graph graph = testing::test_graph(registry, "  - {name: t1, op: t.tensor_map, inputs: [x, z]}\n", "t1");
+  const Bundle compiled = compile_graph(graph, registry, testing::test_options(dir.str("cache")));
+  nlohmann::json m = bundle_to_json(compiled);
+  EXPECT_EQ(m["launches"][0]["args"][1],
+            (nlohmann::json{{"kind", "tensor_map"}, {"name", "x_map"},
+                            {"c_type", "const __grid_constant__ tn_tensor_map"}, {"ptx_type", ".b8"}, {"size", 128},
+                            {"offset", 64}, {"of", "x"}, {"cols", "4"}, {"rows", "B"}, {"row_stride", "4"},
+                            {"box", {4, 8}}, {"swizzle", 32}}));
+
+  const std::string path = dir.str("t.teeny");
+  write_bundle(compiled, path);
+  Bundle loaded = read_bundle(path);
+  EXPECT_EQ(bundle_to_json(loaded), m);
+  const TensorMapSpec& map = loaded.launches[0].args[1].map;
+  EXPECT_EQ(loaded.launches[0].args[1].kind, ArgKind::kTensorMap);
+  EXPECT_EQ(map.of, "x");
+  EXPECT_EQ(map.rows.eval({{"B", 5}}), 5);
+  EXPECT_EQ(std::vector<int>({map.box_cols, map.box_rows, map.swizzle}), (std::vector<int>{4, 8, 32}));
+
+  // Its fields are checked like every other field.
+  fs::path manifest = fs::path(path) / "manifest.json";
+  auto with = [&](const std::function<void(nlohmann::json&)>& edit) {
+    nlohmann::json edited = m;
+    edit(edited);
+    spit(manifest, edited.dump());
+    return load_error(path);
+  };
+  const std::string prefix = fmt::format("bundle '{}': manifest.json: ", path);
+  EXPECT_EQ(with([](nlohmann::json& e) { e["launches"][0]["args"][1]["box"] = {4}; }),
+            prefix + "launches[0].args[1].box: expected 2 integers [cols, rows], found 1");
+  EXPECT_EQ(with([](nlohmann::json& e) { e["launches"][0]["args"][1].erase("of"); }),
+            prefix + "launches[0].args[1]: missing key 'of'");
+  EXPECT_EQ(with([](nlohmann::json& e) { e["launches"][0]["args"][1]["rows"] = 8; }),
+            prefix + "launches[0].args[1].rows: expected a string, found number");
+}
+
 TEST(Bundle, CorruptedPtxNamesTheFile) {
   ScratchDir dir;
   const std::string path = dir.str("t.teeny");

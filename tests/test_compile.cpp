@@ -321,6 +321,97 @@ TEST(CompileVerify, NvrtcFailureShowsLogOptionsAndOrigin) {
   }
 }
 
+// ---- tensor maps ------------------------------------------------------------------------------------
+
+TEST(CompileTensorMap, NvrtcParamIsA64AlignedByteArrayAndTheLayoutFollowsIt) {
+  Bundle b = compile_nodes("  - {name: t1, op: t.tensor_map, inputs: [x, z]}\n", "t1");
+  ASSERT_EQ(b.kernels.size(), 1u);
+  const BundleKernel& k = b.kernels[0];
+  EXPECT_NE(k.ptx.find(".param .align 64 .b8 " + k.entry + "_param_1[128]"), std::string::npos) << k.ptx;
+  EXPECT_EQ(k.ptx_params, (std::vector<std::string>{".u64", ".b8", ".u64", ".u32"}));
+
+  ASSERT_EQ(b.launches.size(), 1u);
+  const std::vector<BundleArg>& args = b.launches[0].args;
+  ASSERT_EQ(args.size(), 4u);
+  // x at 0; the map padded from 8 to 64; y right after its 128 bytes; n after y.
+  std::vector<int> offsets, sizes;
+  for (const BundleArg& a : args) {
+    offsets.push_back(a.offset);
+    sizes.push_back(a.size);
+  }
+  EXPECT_EQ(offsets, (std::vector<int>{0, 64, 192, 200}));
+  EXPECT_EQ(sizes, (std::vector<int>{8, 128, 8, 4}));
+  const BundleArg& map = args[1];
+  EXPECT_EQ(map.kind, ArgKind::kTensorMap);
+  EXPECT_EQ(map.c_type, "const __grid_constant__ tn_tensor_map");
+  EXPECT_EQ(map.ptx_type, ".b8");
+  EXPECT_EQ(map.map.of, "x");
+  EXPECT_EQ(map.map.cols.str(), "4");
+  EXPECT_EQ(map.map.rows.str(), "B");
+  EXPECT_EQ(map.map.row_stride.str(), "4");
+  EXPECT_EQ(std::vector<int>({map.map.box_cols, map.map.box_rows, map.map.swizzle}), (std::vector<int>{4, 8, 32}));
+
+  // Dims fixed at compile time are substituted into the map like into scalar arguments.
+  CompileOptions options;
+  options.fixed = {{"B", 16}};
+  EXPECT_EQ(compile_nodes("  - {name: t1, op: t.tensor_map, inputs: [x, z]}\n", "t1", options)
+                .launches[0].args[1].map.rows.str(),
+            "16");
+}
+
+TEST(CompileTensorMap, OfMustNameAPointerArgumentOfTheLaunch) {
+  EXPECT_EQ(compile_error("t.map_of_unknown"),
+            "node 't1': op 't.map_of_unknown', launch 0, argument 1 'x_map': tensor map of 'xx', which is not an "
+            "argument of the launch (did you mean 'x'?)");
+  EXPECT_EQ(compile_error("t.map_of_scalar"),
+            "node 't1': op 't.map_of_scalar', launch 0, argument 1 'x_map': tensor map of 'n', an argument of kind "
+            "i32; a tensor map views an input, param or output");
+}
+
+TEST(CompileTensorMap, ConstantRowStrideMustBeWhole16ByteUnits) {
+  EXPECT_EQ(compile_error("t.map_unaligned_stride"),
+            "node 't1': op 't.map_unaligned_stride', launch 0, argument 1 'x_map': tensor map of 'x': row stride 5 x "
+            "4 bytes of f32 = 20 bytes is not a multiple of 16");
+}
+
+TEST(CompileTensorMap, PtxParamWithoutThe64ByteAlignmentIsRejected) {
+  EXPECT_EQ(compile_error("t.map_underaligned"),
+            "node 't1': op 't.map_underaligned', launch 0, argument 1: PTX parameter mismatch in '.visible .entry "
+            "t_map_kernel_entry_point': expected size 128 align 64 for 'const __grid_constant__ tn_tensor_map "
+            "x_map', found .b8 size 128 align 8");
+}
+
+TEST(CompileTensorMap, SpecProblemsNameTheRule) {
+  auto problem = [](TensorMapSpec spec, DType dtype = DType::kBF16) { return tensor_map_problem(spec, dtype); };
+  const Expr k = Expr::dim("K");
+  const TensorMapSpec good{"a", k, Expr::dim("M"), k, 64, 128, 128};
+  EXPECT_EQ(problem(good), "");
+  TensorMapSpec spec = good;
+  spec.box_rows = 257;
+  EXPECT_EQ(problem(spec), "box_rows 257 is outside 1..256");
+  spec = good;
+  spec.swizzle = 16;
+  EXPECT_EQ(problem(spec), "swizzle 16 is not 0, 32, 64 or 128 (bytes)");
+  spec = good;
+  spec.box_cols = 4;
+  EXPECT_EQ(problem(spec), "box_cols 4 x 2 bytes of bf16 = 8 bytes is not a multiple of 16");
+  spec = good;
+  spec.swizzle = 64;
+  EXPECT_EQ(problem(spec), "box_cols 64 x 2 bytes of bf16 = 128 bytes exceeds the 64-byte swizzle span");
+  spec.swizzle = 0;  // no swizzle: any box width
+  EXPECT_EQ(problem(spec), "");
+  spec = good;
+  spec.rows = Expr(0);
+  EXPECT_EQ(problem(spec), "rows 0 is outside 1..2^32");
+  spec = good;
+  spec.cols = Expr(100);
+  spec.row_stride = Expr(96);
+  EXPECT_EQ(problem(spec), "row stride 96 is less than cols 100");
+  spec.row_stride = Expr(100);
+  EXPECT_EQ(problem(spec), "row stride 100 x 2 bytes of bf16 = 200 bytes is not a multiple of 16");
+  EXPECT_EQ(problem(spec, DType::kF32), "box_cols 64 x 4 bytes of f32 = 256 bytes exceeds the 128-byte swizzle span");
+}
+
 // ---- the C signature parser -------------------------------------------------------------------------
 
 TEST(KernelSignature, ParsesAcrossCommentsBoundsAndRestrict) {

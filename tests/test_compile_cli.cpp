@@ -76,10 +76,11 @@ TEST(CompileCli, InspectJsonEvaluatesUnderBindings) {
   int inputs_seen = 0;
   for (const nlohmann::json& launch : fc1["launches"]) {
     EXPECT_EQ(launch["entry"], launch["kernel"].get<std::string>() + "_entry_point");
-    // Offsets follow the C parameter buffer: each argument aligned to its own size.
+    // Offsets follow the C parameter buffer: each argument aligned to its own size (a tensor
+    // map's 128 bytes to 64).
     int end = 0;
     for (const nlohmann::json& arg : launch["args"]) {
-      EXPECT_EQ(arg["offset"].get<int>() % arg["size"].get<int>(), 0);
+      EXPECT_EQ(arg["offset"].get<int>() % (arg["kind"] == "tensor_map" ? 64 : arg["size"].get<int>()), 0);
       EXPECT_GE(arg["offset"].get<int>(), end);
       end = arg["offset"].get<int>() + arg["size"].get<int>();
       if (arg["kind"] == "input") {
@@ -150,6 +151,34 @@ TEST(CompileCli, Errors) {
   EXPECT_EQ(clobber.err,
             "teeny: error: cannot write bundle 'notes': it exists and is not a teeny bundle (no manifest.json); "
             "not replacing it\n");
+}
+
+TEST(CompileCli, InspectShowsTensorMapArgs) {
+  ScratchDir dir;
+  const Registry registry = testing::test_registry();
+  Graph graph = testing::test_graph(registry, "  - {name: t1, op: t.tensor_map, inputs: [x, z]}\n", "t1");
+  write_bundle(compile_graph(graph, registry, testing::test_options(dir.str("cache"))), dir.str("t.teeny"));
+
+  Result table = teeny(dir, "inspect t.teeny --bind B=6");
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  const std::string rows[] = {
+      "    POS  NAME   C TYPE                                 PTX   SIZE  OFFSET  BOUND TO  VALUE\n",
+      "    0    x      const float*                           .u64  8     0       x         f32 [6, 4]\n",
+      "    1    x_map  const __grid_constant__ tn_tensor_map  .b8   128   64      map of x  "
+      "f32 [6, 4] row stride 4, box [8, 4], swizzle 32B\n"};
+  EXPECT_NE(table.out.find(rows[0] + rows[1] + rows[2]), std::string::npos) << table.out;
+
+  Result json = teeny(dir, "inspect t.teeny --bind B=6 --format json");
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  const nlohmann::json arg = nlohmann::json::parse(json.out)["nodes"][0]["launches"][0]["args"][1];
+  EXPECT_EQ(arg["kind"], "tensor_map");
+  EXPECT_EQ(arg["bound_to"], "map of x");
+  EXPECT_EQ(arg["map"], (nlohmann::json{{"of", "x"},
+                                        {"cols", {{"expr", "4"}, {"value", 4}}},
+                                        {"rows", {{"expr", "B"}, {"value", 6}}},
+                                        {"row_stride", {{"expr", "4"}, {"value", 4}}},
+                                        {"box", {4, 8}},
+                                        {"swizzle", 32}}));
 }
 
 TEST(CompileCli, FixedBindingsSpecialiseAndAreEnforcedByInspect) {

@@ -66,6 +66,36 @@ Lowering lower(const OpContext& ctx, Fault fault) {
   return lowering;
 }
 
+// y = x + (a bit of the map, so it is used), over n elements.
+Lowering lower_tensor_map(const OpContext& ctx, Fault fault) {
+  const std::string map_type = fault == Fault::kMapUnderaligned
+                                   ? "struct tn_tensor_map { unsigned long long opaque[16]; };\n"
+                                   : tensor_map_c_type_definition();
+  const std::string source =
+      map_type +
+      "extern \"C\" __global__ void __launch_bounds__(128) TEENY_ENTRY(\n"
+      "    const float* x, const __grid_constant__ tn_tensor_map x_map, float* y, int n) {\n"
+      "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+      "  if (i < n) y[i] = x[i] + (float)(x_map.opaque[i % 16] & 1);\n"
+      "}\n";
+  const TensorType& x = ctx.inputs[0];
+  TensorMapSpec spec{"x", x.shape.back(), x.shape[0], x.row_stride, 4, 8, 32};
+  if (fault == Fault::kMapOfUnknown) spec.of = "xx";
+  if (fault == Fault::kMapOfScalar) spec.of = "n";
+  if (fault == Fault::kMapUnalignedStride) spec.row_stride = Expr(5);
+  Expr n = product(ctx.output.shape);
+  Lowering lowering;
+  lowering.kernels.push_back({"t_map_kernel", source, TEENY_KERNEL_ORIGIN});
+  Launch launch;
+  launch.block = {128, 1, 1};
+  launch.grid = {ceil_div(n, 128), 1, 1};
+  launch.args = {input(0, "x", DType::kF32), tensor_map("x_map", spec), output("y", DType::kF32), i32("n", n)};
+  launch.bytes = n * 8;
+  launch.flops = n;
+  lowering.launches.push_back(launch);
+  return lowering;
+}
+
 std::vector<uint8_t> float_bytes(const std::vector<float>& values) {
   std::vector<uint8_t> out;
   for (float v : values) append_element(out, DType::kF32, v);
@@ -146,6 +176,18 @@ Registry test_registry() {
   };
   view.source_file = TEENY_OP_FILE;
   registry.add(view);
+
+  for (const auto& [name, fault] : std::vector<std::pair<const char*, Fault>>{
+           {"t.tensor_map", Fault::kNone},
+           {"t.map_of_unknown", Fault::kMapOfUnknown},
+           {"t.map_of_scalar", Fault::kMapOfScalar},
+           {"t.map_unaligned_stride", Fault::kMapUnalignedStride},
+           {"t.map_underaligned", Fault::kMapUnderaligned}}) {
+    OpDef map = test_op(name, Fault::kNone);
+    map.params = nullptr;
+    map.lower = [fault = fault](const OpContext& ctx) { return lower_tensor_map(ctx, fault); };
+    registry.add(map);
+  }
   return registry;
 }
 

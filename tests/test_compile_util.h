@@ -28,10 +28,18 @@ enum class Fault {
   kSyntaxError,       // NVRTC rejects the source
   kWrongDtype,        // launch declares x as f16, the tensor is f32
   kUnknownSlot,       // launch names a param slot the op does not have
+  // t.tensor_map's faults:
+  kMapOfUnknown,        // the map is `of` "xx", no argument of the launch
+  kMapOfScalar,         // the map is `of` the i32 "n"
+  kMapUnalignedStride,  // the map's row stride is 5 f32 (20 bytes, not a multiple of 16)
+  kMapUnderaligned,     // the kernel's tn_tensor_map lacks __align__(64)
 };
 
 // Registers t.good (no fault), t.<fault> for every fault, t.variant (attr k changes the
-// source, not the kernel name), t.view (no kernel), t.padded (rows padded to 8).
+// source, not the kernel name), t.view (no kernel), t.padded (rows padded to 8), and
+// t.tensor_map: kernel t_map_kernel(const float* x, const __grid_constant__ tn_tensor_map x_map,
+// float* y, int n), x_map a view of x: cols 4, rows B, row stride 4, box [4, 8], swizzle 32
+// (t.map_* for its faults).
 Registry test_registry();
 
 // A graph with inputs x, z: f32 [B, 4], dim B in [1, 1024] default 8, and `nodes` (YAML list

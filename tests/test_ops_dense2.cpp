@@ -403,25 +403,52 @@ TEST(Dense2Lowering, LinearF32OnSm90IsPersistent3xTf32) {
 }
 
 // On sm_90 wide 16-bit linears take the wgmma kernel (arch-specific, dynamic shared memory):
-// pingpong for K <= 1024, else cooperative; other targets, narrow outputs and matmul's [K, N]
+// loading by TMA where the rows of x and W are 16-byte multiples (pingpong), else by cp.async
+// (pingpong for K <= 1024, else cooperative); other targets, narrow outputs and matmul's [K, N]
 // operand keep the mma.sync kernel.
 TEST(Dense2Lowering, LinearUsesWgmmaOnlyWhereItApplies) {
   OpContext ctx = context("linear", {{"out_features", 768}, {"bias", true}}, {tensor(DType::kBF16, {B, S, 3072})});
   Lowering lowering = op("linear").lower(ctx);
-  EXPECT_EQ(lowering.kernels.at(0).name, "linear_bf16_nk_bias_128x192x64_wgmma");
+  EXPECT_EQ(lowering.kernels.at(0).name, "linear_bf16_nk_bias_128x128x64_wgmma_pp_tma");
   EXPECT_TRUE(lowering.kernels.at(0).arch_specific);
-  // A loader warpgroup and two MMA warpgroups; five 40 KiB stages with two 8-byte mbarriers each;
-  // persistent: at most one block per SM.
+  // One loader thread and two MMA warpgroups; six 32 KiB stages with two 8-byte mbarriers each
+  // and two turn mbarriers; persistent: at most one block per SM.
   EXPECT_EQ(lowering.launches.at(0).block[0], 384);
+  EXPECT_EQ(lowering.launches.at(0).dynamic_smem.eval({}), 6 * (32768 + 16) + 16 + 1024);
+  EXPECT_EQ(lowering.launches.at(0).grid[0].eval({{"B", 1}, {"S", 128}}), 6);
+  EXPECT_EQ(lowering.launches.at(0).grid[0].eval({{"B", 64}, {"S", 128}}), 132);
+  // The tensor maps view x as [M, K] and W as [N, K] in boxes of one 128-byte K row by a tile.
+  const Bindings b = {{"B", 2}, {"S", 5}};
+  ASSERT_EQ(lowering.launches.at(0).args.size(), 11u);
+  const KernelArg& a_map = lowering.launches.at(0).args.at(9);
+  const KernelArg& b_map = lowering.launches.at(0).args.at(10);
+  EXPECT_EQ(a_map.kind, ArgKind::kTensorMap);
+  EXPECT_EQ(a_map.name, "a_map");
+  EXPECT_EQ(a_map.map.of, "x");
+  EXPECT_EQ(a_map.map.cols.eval(b), 3072);
+  EXPECT_EQ(a_map.map.rows.eval(b), 10);
+  EXPECT_EQ(a_map.map.row_stride.eval(b), 3072);
+  EXPECT_EQ(a_map.map.box_cols, 64);
+  EXPECT_EQ(a_map.map.box_rows, 128);
+  EXPECT_EQ(a_map.map.swizzle, 128);
+  EXPECT_EQ(b_map.map.of, "weight");
+  EXPECT_EQ(b_map.map.rows.eval(b), 768);
+  EXPECT_EQ(b_map.map.row_stride.eval(b), 3072);
+  EXPECT_EQ(b_map.map.box_rows, 128);
+
+  // K = 3076 (6152-byte rows): cp.async, cooperative 128x192; five 40 KiB stages.
+  const OpContext unaligned = context("linear", {{"out_features", 768}, {"bias", true}}, {tensor(DType::kBF16, {B, S, 3076})});
+  lowering = op("linear").lower(unaligned);
+  EXPECT_EQ(lowering.kernels.at(0).name, "linear_bf16_nk_bias_128x192x64_wgmma");
   EXPECT_EQ(lowering.launches.at(0).dynamic_smem.eval({}), 5 * ((128 + 192) * 64 * 2 + 16) + 1024);
   EXPECT_EQ(lowering.launches.at(0).grid[0].eval({{"B", 1}, {"S", 128}}), 4);
-  EXPECT_EQ(lowering.launches.at(0).grid[0].eval({{"B", 64}, {"S", 128}}), 132);
-  const OpContext wide = context("linear", {{"out_features", 2048}, {"bias", true}}, {tensor(DType::kF16, {B, 4096})});
+  for (const KernelArg& arg : lowering.launches.at(0).args) EXPECT_NE(arg.kind, ArgKind::kTensorMap) << arg.name;
+  const OpContext wide = context("linear", {{"out_features", 2048}, {"bias", true}}, {tensor(DType::kF16, {B, 4100})});
   lowering = op("linear").lower(wide);
   EXPECT_EQ(lowering.kernels.at(0).name, "linear_f16_nk_bias_128x256x64_wgmma");
   EXPECT_EQ(lowering.launches.at(0).dynamic_smem.eval({}), 4 * ((128 + 256) * 64 * 2 + 16) + 1024);
-  // K = 768: pingpong, six 32 KiB stages, two 8-byte mbarriers each and two turn mbarriers.
-  const OpContext short_k = context("linear", {{"out_features", 3072}, {"bias", true}}, {tensor(DType::kBF16, {B, 768})});
+  // K = 770: the cp.async pingpong kernel.
+  const OpContext short_k = context("linear", {{"out_features", 3072}, {"bias", true}}, {tensor(DType::kBF16, {B, 770})});
   lowering = op("linear").lower(short_k);
   EXPECT_EQ(lowering.kernels.at(0).name, "linear_bf16_nk_bias_128x128x64_wgmma_pp");
   EXPECT_EQ(lowering.launches.at(0).block[0], 384);

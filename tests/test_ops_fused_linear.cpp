@@ -107,7 +107,7 @@ TEST(FusedLinearLowering, ResidualIsAnInputWithItsStrideAndCost) {
   const Lowering lowering = op_testing::op("fused.linear").lower(ctx);
   ASSERT_EQ(lowering.launches.size(), 1u);
   const Launch& launch = lowering.launches[0];
-  EXPECT_EQ(lowering.kernels.at(0).name, "linear_bf16_nk_bias_128x192x64_wgmma_gelu_tanh_res");
+  EXPECT_EQ(lowering.kernels.at(0).name, "linear_bf16_nk_bias_128x128x64_wgmma_pp_tma_gelu_tanh_res");
   const KernelArg* r = find_arg(launch, "residual");
   ASSERT_NE(r, nullptr);
   EXPECT_EQ(r->kind, ArgKind::kInput);

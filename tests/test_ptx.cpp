@@ -85,6 +85,20 @@ TEST(Ptx, ParamTypesSizesAndAlignment) {
   EXPECT_EQ(entries[1].params.at(0).size, 4);
 }
 
+TEST(Ptx, TensorMapParamIsA64AlignedByteArray) {
+  // How NVRTC declares a `const __grid_constant__` 128-byte struct with __align__(64).
+  const char* ptx =
+      ".visible .entry k(\n\t.param .u64 k_param_0,\n\t.param .align 64 .b8 k_param_1[128]\n)\n{ ret; }\n";
+  std::vector<PtxEntry> entries = parse_ptx_entries(ptx, "k.ptx");
+  ASSERT_EQ(entries.size(), 1u);
+  ASSERT_EQ(entries[0].params.size(), 2u);
+  const PtxParam& map = entries[0].params[1];
+  EXPECT_EQ(map.type, ".b8");
+  EXPECT_EQ(map.size, 128);
+  EXPECT_EQ(map.align, 64);
+  EXPECT_EQ(map.name, "k_param_1");
+}
+
 TEST(Ptx, LaunchShapeDirectives) {
   std::vector<PtxEntry> entries = parse_ptx_entries(kPtx, "test.ptx");
   ASSERT_TRUE(entries[0].maxntid.has_value());

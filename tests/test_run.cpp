@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <set>
 
 #include "core/compare.h"
@@ -160,7 +161,7 @@ TEST(RunBinding, ErrorsNameWhatIsWrong) {
   bad_arg.launches[1].args[3].size = 8;
   EXPECT_EQ(message(bad_arg, {}),
             "bundle tiny.teeny: argument 3 'n' of launch 's' (i32) has size 8 at offset 24; expected "
-            "size 4 at an aligned offset");
+            "size 4 at a multiple of 4");
 
   Bundle bad_tensor = tiny_bundle();
   bad_tensor.launches[1].args[0].tensor = "hh";
@@ -179,6 +180,72 @@ TEST(RunBinding, ErrorsNameWhatIsWrong) {
   EXPECT_EQ(message(bad_host, {}),
             "bundle tiny.teeny: parameter 'h.bias' has 12 init bytes at offset 0 (params.bin holds 8), "
             "but f32 [3] needs 12");
+}
+
+// tiny_bundle with launch 's' also taking `a_map`, a tensor map of its argument `a` (tensor h:
+// f32 [B, 3], row stride 4), at offset 64 as the PTX would place it.
+Bundle tensor_map_bundle() {
+  Bundle bundle = tiny_bundle();
+  BundleArg map;
+  map.kind = ArgKind::kTensorMap;
+  map.name = "a_map";
+  map.c_type = "const __grid_constant__ tn_tensor_map";
+  map.ptx_type = ".b8";
+  map.size = 128;
+  map.offset = 64;
+  map.map = TensorMapSpec{"a", Expr(3), Expr::dim("B"), Expr(4), 4, 8, 0};
+  bundle.launches[1].args.push_back(map);
+  return bundle;
+}
+
+TEST(RunBinding, TensorMapsAreEvaluatedAndResolvedToTheirPointer) {
+  Bundle bundle = tensor_map_bundle();
+  BoundBundle bound = bind_bundle(bundle, bundle_bindings(bundle, {"B=2"}), "tiny.teeny");
+  const BoundLaunch& add = bound.launches[1];
+  ASSERT_EQ(add.args.size(), 5u);
+  const BoundArg& arg = add.args[4];
+  EXPECT_EQ(arg.kind, ArgKind::kTensorMap);
+  EXPECT_EQ(arg.offset, 64);
+  EXPECT_EQ(arg.map.of, 0u);  // `a`, bound to tensor h
+  EXPECT_EQ(add.args[arg.map.of].target, "h");
+  EXPECT_EQ(arg.map.dtype, DType::kF32);
+  EXPECT_EQ(std::vector<int64_t>({arg.map.cols, arg.map.rows, arg.map.row_stride}), (std::vector<int64_t>{3, 2, 4}));
+  EXPECT_EQ(std::vector<int>({arg.map.box_cols, arg.map.box_rows, arg.map.swizzle}), (std::vector<int>{4, 8, 0}));
+  EXPECT_EQ(add.param_buffer_bytes, 192u);  // the map's 128 bytes end the buffer
+
+  // The host executor runs the references and never looks at kernel arguments.
+  std::map<std::string, HostTensor> values = run_host(bound, test_registry(), prepare_data(bound, {}));
+  EXPECT_EQ(values.at("out").shape, std::vector<int64_t>({6}));
+}
+
+TEST(RunBinding, TensorMapErrorsNameTheArgument) {
+  auto message = [](const Bundle& b, std::vector<std::string> binds) {
+    try {
+      bind_bundle(b, bundle_bindings(b, binds), "tiny.teeny");
+    } catch (const Error& error) {
+      return error.message();
+    }
+    return std::string("no error");
+  };
+  auto with = [](const std::function<void(BundleArg&)>& edit) {
+    Bundle b = tensor_map_bundle();
+    edit(b.launches[1].args[4]);
+    return b;
+  };
+  const std::string where = "bundle tiny.teeny: argument 4 'a_map' of launch 's' (tensor map of 'a'): ";
+  EXPECT_EQ(message(with([](BundleArg& a) { a.offset = 72; }), {}),
+            "bundle tiny.teeny: argument 4 'a_map' of launch 's' (tensor_map) has size 128 at offset 72; "
+            "expected size 128 at a multiple of 64");
+  EXPECT_EQ(message(with([](BundleArg& a) { a.map.of = "n"; }), {}),
+            "bundle tiny.teeny: argument 4 'a_map' of launch 's' (tensor map of 'n'): the launch has no input, "
+            "param or output argument 'n'");
+  EXPECT_EQ(message(with([](BundleArg& a) { a.map.row_stride = Expr(3); }), {"B=2"}),
+            where + "row stride 3 x 4 bytes of f32 = 12 bytes is not a multiple of 16 with B=2");
+  EXPECT_EQ(message(with([](BundleArg& a) { a.map.rows = Expr::dim("B") + 1; }), {"B=2"}),
+            where + "[3, 3] with row stride 4 of f32 reaches 44 bytes, but tensor 'h' has 32 with B=2");
+  EXPECT_EQ(message(with([](BundleArg& a) { a.map.cols = Expr::dim("C"); }), {"B=2"}).rfind(
+                "bundle tiny.teeny: cannot evaluate cols of argument 4 'a_map' of launch 's' 'C' with B=2: ", 0),
+            0u);
 }
 
 TEST(RunBinding, PacksPaddedRowsWithZerosAndUnpacksThem) {
