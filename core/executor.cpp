@@ -539,15 +539,20 @@ RunData prepare_data(const BoundBundle& bound, const DataOptions& options) {
 
 // ---- GpuExecutor ---------------------------------------------------------------------------
 
-GpuExecutor::GpuExecutor(std::shared_ptr<cuda::Device> device, const BoundBundle& bound)
-    : device_(std::move(device)), bound_(bound) {
+GpuExecutor::GpuExecutor(std::shared_ptr<cuda::Device> device, const BoundBundle& bound, Modules modules)
+    : device_(std::move(device)), bound_(bound), modules_(std::move(modules)) {
   const Bundle& bundle = *bound_.bundle;
   const cuda::Driver& driver = device_->driver();
   device_->make_current();
 
-  for (const BundleKernel& kernel : bundle.kernels) {
-    modules_.push_back(std::make_unique<cuda::Module>(
-        device_, kernel.ptx, loading(fmt::format("loading kernel '{}'", kernel.name))));
+  if (modules_.empty()) {
+    for (const BundleKernel& kernel : bundle.kernels) {
+      modules_.push_back(std::make_shared<cuda::Module>(
+          device_, kernel.ptx, loading(fmt::format("loading kernel '{}'", kernel.name))));
+    }
+  } else if (modules_.size() != bundle.kernels.size()) {
+    throw gpu_error(loading(fmt::format("reusing {} loaded modules for {} kernels", modules_.size(),
+                                        bundle.kernels.size())));
   }
   const int smem_optin =
       device_->attribute(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, "shared memory limit");

@@ -148,8 +148,13 @@ struct RunTiming {
 class GpuExecutor {
  public:
   // Loads every module (JIT log in errors), resolves entries, allocates the activation arena
-  // and the params buffer once, and builds each launch's parameter buffer.
-  GpuExecutor(std::shared_ptr<cuda::Device> device, const BoundBundle& bound);
+  // and the params buffer once, and builds each launch's parameter buffer. `modules`: the
+  // bundle's kernels as another executor of the same bundle loaded them (modules()), reused.
+  using Modules = std::vector<std::shared_ptr<cuda::Module>>;
+  GpuExecutor(std::shared_ptr<cuda::Device> device, const BoundBundle& bound, Modules modules = {});
+  // Per bundle kernel. A profile sweep keeps them across its bindings: CUPTI named the kernels
+  // of modules loaded after others were unloaded by the unloaded ones' names (H200, CUPTI 13.0).
+  const Modules& modules() const { return modules_; }
 
   void upload(const RunData& data);  // every graph input and param
   void set_input(const std::string& name, const HostTensor& values);
@@ -178,7 +183,7 @@ class GpuExecutor {
 
   std::shared_ptr<cuda::Device> device_;
   const BoundBundle& bound_;
-  std::vector<std::unique_ptr<cuda::Module>> modules_;  // per bundle kernel
+  Modules modules_;                                     // per bundle kernel
   std::vector<CUfunction> functions_;                   // per launch
   std::vector<std::vector<uint8_t>> param_buffers_;     // per launch: the packed arguments
   std::vector<std::vector<void*>> arg_pointers_;        // per launch: each argument in its buffer

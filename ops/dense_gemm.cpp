@@ -383,8 +383,11 @@ __device__ __forceinline__ void tn_store_pair(T* __restrict__ C, const T* __rest
 // (kPingpong), consumer c computes whole tiles t = c, c + kConsumers, ... (kBM / 64 row blocks),
 // so one consumer's epilogue overlaps the other's MMAs.
 // Loader and consumers share a ring of kStages shared-memory stages guarded by mbarriers: a
-// stage's `full` barrier completes when its cp.async copies (and any zero-fill stores) have
-// landed, its `empty` barrier when every warp computing on it has retired the MMAs reading it.
+// stage's `full` barrier completes when its copies (and any zero-fill stores) have landed, its
+// `empty` barrier when every warp computing on it has retired the MMAs reading it. The loader is
+// either one thread issuing a TMA copy per operand tile (kTma: the tensor maps a_map, b_map
+// swizzle and zero-fill the tails; the barrier counts the bytes) or the whole warpgroup issuing
+// cp.async copies of 16-byte chunks.
 // The loader fills the ring with the tiles' k-steps in order, so k-step kt of tile t is ring
 // step t * k_tiles + kt. Consumers keep one MMA group in flight (wgmma.wait_group 1) and release
 // a stage one step late. Tiles are [rows][64] of 128-byte rows in wgmma's 128-byte swizzle

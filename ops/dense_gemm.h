@@ -4,8 +4,8 @@
 // [K, N] (a matmul operand, N contiguous). f32 runs on CUDA cores (shared-memory tiles,
 // register blocking, float4 loads); f16/bf16 run on tensor cores with f32 accumulation: on
 // sm_90 with B as [N, K], a persistent warp-specialised kernel: one warpgroup fills a ring of
-// 128-byte-swizzled shared stages by cp.async, the others run Hopper's warpgroup MMA (wgmma,
-// sm_90a) on them; otherwise mma.sync m16n8k16 fed by
+// 128-byte-swizzled shared stages (one thread by TMA where rows are 16-byte multiples, else all
+// by cp.async), the others run Hopper's warpgroup MMA (wgmma, sm_90a) on them; otherwise mma.sync m16n8k16 fed by
 // ldmatrix with cp.async double buffering. Any M/N/K works: tails are masked, and unaligned
 // strides fall back to scalar loads at run time.
 #pragma once
