@@ -458,6 +458,19 @@ TEST(Dense1Lowering, RowPlans) {
   EXPECT_EQ(wide.threads * wide.items * 4, 4096) << "a 4096-wide f32 row is read once";
   const ops::RowPlan half = ops::plan_rows(Expr(4096), DType::kBF16);
   EXPECT_EQ(half.threads * half.items * 8, 4096);
+  // Rows up to 1024 elements keep one warp, with up to 32 elements a lane: GPT-2's 768.
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    const ops::RowPlan gpt = ops::plan_rows(Expr(768), dtype);
+    const int width = dtype == DType::kF32 ? 4 : 8;
+    EXPECT_EQ(gpt.threads, 32) << dtype_name(dtype);
+    EXPECT_EQ(gpt.rows_per_block, 4) << dtype_name(dtype);
+    EXPECT_EQ(gpt.items * width, 24) << dtype_name(dtype);
+  }
+  // One more element: a block of 128, 16 elements a lane at most.
+  const ops::RowPlan over = ops::plan_rows(Expr(1025), DType::kF32);
+  EXPECT_EQ(over.threads, 128);
+  EXPECT_EQ(over.rows_per_block, 1);
+  EXPECT_EQ(over.items, 3);
   const ops::RowPlan symbolic = ops::plan_rows(Expr::dim("D"), DType::kF32);
   EXPECT_EQ(symbolic.threads, 256);
   EXPECT_EQ(symbolic.rows_per_block, 1);

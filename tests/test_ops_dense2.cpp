@@ -468,22 +468,35 @@ TEST(Dense2Lowering, LinearUsesWgmmaOnlyWhereItApplies) {
   EXPECT_FALSE(op("matmul").lower(mm).kernels.at(0).arch_specific);
 }
 
-// NVRTC passes inline PTX through unchecked; ptxas validates the wgmma instructions, their
-// operand counts and descriptors' types, and says when it would serialise the MMA pipeline.
-// Both schedules (pingpong for K <= 1024) and all three wgmma tiles.
+// NVRTC passes inline PTX through unchecked; ptxas validates the wgmma and TMA instructions,
+// their operand counts and descriptors' types, and says when it would serialise the MMA
+// pipeline. Loading by TMA (16-byte rows: K = 768, 3072, 4096) and by cp.async (K = 770 on
+// the pingpong schedule, 3076 and 4100 on the cooperative 128x192 and 128x256 tiles).
 TEST(Dense2Lowering, WgmmaKernelsAssembleForSm90aWithoutSerialisation) {
   if (!fs::exists(TEENY_PTXAS)) GTEST_SKIP() << "no ptxas at " << TEENY_PTXAS;
-  for (auto [dtype, in, out] : std::vector<std::tuple<DType, int, int>>{
-           {DType::kBF16, 768, 768}, {DType::kBF16, 3072, 768}, {DType::kF16, 4096, 4096}}) {
+  for (auto [dtype, in, out] : std::vector<std::tuple<DType, int, int>>{{DType::kBF16, 768, 768},
+                                                                        {DType::kBF16, 3072, 768},
+                                                                        {DType::kF16, 4096, 4096},
+                                                                        {DType::kBF16, 770, 768},
+                                                                        {DType::kBF16, 3076, 768},
+                                                                        {DType::kF16, 4100, 4096}}) {
     const OpContext ctx = context("linear", {{"out_features", out}, {"bias", false}}, {tensor(dtype, {B, in})});
     KernelSource kernel = op("linear").lower(ctx).kernels.at(0);
     SCOPED_TRACE(kernel.name);
     ASSERT_TRUE(kernel.arch_specific);
+    const bool tma = in % 8 == 0;
+    EXPECT_EQ(kernel.name.find("_tma") != std::string::npos, tma);
     kernel.source = substitute_entry(kernel.source, kernel.name + "_entry_point", kernel.name);
     NvrtcConfig config;
     config.use_cache = false;
     const std::vector<CompiledKernel> compiled = compile_kernels({kernel}, config);
-    EXPECT_NE(compiled.at(0).ptx.find(".target sm_90a"), std::string::npos);
+    const std::string& text = compiled.at(0).ptx;
+    EXPECT_NE(text.find(".target sm_90a"), std::string::npos);
+    // TMA copies complete on the stage barrier; cp.async copies need the proxy fence instead.
+    EXPECT_EQ(text.find("cp.async.bulk.tensor.2d") != std::string::npos, tma);
+    EXPECT_EQ(text.find("fence.proxy.async") != std::string::npos, !tma);
+    // Whole 16-bit tiles store 16 bytes a lane (after the quad transpose).
+    EXPECT_NE(text.find("st.global.v4.u32"), std::string::npos);
 
     const fs::path dir = fs::temp_directory_path() / fmt::format("teeny-ptxas-{}", getpid());
     fs::create_directories(dir);
