@@ -544,24 +544,8 @@ __device__ __forceinline__ void tn_gemm_block(const T* __restrict__ A, const T* 
     }
   };
 
-  if (warpgroup == 0 && kTma) {
-    // One thread issues both operand tiles of a stage as two TMA copies.
-    if (tid != 0) return;
-    for (int unit = first_tile; unit < units; unit += gridDim.x) {
-      int tile_m, tile_n;
-      tn_gemm_tile_coords(unit % tiles, M, N, tile_m, tile_n);
-      const int k_base = unit / tiles * k_tiles * kBK;
-      for (int kt = 0; kt < k_tiles; ++kt, advance()) {
-        tn_mbar_wait(empty_bar + stage * 8, phase ^ 1);  // a fresh barrier's previous phase counts as done
-        const unsigned a_tile = tn_smem_addr(smem + stage * kStageBytes), bar = full_bar + stage * 8;
-        tn_mbar_arrive_expect_tx(bar, kStageBytes);
-        tn_tma_load(a_tile, a_map, k_base + kt * kBK, tile_m * kBM, bar);
-        tn_tma_load(a_tile + kATileBytes, b_map, k_base + kt * kBK, tile_n * kBN, bar);
-      }
-    }
-    return;
-  }
   if (warpgroup == 0) {
+    if (kTma && tid != 0) return;  // one thread issues both operand tiles of a stage as two TMA copies
     const int row = tid / 8, chunk = tid % 8;  // this loader thread's rows row + 16c, chunk column
     const bool a_vec = lda % kChunkElems == 0 && tn_aligned16(A);
     const bool b_vec = ldb % kChunkElems == 0 && tn_aligned16(B);
@@ -589,6 +573,13 @@ __device__ __forceinline__ void tn_gemm_block(const T* __restrict__ A, const T* 
         tn_mbar_wait(empty_bar + stage * 8, phase ^ 1);  // a fresh barrier's previous phase counts as done
         unsigned char* a_tile = smem + stage * kStageBytes;
         const int k0 = k_base + kt * kBK;
+        if (kTma) {
+          const unsigned a_addr = tn_smem_addr(a_tile), bar = full_bar + stage * 8;
+          tn_mbar_arrive_expect_tx(bar, kStageBytes);
+          tn_tma_load(a_addr, a_map, k0, m0, bar);
+          tn_tma_load(a_addr + kATileBytes, b_map, k0, n0, bar);
+          continue;
+        }
         tn_load_operand<kAChunks>(a_tile, A, m0, M, lda, a_vec, a_whole, k0, K, row, chunk);
         tn_load_operand<kBChunks>(a_tile + kATileBytes, B, n0, N, ldb, b_vec, b_whole, k0, K, row, chunk);
         if (kSplitTf32) {

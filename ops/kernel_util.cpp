@@ -209,7 +209,8 @@ RowPlan plan_rows(const Expr& cols, DType dtype) {
   // rows take more threads, kElementsPerThread a lane.
   constexpr int kWarpRowElements = 32;
   int64_t threads = 32;
-  while (threads < kMaxThreads && threads * plan.items * width < *n && 32 * kWarpRowElements < *n) threads *= 2;
+  if (*n > 32 * kWarpRowElements)
+    while (threads < kMaxThreads && threads * plan.items * width < *n) threads *= 2;
   plan.threads = static_cast<int>(threads);
   const int64_t items = (*n + threads * width - 1) / (threads * width);
   if (items <= kMaxItems) plan.items = static_cast<int>(std::max<int64_t>(1, items));

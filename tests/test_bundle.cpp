@@ -45,6 +45,15 @@ std::string load_error(const std::string& path) {
   return "no error";
 }
 
+// The load error of the bundle at `path` once its manifest is `manifest` changed by `edit`.
+std::string load_error_edited(const std::string& path, const nlohmann::json& manifest,
+                              const std::function<void(nlohmann::json&)>& edit) {
+  nlohmann::json edited = manifest;
+  edit(edited);
+  spit(fs::path(path) / "manifest.json", edited.dump());
+  return load_error(path);
+}
+
 std::vector<std::string> listing(const fs::path& dir) {
   std::vector<std::string> names;
   for (const auto& entry : fs::directory_iterator(dir)) names.push_back(entry.path().filename().string());
@@ -115,13 +124,7 @@ TEST(Bundle, TensorMapArgRoundTrips) {
   EXPECT_EQ(std::vector<int>({map.box_cols, map.box_rows, map.swizzle}), (std::vector<int>{4, 8, 32}));
 
   // Its fields are checked like every other field.
-  fs::path manifest = fs::path(path) / "manifest.json";
-  auto with = [&](const std::function<void(nlohmann::json&)>& edit) {
-    nlohmann::json edited = m;
-    edit(edited);
-    spit(manifest, edited.dump());
-    return load_error(path);
-  };
+  auto with = [&](const std::function<void(nlohmann::json&)>& edit) { return load_error_edited(path, m, edit); };
   const std::string prefix = fmt::format("bundle '{}': manifest.json: ", path);
   EXPECT_EQ(with([](nlohmann::json& e) { e["launches"][0]["args"][1]["box"] = {4}; }),
             prefix + "launches[0].args[1].box: expected 2 integers [cols, rows], found 1");
@@ -186,14 +189,8 @@ TEST(Bundle, MalformedManifestFieldsNameTheirPath) {
   ScratchDir dir;
   const std::string path = dir.str("t.teeny");
   write_bundle(sample(), path);
-  fs::path manifest = fs::path(path) / "manifest.json";
-  const nlohmann::json good = nlohmann::json::parse(slurp(manifest));
-  auto with = [&](const std::function<void(nlohmann::json&)>& edit) {
-    nlohmann::json m = good;
-    edit(m);
-    spit(manifest, m.dump());
-    return load_error(path);
-  };
+  const nlohmann::json good = nlohmann::json::parse(slurp(fs::path(path) / "manifest.json"));
+  auto with = [&](const std::function<void(nlohmann::json&)>& edit) { return load_error_edited(path, good, edit); };
   const std::string prefix = fmt::format("bundle '{}': manifest.json: ", path);
   EXPECT_EQ(with([](nlohmann::json& m) { m["launches"][1]["args"][0].erase("size"); }),
             prefix + "launches[1].args[0]: missing key 'size'");

@@ -31,6 +31,7 @@
 #include "core/executor.h"
 #include "core/graph.h"
 #include "ops/ops.h"
+#include "tests/gpu_test_util.h"
 #include "tests/op_test_util.h"
 
 namespace teeny {
@@ -94,19 +95,8 @@ TEST(ConformanceCases, EveryCaseGraphParsesAndNamesItsOp) {
   }
 }
 
-std::shared_ptr<cuda::Device> open_device(std::string* why) {
-  try {
-    return cuda::Device::open(cuda::Driver::get());
-  } catch (const Error& error) {
-    *why = error.message();
-    return nullptr;
-  }
-}
-
 TEST(GpuConformance, EveryRegisteredOpMatchesItsReference) {
-  std::string why;
-  std::shared_ptr<cuda::Device> device = open_device(&why);
-  if (!device) GTEST_SKIP() << "no CUDA driver/device: " << why;
+  TEENY_GPU_OR_SKIP(device);
 
   const std::vector<Job> jobs = all_jobs();
   ASSERT_FALSE(jobs.empty());

@@ -15,6 +15,7 @@
 #include "core/driver.h"
 #include "core/executor.h"
 #include "core/graph.h"
+#include "tests/gpu_test_util.h"
 #include "tests/op_test_util.h"
 
 namespace teeny {
@@ -23,12 +24,7 @@ namespace {
 using op_testing::registry;
 
 TEST(GpuLinearF32, TensorCorePathKeepsF32Accuracy) {
-  std::shared_ptr<cuda::Device> device;
-  try {
-    device = cuda::Device::open(cuda::Driver::get());
-  } catch (const Error& error) {
-    GTEST_SKIP() << "no CUDA driver/device: " << error.message();
-  }
+  TEENY_GPU_OR_SKIP(device);
   constexpr int64_t kRows = 300, kIn = 4096, kOut = 1000;  // ragged in M and N
   const std::string spec = fmt::format(
       "name: f32_gemm\ndims: {{B: {{min: 1, max: 4096, default: {}}}}}\n"

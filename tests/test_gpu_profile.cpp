@@ -19,6 +19,7 @@
 #include "core/driver.h"
 #include "core/error.h"
 #include "core/profiler.h"
+#include "tests/gpu_test_util.h"
 
 namespace teeny {
 namespace {
@@ -44,11 +45,7 @@ CliResult teeny_cli(const std::string& args) {
 class GpuProfile : public ::testing::Test {
  protected:
   void SetUp() override {
-    try {
-      cuda::Device::open(cuda::Driver::get());
-    } catch (const Error& e) {
-      GTEST_SKIP() << "no CUDA driver/device: " << e.message();
-    }
+    TEENY_GPU_OR_SKIP(device);
     dir_ = std::filesystem::temp_directory_path() /
            ("teeny-gpu-profile-" + std::to_string(::getpid()) + "-" +
             ::testing::UnitTest::GetInstance()->current_test_info()->name());

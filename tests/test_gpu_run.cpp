@@ -21,26 +21,12 @@
 #include "core/safetensors.h"
 #include "ops/ops.h"
 #include "tests/file_test_util.h"
+#include "tests/gpu_test_util.h"
 #include "tests/op_test_util.h"
 #include "tests/teeny_command.h"
 
 namespace teeny {
 namespace {
-
-// The device, or nullptr with the reason in `why`.
-std::shared_ptr<cuda::Device> open_device(std::string* why) {
-  try {
-    return cuda::Device::open(cuda::Driver::get());
-  } catch (const Error& error) {
-    *why = error.message();
-    return nullptr;
-  }
-}
-
-#define TEENY_GPU_OR_SKIP(device)                                          \
-  std::string skip_reason;                                                 \
-  std::shared_ptr<cuda::Device> device = open_device(&skip_reason);        \
-  if (!device) GTEST_SKIP() << "no CUDA driver/device: " << skip_reason
 
 class RunDirs : public ::testing::Test {
  protected:

@@ -19,6 +19,7 @@
 #include "core/registry.h"
 #include "ops/kernel_util.h"
 #include "ops/ops.h"
+#include "tests/gpu_test_util.h"
 #include "tests/op_test_util.h"
 
 namespace teeny {
@@ -521,12 +522,7 @@ outputs: [y]
   DataOptions data_options;
   data_options.fill = ParamFill::kRandom;
   const RunData data = prepare_data(bound, data_options);
-  std::shared_ptr<cuda::Device> device;
-  try {
-    device = cuda::Device::open(cuda::Driver::get());
-  } catch (const Error& e) {
-    GTEST_SKIP() << "no CUDA driver/device: " << e.message();
-  }
+  TEENY_GPU_OR_SKIP(device);
   GpuExecutor executor(device, bound);
   executor.upload(data);
   const std::vector<double> ids = {3, -1, 4, 0, 2147483647, -2147483647.0 - 1};
