@@ -16,8 +16,8 @@ double host_sigmoid(double v) { return 1.0 / (1.0 + std::exp(-v)); }
 const std::vector<Activation>& activations() {
   // The logistic forms use __expf and __fdividef (a few ulp: within every dtype's tolerance)
   // instead of expf, tanhf and IEEE division, whose instruction sequences made GPT-2's fused
-  // GELU epilogue the longest part of its 3072-wide GEMM. gelu_tanh uses the identity
-  // 0.5 v (1 + tanh(z)) = v / (1 + exp(-2z)); exp overflowing to inf gives -0, the limit.
+  // GELU epilogue the longest part of its 3072-wide GEMM. gelu_tanh's precision follows the
+  // storage type T of the kernel it is in (tn_gelu_tanh, ops/kernel_util.cpp).
   static const std::vector<Activation> table = {
       {"relu", "(v < 0.f ? 0.f : v)", [](double v) { return v < 0 ? 0.0 : v; }, 1},
       {"silu", "__fdividef(v, 1.f + __expf(-v))", [](double v) { return v * host_sigmoid(v); }, 4},
@@ -25,7 +25,7 @@ const std::vector<Activation>& activations() {
       {"tanh", "tanhf(v)", [](double v) { return std::tanh(v); }, 5},
       {"gelu", "(0.5f * v * (1.f + erff(v * 0.7071067811865476f)))",
        [](double v) { return 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0))); }, 8},
-      {"gelu_tanh", "__fdividef(v, 1.f + __expf(-1.5957691216057308f * (v + 0.044715f * v * v * v)))",
+      {"gelu_tanh", "tn_gelu_tanh<T>(v)",
        [](double v) { return 0.5 * v * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v))); },
        8},
   };

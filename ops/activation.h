@@ -14,7 +14,7 @@ namespace teeny::ops {
 
 struct Activation {
   std::string name;            // "relu", "gelu" (erf form), "gelu_tanh", ...: also kernel-name parts
-  std::string cuda;            // CUDA expression of the float `v`
+  std::string cuda;            // CUDA expression of the float `v` (may name the storage type T)
   double (*host)(double);      // the double-precision reference
   int flops = 1;               // per element, for cost
 };

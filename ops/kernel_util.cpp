@@ -48,6 +48,22 @@ template <> __device__ __forceinline__ __half tn_cast<__half>(float v) {
 
 template <typename T> struct tn_pack { static constexpr int kN = 16 / sizeof(T); };
 
+// GELU, tanh form, in the precision the storage type T keeps. bf16 takes tanh.approx (one MUFU
+// op, absolute error about 2^-11: under bf16's 2^-9 rounding, and a third faster than the
+// exp/divide form in GPT-2's fused 3072-wide GEMM epilogue); f32 and f16 (atol 1e-3) take
+// 0.5 v (1 + tanh(z)) = v / (1 + exp(-2z)), whose exp overflowing to inf gives -0, the limit.
+template <typename T> struct tn_is_bf16 { static constexpr bool kValue = false; };
+template <> struct tn_is_bf16<__nv_bfloat16> { static constexpr bool kValue = true; };
+template <typename T> __device__ __forceinline__ float tn_gelu_tanh(float v) {
+  const float z = 0.7978845608028654f * (v + 0.044715f * v * v * v);
+  if (tn_is_bf16<T>::kValue) {
+    float t;
+    asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(z));
+    return 0.5f * v * (1.f + t);
+  }
+  return __fdividef(v, 1.f + __expf(-2.f * z));
+}
+
 __device__ __forceinline__ bool tn_aligned16(const void* p) {
   return (reinterpret_cast<unsigned long long>(p) & 15ull) == 0;
 }

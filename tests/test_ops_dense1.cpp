@@ -501,6 +501,33 @@ TEST(Dense1Lowering, EveryKernelCompilesWithNvrtcForSm90) {
   }
 }
 
+// GELU's tanh form takes one tanh.approx in bf16 kernels (its error is under bf16 rounding)
+// and the exp/divide form in f32 and f16 ones, both as the elementwise op and as the epilogue
+// of a fused linear (which must compute what the unfused pair does).
+TEST(Dense1Lowering, GeluTanhTakesTanhApproxOnlyForBf16) {
+  NvrtcConfig config;
+  config.arch = "sm_90";
+  config.use_cache = false;
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+    std::vector<KernelSource> kernels;
+    for (const Lowering& lowering :
+         {op("gelu").lower(context("gelu", {{"approximate", "tanh"}}, {tensor(dtype, {Expr::dim("B"), Expr(1000)})})),
+          op("fused.linear").lower(context("fused.linear", {{"out_features", 96}, {"bias", true},
+                                                            {"activation", "gelu_tanh"}},
+                                           {tensor(dtype, {Expr::dim("B"), Expr(64)})}))}) {
+      KernelSource entry = lowering.kernels.at(0);
+      entry.source = substitute_entry(entry.source, entry.name + "_entry_point", entry.name);
+      kernels.push_back(entry);
+    }
+    for (const CompiledKernel& compiled : compile_kernels(kernels, config)) {
+      const bool approx = compiled.ptx.find("tanh.approx.f32") != std::string::npos;
+      const bool exp_form = compiled.ptx.find("ex2.approx") != std::string::npos;
+      EXPECT_EQ(approx, dtype == DType::kBF16) << dtype_name(dtype);
+      EXPECT_EQ(exp_form, dtype != DType::kBF16) << dtype_name(dtype);
+    }
+  }
+}
+
 // ---- GPU: the out-of-range rule of embedding (random ids never leave [0, num)) -------------
 
 TEST(GpuDense1, EmbeddingOutOfRangeIdsGiveZeroRows) {
