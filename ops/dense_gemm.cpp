@@ -853,7 +853,10 @@ GemmTile choose_gemm_tile(DType dtype, GemmBLayout layout, const Expr& n, const 
   // layers at M = 32768 (K = 768, N = 768 / 3072 with GELU; K = 3072, N = 768; us): pingpong
   // 128x128 73 / 336 / 241, cooperative 256x128 76 / 339 / 256, cooperative 128x256 77 / 349
   // / 252; the cp.async kernels (next) took 94 / 383 / 335. One loader thread frees the
-  // loader warpgroup's issue slots and L1 for the consumers.
+  // loader warpgroup's issue slots and L1 for the consumers. Tried on the pingpong kernel and
+  // dropped: 2-CTA clusters sharing each B tile by TMA multicast (76 against 75 us at K = N =
+  // 768: L2-to-SM traffic is not the limit), and prefetching a tile's residual rows into L2 as
+  // its loads start (the 768-wide proj + residual: 140 against 125 us).
   if (target_sm == 90 && layout == GemmBLayout::kNK && tma_ok) {
     GemmTile tile{128, 128, 64, 384, 1, 6, true};
     tile.tma = true;

@@ -29,7 +29,10 @@ constexpr int kQueriesPerBlock = 64;
 int threads_per_query(int64_t head_dim) { return head_dim <= 64 ? 1 : head_dim <= 128 ? 2 : 4; }
 // Scores for a tile live in registers next to q and the accumulator: 16 keeps d <= 256 unspilled.
 constexpr int kKeysPerTile = 16;
-// Tensor-core path: 4 warps x 16 query rows = kQueriesPerBlock, 64 keys per tile.
+// Tensor-core path: 4 warps x 16 query rows = kQueriesPerBlock, 64 keys per tile. Measured in
+// GPT-2's bf16 block (B = 64, S = 512, H200): two 16-row m-tiles a warp (each K/V fragment read
+// once for both; 243 registers, 2 blocks an SM) took 300 us against 181, and a warpgroup-MMA
+// kernel without intra-warpgroup pipelining (2 warpgroups x 64 rows) 228 against 187.
 constexpr int kMmaWarps = 4;
 constexpr int kMmaKeysPerTile = 64;
 // Resident blocks the register cap aims at: 4 (128 registers) hide the tile loads' latency
