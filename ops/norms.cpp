@@ -32,6 +32,24 @@ const char* kNormBody = R"CUDA(
   const bool vec_w = tn_aligned16(weight);
 #endif
   const float inv_cols = 1.f / (float)cols;
+  // This lane's kN columns of the chunk at column c0: normalized, weighted, biased and stored.
+  auto write_chunk = [&](int c0, float (&v)[1][kN], float shift, float scale) {
+#pragma unroll
+    for (int k = 0; k < kN; ++k) v[0][k] = (v[0][k] - shift) * scale;
+#if TN_WEIGHT
+    float w[1][kN];
+    tn_row_load<T, kThreads, 1>(weight + c0, cols - c0, vec_w, t, 0.f, w);
+#pragma unroll
+    for (int k = 0; k < kN; ++k) v[0][k] *= w[0][k];
+#endif
+#if TN_AFFINE
+    float b[1][kN];
+    tn_row_load<T, kThreads, 1>(bias + c0, cols - c0, vec_w, t, 0.f, b);
+#pragma unroll
+    for (int k = 0; k < kN; ++k) v[0][k] += b[0][k];
+#endif
+    tn_row_store<T, kThreads, 1>(yr + c0, cols - c0, vec, t, v);
+  };
   if (cols <= kThreads * kItems * kN) {
     float v[kItems][kN];
     tn_row_load<T, kThreads, kItems>(xr, cols, vec, t, 0.f, v);
@@ -65,23 +83,10 @@ const char* kNormBody = R"CUDA(
     // 9 blocks an SM, against 79 and 6 with whole-row weight and bias).
 #pragma unroll
     for (int i = 0; i < kItems; ++i) {
-      const int c0 = i * kThreads * kN;
       float u[1][kN];
 #pragma unroll
-      for (int k = 0; k < kN; ++k) u[0][k] = (v[i][k] - shift) * scale;
-#if TN_WEIGHT
-      float w[1][kN];
-      tn_row_load<T, kThreads, 1>(weight + c0, cols - c0, vec_w, t, 0.f, w);
-#pragma unroll
-      for (int k = 0; k < kN; ++k) u[0][k] *= w[0][k];
-#endif
-#if TN_AFFINE
-      float b[1][kN];
-      tn_row_load<T, kThreads, 1>(bias + c0, cols - c0, vec_w, t, 0.f, b);
-#pragma unroll
-      for (int k = 0; k < kN; ++k) u[0][k] += b[0][k];
-#endif
-      tn_row_store<T, kThreads, 1>(yr + c0, cols - c0, vec, t, u);
+      for (int k = 0; k < kN; ++k) u[0][k] = v[i][k];
+      write_chunk(i * kThreads * kN, u, shift, scale);
     }
     return;
   }
@@ -121,21 +126,7 @@ const char* kNormBody = R"CUDA(
   for (int c0 = 0; c0 < cols; c0 += kChunk) {
     float v[1][kN];
     tn_row_load<T, kThreads, 1>(xr + c0, cols - c0, vec, t, 0.f, v);
-#pragma unroll
-    for (int k = 0; k < kN; ++k) v[0][k] = (v[0][k] - shift) * scale;
-#if TN_WEIGHT
-    float w[1][kN];
-    tn_row_load<T, kThreads, 1>(weight + c0, cols - c0, vec_w, t, 0.f, w);
-#pragma unroll
-    for (int k = 0; k < kN; ++k) v[0][k] *= w[0][k];
-#endif
-#if TN_AFFINE
-    float b[1][kN];
-    tn_row_load<T, kThreads, 1>(bias + c0, cols - c0, vec_w, t, 0.f, b);
-#pragma unroll
-    for (int k = 0; k < kN; ++k) v[0][k] += b[0][k];
-#endif
-    tn_row_store<T, kThreads, 1>(yr + c0, cols - c0, vec, t, v);
+    write_chunk(c0, v, shift, scale);
   }
 }
 )CUDA";
