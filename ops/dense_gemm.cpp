@@ -865,10 +865,11 @@ GemmTile choose_gemm_tile(DType dtype, GemmBLayout layout, const Expr& n, const 
   // Loading by cp.async, measured on the H200 (bf16, M = 8192 unless noted; TFLOP/s):
   // cooperative 128x256 / 128x192 / 128x128, then pingpong 128x128: K = 768, N = 2304 332 /
   // 330 / 315, 428; N = 3072 373 / 329 / 320, 429; N = 768 272 / 309 / 307, 398; K = 3072,
-  // N = 768 475 / 502 / 461; 4096^3 612 (128x256). With a short K a tile is a few k-steps, and the cooperative kernel idles
-  // the tensor cores through each tile's drain and epilogue, which pingpong overlaps. M (the
-  // batch) is unknown when compiling, so N and K pick: short K takes pingpong, else wide outputs
-  // take 128x256 and the rest 128x192 (GPT-2's 768 is four such tiles).
+  // N = 768 475 / 502 / 461; 4096^3 612 (128x256). With a short K a tile is a few k-steps,
+  // and the cooperative kernel idles the tensor cores through each tile's drain and epilogue,
+  // which pingpong overlaps. M (the batch) is unknown when compiling, so N and K pick: short K
+  // takes pingpong, else wide outputs take 128x256 and the rest 128x192 (GPT-2's 768 is four
+  // such tiles).
   if (target_sm == 90 && layout == GemmBLayout::kNK) {
     if (k.is_const() && *k.const_value() <= kPingpongMaxK) return GemmTile{128, 128, 64, 384, 1, 6, true};
     const bool wide = n.is_const() && *n.const_value() >= 2048;
