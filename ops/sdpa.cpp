@@ -32,12 +32,18 @@ constexpr int kKeysPerTile = 16;
 // Tensor-core path: 4 warps x 16 query rows = kQueriesPerBlock, 64 keys per tile. Measured in
 // GPT-2's bf16 block (B = 64, S = 512, H200): two 16-row m-tiles a warp (each K/V fragment read
 // once for both; 243 registers, 2 blocks an SM) took 300 us against 181, and a warpgroup-MMA
-// kernel without intra-warpgroup pipelining (2 warpgroups x 64 rows) 228 against 187.
+// kernel without intra-warpgroup pipelining (2 warpgroups x 64 rows) 228 against 187, and one
+// software-pipelined (1 warpgroup, S of tile j + 1 issued before tile j's softmax, 3 K/V
+// buffers; branch wip/wgmma-sdpa) 185 against 186: no gain for its extra code.
 constexpr int kMmaWarps = 4;
 constexpr int kMmaKeysPerTile = 64;
 // Resident blocks the register cap aims at: 4 (128 registers) hide the tile loads' latency
 // better than the 3 an uncapped 160 allow (GPT-2, B = 64, S = 512 on the H200: 185 vs 197 us).
 constexpr int kMmaBlocksPerSm = 4;
+// f32 register-tiled path: 16 x 16 threads over 64 x 64 tiles; 102 KiB of shared memory a block.
+// tiny_lm's attention (B = 64, S = 512, H200): 326 us against 631 for one thread per query.
+constexpr int kF32TiledThreads = 256;
+constexpr int kF32TiledBlocksPerSm = 2;
 
 TensorType infer_sdpa(const OpDef& meta, const OpContext& ctx) {
   const DType dtype = check_attention_inputs(meta, ctx, {"[N, S, Dh]", "N", "head dim"});
@@ -337,10 +343,162 @@ const char* kSdpaMmaBody = R"CUDA( {
 }
 )CUDA";
 
+// f32, head dim 64: register-tiled on CUDA cores. A block of 256 threads takes 64 queries; per
+// tile of 64 keys, thread (qg, kg) = (tid / 16, tid % 16) computes the scores of queries
+// 4qg..4qg+3 against keys kg, kg+16, kg+32, kg+48 (float4 reads along the head dim: 16 FMAs per
+// two 16-byte shared loads), the 16 threads of a query group reduce its rows by shuffles, P goes
+// through shared memory, and the same thread accumulates O for its 4 queries and dims
+// 4kg..4kg+3. Rows of Q, K and P are padded to 68 floats: the 8 threads of a 16-byte-load phase
+// read keys kg.. 16 rows apart, which then fall in distinct banks. K and V are double-buffered
+// by cp.async (rows of 16-byte-aligned heads; others are copied element by element).
+const char* kSdpaF32TiledBody = R"CUDA( {
+  constexpr int kLd = 68;
+  static_assert(kDH == 64 && kBQ == 64 && kBKV == 64 && kThreads == 256, "64 x 64 tiles over 16 x 16 threads");
+  extern __shared__ __align__(16) float tn_sdpa_f32_smem[];
+  float (*Qs)[kLd] = reinterpret_cast<float (*)[kLd]>(tn_sdpa_f32_smem);  // [query][dim]
+  float (*Ps)[kLd] = Qs + kBQ;                                           // [key][query]
+  float (*Ks)[kBKV][kLd] = reinterpret_cast<float (*)[kBKV][kLd]>(Ps + kBKV);  // [2][key][dim]
+  float (*Vs)[kBKV][kLd] = Ks + 2;                                              // [2][key][dim]
+  int qt, n;
+  tn_sdpa_tile((Sq + kBQ - 1) / kBQ, N, qt, n);
+  const int tid = threadIdx.x, qg = tid / 16, kg = tid % 16;
+  const int q0 = qt * kBQ;
+  const long long batch = n / heads;
+  const int hcol = (n % heads) * kDH;
+  const float* qn = q + batch * Sq * ldq + hcol;
+  const float* kn = k + batch * Skv * ldk + hcol;
+  const float* vn = v + batch * Skv * ldv + hcol;
+
+  // Rows [row0, row0 + 64) of a [rows, 64] matrix into dst, zeros past `rows`.
+  auto load_tile = [&](float (*dst)[kLd], const float* src, int ld, int row0, int rows) {
+    const bool vec = ld % 4 == 0 && tn_aligned16(src);
+    for (int c = tid; c < 64 * 16; c += kThreads) {
+      const int r = c / 16, col = (c % 16) * 4, row = row0 + r;
+      if (vec && row < rows) {
+        tn_cp_async16(&dst[r][col], src + (long long)row * ld + col);
+      } else {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) dst[r][col + e] = row < rows ? src[(long long)row * ld + col + e] : 0.f;
+      }
+    }
+  };
+
+  load_tile(Qs, qn, ldq, q0, Sq);
+  load_tile(Ks[0], kn, ldk, 0, Skv);
+  load_tile(Vs[0], vn, ldv, 0, Skv);
+  tn_cp_async_commit();
+
+  const float qk_scale = scale * 1.4426950408889634f;  // scores in log2 units: softmax via exp2
+  float o[4][4];  // [query 4qg + i][dim 4kg + e]
+  float m_run[4], l_run[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    m_run[i] = TN_NEG_INF;
+    l_run[i] = 0.f;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[i][e] = 0.f;
+  }
+  const int q_last = min(Sq, q0 + kBQ) - 1;
+  const int kv_end = kCausal ? min(Skv, q_last + 1) : Skv;
+
+  for (int j0 = 0, buf = 0; j0 < kv_end; j0 += kBKV, buf ^= 1) {
+    tn_cp_async_wait<0>();
+    __syncthreads();  // this tile has landed everywhere; the other buffer and Ps are free
+    if (j0 + kBKV < kv_end) {
+      load_tile(Ks[buf ^ 1], kn, ldk, j0 + kBKV, Skv);
+      load_tile(Vs[buf ^ 1], vn, ldv, j0 + kBKV, Skv);
+    }
+    tn_cp_async_commit();
+
+    float s[4][4];  // [query 4qg + i][key kg + 16c]
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) s[i][c] = 0.f;
+#pragma unroll 4
+    for (int d = 0; d < kDH; d += 4) {
+      float4 qv[4], kv[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) qv[i] = *reinterpret_cast<const float4*>(&Qs[4 * qg + i][d]);
+#pragma unroll
+      for (int c = 0; c < 4; ++c) kv[c] = *reinterpret_cast<const float4*>(&Ks[buf][kg + 16 * c][d]);
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int c = 0; c < 4; ++c)
+          s[i][c] = fmaf(qv[i].x, kv[c].x, fmaf(qv[i].y, kv[c].y, fmaf(qv[i].z, kv[c].z, fmaf(qv[i].w, kv[c].w, s[i][c]))));
+    }
+
+    const bool masked = j0 + kBKV > Skv || (kCausal && j0 + kBKV - 1 > q0);
+    float alpha[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int row = q0 + 4 * qg + i;
+      float tile_max = TN_NEG_INF;
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int key = j0 + kg + 16 * c;
+        const bool visible = !masked || (key < Skv && (!kCausal || key <= row));
+        s[i][c] = visible ? s[i][c] * qk_scale : TN_NEG_INF;
+        tile_max = fmaxf(tile_max, s[i][c]);
+      }
+#pragma unroll
+      for (int x = 1; x < 16; x <<= 1) tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, x));
+      // Key 0 is visible to every row, so the max is finite from the first tile on.
+      const float m_new = fmaxf(m_run[i], tile_max);
+      alpha[i] = tn_exp2(m_run[i] - m_new);
+      m_run[i] = m_new;
+      l_run[i] *= alpha[i];  // this thread's partial row sum; the 16 are summed at the end
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        s[i][c] = tn_exp2(s[i][c] - m_new);
+        l_run[i] += s[i][c];
+      }
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[i][e] *= alpha[i];
+    }
+#pragma unroll
+    for (int c = 0; c < 4; ++c)
+      *reinterpret_cast<float4*>(&Ps[kg + 16 * c][4 * qg]) = make_float4(s[0][c], s[1][c], s[2][c], s[3][c]);
+    __syncthreads();  // P of the whole tile
+
+#pragma unroll 4
+    for (int key = 0; key < kBKV; ++key) {
+      const float4 p = *reinterpret_cast<const float4*>(&Ps[key][4 * qg]);
+      const float4 vv = *reinterpret_cast<const float4*>(&Vs[buf][key][4 * kg]);
+      const float pi[4] = {p.x, p.y, p.z, p.w}, ve[4] = {vv.x, vv.y, vv.z, vv.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o[i][e] = fmaf(pi[i], ve[e], o[i][e]);
+    }
+  }
+
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+#pragma unroll
+    for (int x = 1; x < 16; x <<= 1) l_run[i] += __shfl_xor_sync(0xffffffffu, l_run[i], x);
+    const int row = q0 + 4 * qg + i;
+    if (row >= Sq) continue;
+    const float inv = 1.f / l_run[i];
+    float* dst = out + (batch * Sq + row) * ldo + hcol + 4 * kg;
+    const float4 r = make_float4(o[i][0] * inv, o[i][1] * inv, o[i][2] * inv, o[i][3] * inv);
+    if (ldo % 4 == 0 && tn_aligned16(out)) {
+      *reinterpret_cast<float4*>(dst) = r;
+    } else {
+      dst[0] = r.x, dst[1] = r.y, dst[2] = r.z, dst[3] = r.w;
+    }
+  }
+}
+)CUDA";
+
 // The tensor-core kernel: 16-bit storage, head dims in MMA steps, accumulators in registers.
 bool use_tensor_cores(DType dtype, int64_t head_dim) {
   return dtype != DType::kF32 && head_dim % 16 == 0 && head_dim <= 128;
 }
+
+// The register-tiled CUDA-core kernel: f32, head dim 64.
+bool use_f32_tiled(DType dtype, int64_t head_dim) { return dtype == DType::kF32 && head_dim == 64; }
 
 }  // namespace
 
@@ -400,7 +558,8 @@ Lowering lower_attention(const OpContext& ctx, int64_t heads) {
   const bool causal = ctx.attrs.b("causal");
   const bool tensor_cores = use_tensor_cores(dtype, head_dim);
   const int tpq = threads_per_query(head_dim);
-  const int threads = tensor_cores ? kMmaWarps * 32 : kQueriesPerBlock * tpq;
+  const bool f32_tiled = use_f32_tiled(dtype, head_dim);
+  const int threads = tensor_cores ? kMmaWarps * 32 : f32_tiled ? kF32TiledThreads : kQueriesPerBlock * tpq;
   const Expr n = q.shape[0] * Expr(heads), sq = q.shape[1], skv = k.shape[1];
 
   Launch launch;
@@ -410,10 +569,12 @@ Lowering lower_attention(const OpContext& ctx, int64_t heads) {
                  i32("ldo", ctx.output.row_stride), f32("scale", sdpa_scale(ctx, head_dim))};
   launch.block = {threads, 1, 1};
   launch.grid = {n * ceil_div(sq, Expr(kQueriesPerBlock)), Expr(1), Expr(1)};
-  // The tensor-core kernel's double-buffered K and V tiles, rows padded by 8 elements.
-  launch.dynamic_smem = Expr(tensor_cores ? int64_t{2} * 2 * kMmaKeysPerTile * (head_dim + 8) *
-                                                static_cast<int64_t>(dtype_size(dtype))
-                                          : 0);
+  // The tensor-core kernel's double-buffered K and V tiles, rows padded by 8 elements; the
+  // f32 tiled kernel's Q, P and double-buffered K and V: six 64 x 68 float tiles.
+  launch.dynamic_smem =
+      Expr(tensor_cores ? int64_t{2} * 2 * kMmaKeysPerTile * (head_dim + 8) * static_cast<int64_t>(dtype_size(dtype))
+           : f32_tiled  ? int64_t{6} * 64 * 68 * 4
+                        : 0);
   const Expr elem(static_cast<int64_t>(dtype_size(dtype)));
   // Per head, whatever the layout: q read and the output written once, k and v read once.
   launch.bytes = (Expr(2) * n * sq * Expr(head_dim) + Expr(2) * n * skv * Expr(head_dim)) * elem;
@@ -423,13 +584,16 @@ Lowering lower_attention(const OpContext& ctx, int64_t heads) {
 
   KernelSource kernel;
   kernel.name = fmt::format("sdpa_{}_d{}{}{}", dtype_name(dtype), head_dim, causal ? "_causal" : "",
-                            tensor_cores ? "_mma" : "");
+                            tensor_cores ? "_mma" : f32_tiled ? "_tiled" : "");
   kernel.source = kernel_prelude() + kernel_typedef("T", dtype) + kNegInf + kernel_constant("kDH", head_dim) +
                   kernel_constant("kBQ", kQueriesPerBlock) + kernel_constant("kThreads", threads) +
                   fmt::format("constexpr bool kCausal = {};\n", causal) + kSdpaShared;
   if (tensor_cores) {
     kernel.source += mma_primitives(dtype) + kernel_constant("kBKV", kMmaKeysPerTile) +
                      bounded_kernel_entry(launch.args, threads, kMmaBlocksPerSm) + kSdpaMmaBody;
+  } else if (f32_tiled) {  // (the f16 primitives only for cp.async)
+    kernel.source += mma_primitives(DType::kF16) + kernel_constant("kBKV", kMmaKeysPerTile) +
+                     bounded_kernel_entry(launch.args, threads, kF32TiledBlocksPerSm) + kSdpaF32TiledBody;
   } else {
     kernel.source += kernel_constant("kTPQ", tpq) + kernel_constant("kBKV", kKeysPerTile) + kSdpaConstants +
                      bounded_kernel_entry(launch.args, threads, 1) + kSdpaBody;

@@ -545,11 +545,18 @@ TEST(Dense2Lowering, SdpaGridScaleAndStrides) {
   EXPECT_DOUBLE_EQ(arg(launch, "scale").fvalue, 0.125);
   const OpContext scaled = context("sdpa", {{"causal", false}, {"scale", 0.3}}, {q, q, q});
   EXPECT_DOUBLE_EQ(arg(op("sdpa").lower(scaled).launches.at(0), "scale").fvalue, 0.3);
-  // f32 (and head dims that are not MMA multiples) use CUDA cores: one thread per query row.
+  // f32 at head dim 64: the register-tiled CUDA-core kernel, 16 x 16 threads a 64-query tile;
+  // other f32 head dims: one thread per query row.
   const TensorType f32 = tensor(DType::kF32, {B * Expr(12), S, 64});
-  const Lowering simt = op("sdpa").lower(context("sdpa", {{"causal", true}}, {f32, f32, f32}));
+  const Lowering tiled = op("sdpa").lower(context("sdpa", {{"causal", true}}, {f32, f32, f32}));
+  EXPECT_EQ(tiled.launches.at(0).block[0], 256);
+  EXPECT_EQ(tiled.launches.at(0).grid[0].eval(bind), 24 * 3);
+  EXPECT_EQ(tiled.launches.at(0).dynamic_smem.eval(bind), 6 * 64 * 68 * 4);
+  EXPECT_EQ(tiled.kernels.at(0).name, "sdpa_f32_d64_causal_tiled");
+  const TensorType f32_d32 = tensor(DType::kF32, {B * Expr(12), S, 32});
+  const Lowering simt = op("sdpa").lower(context("sdpa", {{"causal", true}}, {f32_d32, f32_d32, f32_d32}));
   EXPECT_EQ(simt.launches.at(0).block[0], 64);
-  EXPECT_EQ(simt.kernels.at(0).name, "sdpa_f32_d64_causal");
+  EXPECT_EQ(simt.kernels.at(0).name, "sdpa_f32_d32_causal");
 }
 
 // fused.sdpa_heads runs sdpa's kernel (the same source, so compile shares one PTX) on heads read
