@@ -409,6 +409,13 @@ static_assert(kBK * (int)sizeof(T) == 128, "a K tile row is one 128-byte swizzle
 static_assert(kBN % 16 == 0 && kBN <= 256, "wgmma N");
 static_assert(kStages >= 2, "one stage computing while the next loads");
 constexpr int kAcc = kBN / 2;  // f32 accumulators per thread and row block: 64 x kBN over 128 threads
+// The residual epilogue's prefetch: 16-bit only (3xTF32 has no registers to spare), and only
+// for short mainloops, where the epilogue is not hidden under the other consumer's. Measured
+// on GPT-2's bf16 layers at M = 32768 (H200): proj + residual (K = 768, 12 k-steps) took 98 us
+// with it at the tile's start against 105 without (one run), then 94 with it 6 k-steps before
+// the end against 125 for the earlier one-row-at-a-time loads (another run); fc_proj +
+// residual (K = 3072) took 4 and 11 us longer with it.
+constexpr int kResidualPrefetchSteps = 6, kResidualPrefetchMaxKTiles = 16;
 static_assert(kRowBlocks * kAcc <= 128, "accumulators must leave registers for addresses (168 per thread)");
 static_assert(kSplitTf32 == (sizeof(T) == 4), "f32 runs as 3xTF32; 16-bit types directly");
 static_assert(!(kTma && kSplitTf32), "3xTF32 splits its chunks in the loader threads, so it copies by cp.async");
@@ -626,8 +633,26 @@ __device__ __forceinline__ void tn_gemm_block(const T* __restrict__ A, const T* 
     for (int i = 0; i < kRowBlocks; ++i)
 #pragma unroll
       for (int j = 0; j < kAcc; ++j) acc[i][j] = 0.f;
+    // Accumulator 4j + 2h + e of row block i is row 64i + (warp % 4) * 16 + lane / 4 + 8h,
+    // column 8j + 2 (lane % 4) + e.
+    const int row = m0 + (kPingpong ? 0 : consumer * kRowBlocks * 64) + (tid % 128) / 32 * 16 + lane / 4;
+    const int col = n0 + (lane % 4) * 2;
     int previous = -1;  // the stage whose MMAs are still in flight
     for (int kt = 0; kt < k_tiles; ++kt, advance()) {
+      if (kHasResidual && sizeof(T) == 2 && k_tiles <= kResidualPrefetchMaxKTiles &&
+          kt == max(k_tiles - kResidualPrefetchSteps, 0)) {
+        // The epilogue's residual lines into L2 under the last k-steps, so its loads hit L2. Each
+        // quad of lanes owns 2 rows of a row block; lane q takes row q / 2 and every other line.
+        constexpr int kLineElems = 128 / sizeof(T), kLines = kBN / kLineElems;
+#pragma unroll
+        for (int i = 0; i < kRowBlocks; ++i) {
+          const int m = row + 64 * i + 8 * (lane % 4 / 2);
+#pragma unroll
+          for (int l = lane % 2; l < kLines; l += 2)
+            if (m < M && n0 + l * kLineElems < N)
+              asm volatile("prefetch.global.L2 [%0];\n" :: "l"(R + (long long)m * ldr + n0 + l * kLineElems));
+        }
+      }
       tn_mbar_wait(full_bar + stage * 8, phase);
       // cp.async copies are generic-proxy writes, and wgmma reads shared memory through the
       // async proxy (as TMA writes it).
@@ -661,10 +686,6 @@ __device__ __forceinline__ void tn_gemm_block(const T* __restrict__ A, const T* 
     for (int i = 0; i < kRowBlocks; ++i) tn_fence_acc(acc[i]);
     if (previous >= 0 && lane == 0) tn_mbar_arrive(empty_bar + previous * 8);
 
-    // Accumulator 4j + 2h + e of row block i is row 64i + (warp % 4) * 16 + lane / 4 + 8h,
-    // column 8j + 2 (lane % 4) + e.
-    const int row = m0 + (kPingpong ? 0 : consumer * kRowBlocks * 64) + (tid % 128) / 32 * 16 + lane / 4;
-    const int col = n0 + (lane % 4) * 2;
     if (kSplitTf32 && splits > 1) {  // (T is float: 16-bit kernels never split)
       const bool first_split = unit < tiles;
 #pragma unroll
@@ -700,13 +721,18 @@ __device__ __forceinline__ void tn_gemm_block(const T* __restrict__ A, const T* 
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const long long m = row + 64 * i + 8 * h;
+          // The row's residual loads all issue before its stores: in program order after a
+          // store to C (which may be R), each would wait out a whole memory latency alone.
+          uint4 res[kHasResidual ? kBN / 32 : 1];
+          if (kHasResidual)
+#pragma unroll
+            for (int q = 0; q < kBN / 32; ++q) res[q] = *reinterpret_cast<const uint4*>(R + m * ldr + n0 + 32 * q + 8 * quad_lane);
 #pragma unroll
           for (int q = 0; q < kBN / 32; ++q) {
             const int n = n0 + 32 * q + 8 * quad_lane;  // this lane's 8 columns after the transpose
             unsigned r[4] = {0u, 0u, 0u, 0u};
             if (kHasResidual) {
-              const uint4 v = *reinterpret_cast<const uint4*>(R + m * ldr + n);
-              r[0] = v.x, r[1] = v.y, r[2] = v.z, r[3] = v.w;
+              r[0] = res[q].x, r[1] = res[q].y, r[2] = res[q].z, r[3] = res[q].w;
               tn_quad_transpose(r, quad_lane);
             }
             unsigned u[4];

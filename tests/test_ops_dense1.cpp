@@ -528,6 +528,34 @@ TEST(Dense1Lowering, GeluTanhTakesTanhApproxOnlyForBf16) {
   }
 }
 
+// On sm_90 the 16-bit pingpong GEMM prefetches a tile's residual rows into L2 near the end of a
+// short mainloop (a run-time test of K); 3xTF32 has no registers for it, and a linear with no
+// residual has none to fetch.
+TEST(Dense1Lowering, ResidualPrefetchOnlyInSixteenBitResidualKernels) {
+  NvrtcConfig config;
+  config.arch = "sm_90";
+  config.use_cache = false;
+  const Expr rows = Expr::dim("B");
+  auto linear = [&](DType dtype, int64_t in, bool residual) {
+    std::vector<TensorType> inputs = {tensor(dtype, {rows, Expr(in)})};
+    if (residual) inputs.push_back(tensor(dtype, {rows, Expr(768)}));
+    KernelSource entry =
+        op("fused.linear")
+            .lower(context("fused.linear", {{"out_features", 768}, {"bias", true}, {"activation", "none"}}, inputs))
+            .kernels.at(0);
+    entry.source = substitute_entry(entry.source, entry.name + "_entry_point", entry.name);
+    return entry;
+  };
+  const std::vector<KernelSource> kernels = {linear(DType::kBF16, 768, true), linear(DType::kBF16, 768, false),
+                                             linear(DType::kF32, 768, true)};
+  const std::vector<CompiledKernel> compiled = compile_kernels(kernels, config);
+  ASSERT_EQ(compiled.size(), 3u);
+  EXPECT_NE(compiled[0].ptx.find("prefetch.global.L2"), std::string::npos) << kernels[0].name;
+  EXPECT_EQ(compiled[1].ptx.find("prefetch.global.L2"), std::string::npos) << kernels[1].name;
+  EXPECT_EQ(compiled[2].ptx.find("prefetch.global.L2"), std::string::npos) << kernels[2].name;
+  EXPECT_EQ(kernels[0].name, "linear_bf16_nk_bias_128x128x64_wgmma_pp_tma_res");
+}
+
 // ---- GPU: the out-of-range rule of embedding (random ids never leave [0, num)) -------------
 
 TEST(GpuDense1, EmbeddingOutOfRangeIdsGiveZeroRows) {
