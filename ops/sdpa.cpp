@@ -194,7 +194,6 @@ const char* kSdpaBody = R"CUDA( {
 // shared memory: the next tile's cp.async copies run while the current one is computed.
 const char* kSdpaMmaBody = R"CUDA( {
   constexpr int kLd = kDH + 8;  // padded rows: ldmatrix's 8 row reads hit distinct banks
-  constexpr int kChunks = kBKV * kDH / 8;  // 16-byte chunks per K or V tile
   constexpr float kLog2e = 1.4426950408889634f;
   static_assert(kBKV == kBQ && kThreads == kBQ / 16 * 32, "Q is staged through the K tile; 16 rows per warp");
   extern __shared__ __align__(16) unsigned char tn_sdpa_smem[];
@@ -211,21 +210,8 @@ const char* kSdpaMmaBody = R"CUDA( {
   const T* qn = q + batch * Sq * ldq + hcol;
   const T* kn = k + batch * Skv * ldk + hcol;
   const T* vn = v + batch * Skv * ldv + hcol;
-  const T zero = tn_from_raw<T>(0);
-
-  // Rows [row0, row0 + kBKV) of a [rows, kDH] matrix into dst, zeros past `rows`; whole aligned
-  // chunks by cp.async (the caller commits and waits).
   auto load_tile = [&](T (*dst)[kLd], const T* src, int ld, int row0, int rows) {
-    const bool vec = ld % 8 == 0 && tn_aligned16(src);
-    for (int c = tid; c < kChunks; c += kThreads) {
-      const int r = c / (kDH / 8), col = (c % (kDH / 8)) * 8, row = row0 + r;
-      if (vec && row < rows) {
-        tn_cp_async16(&dst[r][col], src + (long long)row * ld + col);
-      } else {
-#pragma unroll
-        for (int e = 0; e < 8; ++e) dst[r][col + e] = row < rows ? src[(long long)row * ld + col + e] : zero;
-      }
-    }
+    tn_sdpa_copy_tile<kBKV, kDH>(dst, src, ld, row0, rows, tn_from_raw<T>(0));
   };
 
   // Q (staged in buffer 1) and K/V tile 0 (buffer 0) load together, as two copy groups.
@@ -369,18 +355,8 @@ const char* kSdpaF32TiledBody = R"CUDA( {
   const float* kn = k + batch * Skv * ldk + hcol;
   const float* vn = v + batch * Skv * ldv + hcol;
 
-  // Rows [row0, row0 + 64) of a [rows, 64] matrix into dst, zeros past `rows`.
   auto load_tile = [&](float (*dst)[kLd], const float* src, int ld, int row0, int rows) {
-    const bool vec = ld % 4 == 0 && tn_aligned16(src);
-    for (int c = tid; c < 64 * 16; c += kThreads) {
-      const int r = c / 16, col = (c % 16) * 4, row = row0 + r;
-      if (vec && row < rows) {
-        tn_cp_async16(&dst[r][col], src + (long long)row * ld + col);
-      } else {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) dst[r][col + e] = row < rows ? src[(long long)row * ld + col + e] : 0.f;
-      }
-    }
+    tn_sdpa_copy_tile<64, 64>(dst, src, ld, row0, rows, 0.f);
   };
 
   load_tile(Qs, qn, ldq, q0, Sq);
@@ -492,6 +468,27 @@ const char* kSdpaF32TiledBody = R"CUDA( {
 }
 )CUDA";
 
+// The tile copy of the kernels staging K and V in shared memory (after the cp.async primitives).
+const char* kSdpaCopyTile = R"CUDA(
+// Rows [row0, row0 + kRows) of a [rows, kCols] matrix into dst, `zero` past `rows`: 16-byte
+// chunks by cp.async where rows are 16-byte aligned (the caller commits and waits), else
+// element by element.
+template <int kRows, int kCols, typename E, int kLd>
+__device__ __forceinline__ void tn_sdpa_copy_tile(E (*dst)[kLd], const E* src, int ld, int row0, int rows, E zero) {
+  constexpr int kVecN = 16 / sizeof(E), kRowChunks = kCols / kVecN;
+  const bool vec = ld % kVecN == 0 && tn_aligned16(src);
+  for (int c = threadIdx.x; c < kRows * kRowChunks; c += kThreads) {
+    const int r = c / kRowChunks, col = (c % kRowChunks) * kVecN, row = row0 + r;
+    if (vec && row < rows) {
+      tn_cp_async16(&dst[r][col], src + (long long)row * ld + col);
+    } else {
+#pragma unroll
+      for (int e = 0; e < kVecN; ++e) dst[r][col + e] = row < rows ? src[(long long)row * ld + col + e] : zero;
+    }
+  }
+}
+)CUDA";
+
 // The tensor-core kernel: 16-bit storage, head dims in MMA steps, accumulators in registers.
 bool use_tensor_cores(DType dtype, int64_t head_dim) {
   return dtype != DType::kF32 && head_dim % 16 == 0 && head_dim <= 128;
@@ -589,10 +586,10 @@ Lowering lower_attention(const OpContext& ctx, int64_t heads) {
                   kernel_constant("kBQ", kQueriesPerBlock) + kernel_constant("kThreads", threads) +
                   fmt::format("constexpr bool kCausal = {};\n", causal) + kSdpaShared;
   if (tensor_cores) {
-    kernel.source += mma_primitives(dtype) + kernel_constant("kBKV", kMmaKeysPerTile) +
+    kernel.source += mma_primitives(dtype) + kSdpaCopyTile + kernel_constant("kBKV", kMmaKeysPerTile) +
                      bounded_kernel_entry(launch.args, threads, kMmaBlocksPerSm) + kSdpaMmaBody;
   } else if (f32_tiled) {  // (the f16 primitives only for cp.async)
-    kernel.source += mma_primitives(DType::kF16) + kernel_constant("kBKV", kMmaKeysPerTile) +
+    kernel.source += mma_primitives(DType::kF16) + kSdpaCopyTile + kernel_constant("kBKV", kMmaKeysPerTile) +
                      bounded_kernel_entry(launch.args, threads, kF32TiledBlocksPerSm) + kSdpaF32TiledBody;
   } else {
     kernel.source += kernel_constant("kTPQ", tpq) + kernel_constant("kBKV", kKeysPerTile) + kSdpaConstants +
