@@ -226,13 +226,20 @@ const char* kSdpaMmaBody = R"CUDA( {
 #pragma unroll
   for (int kk = 0; kk < kDH / 16; ++kk)
     tn_ldmatrix_x4(qf[kk], &Ks[1][warp * 16 + lane % 16][kk * 16 + (lane / 16) * 8]);
+  if (scale < 0.f)  // scores of -q, so the softmax scale below is positive (negation is exact)
+#pragma unroll
+    for (int kk = 0; kk < kDH / 16; ++kk)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) qf[kk][i] ^= 0x80008000u;
 
   float o[kDH / 8][4];
 #pragma unroll
   for (int d = 0; d < kDH / 8; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.f;
   float m_run[2] = {TN_NEG_INF, TN_NEG_INF}, l_run[2] = {0.f, 0.f};  // rows g and g + 8
   const int row_a = q0 + warp * 16 + g;
-  const float qk_scale = scale * kLog2e;
+  // |scale| in log2 units, at least FLT_MIN so that a masked -inf stays -inf (at scale 0 every
+  // weight is then 2^(tiny) = 1, as softmax of zeros gives).
+  const float qk_scale = fmaxf(fabsf(scale) * kLog2e, 1.17549435e-38f);
   const int q_last = min(Sq, q0 + kBQ) - 1;
   const int kv_end = kCausal ? min(Skv, q_last + 1) : Skv;
 
@@ -261,37 +268,49 @@ const char* kSdpaMmaBody = R"CUDA( {
       }
     }
 
-    // Scale into log2 units, mask (only tiles past Skv or reaching the block's first query
-    // under causality hold hidden keys), and the online-softmax update per row (h = 0: g, 1: g + 8).
-    const bool masked = j0 + kBKV > Skv || (kCausal && j0 + kBKV - 1 > q0);
-    float tile_max[2] = {TN_NEG_INF, TN_NEG_INF};
+    // Mask: only tiles past Skv or reaching the block's first query under causality hold
+    // hidden keys, and the branch is the same for the whole block, so other tiles skip the tests.
+    if (j0 + kBKV > Skv || (kCausal && j0 + kBKV - 1 > q0)) {
+#pragma unroll
+      for (int j = 0; j < kBKV / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int key = j0 + j * 8 + 2 * t + (e & 1), row = row_a + (e / 2) * 8;
+          if (key >= Skv || (kCausal && key > row)) s[j][e] = TN_NEG_INF;
+        }
+    }
+    // The online-softmax update per row (h = 0: g, 1: g + 8), in log2 units: the running max
+    // m_run is kept scaled, and p = 2^(s·c − m_run) is one FFMA and one MUFU op. c > 0 keeps the
+    // order of the raw scores (Q was negated for a negative scale) and -inf at -inf.
+    // Row maxima and sums reduce as trees (depth 4 over a row's 16 values here), not as chains
+    // of dependent FMNMX / FADD ops that stall the warp.
+    float part[2][kBKV / 8];  // [row h][partial]
 #pragma unroll
     for (int j = 0; j < kBKV / 8; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int key = j0 + j * 8 + 2 * t + (e & 1), row = row_a + (e / 2) * 8;
-        const bool visible = !masked || (key < Skv && (!kCausal || key <= row));
-        s[j][e] = visible ? s[j][e] * qk_scale : TN_NEG_INF;
-        tile_max[e / 2] = fmaxf(tile_max[e / 2], s[j][e]);
-      }
+      for (int h = 0; h < 2; ++h) part[h][j] = fmaxf(s[j][2 * h], s[j][2 * h + 1]);
     float alpha[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 1));
-      tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 2));
+      float tile_max = tn_tree_reduce(part[h], [](float a, float b) { return fmaxf(a, b); });
+      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
       // Key 0 is visible to every row, so the max is finite from the first tile on.
-      const float m_new = fmaxf(m_run[h], tile_max[h]);
+      const float m_new = fmaxf(m_run[h], tile_max * qk_scale);
       alpha[h] = tn_exp2(m_run[h] - m_new);
       m_run[h] = m_new;
-      l_run[h] *= alpha[h];  // this lane's partial row sum; the quad is summed at the end
     }
 #pragma unroll
     for (int j = 0; j < kBKV / 8; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        s[j][e] = tn_exp2(s[j][e] - m_run[e / 2]);
-        l_run[e / 2] += s[j][e];
-      }
+      for (int e = 0; e < 4; ++e) s[j][e] = tn_exp2(fmaf(s[j][e], qk_scale, -m_run[e / 2]));
+#pragma unroll
+    for (int j = 0; j < kBKV / 8; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) part[h][j] = s[j][2 * h] + s[j][2 * h + 1];
+#pragma unroll
+    for (int h = 0; h < 2; ++h)  // this lane's partial row sums; the quad's are summed at the end
+      l_run[h] = fmaf(l_run[h], alpha[h], tn_tree_reduce(part[h], [](float a, float b) { return a + b; }));
 #pragma unroll
     for (int d = 0; d < kDH / 8; ++d) {
       o[d][0] *= alpha[0]; o[d][1] *= alpha[0];
@@ -469,6 +488,19 @@ const char* kSdpaF32TiledBody = R"CUDA( {
 )CUDA";
 
 // The tile copy of the kernels staging K and V in shared memory (after the cp.async primitives).
+// v[0] op v[1] op ... op v[kN - 1] as a tree (kN a power of two; v is overwritten).
+const char* kSdpaTreeReduce = R"CUDA(
+template <int kN, typename Op>
+__device__ __forceinline__ float tn_tree_reduce(float (&v)[kN], Op op) {
+  static_assert((kN & (kN - 1)) == 0, "a power of two");
+#pragma unroll
+  for (int w = kN / 2; w > 0; w /= 2)
+#pragma unroll
+    for (int i = 0; i < w; ++i) v[i] = op(v[i], v[i + w]);
+  return v[0];
+}
+)CUDA";
+
 const char* kSdpaCopyTile = R"CUDA(
 // Rows [row0, row0 + kRows) of a [rows, kCols] matrix into dst, `zero` past `rows`: 16-byte
 // chunks by cp.async where rows are 16-byte aligned (the caller commits and waits), else
@@ -477,6 +509,19 @@ template <int kRows, int kCols, typename E, int kLd>
 __device__ __forceinline__ void tn_sdpa_copy_tile(E (*dst)[kLd], const E* src, int ld, int row0, int rows, E zero) {
   constexpr int kVecN = 16 / sizeof(E), kRowChunks = kCols / kVecN;
   const bool vec = ld % kVecN == 0 && tn_aligned16(src);
+  // Whole tiles of aligned rows (all but a sequence's last): each thread copies one column
+  // chunk of every kRowStep-th row, unrolled, one address add a chunk and no per-chunk tests.
+  constexpr int kRowStep = kThreads / kRowChunks;
+  constexpr bool kWholeRounds = kThreads % kRowChunks == 0 && kRows % kRowStep == 0;
+  if (kWholeRounds && vec && row0 + kRows <= rows) {
+    const int r = threadIdx.x / kRowChunks, col = threadIdx.x % kRowChunks * kVecN;
+    const E* from = src + (long long)(row0 + r) * ld + col;
+    const long long step = (long long)kRowStep * ld;
+#pragma unroll
+    for (int i = 0; i < kRows / kRowStep; ++i) tn_cp_async16(&dst[r + i * kRowStep][col], from + i * step);
+    return;
+  }
+#pragma unroll 1
   for (int c = threadIdx.x; c < kRows * kRowChunks; c += kThreads) {
     const int r = c / kRowChunks, col = (c % kRowChunks) * kVecN, row = row0 + r;
     if (vec && row < rows) {
@@ -586,7 +631,7 @@ Lowering lower_attention(const OpContext& ctx, int64_t heads) {
                   kernel_constant("kBQ", kQueriesPerBlock) + kernel_constant("kThreads", threads) +
                   fmt::format("constexpr bool kCausal = {};\n", causal) + kSdpaShared;
   if (tensor_cores) {
-    kernel.source += mma_primitives(dtype) + kSdpaCopyTile + kernel_constant("kBKV", kMmaKeysPerTile) +
+    kernel.source += mma_primitives(dtype) + kSdpaCopyTile + kSdpaTreeReduce + kernel_constant("kBKV", kMmaKeysPerTile) +
                      bounded_kernel_entry(launch.args, threads, kMmaBlocksPerSm) + kSdpaMmaBody;
   } else if (f32_tiled) {  // (the f16 primitives only for cp.async)
     kernel.source += mma_primitives(DType::kF16) + kSdpaCopyTile + kernel_constant("kBKV", kMmaKeysPerTile) +
@@ -663,13 +708,16 @@ OpDef sdpa_op() {
                            lengths});
         }
       }
-      for (bool causal : {false, true}) {
-        cases.push_back({fmt::format("q [N, S, 64], k/v [N, T, 64]{} {}", causal ? " causal" : "", dt),
-                         case_graph({"N", "S", "T"},
-                                    {{"q", dtype, "[N, S, 64]"}, {"k", dtype, "[N, T, 64]"}, {"v", dtype, "[N, T, 64]"}},
-                                    {{"o", "sdpa", {"q", "k", "v"}, {{"causal", causal}, {"scale", 0.3}}}}),
-                         {{{"N", 2}, {"S", 33}, {"T", 70}}, {{"N", 1}, {"S", 70}, {"T", 33}}}});
-      }
+      // Negative and zero scales too: the tensor-core kernel negates Q for the first and keeps
+      // masked keys at -inf for the second.
+      for (bool causal : {false, true})
+        for (double scale : {0.3, -0.5, 0.0}) {
+          cases.push_back({fmt::format("q [N, S, 64], k/v [N, T, 64]{} scale {} {}", causal ? " causal" : "", scale, dt),
+                           case_graph({"N", "S", "T"},
+                                      {{"q", dtype, "[N, S, 64]"}, {"k", dtype, "[N, T, 64]"}, {"v", dtype, "[N, T, 64]"}},
+                                      {{"o", "sdpa", {"q", "k", "v"}, {{"causal", causal}, {"scale", scale}}}}),
+                           {{{"N", 2}, {"S", 33}, {"T", 70}}, {{"N", 1}, {"S", 70}, {"T", 33}}}});
+        }
       cases.push_back({"padded q/k/v (linear 17 of 20/24) " + dt,
                        case_graph({"N", "S"}, {{"x", dtype, "[N, S, 8]"}},
                                   {{"p", "linear", {"x"}, {{"out_features", 17}}},
