@@ -713,42 +713,49 @@ __device__ __forceinline__ void tn_gemm_block(const T* __restrict__ A, const T* 
     // loads its residual so (the transpose maps those back to the accumulator layout); a warp
     // then writes whole 32-byte sectors instead of halves.
     const bool whole16 = sizeof(T) == 2 && whole && ldc % 8 == 0 && tn_aligned16(C) &&
+                         (reinterpret_cast<unsigned long long>(bias) & 3) == 0 &&
                          (!kHasResidual || (ldr % 8 == 0 && tn_aligned16(R)));
     if (whole16) {
       const int quad_lane = lane % 4;
+      // Column group q (32 columns) at a time: its bias loads once for the group's rows, all
+      // issued before the first store (reloaded for every store, each load waited out an L1
+      // latency alone), and its rows' residual loads likewise (C may be R, so loads after a
+      // store to C wait for it).
 #pragma unroll
-      for (int i = 0; i < kRowBlocks; ++i)
+      for (int q = 0; q < kBN / 32; ++q) {
+        const int n = n0 + 32 * q + 8 * quad_lane;  // this lane's 8 columns after the transpose
+        unsigned b[4] = {0u, 0u, 0u, 0u};  // bias pairs, packed (registers are short here)
+        if (kHasBias)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const long long m = row + 64 * i + 8 * h;
-          // The row's residual loads all issue before its stores: in program order after a
-          // store to C (which may be R), each would wait out a whole memory latency alone.
-          uint4 res[kHasResidual ? kBN / 32 : 1];
+          for (int p = 0; p < 4; ++p) b[p] = *reinterpret_cast<const unsigned*>(bias + col + (4 * q + p) * 8);
+#pragma unroll
+        for (int i = 0; i < kRowBlocks; ++i) {
+          uint4 res[2];
           if (kHasResidual)
 #pragma unroll
-            for (int q = 0; q < kBN / 32; ++q) res[q] = *reinterpret_cast<const uint4*>(R + m * ldr + n0 + 32 * q + 8 * quad_lane);
+            for (int h = 0; h < 2; ++h) res[h] = *reinterpret_cast<const uint4*>(R + (long long)(row + 64 * i + 8 * h) * ldr + n);
 #pragma unroll
-          for (int q = 0; q < kBN / 32; ++q) {
-            const int n = n0 + 32 * q + 8 * quad_lane;  // this lane's 8 columns after the transpose
+          for (int h = 0; h < 2; ++h) {
             unsigned r[4] = {0u, 0u, 0u, 0u};
             if (kHasResidual) {
-              r[0] = res[q].x, r[1] = res[q].y, r[2] = res[q].z, r[3] = res[q].w;
+              const uint4 v = res[h];
+              r[0] = v.x, r[1] = v.y, r[2] = v.z, r[3] = v.w;
               tn_quad_transpose(r, quad_lane);
             }
             unsigned u[4];
 #pragma unroll
             for (int p = 0; p < 4; ++p) {
               const int j = 4 * q + p;
-              const float b0 = kHasBias ? tn_f32(bias[col + j * 8]) : 0.f;
-              const float b1 = kHasBias ? tn_f32(bias[col + j * 8 + 1]) : 0.f;
-              float r0 = 0.f, r1 = 0.f;
+              float r0 = 0.f, r1 = 0.f, b0, b1;
               if (kHasResidual) tn_unpack2(r[p], r0, r1);
+              tn_unpack2(b[p], b0, b1);
               u[p] = tn_pack2(tn_epilogue(acc[i][4 * j + 2 * h] + b0, r0), tn_epilogue(acc[i][4 * j + 2 * h + 1] + b1, r1));
             }
             tn_quad_transpose(u, quad_lane);
-            *reinterpret_cast<uint4*>(C + m * ldc + n) = make_uint4(u[0], u[1], u[2], u[3]);
+            *reinterpret_cast<uint4*>(C + (long long)(row + 64 * i + 8 * h) * ldc + n) = make_uint4(u[0], u[1], u[2], u[3]);
           }
         }
+      }
     } else if (whole) {
 #pragma unroll
       for (int j = 0; j < kBN / 8; ++j) {
