@@ -10,6 +10,9 @@ namespace {
 
 // The longest K for which the wgmma GEMM takes the pingpong schedule.
 constexpr int kPingpongMaxK = 1024;
+// Columns of one TMA store of the 16-bit wgmma epilogue (c_map's box; 64 bytes of 16-bit
+// elements, a 64-byte swizzle row); the kernel gets it as kStoreGroupCols.
+constexpr int kTmaStoreBox = 32;
 
 // Shared by both paths: output tile coordinates in grouped order — kGroupM consecutive tile
 // ids walk down M under one N tile, so that B panel stays in L2 while A streams.
@@ -423,6 +426,13 @@ constexpr int kATileBytes = kBM * 128, kBTileBytes = kBN * 128;
 constexpr int kOperandBytes = kATileBytes + kBTileBytes;
 constexpr int kStageBytes = kOperandBytes * (kSplitTf32 ? 2 : 1);
 constexpr int kAChunks = kBM * 8 / 128, kBChunks = kBN * 8 / 128;  // 16-byte chunks per loader thread
+// kTmaStore kernels store whole tiles through shared memory: each consumer has two buffers of
+// a 32-column group (kBM rows of 64 bytes, in TMA's 64-byte swizzle), filled in turns, so one
+// group's TMA store runs while the next is written.
+static_assert(!kTmaStore || (kTma && kPingpong), "the TMA store boxes are whole pingpong tiles (kBM rows)");
+static_assert(!kTmaStore || kStoreGroupCols * sizeof(T) == 64, "a store group row is one 64-byte swizzle row");
+constexpr int kStoreBufBytes = kBM * kStoreGroupCols * (int)sizeof(T);
+constexpr int kStoreBytes = kTmaStore ? kConsumers * 2 * kStoreBufBytes : 0;
 
 __device__ __forceinline__ unsigned tn_swizzled(int row, int chunk) {
   return (unsigned)(row * 128 + ((chunk ^ (row & 7)) << 4));
@@ -476,6 +486,26 @@ __device__ __forceinline__ void tn_tma_load(unsigned dst, const void* map, int c
                :: "r"(dst), "l"(map), "r"(col), "r"(row), "r"(bar) : "memory");
 }
 
+// The TMA store of the box at (col, row) of the tensor map from shared memory at `src` (in the
+// map's swizzle), as one bulk group of this thread; rows and columns outside the map are not
+// written.
+__device__ __forceinline__ void tn_tma_store(const void* map, int col, int row, unsigned src) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n"
+               :: "l"(map), "r"(col), "r"(row), "r"(src) : "memory");
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+// Until at most kPending of this thread's bulk groups are still reading shared memory.
+template <int kPending> __device__ __forceinline__ void tn_bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" :: "n"(kPending) : "memory");
+}
+// The 128 threads of consumer warpgroup c (barrier 0 is __syncthreads'), by immediate barrier
+// ids (a register id costs a register and reserves all 16 barriers).
+__device__ __forceinline__ void tn_consumer_sync(int c) {
+  static_assert(kConsumers <= 2, "barriers 1 and 2");
+  if (c == 0) asm volatile("bar.sync 1, 128;\n" ::: "memory");
+  else asm volatile("bar.sync 2, 128;\n" ::: "memory");
+}
+
 // x -> (tf32(x), tf32(x - tf32(x))) for the 4 floats of the chunk at `p`: the high parts in
 // place, the low parts kOperandBytes on. Both are exact TF32 values, so the MMA reads them
 // whole whether it rounds or truncates its operands.
@@ -525,10 +555,12 @@ __device__ __forceinline__ void tn_gemm_block(const T* __restrict__ A, const T* 
                                               const T* __restrict__ bias, T* __restrict__ C,
                                               int M, int N, int K, int lda, int ldb, int ldc, int first_tile,
                                               const T* __restrict__ R = nullptr, int ldr = 0, int splits = 1,
-                                              const void* a_map = nullptr, const void* b_map = nullptr) {
+                                              const void* a_map = nullptr, const void* b_map = nullptr,
+                                              const void* c_map = nullptr) {
   extern __shared__ unsigned char tn_dynamic_smem[];
   unsigned char* smem = tn_dynamic_smem + ((1024 - (tn_smem_addr(tn_dynamic_smem) & 1023)) & 1023);
-  const unsigned full_bar = tn_smem_addr(smem + kStages * kStageBytes), empty_bar = full_bar + kStages * 8;
+  unsigned char* store_bufs = smem + kStages * kStageBytes;  // kTmaStore: [consumer][2][kStoreBufBytes]
+  const unsigned full_bar = tn_smem_addr(store_bufs + kStoreBytes), empty_bar = full_bar + kStages * 8;
   const unsigned turn_bar = empty_bar + kStages * 8;  // pingpong: one per consumer
   const int tid = threadIdx.x, warpgroup = tid / 128;
   if (tid == 0) {
@@ -715,7 +747,57 @@ __device__ __forceinline__ void tn_gemm_block(const T* __restrict__ A, const T* 
     const bool whole16 = sizeof(T) == 2 && whole && ldc % 8 == 0 && tn_aligned16(C) &&
                          (reinterpret_cast<unsigned long long>(bias) & 3) == 0 &&
                          (!kHasResidual || (ldr % 8 == 0 && tn_aligned16(R)));
-    if (whole16) {
+    if (kTmaStore && whole16) {
+      // Through shared memory, 32 columns at a time: the consumer's threads write their pairs
+      // into a buffer, and one thread stores it by TMA, which runs on while the next group is
+      // written (a warp's 16-byte global stores, after a quad transpose each, kept the
+      // epilogue longer than the other consumer's MMAs). Pair p of a lane's row rr sits in
+      // 16-byte chunk p ^ (rr / 2 % 4) of the row (the 64-byte swizzle), so a warp's 8 rows
+      // of a chunk hit distinct banks.
+      const int quad_lane = lane % 4, tile_row = (tid % 128) / 32 * 16 + lane / 4;
+      const bool leader = tid % 128 == 0;
+#pragma unroll
+      for (int q = 0; q < kBN / kStoreGroupCols; ++q) {
+        const int n = n0 + kStoreGroupCols * q + 8 * quad_lane;  // the residual's 8 columns for this lane
+        unsigned b[4] = {0u, 0u, 0u, 0u};
+        if (kHasBias)
+#pragma unroll
+          for (int p = 0; p < 4; ++p) b[p] = *reinterpret_cast<const unsigned*>(bias + col + (4 * q + p) * 8);
+        unsigned char* buf = store_bufs + (consumer * 2 + q % 2) * kStoreBufBytes;
+        if (leader) tn_bulk_wait_read<1>();  // the buffer's last store (two groups back) has read it
+        tn_consumer_sync(consumer);
+#pragma unroll
+        for (int i = 0; i < kRowBlocks; ++i) {
+          uint4 res[2];
+          if (kHasResidual)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) res[h] = *reinterpret_cast<const uint4*>(R + (long long)(row + 64 * i + 8 * h) * ldr + n);
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            unsigned r[4] = {0u, 0u, 0u, 0u};
+            if (kHasResidual) {
+              const uint4 v = res[h];
+              r[0] = v.x, r[1] = v.y, r[2] = v.z, r[3] = v.w;
+              tn_quad_transpose(r, quad_lane);  // to the accumulators' pairs
+            }
+            const int rr = tile_row + 64 * i + 8 * h;
+            unsigned char* line = buf + rr * 64 + 4 * quad_lane;
+#pragma unroll
+            for (int p = 0; p < 4; ++p) {
+              const int j = 4 * q + p;
+              float r0 = 0.f, r1 = 0.f, b0, b1;
+              if (kHasResidual) tn_unpack2(r[p], r0, r1);
+              tn_unpack2(b[p], b0, b1);
+              *reinterpret_cast<unsigned*>(line + ((p ^ (rr >> 1 & 3)) << 4)) =
+                  tn_pack2(tn_epilogue(acc[i][4 * j + 2 * h] + b0, r0), tn_epilogue(acc[i][4 * j + 2 * h + 1] + b1, r1));
+            }
+          }
+        }
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // these writes, before TMA reads them
+        tn_consumer_sync(consumer);
+        if (leader) tn_tma_store(c_map, n0 + kStoreGroupCols * q, m0, tn_smem_addr(buf));
+      }
+    } else if (whole16) {
       const int quad_lane = lane % 4;
       // Column group q (32 columns) at a time: its bias loads once for the group's rows, all
       // issued before the first store (reloaded for every store, each load waited out an L1
@@ -786,6 +868,8 @@ __device__ __forceinline__ void tn_gemm_block(const T* __restrict__ A, const T* 
                           acc[i][4 * j + 2 * h + 1]);
     }
   }
+  // Shared memory must outlast the TMA stores reading it.
+  if (kTmaStore && tid % 128 == 0) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
 }
 )CUDA";
 
@@ -911,13 +995,17 @@ GemmTile choose_gemm_tile(DType dtype, GemmBLayout layout, const Expr& n, const 
   return GemmTile{128, 128, 32, 256, 1};
 }
 
-int64_t gemm_dynamic_smem(const GemmTile& tile) {
+bool gemm_tma_store(const GemmTile& tile, const GemmEpilogue& epilogue) { return tile.tma && !epilogue.residual; }
+
+int64_t gemm_dynamic_smem(const GemmTile& tile, const GemmEpilogue& epilogue) {
   // A and B tiles of 128-byte rows per stage (twice for 3xTF32), + 1024 to align the swizzled
   // tiles inside the allocation, + a full and an empty mbarrier (8 bytes each) per stage, +
   // pingpong's two turn mbarriers.
   if (!tile.wgmma()) return 0;
   const int64_t stage_bytes = int64_t{tile.bm + tile.bn} * 128 * (tile.split_tf32 ? 2 : 1);
-  return int64_t{tile.stages} * (stage_bytes + 16) + (tile.pingpong ? 16 : 0) + 1024;
+  const int64_t consumers = tile.threads / 128 - 1;
+  const int64_t store_bytes = gemm_tma_store(tile, epilogue) ? consumers * 2 * tile.bm * kTmaStoreBox * 2 : 0;  // 16-bit
+  return int64_t{tile.stages} * (stage_bytes + 16) + (tile.pingpong ? 16 : 0) + store_bytes + 1024;
 }
 
 Expr gemm_tiles(const GemmTile& tile, const Expr& m, const Expr& n) {
@@ -928,12 +1016,15 @@ Expr gemm_grid(const GemmTile& tile, const Expr& units) {
   return tile.wgmma() ? min(units, Expr(kSm90Sms)) : units;
 }
 
-std::vector<KernelArg> gemm_tensor_maps(const GemmTile& tile, const std::string& a, const std::string& b,
-                                        const Expr& m, const Expr& n, const Expr& k, const Expr& lda,
-                                        const Expr& ldb) {
-  // A K box of 128 bytes: one swizzle row (the tile's row of a k-step).
-  return {tensor_map("a_map", {a, k, m, lda, tile.bk, tile.bm, 128}),
-          tensor_map("b_map", {b, k, n, ldb, tile.bk, tile.bn, 128})};
+std::vector<KernelArg> gemm_tensor_maps(const GemmTile& tile, const GemmEpilogue& epilogue, const std::string& a,
+                                        const std::string& b, const std::string& c, const Expr& m, const Expr& n,
+                                        const Expr& k, const Expr& lda, const Expr& ldb, const Expr& ldc) {
+  // A K box of 128 bytes: one swizzle row (the tile's row of a k-step). C's box: a 32-column
+  // group of the tile's rows, 64 bytes wide (kStoreGroupCols in kGemmWgmma).
+  std::vector<KernelArg> maps = {tensor_map("a_map", {a, k, m, lda, tile.bk, tile.bm, 128}),
+                                 tensor_map("b_map", {b, k, n, ldb, tile.bk, tile.bn, 128})};
+  if (gemm_tma_store(tile, epilogue)) maps.push_back(tensor_map("c_map", {c, n, m, ldc, kTmaStoreBox, tile.bm, 64}));
+  return maps;
 }
 
 std::string gemm_kernel_name(const std::string& op, DType dtype, GemmBLayout layout, bool has_bias,
@@ -965,9 +1056,10 @@ std::string gemm_device_source(DType dtype, GemmBLayout layout, bool has_bias, c
                      epilogue.activation.empty() ? "v" : activation(epilogue.activation).cuda);
   src += kTileOrder;
   if (tile.wgmma()) {
-    src += kernel_constant("kStages", tile.stages);
-    src += fmt::format("constexpr bool kPingpong = {};\nconstexpr bool kSplitTf32 = {};\nconstexpr bool kTma = {};\n",
-                       tile.pingpong, tile.split_tf32, tile.tma);
+    src += kernel_constant("kStages", tile.stages) + kernel_constant("kStoreGroupCols", kTmaStoreBox);
+    src += fmt::format("constexpr bool kPingpong = {};\nconstexpr bool kSplitTf32 = {};\nconstexpr bool kTma = {};\n"
+                       "constexpr bool kTmaStore = {};\n",
+                       tile.pingpong, tile.split_tf32, tile.tma, gemm_tma_store(tile, epilogue));
     if (tile.tma) src += tensor_map_c_type_definition();
     src += mma_primitives(dtype) + kTensorCoreShared + wgmma_instruction(dtype, tile.bn) + kGemmWgmma;
   } else if (dtype == DType::kF32) {

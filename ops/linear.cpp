@@ -83,11 +83,12 @@ Lowering lower_linear(const OpContext& ctx, const GemmEpilogue& epilogue) {
   const Expr n = ctx.output.shape.back();
   const Expr m = product(Shape(x.shape.begin(), x.shape.end() - 1));
   const Expr ldy = ctx.output.row_stride;
-  // TMA needs 16-byte multiples for the row strides of x and of W (whose rows are K long).
+  // TMA needs 16-byte multiples for the row strides of x, of W (whose rows are K long) and of y.
   const auto is_16_byte_multiple = [&](const Expr& elements) {
     return elements.is_const() && *elements.const_value() * static_cast<int64_t>(dtype_size(dtype)) % 16 == 0;
   };
-  const bool tma_ok = dtype != DType::kF32 && is_16_byte_multiple(k) && is_16_byte_multiple(x.row_stride);
+  const bool tma_ok = dtype != DType::kF32 && is_16_byte_multiple(k) && is_16_byte_multiple(x.row_stride) &&
+                      is_16_byte_multiple(ldy);
   const GemmTile tile = choose_gemm_tile(dtype, GemmBLayout::kNK, n, k, ctx.target_sm, tma_ok);
   const bool split_k = dtype == DType::kF32 && epilogue.activation.empty();
   const int resident = tile.wgmma() ? kSm90Sms : kResidentBlocks;
@@ -135,12 +136,12 @@ Lowering lower_linear(const OpContext& ctx, const GemmEpilogue& epilogue) {
   if (epilogue.residual) launch.args.push_back(i32("ldr", ctx.inputs.at(1).row_stride));
   if (split_k) launch.args.push_back(i32("splits", splits));
   if (tile.tma) {
-    for (KernelArg& map : gemm_tensor_maps(tile, "x", "weight", m, n, k, x.row_stride, k))
+    for (KernelArg& map : gemm_tensor_maps(tile, epilogue, "x", "weight", "y", m, n, k, x.row_stride, k, ldy))
       launch.args.push_back(std::move(map));
   }
   launch.block = {tile.threads, 1, 1};
   launch.grid = {gemm_grid(tile, split_k ? tiles * splits : tiles), Expr(1), Expr(1)};
-  launch.dynamic_smem = Expr(gemm_dynamic_smem(tile));
+  launch.dynamic_smem = Expr(gemm_dynamic_smem(tile, epilogue));
   launch.bytes = (m * k + n * k + (epilogue.residual ? Expr(2) : Expr(1)) * m * n + (has_bias ? n : Expr(0))) * elem;
   const int epilogue_flops = (has_bias ? 1 : 0) + (epilogue.residual ? 1 : 0) +
                              (epilogue.activation.empty() ? 0 : activation(epilogue.activation).flops);
@@ -167,7 +168,7 @@ Lowering lower_linear(const OpContext& ctx, const GemmEpilogue& epilogue) {
                     has_bias ? "split == 0 ? bias : nullptr" : "nullptr",
                     epilogue.residual ? "split == 0 ? residual : nullptr, ldr" : "nullptr, 0")
               : fmt::format(" {{\n  tn_gemm_block(x, weight, {}, y, M, N, K, ldx, K, ldy, blockIdx.x, {}{});\n}}\n",
-                            bias_arg, residual_args, tile.tma ? ", 1, &a_map, &b_map" : "");
+                            bias_arg, residual_args, !tile.tma ? "" : gemm_tma_store(tile, epilogue) ? ", 1, &a_map, &b_map, &c_map" : ", 1, &a_map, &b_map");
   KernelSource kernel;
   kernel.name = gemm_kernel_name("linear", dtype, GemmBLayout::kNK, has_bias, tile) + epilogue.suffix();
   kernel.source = gemm_device_source(dtype, GemmBLayout::kNK, has_bias, tile, epilogue) +

@@ -530,8 +530,10 @@ TEST(Dense1Lowering, GeluTanhTakesTanhApproxOnlyForBf16) {
 
 // On sm_90 the 16-bit pingpong GEMM prefetches a tile's residual rows into L2 near the end of a
 // short mainloop (a run-time test of K); 3xTF32 has no registers for it, and a linear with no
-// residual has none to fetch.
-TEST(Dense1Lowering, ResidualPrefetchOnlyInSixteenBitResidualKernels) {
+// residual has none to fetch. The TMA kernel without a residual stores its tiles by TMA
+// through shared memory (a c_map argument, 32 KiB of store buffers); with one it stores 16
+// bytes a lane from registers.
+TEST(Dense1Lowering, ResidualPrefetchAndTmaStoreByEpilogue) {
   NvrtcConfig config;
   config.arch = "sm_90";
   config.use_cache = false;
@@ -554,6 +556,27 @@ TEST(Dense1Lowering, ResidualPrefetchOnlyInSixteenBitResidualKernels) {
   EXPECT_EQ(compiled[1].ptx.find("prefetch.global.L2"), std::string::npos) << kernels[1].name;
   EXPECT_EQ(compiled[2].ptx.find("prefetch.global.L2"), std::string::npos) << kernels[2].name;
   EXPECT_EQ(kernels[0].name, "linear_bf16_nk_bias_128x128x64_wgmma_pp_tma_res");
+  EXPECT_EQ(kernels[1].name, "linear_bf16_nk_bias_128x128x64_wgmma_pp_tma");
+  const std::string tma_store = "cp.async.bulk.tensor.2d.global.shared::cta";
+  EXPECT_EQ(compiled[0].ptx.find(tma_store), std::string::npos);
+  EXPECT_NE(compiled[0].ptx.find("st.global.v4.u32"), std::string::npos);
+  EXPECT_NE(compiled[1].ptx.find(tma_store), std::string::npos);
+  EXPECT_EQ(compiled[1].ptx.find("st.global.v4.u32"), std::string::npos);
+
+  auto launch = [&](bool residual) {
+    std::vector<TensorType> inputs = {tensor(DType::kBF16, {rows, Expr(768)})};
+    if (residual) inputs.push_back(tensor(DType::kBF16, {rows, Expr(768)}));
+    return op("fused.linear")
+        .lower(context("fused.linear", {{"out_features", 768}, {"bias", true}, {"activation", "none"}}, inputs))
+        .launches.at(0);
+  };
+  auto has_c_map = [](const Launch& l) {
+    return std::any_of(l.args.begin(), l.args.end(), [](const KernelArg& a) { return a.name == "c_map"; });
+  };
+  const Launch with_residual = launch(true), without = launch(false);
+  EXPECT_FALSE(has_c_map(with_residual));
+  EXPECT_TRUE(has_c_map(without));
+  EXPECT_EQ(without.dynamic_smem.eval({}) - with_residual.dynamic_smem.eval({}), 2 * 2 * 128 * 64);
 }
 
 // ---- GPU: the out-of-range rule of embedding (random ids never leave [0, num)) -------------

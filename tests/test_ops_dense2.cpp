@@ -411,17 +411,20 @@ TEST(Dense2Lowering, LinearUsesWgmmaOnlyWhereItApplies) {
   Lowering lowering = op("linear").lower(ctx);
   EXPECT_EQ(lowering.kernels.at(0).name, "linear_bf16_nk_bias_128x128x64_wgmma_pp_tma");
   EXPECT_TRUE(lowering.kernels.at(0).arch_specific);
-  // One loader thread and two MMA warpgroups; six 32 KiB stages with two 8-byte mbarriers each
-  // and two turn mbarriers; persistent: at most one block per SM.
+  // One loader thread and two MMA warpgroups; six 32 KiB stages with two 8-byte mbarriers each,
+  // two turn mbarriers and two 8 KiB store buffers per MMA warpgroup; persistent: at most one
+  // block per SM.
   EXPECT_EQ(lowering.launches.at(0).block[0], 384);
-  EXPECT_EQ(lowering.launches.at(0).dynamic_smem.eval({}), 6 * (32768 + 16) + 16 + 1024);
+  EXPECT_EQ(lowering.launches.at(0).dynamic_smem.eval({}), 6 * (32768 + 16) + 16 + 4 * 8192 + 1024);
   EXPECT_EQ(lowering.launches.at(0).grid[0].eval({{"B", 1}, {"S", 128}}), 6);
   EXPECT_EQ(lowering.launches.at(0).grid[0].eval({{"B", 64}, {"S", 128}}), 132);
-  // The tensor maps view x as [M, K] and W as [N, K] in boxes of one 128-byte K row by a tile.
+  // The tensor maps view x as [M, K] and W as [N, K] in boxes of one 128-byte K row by a tile,
+  // and y as [M, N] in boxes of 32 columns (64 bytes) by the tile's 128 rows.
   const Bindings b = {{"B", 2}, {"S", 5}};
-  ASSERT_EQ(lowering.launches.at(0).args.size(), 11u);
+  ASSERT_EQ(lowering.launches.at(0).args.size(), 12u);
   const KernelArg& a_map = lowering.launches.at(0).args.at(9);
   const KernelArg& b_map = lowering.launches.at(0).args.at(10);
+  const KernelArg& c_map = lowering.launches.at(0).args.at(11);
   EXPECT_EQ(a_map.kind, ArgKind::kTensorMap);
   EXPECT_EQ(a_map.name, "a_map");
   EXPECT_EQ(a_map.map.of, "x");
@@ -435,6 +438,15 @@ TEST(Dense2Lowering, LinearUsesWgmmaOnlyWhereItApplies) {
   EXPECT_EQ(b_map.map.rows.eval(b), 768);
   EXPECT_EQ(b_map.map.row_stride.eval(b), 3072);
   EXPECT_EQ(b_map.map.box_rows, 128);
+  EXPECT_EQ(c_map.kind, ArgKind::kTensorMap);
+  EXPECT_EQ(c_map.name, "c_map");
+  EXPECT_EQ(c_map.map.of, "y");
+  EXPECT_EQ(c_map.map.cols.eval(b), 768);
+  EXPECT_EQ(c_map.map.rows.eval(b), 10);
+  EXPECT_EQ(c_map.map.row_stride.eval(b), 768);
+  EXPECT_EQ(c_map.map.box_cols, 32);
+  EXPECT_EQ(c_map.map.box_rows, 128);
+  EXPECT_EQ(c_map.map.swizzle, 64);
 
   // K = 3076 (6152-byte rows): cp.async, cooperative 128x192; five 40 KiB stages.
   const OpContext unaligned = context("linear", {{"out_features", 768}, {"bias", true}}, {tensor(DType::kBF16, {B, S, 3076})});
@@ -492,11 +504,13 @@ TEST(Dense2Lowering, WgmmaKernelsAssembleForSm90aWithoutSerialisation) {
     const std::vector<CompiledKernel> compiled = compile_kernels({kernel}, config);
     const std::string& text = compiled.at(0).ptx;
     EXPECT_NE(text.find(".target sm_90a"), std::string::npos);
-    // TMA copies complete on the stage barrier; cp.async copies need the proxy fence instead.
-    EXPECT_EQ(text.find("cp.async.bulk.tensor.2d") != std::string::npos, tma);
-    EXPECT_EQ(text.find("fence.proxy.async") != std::string::npos, !tma);
-    // Whole 16-bit tiles store 16 bytes a lane (after the quad transpose).
-    EXPECT_NE(text.find("st.global.v4.u32"), std::string::npos);
+    // TMA loads complete on the stage barrier, and TMA kernels store whole tiles by TMA from
+    // shared memory; cp.async kernels store 16 bytes a lane (after the quad transpose). Both
+    // fence: cp.async kernels before each stage's MMAs, TMA kernels before each TMA store.
+    EXPECT_EQ(text.find("cp.async.bulk.tensor.2d.shared::cluster.global") != std::string::npos, tma);
+    EXPECT_EQ(text.find("cp.async.bulk.tensor.2d.global.shared::cta") != std::string::npos, tma);
+    EXPECT_EQ(text.find("st.global.v4.u32") != std::string::npos, !tma);
+    EXPECT_NE(text.find("fence.proxy.async"), std::string::npos);
 
     const fs::path dir = fs::temp_directory_path() / fmt::format("teeny-ptxas-{}", getpid());
     fs::create_directories(dir);
