@@ -13,6 +13,8 @@ constexpr int kPingpongMaxK = 1024;
 // Columns of one TMA store of the 16-bit wgmma epilogue (c_map's box; 64 bytes of 16-bit
 // elements, a 64-byte swizzle row); the kernel gets it as kStoreGroupCols.
 constexpr int kTmaStoreBox = 32;
+// Shared memory one block may take on sm_90 (227 KiB).
+constexpr int64_t kMaxBlockSmem = 227 * 1024;
 
 // Shared by both paths: output tile coordinates in grouped order — kGroupM consecutive tile
 // ids walk down M under one N tile, so that B panel stays in L2 while A streams.
@@ -412,12 +414,13 @@ static_assert(kBK * (int)sizeof(T) == 128, "a K tile row is one 128-byte swizzle
 static_assert(kBN % 16 == 0 && kBN <= 256, "wgmma N");
 static_assert(kStages >= 2, "one stage computing while the next loads");
 constexpr int kAcc = kBN / 2;  // f32 accumulators per thread and row block: 64 x kBN over 128 threads
-// The residual epilogue's prefetch: 16-bit only (3xTF32 has no registers to spare), and only
-// for short mainloops, where the epilogue is not hidden under the other consumer's. Measured
-// on GPT-2's bf16 layers at M = 32768 (H200): proj + residual (K = 768, 12 k-steps) took 98 us
-// with it at the tile's start against 105 without (one run), then 94 with it 6 k-steps before
-// the end against 125 for the earlier one-row-at-a-time loads (another run); fc_proj +
-// residual (K = 3072) took 4 and 11 us longer with it.
+// The residual epilogue's prefetch into L2, for the cp.async kernels (TMA kernels load the
+// residual by TMA): 16-bit only (3xTF32 has no registers to spare), and only for short
+// mainloops, where the epilogue is not hidden under the other consumer's. Measured on the TMA
+// kernel before it loaded the residual so, over GPT-2's bf16 layers at M = 32768 (H200): proj
+// + residual (K = 768, 12 k-steps) took 98 us with it at the tile's start against 105 without
+// (one run), then 94 with it 6 k-steps before the end against 125 for the earlier
+// one-row-at-a-time loads (another run); fc_proj + residual (K = 3072) took 4 and 11 us longer.
 constexpr int kResidualPrefetchSteps = 6, kResidualPrefetchMaxKTiles = 16;
 static_assert(kRowBlocks * kAcc <= 128, "accumulators must leave registers for addresses (168 per thread)");
 static_assert(kSplitTf32 == (sizeof(T) == 4), "f32 runs as 3xTF32; 16-bit types directly");
@@ -426,13 +429,15 @@ constexpr int kATileBytes = kBM * 128, kBTileBytes = kBN * 128;
 constexpr int kOperandBytes = kATileBytes + kBTileBytes;
 constexpr int kStageBytes = kOperandBytes * (kSplitTf32 ? 2 : 1);
 constexpr int kAChunks = kBM * 8 / 128, kBChunks = kBN * 8 / 128;  // 16-byte chunks per loader thread
-// kTmaStore kernels store whole tiles through shared memory: each consumer has two buffers of
-// a 32-column group (kBM rows of 64 bytes, in TMA's 64-byte swizzle), filled in turns, so one
-// group's TMA store runs while the next is written.
-static_assert(!kTmaStore || (kTma && kPingpong), "the TMA store boxes are whole pingpong tiles (kBM rows)");
-static_assert(!kTmaStore || kStoreGroupCols * sizeof(T) == 64, "a store group row is one 64-byte swizzle row");
+// TMA kernels store whole tiles through shared memory, a 32-column group (kBM rows of 64
+// bytes, in TMA's 64-byte swizzle) a buffer. Without a residual each consumer has two buffers,
+// filled in turns, so one group's TMA store runs while the next is written; with one, a whole
+// tile's, into which the tile's residual arrives by TMA during the mainloop.
+static_assert(!kTma || kPingpong, "the TMA store boxes are whole pingpong tiles (kBM rows)");
+static_assert(!kTma || kStoreGroupCols * sizeof(T) == 64, "a store group row is one 64-byte swizzle row");
+constexpr int kStoreGroups = kBN / kStoreGroupCols, kStoreBufs = kHasResidual ? kStoreGroups : 2;
 constexpr int kStoreBufBytes = kBM * kStoreGroupCols * (int)sizeof(T);
-constexpr int kStoreBytes = kTmaStore ? kConsumers * 2 * kStoreBufBytes : 0;
+constexpr int kStoreBytes = kTma ? kConsumers * kStoreBufs * kStoreBufBytes : 0;
 
 __device__ __forceinline__ unsigned tn_swizzled(int row, int chunk) {
   return (unsigned)(row * 128 + ((chunk ^ (row & 7)) << 4));
@@ -556,12 +561,13 @@ __device__ __forceinline__ void tn_gemm_block(const T* __restrict__ A, const T* 
                                               int M, int N, int K, int lda, int ldb, int ldc, int first_tile,
                                               const T* __restrict__ R = nullptr, int ldr = 0, int splits = 1,
                                               const void* a_map = nullptr, const void* b_map = nullptr,
-                                              const void* c_map = nullptr) {
+                                              const void* c_map = nullptr, const void* r_map = nullptr) {
   extern __shared__ unsigned char tn_dynamic_smem[];
   unsigned char* smem = tn_dynamic_smem + ((1024 - (tn_smem_addr(tn_dynamic_smem) & 1023)) & 1023);
-  unsigned char* store_bufs = smem + kStages * kStageBytes;  // kTmaStore: [consumer][2][kStoreBufBytes]
+  unsigned char* store_bufs = smem + kStages * kStageBytes;  // TMA: [consumer][kStoreBufs][kStoreBufBytes]
   const unsigned full_bar = tn_smem_addr(store_bufs + kStoreBytes), empty_bar = full_bar + kStages * 8;
   const unsigned turn_bar = empty_bar + kStages * 8;  // pingpong: one per consumer
+  const unsigned residual_bar = turn_bar + kConsumers * 8;  // TMA with a residual: one per consumer
   const int tid = threadIdx.x, warpgroup = tid / 128;
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
@@ -570,6 +576,8 @@ __device__ __forceinline__ void tn_gemm_block(const T* __restrict__ A, const T* 
     }
     if (kPingpong)
       for (int c = 0; c < kConsumers; ++c) tn_mbar_init(turn_bar + c * 8, 4);  // one per warp of the previous consumer
+    if (kTma && kHasResidual)
+      for (int c = 0; c < kConsumers; ++c) tn_mbar_init(residual_bar + c * 8, 1);  // the consumer's leader's
   }
   __syncthreads();
   const int tiles = ((M + kBM - 1) / kBM) * ((N + kBN - 1) / kBN), units = tiles * splits;
@@ -644,6 +652,7 @@ __device__ __forceinline__ void tn_gemm_block(const T* __restrict__ A, const T* 
   }
 
   const int consumer = warpgroup - 1, lane = tid % 32;
+  unsigned residual_phase = 0;  // TMA with a residual: parity of the consumer's residual barrier
   // Cooperative consumers all compute each of the block's tiles t; pingpong consumer c computes
   // t = c, c + kConsumers, ...
   for (int t = kPingpong ? consumer : 0, unit = first_tile + t * (int)gridDim.x; unit < units;
@@ -651,6 +660,29 @@ __device__ __forceinline__ void tn_gemm_block(const T* __restrict__ A, const T* 
     int tile_m, tile_n;
     tn_gemm_tile_coords(unit % tiles, M, N, tile_m, tile_n);
     const int m0 = tile_m * kBM, n0 = tile_n * kBN;
+    // Inside M and N, with no row padding to zero and 4-byte aligned pairs, the stores and
+    // bias loads need no checks, so they issue back to back instead of behind branches.
+    const bool whole = m0 + kBM <= M && (n0 + kBN < N || (n0 + kBN == N && ldc == N)) && ldc % 2 == 0 &&
+                       (reinterpret_cast<unsigned long long>(C) & (2 * sizeof(T) - 1)) == 0 &&
+                       (!kHasResidual || (ldr % 2 == 0 && (reinterpret_cast<unsigned long long>(R) & (2 * sizeof(T) - 1)) == 0));
+    // 16-bit, rows 16-byte aligned: each quad of lanes (one row, 32 columns) trades its pairs
+    // in a 4x4 transpose, so a lane stores 8 consecutive columns as one 16-byte store, and
+    // loads its residual so (the transpose maps those back to the accumulator layout); a warp
+    // then writes whole 32-byte sectors instead of halves.
+    const bool whole16 = sizeof(T) == 2 && whole && ldc % 8 == 0 && tn_aligned16(C) &&
+                         (reinterpret_cast<unsigned long long>(bias) & 3) == 0 &&
+                         (!kHasResidual || (ldr % 8 == 0 && tn_aligned16(R)));
+    const bool leader = tid % 128 == 0;  // of this consumer
+    if (kTma && kHasResidual && whole16 && leader) {
+      // The tile's residual into the store buffers, under the mainloop, once the previous
+      // tile's stores have read them.
+      tn_bulk_wait_read<0>();
+      const unsigned bufs = tn_smem_addr(store_bufs + consumer * kStoreBufs * kStoreBufBytes);
+      tn_mbar_arrive_expect_tx(residual_bar + consumer * 8, kStoreGroups * kStoreBufBytes);
+#pragma unroll
+      for (int g = 0; g < kStoreGroups; ++g)
+        tn_tma_load(bufs + g * kStoreBufBytes, r_map, n0 + kStoreGroupCols * g, m0, residual_bar + consumer * 8);
+    }
     stage = t * k_tiles % kStages;  // the ring position of the tile's first k-step
     phase = t * k_tiles / kStages & 1;
     // Pingpong: tile t's consumer waits until tile t - 1's consumer has passed all its `full`
@@ -671,7 +703,7 @@ __device__ __forceinline__ void tn_gemm_block(const T* __restrict__ A, const T* 
     const int col = n0 + (lane % 4) * 2;
     int previous = -1;  // the stage whose MMAs are still in flight
     for (int kt = 0; kt < k_tiles; ++kt, advance()) {
-      if (kHasResidual && sizeof(T) == 2 && k_tiles <= kResidualPrefetchMaxKTiles &&
+      if (kHasResidual && !kTma && sizeof(T) == 2 && k_tiles <= kResidualPrefetchMaxKTiles &&
           kt == max(k_tiles - kResidualPrefetchSteps, 0)) {
         // The epilogue's residual lines into L2 under the last k-steps, so its loads hit L2. Each
         // quad of lanes owns 2 rows of a row block; lane q takes row q / 2 and every other line.
@@ -735,64 +767,51 @@ __device__ __forceinline__ void tn_gemm_block(const T* __restrict__ A, const T* 
           }
       continue;
     }
-    // Inside M and N, with no row padding to zero and 4-byte aligned pairs, the stores and
-    // bias loads need no checks, so they issue back to back instead of behind branches.
-    const bool whole = m0 + kBM <= M && (n0 + kBN < N || (n0 + kBN == N && ldc == N)) && ldc % 2 == 0 &&
-                       (reinterpret_cast<unsigned long long>(C) & (2 * sizeof(T) - 1)) == 0 &&
-                       (!kHasResidual || (ldr % 2 == 0 && (reinterpret_cast<unsigned long long>(R) & (2 * sizeof(T) - 1)) == 0));
-    // 16-bit, rows 16-byte aligned: each quad of lanes (one row, 32 columns) trades its pairs
-    // in a 4x4 transpose, so a lane stores 8 consecutive columns as one 16-byte store, and
-    // loads its residual so (the transpose maps those back to the accumulator layout); a warp
-    // then writes whole 32-byte sectors instead of halves.
-    const bool whole16 = sizeof(T) == 2 && whole && ldc % 8 == 0 && tn_aligned16(C) &&
-                         (reinterpret_cast<unsigned long long>(bias) & 3) == 0 &&
-                         (!kHasResidual || (ldr % 8 == 0 && tn_aligned16(R)));
-    if (kTmaStore && whole16) {
+    if (kTma && whole16) {
       // Through shared memory, 32 columns at a time: the consumer's threads write their pairs
-      // into a buffer, and one thread stores it by TMA, which runs on while the next group is
-      // written (a warp's 16-byte global stores, after a quad transpose each, kept the
-      // epilogue longer than the other consumer's MMAs). Pair p of a lane's row rr sits in
-      // 16-byte chunk p ^ (rr / 2 % 4) of the row (the 64-byte swizzle), so a warp's 8 rows
-      // of a chunk hit distinct banks.
-      const int quad_lane = lane % 4, tile_row = (tid % 128) / 32 * 16 + lane / 4;
-      const bool leader = tid % 128 == 0;
+      // into a buffer (over the group's residual, which they read first), and one thread
+      // stores it by TMA, which runs on while the next group is written (a warp's 16-byte
+      // global stores, after a quad transpose each, kept the epilogue longer than the other
+      // consumer's MMAs). Pair p of a lane's row rr sits in 16-byte chunk p ^ (rr / 2 % 4) of
+      // the row (the 64-byte swizzle), so a warp's 8 rows of a chunk hit distinct banks.
+      const int tile_row = (tid % 128) / 32 * 16 + lane / 4;
+      if (kHasResidual) {
+        tn_mbar_wait(residual_bar + consumer * 8, residual_phase);
+        residual_phase ^= 1;
+      }
 #pragma unroll
-      for (int q = 0; q < kBN / kStoreGroupCols; ++q) {
-        const int n = n0 + kStoreGroupCols * q + 8 * quad_lane;  // the residual's 8 columns for this lane
-        unsigned b[4] = {0u, 0u, 0u, 0u};
+      for (int q = 0; q < kStoreGroups; ++q) {
+        unsigned b[4] = {0u, 0u, 0u, 0u};  // bias pairs, packed (registers are short here)
         if (kHasBias)
 #pragma unroll
           for (int p = 0; p < 4; ++p) b[p] = *reinterpret_cast<const unsigned*>(bias + col + (4 * q + p) * 8);
-        unsigned char* buf = store_bufs + (consumer * 2 + q % 2) * kStoreBufBytes;
-        if (leader) tn_bulk_wait_read<1>();  // the buffer's last store (two groups back) has read it
-        tn_consumer_sync(consumer);
+        unsigned char* buf = store_bufs + (consumer * kStoreBufs + q % kStoreBufs) * kStoreBufBytes;
+        if (!kHasResidual) {
+          if (leader) tn_bulk_wait_read<1>();  // the buffer's last store (two groups back) has read it
+          tn_consumer_sync(consumer);
+        }
 #pragma unroll
-        for (int i = 0; i < kRowBlocks; ++i) {
-          uint4 res[2];
-          if (kHasResidual)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) res[h] = *reinterpret_cast<const uint4*>(R + (long long)(row + 64 * i + 8 * h) * ldr + n);
+        for (int i = 0; i < kRowBlocks; ++i)
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
-            unsigned r[4] = {0u, 0u, 0u, 0u};
-            if (kHasResidual) {
-              const uint4 v = res[h];
-              r[0] = v.x, r[1] = v.y, r[2] = v.z, r[3] = v.w;
-              tn_quad_transpose(r, quad_lane);  // to the accumulators' pairs
-            }
             const int rr = tile_row + 64 * i + 8 * h;
-            unsigned char* line = buf + rr * 64 + 4 * quad_lane;
+            unsigned char* line = buf + rr * 64 + 4 * (lane % 4);
+            unsigned* pairs[4];
+            unsigned res[4] = {0u, 0u, 0u, 0u};  // the row's residual pairs, all read before its writes
+#pragma unroll
+            for (int p = 0; p < 4; ++p) {
+              pairs[p] = reinterpret_cast<unsigned*>(line + ((p ^ (rr >> 1 & 3)) << 4));
+              if (kHasResidual) res[p] = *pairs[p];
+            }
 #pragma unroll
             for (int p = 0; p < 4; ++p) {
               const int j = 4 * q + p;
               float r0 = 0.f, r1 = 0.f, b0, b1;
-              if (kHasResidual) tn_unpack2(r[p], r0, r1);
+              if (kHasResidual) tn_unpack2(res[p], r0, r1);
               tn_unpack2(b[p], b0, b1);
-              *reinterpret_cast<unsigned*>(line + ((p ^ (rr >> 1 & 3)) << 4)) =
-                  tn_pack2(tn_epilogue(acc[i][4 * j + 2 * h] + b0, r0), tn_epilogue(acc[i][4 * j + 2 * h + 1] + b1, r1));
+              *pairs[p] = tn_pack2(tn_epilogue(acc[i][4 * j + 2 * h] + b0, r0), tn_epilogue(acc[i][4 * j + 2 * h + 1] + b1, r1));
             }
           }
-        }
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // these writes, before TMA reads them
         tn_consumer_sync(consumer);
         if (leader) tn_tma_store(c_map, n0 + kStoreGroupCols * q, m0, tn_smem_addr(buf));
@@ -869,7 +888,7 @@ __device__ __forceinline__ void tn_gemm_block(const T* __restrict__ A, const T* 
     }
   }
   // Shared memory must outlast the TMA stores reading it.
-  if (kTmaStore && tid % 128 == 0) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+  if (kTma && tid % 128 == 0) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
 }
 )CUDA";
 
@@ -995,8 +1014,6 @@ GemmTile choose_gemm_tile(DType dtype, GemmBLayout layout, const Expr& n, const 
   return GemmTile{128, 128, 32, 256, 1};
 }
 
-bool gemm_tma_store(const GemmTile& tile, const GemmEpilogue& epilogue) { return tile.tma && !epilogue.residual; }
-
 int64_t gemm_dynamic_smem(const GemmTile& tile, const GemmEpilogue& epilogue) {
   // A and B tiles of 128-byte rows per stage (twice for 3xTF32), + 1024 to align the swizzled
   // tiles inside the allocation, + a full and an empty mbarrier (8 bytes each) per stage, +
@@ -1004,7 +1021,10 @@ int64_t gemm_dynamic_smem(const GemmTile& tile, const GemmEpilogue& epilogue) {
   if (!tile.wgmma()) return 0;
   const int64_t stage_bytes = int64_t{tile.bm + tile.bn} * 128 * (tile.split_tf32 ? 2 : 1);
   const int64_t consumers = tile.threads / 128 - 1;
-  const int64_t store_bytes = gemm_tma_store(tile, epilogue) ? consumers * 2 * tile.bm * kTmaStoreBox * 2 : 0;  // 16-bit
+  // TMA: store buffers of 32 columns (16-bit), two a consumer, or a whole tile's and an
+  // 8-byte residual mbarrier with a residual.
+  const int64_t buffers = epilogue.residual ? tile.bn / kTmaStoreBox : 2;
+  const int64_t store_bytes = tile.tma ? consumers * (buffers * tile.bm * kTmaStoreBox * 2 + (epilogue.residual ? 8 : 0)) : 0;
   return int64_t{tile.stages} * (stage_bytes + 16) + (tile.pingpong ? 16 : 0) + store_bytes + 1024;
 }
 
@@ -1016,14 +1036,18 @@ Expr gemm_grid(const GemmTile& tile, const Expr& units) {
   return tile.wgmma() ? min(units, Expr(kSm90Sms)) : units;
 }
 
-std::vector<KernelArg> gemm_tensor_maps(const GemmTile& tile, const GemmEpilogue& epilogue, const std::string& a,
-                                        const std::string& b, const std::string& c, const Expr& m, const Expr& n,
-                                        const Expr& k, const Expr& lda, const Expr& ldb, const Expr& ldc) {
-  // A K box of 128 bytes: one swizzle row (the tile's row of a k-step). C's box: a 32-column
-  // group of the tile's rows, 64 bytes wide (kStoreGroupCols in kGemmWgmma).
-  std::vector<KernelArg> maps = {tensor_map("a_map", {a, k, m, lda, tile.bk, tile.bm, 128}),
-                                 tensor_map("b_map", {b, k, n, ldb, tile.bk, tile.bn, 128})};
-  if (gemm_tma_store(tile, epilogue)) maps.push_back(tensor_map("c_map", {c, n, m, ldc, kTmaStoreBox, tile.bm, 64}));
+GemmTile fit_gemm_epilogue(GemmTile tile, const GemmEpilogue& epilogue) {
+  while (tile.stages > 2 && gemm_dynamic_smem(tile, epilogue) > kMaxBlockSmem) --tile.stages;
+  return tile;
+}
+
+std::vector<KernelArg> gemm_tensor_maps(const GemmTile& tile, const GemmOperands& ops) {
+  // A K box of 128 bytes: one swizzle row (the tile's row of a k-step). C's and R's boxes: a
+  // 32-column group of the tile's rows, 64 bytes wide (kStoreGroupCols in kGemmWgmma).
+  std::vector<KernelArg> maps = {tensor_map("a_map", {ops.a, ops.k, ops.m, ops.lda, tile.bk, tile.bm, 128}),
+                                 tensor_map("b_map", {ops.b, ops.k, ops.n, ops.ldb, tile.bk, tile.bn, 128}),
+                                 tensor_map("c_map", {ops.c, ops.n, ops.m, ops.ldc, kTmaStoreBox, tile.bm, 64})};
+  if (!ops.r.empty()) maps.push_back(tensor_map("r_map", {ops.r, ops.n, ops.m, ops.ldr, kTmaStoreBox, tile.bm, 64}));
   return maps;
 }
 
@@ -1057,9 +1081,8 @@ std::string gemm_device_source(DType dtype, GemmBLayout layout, bool has_bias, c
   src += kTileOrder;
   if (tile.wgmma()) {
     src += kernel_constant("kStages", tile.stages) + kernel_constant("kStoreGroupCols", kTmaStoreBox);
-    src += fmt::format("constexpr bool kPingpong = {};\nconstexpr bool kSplitTf32 = {};\nconstexpr bool kTma = {};\n"
-                       "constexpr bool kTmaStore = {};\n",
-                       tile.pingpong, tile.split_tf32, tile.tma, gemm_tma_store(tile, epilogue));
+    src += fmt::format("constexpr bool kPingpong = {};\nconstexpr bool kSplitTf32 = {};\nconstexpr bool kTma = {};\n",
+                       tile.pingpong, tile.split_tf32, tile.tma);
     if (tile.tma) src += tensor_map_c_type_definition();
     src += mma_primitives(dtype) + kTensorCoreShared + wgmma_instruction(dtype, tile.bn) + kGemmWgmma;
   } else if (dtype == DType::kF32) {

@@ -61,18 +61,23 @@ struct GemmEpilogue {
 GemmTile choose_gemm_tile(DType dtype, GemmBLayout layout, const Expr& n, const Expr& k, int target_sm,
                           bool tma_ok = false);
 
-// Whether the TMA kernel also stores its output tiles by TMA (through shared memory): without
-// a residual. Measured on the H200 over GPT-2's bf16 layers at M = 32768 (us, against 16-byte
-// stores from registers, same run): q 70.3 / 71.7, fc + GELU 297.9 / 311.2; with the residual
-// 106.5 / 96.3 (proj) and 276.6 / 269.7 (fc_proj), whose extra registers spilled.
-bool gemm_tma_store(const GemmTile& tile, const GemmEpilogue& epilogue);
+// The tile with as many pipeline stages as fit beside the epilogue's shared memory (a TMA
+// kernel with a residual stages a whole output tile).
+GemmTile fit_gemm_epilogue(GemmTile tile, const GemmEpilogue& epilogue);
 
-// The TMA kernel's tensor-map arguments a_map, b_map and, with gemm_tma_store, c_map: views of
-// the pointer arguments `a` ([M, K], row stride lda), `b` ([N, K], row stride ldb) and `c`
-// ([M, N], row stride ldc) in the boxes that the kernel loads and stores.
-std::vector<KernelArg> gemm_tensor_maps(const GemmTile& tile, const GemmEpilogue& epilogue, const std::string& a,
-                                        const std::string& b, const std::string& c, const Expr& m, const Expr& n,
-                                        const Expr& k, const Expr& lda, const Expr& ldb, const Expr& ldc);
+// The pointer arguments a TMA kernel's tensor maps view: `a` [M, K] (row stride lda), `b`
+// [N, K] (ldb), the output `c` [M, N] (ldc) and, if named, the residual `r` [M, N] (ldr).
+struct GemmOperands {
+  std::string a, b, c, r;
+  Expr m, n, k, lda, ldb, ldc, ldr;
+};
+
+// The TMA kernel's tensor-map arguments a_map, b_map, c_map and (with a residual) r_map, in the
+// boxes the kernel loads and stores. Tiles store through shared memory by TMA (measured on the
+// H200 over GPT-2's bf16 layers at M = 32768, against 16-byte stores from registers, same
+// run: q 70.3 / 71.7 us, fc + GELU 297.9 / 311.2); with a residual, which first arrives there
+// by TMA under the mainloop.
+std::vector<KernelArg> gemm_tensor_maps(const GemmTile& tile, const GemmOperands& operands);
 
 // Dynamic shared memory of a launch of the tile's kernel, in bytes (0 unless wgmma).
 int64_t gemm_dynamic_smem(const GemmTile& tile, const GemmEpilogue& epilogue);

@@ -83,13 +83,14 @@ Lowering lower_linear(const OpContext& ctx, const GemmEpilogue& epilogue) {
   const Expr n = ctx.output.shape.back();
   const Expr m = product(Shape(x.shape.begin(), x.shape.end() - 1));
   const Expr ldy = ctx.output.row_stride;
-  // TMA needs 16-byte multiples for the row strides of x, of W (whose rows are K long) and of y.
+  // TMA needs 16-byte multiples for the row strides of x, of W (whose rows are K long), of y and
+  // of the residual.
   const auto is_16_byte_multiple = [&](const Expr& elements) {
     return elements.is_const() && *elements.const_value() * static_cast<int64_t>(dtype_size(dtype)) % 16 == 0;
   };
   const bool tma_ok = dtype != DType::kF32 && is_16_byte_multiple(k) && is_16_byte_multiple(x.row_stride) &&
-                      is_16_byte_multiple(ldy);
-  const GemmTile tile = choose_gemm_tile(dtype, GemmBLayout::kNK, n, k, ctx.target_sm, tma_ok);
+                      is_16_byte_multiple(ldy) && (!epilogue.residual || is_16_byte_multiple(ctx.inputs.at(1).row_stride));
+  const GemmTile tile = fit_gemm_epilogue(choose_gemm_tile(dtype, GemmBLayout::kNK, n, k, ctx.target_sm, tma_ok), epilogue);
   const bool split_k = dtype == DType::kF32 && epilogue.activation.empty();
   const int resident = tile.wgmma() ? kSm90Sms : kResidentBlocks;
   const Expr tiles = gemm_tiles(tile, m, n);
@@ -136,7 +137,9 @@ Lowering lower_linear(const OpContext& ctx, const GemmEpilogue& epilogue) {
   if (epilogue.residual) launch.args.push_back(i32("ldr", ctx.inputs.at(1).row_stride));
   if (split_k) launch.args.push_back(i32("splits", splits));
   if (tile.tma) {
-    for (KernelArg& map : gemm_tensor_maps(tile, epilogue, "x", "weight", "y", m, n, k, x.row_stride, k, ldy))
+    GemmOperands operands{"x", "weight", "y", epilogue.residual ? "residual" : "", m, n, k, x.row_stride, k, ldy,
+                          epilogue.residual ? ctx.inputs.at(1).row_stride : Expr(0)};
+    for (KernelArg& map : gemm_tensor_maps(tile, operands))
       launch.args.push_back(std::move(map));
   }
   launch.block = {tile.threads, 1, 1};
@@ -168,7 +171,7 @@ Lowering lower_linear(const OpContext& ctx, const GemmEpilogue& epilogue) {
                     has_bias ? "split == 0 ? bias : nullptr" : "nullptr",
                     epilogue.residual ? "split == 0 ? residual : nullptr, ldr" : "nullptr, 0")
               : fmt::format(" {{\n  tn_gemm_block(x, weight, {}, y, M, N, K, ldx, K, ldy, blockIdx.x, {}{});\n}}\n",
-                            bias_arg, residual_args, !tile.tma ? "" : gemm_tma_store(tile, epilogue) ? ", 1, &a_map, &b_map, &c_map" : ", 1, &a_map, &b_map");
+                            bias_arg, residual_args, !tile.tma ? "" : epilogue.residual ? ", 1, &a_map, &b_map, &c_map, &r_map" : ", 1, &a_map, &b_map, &c_map");
   KernelSource kernel;
   kernel.name = gemm_kernel_name("linear", dtype, GemmBLayout::kNK, has_bias, tile) + epilogue.suffix();
   kernel.source = gemm_device_source(dtype, GemmBLayout::kNK, has_bias, tile, epilogue) +

@@ -528,55 +528,62 @@ TEST(Dense1Lowering, GeluTanhTakesTanhApproxOnlyForBf16) {
   }
 }
 
-// On sm_90 the 16-bit pingpong GEMM prefetches a tile's residual rows into L2 near the end of a
-// short mainloop (a run-time test of K); 3xTF32 has no registers for it, and a linear with no
-// residual has none to fetch. The TMA kernel without a residual stores its tiles by TMA
-// through shared memory (a c_map argument, 32 KiB of store buffers); with one it stores 16
-// bytes a lane from registers.
-TEST(Dense1Lowering, ResidualPrefetchAndTmaStoreByEpilogue) {
+// On sm_90 the 16-bit cp.async pingpong GEMM prefetches a tile's residual rows into L2 near the
+// end of a short mainloop (a run-time test of K); 3xTF32 has no registers for it, and a linear
+// with no residual has none to fetch. TMA kernels store their tiles by TMA through shared
+// memory (c_map: two 8 KiB buffers a consumer), and with a residual load it there by TMA
+// (r_map: a whole tile's buffers, so five stages fit instead of six).
+TEST(Dense1Lowering, ResidualPrefetchAndTmaEpilogues) {
   NvrtcConfig config;
   config.arch = "sm_90";
   config.use_cache = false;
   const Expr rows = Expr::dim("B");
-  auto linear = [&](DType dtype, int64_t in, bool residual) {
+  auto lower = [&](DType dtype, int64_t in, bool residual) {
     std::vector<TensorType> inputs = {tensor(dtype, {rows, Expr(in)})};
     if (residual) inputs.push_back(tensor(dtype, {rows, Expr(768)}));
-    KernelSource entry =
-        op("fused.linear")
-            .lower(context("fused.linear", {{"out_features", 768}, {"bias", true}, {"activation", "none"}}, inputs))
-            .kernels.at(0);
-    entry.source = substitute_entry(entry.source, entry.name + "_entry_point", entry.name);
-    return entry;
-  };
-  const std::vector<KernelSource> kernels = {linear(DType::kBF16, 768, true), linear(DType::kBF16, 768, false),
-                                             linear(DType::kF32, 768, true)};
-  const std::vector<CompiledKernel> compiled = compile_kernels(kernels, config);
-  ASSERT_EQ(compiled.size(), 3u);
-  EXPECT_NE(compiled[0].ptx.find("prefetch.global.L2"), std::string::npos) << kernels[0].name;
-  EXPECT_EQ(compiled[1].ptx.find("prefetch.global.L2"), std::string::npos) << kernels[1].name;
-  EXPECT_EQ(compiled[2].ptx.find("prefetch.global.L2"), std::string::npos) << kernels[2].name;
-  EXPECT_EQ(kernels[0].name, "linear_bf16_nk_bias_128x128x64_wgmma_pp_tma_res");
-  EXPECT_EQ(kernels[1].name, "linear_bf16_nk_bias_128x128x64_wgmma_pp_tma");
-  const std::string tma_store = "cp.async.bulk.tensor.2d.global.shared::cta";
-  EXPECT_EQ(compiled[0].ptx.find(tma_store), std::string::npos);
-  EXPECT_NE(compiled[0].ptx.find("st.global.v4.u32"), std::string::npos);
-  EXPECT_NE(compiled[1].ptx.find(tma_store), std::string::npos);
-  EXPECT_EQ(compiled[1].ptx.find("st.global.v4.u32"), std::string::npos);
-
-  auto launch = [&](bool residual) {
-    std::vector<TensorType> inputs = {tensor(DType::kBF16, {rows, Expr(768)})};
-    if (residual) inputs.push_back(tensor(DType::kBF16, {rows, Expr(768)}));
     return op("fused.linear")
-        .lower(context("fused.linear", {{"out_features", 768}, {"bias", true}, {"activation", "none"}}, inputs))
-        .launches.at(0);
+        .lower(context("fused.linear", {{"out_features", 768}, {"bias", true}, {"activation", "none"}}, inputs));
   };
-  auto has_c_map = [](const Launch& l) {
-    return std::any_of(l.args.begin(), l.args.end(), [](const KernelArg& a) { return a.name == "c_map"; });
+  const std::vector<Lowering> lowerings = {lower(DType::kBF16, 770, true), lower(DType::kBF16, 768, true),
+                                           lower(DType::kBF16, 768, false), lower(DType::kF32, 768, true)};
+  std::vector<KernelSource> kernels;
+  for (const Lowering& l : lowerings) {
+    KernelSource entry = l.kernels.at(0);
+    entry.source = substitute_entry(entry.source, entry.name + "_entry_point", entry.name);
+    kernels.push_back(entry);
+  }
+  EXPECT_EQ(kernels[0].name, "linear_bf16_nk_bias_128x128x64_wgmma_pp_res");
+  EXPECT_EQ(kernels[1].name, "linear_bf16_nk_bias_128x128x64_wgmma_pp_tma_res");
+  EXPECT_EQ(kernels[2].name, "linear_bf16_nk_bias_128x128x64_wgmma_pp_tma");
+  const std::vector<CompiledKernel> compiled = compile_kernels(kernels, config);
+  ASSERT_EQ(compiled.size(), 4u);
+  const std::string prefetch = "prefetch.global.L2", tma_store = "cp.async.bulk.tensor.2d.global.shared::cta";
+  const std::vector<bool> prefetches = {true, false, false, false}, tma = {false, true, true, false};
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    SCOPED_TRACE(kernels[i].name);
+    EXPECT_EQ(compiled[i].ptx.find(prefetch) != std::string::npos, prefetches[i]);
+    EXPECT_EQ(compiled[i].ptx.find(tma_store) != std::string::npos, tma[i]);
+  }
+
+  auto map_names = [](const Launch& l) {
+    std::vector<std::string> names;
+    for (const KernelArg& a : l.args)
+      if (a.kind == ArgKind::kTensorMap) names.push_back(a.name);
+    return names;
   };
-  const Launch with_residual = launch(true), without = launch(false);
-  EXPECT_FALSE(has_c_map(with_residual));
-  EXPECT_TRUE(has_c_map(without));
-  EXPECT_EQ(without.dynamic_smem.eval({}) - with_residual.dynamic_smem.eval({}), 2 * 2 * 128 * 64);
+  const Launch& with_residual = lowerings[1].launches.at(0);
+  const Launch& without = lowerings[2].launches.at(0);
+  EXPECT_EQ(map_names(with_residual), (std::vector<std::string>{"a_map", "b_map", "c_map", "r_map"}));
+  EXPECT_EQ(map_names(without), (std::vector<std::string>{"a_map", "b_map", "c_map"}));
+  const KernelArg& r_map = with_residual.args.back();
+  EXPECT_EQ(r_map.map.of, "residual");
+  EXPECT_EQ(r_map.map.box_cols, 32);
+  EXPECT_EQ(r_map.map.box_rows, 128);
+  EXPECT_EQ(r_map.map.swizzle, 64);
+  // Stages of 32 KiB + 16 bytes of mbarriers, two turn mbarriers, the store buffers (and the
+  // residual mbarriers), 1 KiB of alignment slack.
+  EXPECT_EQ(without.dynamic_smem.eval({}), 6 * (32768 + 16) + 16 + 2 * 2 * 8192 + 1024);
+  EXPECT_EQ(with_residual.dynamic_smem.eval({}), 5 * (32768 + 16) + 16 + 2 * (4 * 8192 + 8) + 1024);
 }
 
 // ---- GPU: the out-of-range rule of embedding (random ids never leave [0, num)) -------------
