@@ -392,7 +392,8 @@ __device__ __forceinline__ void tn_store_pair(T* __restrict__ C, const T* __rest
 // `empty` barrier when every warp computing on it has retired the MMAs reading it. The loader is
 // either one thread issuing a TMA copy per operand tile (kTma: the tensor maps a_map, b_map
 // swizzle and zero-fill the tails; the barrier counts the bytes) or the whole warpgroup issuing
-// cp.async copies of 16-byte chunks.
+// cp.async copies of 16-byte chunks. TMA kernels also store by TMA (c_map) through store
+// buffers past the ring, and load a residual into them by TMA (r_map) at each tile's start.
 // The loader fills the ring with the tiles' k-steps in order, so k-step kt of tile t is ring
 // step t * k_tiles + kt. Consumers keep one MMA group in flight (wgmma.wait_group 1) and release
 // a stage one step late. Tiles are [rows][64] of 128-byte rows in wgmma's 128-byte swizzle
