@@ -512,6 +512,20 @@ __device__ __forceinline__ void tn_consumer_sync(int c) {
   else asm volatile("bar.sync 2, 128;\n" ::: "memory");
 }
 
+// The 16-bit epilogue's bias pairs for column group q (32 columns): columns col + 8 (4q + p),
+// packed, as registers are short there; zeros without a bias.
+__device__ __forceinline__ void tn_bias_pairs(const T* __restrict__ bias, int col, int q, unsigned (&b)[4]) {
+#pragma unroll
+  for (int p = 0; p < 4; ++p) b[p] = kHasBias ? *reinterpret_cast<const unsigned*>(bias + col + (4 * q + p) * 8) : 0u;
+}
+// One output pair of the 16-bit epilogue, packed: act(a + bias) + residual from packed pairs.
+__device__ __forceinline__ unsigned tn_epilogue_pair(float a0, float a1, unsigned bias_pair, unsigned residual_pair) {
+  float r0 = 0.f, r1 = 0.f, b0, b1;
+  if (kHasResidual) tn_unpack2(residual_pair, r0, r1);
+  tn_unpack2(bias_pair, b0, b1);
+  return tn_pack2(tn_epilogue(a0 + b0, r0), tn_epilogue(a1 + b1, r1));
+}
+
 // x -> (tf32(x), tf32(x - tf32(x))) for the 4 floats of the chunk at `p`: the high parts in
 // place, the low parts kOperandBytes on. Both are exact TF32 values, so the MMA reads them
 // whole whether it rounds or truncates its operands.
@@ -782,10 +796,8 @@ __device__ __forceinline__ void tn_gemm_block(const T* __restrict__ A, const T* 
       }
 #pragma unroll
       for (int q = 0; q < kStoreGroups; ++q) {
-        unsigned b[4] = {0u, 0u, 0u, 0u};  // bias pairs, packed (registers are short here)
-        if (kHasBias)
-#pragma unroll
-          for (int p = 0; p < 4; ++p) b[p] = *reinterpret_cast<const unsigned*>(bias + col + (4 * q + p) * 8);
+        unsigned b[4];
+        tn_bias_pairs(bias, col, q, b);
         unsigned char* buf = store_bufs + (consumer * kStoreBufs + q % kStoreBufs) * kStoreBufBytes;
         if (!kHasResidual) {
           if (leader) tn_bulk_wait_read<1>();  // the buffer's last store (two groups back) has read it
@@ -807,10 +819,7 @@ __device__ __forceinline__ void tn_gemm_block(const T* __restrict__ A, const T* 
 #pragma unroll
             for (int p = 0; p < 4; ++p) {
               const int j = 4 * q + p;
-              float r0 = 0.f, r1 = 0.f, b0, b1;
-              if (kHasResidual) tn_unpack2(res[p], r0, r1);
-              tn_unpack2(b[p], b0, b1);
-              *pairs[p] = tn_pack2(tn_epilogue(acc[i][4 * j + 2 * h] + b0, r0), tn_epilogue(acc[i][4 * j + 2 * h + 1] + b1, r1));
+              *pairs[p] = tn_epilogue_pair(acc[i][4 * j + 2 * h], acc[i][4 * j + 2 * h + 1], b[p], res[p]);
             }
           }
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // these writes, before TMA reads them
@@ -826,10 +835,8 @@ __device__ __forceinline__ void tn_gemm_block(const T* __restrict__ A, const T* 
 #pragma unroll
       for (int q = 0; q < kBN / 32; ++q) {
         const int n = n0 + 32 * q + 8 * quad_lane;  // this lane's 8 columns after the transpose
-        unsigned b[4] = {0u, 0u, 0u, 0u};  // bias pairs, packed (registers are short here)
-        if (kHasBias)
-#pragma unroll
-          for (int p = 0; p < 4; ++p) b[p] = *reinterpret_cast<const unsigned*>(bias + col + (4 * q + p) * 8);
+        unsigned b[4];
+        tn_bias_pairs(bias, col, q, b);
 #pragma unroll
         for (int i = 0; i < kRowBlocks; ++i) {
           uint4 res[2];
@@ -848,10 +855,7 @@ __device__ __forceinline__ void tn_gemm_block(const T* __restrict__ A, const T* 
 #pragma unroll
             for (int p = 0; p < 4; ++p) {
               const int j = 4 * q + p;
-              float r0 = 0.f, r1 = 0.f, b0, b1;
-              if (kHasResidual) tn_unpack2(r[p], r0, r1);
-              tn_unpack2(b[p], b0, b1);
-              u[p] = tn_pack2(tn_epilogue(acc[i][4 * j + 2 * h] + b0, r0), tn_epilogue(acc[i][4 * j + 2 * h + 1] + b1, r1));
+              u[p] = tn_epilogue_pair(acc[i][4 * j + 2 * h], acc[i][4 * j + 2 * h + 1], b[p], r[p]);
             }
             tn_quad_transpose(u, quad_lane);
             *reinterpret_cast<uint4*>(C + (long long)(row + 64 * i + 8 * h) * ldc + n) = make_uint4(u[0], u[1], u[2], u[3]);

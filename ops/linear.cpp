@@ -83,13 +83,14 @@ Lowering lower_linear(const OpContext& ctx, const GemmEpilogue& epilogue) {
   const Expr n = ctx.output.shape.back();
   const Expr m = product(Shape(x.shape.begin(), x.shape.end() - 1));
   const Expr ldy = ctx.output.row_stride;
+  const Expr ldr = epilogue.residual ? ctx.inputs.at(1).row_stride : Expr(0);
   // TMA needs 16-byte multiples for the row strides of x, of W (whose rows are K long), of y and
   // of the residual.
   const auto is_16_byte_multiple = [&](const Expr& elements) {
     return elements.is_const() && *elements.const_value() * static_cast<int64_t>(dtype_size(dtype)) % 16 == 0;
   };
   const bool tma_ok = dtype != DType::kF32 && is_16_byte_multiple(k) && is_16_byte_multiple(x.row_stride) &&
-                      is_16_byte_multiple(ldy) && (!epilogue.residual || is_16_byte_multiple(ctx.inputs.at(1).row_stride));
+                      is_16_byte_multiple(ldy) && (!epilogue.residual || is_16_byte_multiple(ldr));
   const GemmTile tile = fit_gemm_epilogue(choose_gemm_tile(dtype, GemmBLayout::kNK, n, k, ctx.target_sm, tma_ok), epilogue);
   const bool split_k = dtype == DType::kF32 && epilogue.activation.empty();
   const int resident = tile.wgmma() ? kSm90Sms : kResidentBlocks;
@@ -134,11 +135,10 @@ Lowering lower_linear(const OpContext& ctx, const GemmEpilogue& epilogue) {
   launch.args.push_back(i32("K", k));
   launch.args.push_back(i32("ldx", x.row_stride));
   launch.args.push_back(i32("ldy", ldy));
-  if (epilogue.residual) launch.args.push_back(i32("ldr", ctx.inputs.at(1).row_stride));
+  if (epilogue.residual) launch.args.push_back(i32("ldr", ldr));
   if (split_k) launch.args.push_back(i32("splits", splits));
   if (tile.tma) {
-    GemmOperands operands{"x", "weight", "y", epilogue.residual ? "residual" : "", m, n, k, x.row_stride, k, ldy,
-                          epilogue.residual ? ctx.inputs.at(1).row_stride : Expr(0)};
+    GemmOperands operands{"x", "weight", "y", epilogue.residual ? "residual" : "", m, n, k, x.row_stride, k, ldy, ldr};
     for (KernelArg& map : gemm_tensor_maps(tile, operands))
       launch.args.push_back(std::move(map));
   }
