@@ -8,25 +8,27 @@ time (`teeny profile --format json`: runs[0].gpu_time.median_us), PyTorch eager 
 medians (CUDA events around each iteration; TF32 off for f32), the ratio teeny / eager (< 1:
 teeny is faster), and teeny's achieved TFLOP/s or GB/s from the ops' cost expressions with the
 percentage of the device ceiling (bandwidth and f32 peak from teeny's profile environment; the
-bf16 tensor-core ceiling is the H200's dense 989 TFLOP/s). Prints a Markdown table; --json FILE
-also writes the rows. --only SUBSTRING limits the cases.
+bf16 tensor-core ceiling is the H200's dense 989 TFLOP/s). Prints a Markdown table and writes every
+case, with the geometric mean and worst of teeny / PyTorch's best per band, to
+bench/results/<date>-<gpu>.json (suite "dense"; scripts/bench_common.py). --only SUBSTRING limits
+the cases (the results file says so).
 
 Run on the GPU machine after building: python3 scripts/bench_dense.py [--teeny build/teeny]
 """
 import argparse
-import json
+import datetime
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
+from bench_common import REPO, RESULTS_DIR, case_result, import_torch, teeny_profile, torch_medians, write_results
+
+torch = import_torch("bench_dense")
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(HERE, "torch_twins"))
 import dense_twin  # noqa: E402
 import tiny_lm  # noqa: E402
@@ -77,6 +79,18 @@ def sdpa_4d(q, k, v, heads, causal):
 
 def plain(fn):
     return lambda d, t: fn
+
+
+# The bands of cases the results summarise (geometric mean and worst per band).
+OP_BANDS = {"relu": "elementwise", "gelu": "elementwise", "add": "elementwise", "scale": "elementwise",
+            "softmax": "softmax, norms, reduce", "log_softmax": "softmax, norms, reduce",
+            "layernorm": "softmax, norms, reduce", "rmsnorm": "softmax, norms, reduce",
+            "reduce_sum": "softmax, norms, reduce", "embedding": "data movement", "transpose": "data movement",
+            "split_heads": "data movement", "matmul": "matmul"}
+
+
+def op_band(op, dtype):
+    return OP_BANDS.get(op) or f"{op} {dtype}"  # linear and sdpa: one band per dtype
 
 
 R, C = 32768, 4096  # elementwise / norm rows x columns
@@ -161,49 +175,12 @@ def op_graph(op, attrs, inputs, dims):
             f"nodes:\n  - {{name: op, op: {op}, inputs: [{names}], attrs: {attrs}}}\noutputs: [op]\n")
 
 
-def teeny_profile(args, graph_path, binds, workdir, tag):
+def compiled_bundle(teeny, graph_path, workdir, tag):
+    """The graph compiled once (all dims left symbolic), whatever bindings it is profiled at."""
     bundle = os.path.join(workdir, f"{tag}.teeny")
     if not os.path.isdir(bundle):
-        subprocess.run([args.teeny, "compile", graph_path, "-o", bundle], check=True, stdout=subprocess.DEVNULL)
-    bind_flags = [flag for name, value in binds.items() for flag in ("--bind", f"{name}={value}")]
-    out = subprocess.run([args.teeny, "profile", bundle, *bind_flags, "--warmup", "20", "--iterations",
-                          str(args.iterations), "--format", "json"], check=True, capture_output=True, text=True)
-    report = json.loads(out.stdout)
-    run = report["runs"][0]
-    flops = sum(l["flops"] for l in run["launches"])
-    nbytes = sum(l["bytes"] for l in run["launches"])
-    return run["gpu_time"]["median_us"], flops, nbytes, report["environment"]
-
-
-def median_us(fn, iterations, warmup=20):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iterations):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1000.0)
-    return statistics.median(times)
-
-
-def torch_medians(fn, inputs, iterations):
-    with torch.no_grad():
-        eager = median_us(lambda: fn(*inputs), iterations)
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(3):
-                fn(*inputs)
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            fn(*inputs)
-        replay = median_us(graph.replay, iterations)
-    return eager, replay
+        subprocess.run([teeny, "compile", graph_path, "-o", bundle], check=True, stdout=subprocess.DEVNULL)
+    return bundle
 
 
 def rate(flops, nbytes, us, env, tensor_cores):
@@ -232,18 +209,16 @@ def main():
     parser.add_argument("--teeny", default=os.environ.get("TEENY", os.path.join(REPO, "build", "teeny")))
     parser.add_argument("--iterations", type=int, default=100)
     parser.add_argument("--only", help="run only cases whose label contains this")
-    parser.add_argument("--json", help="also write the rows here")
+    parser.add_argument("--results-dir", default=RESULTS_DIR, help="where <date>-<gpu>.json goes")
     args = parser.parse_args()
-    if not torch.cuda.is_available():
-        print("bench_dense: no CUDA device for PyTorch", file=sys.stderr)
-        return 3
+    started = datetime.datetime.now().isoformat(timespec="seconds")
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
     device = torch.device("cuda")
     torch.manual_seed(0)
     workdir = tempfile.mkdtemp(prefix="teeny-bench-dense-")
 
-    # (label, graph path, binds, PyTorch fn, PyTorch inputs, uses tensor cores)
+    # (label, band, graph path, binds, PyTorch fn, PyTorch inputs, uses tensor cores)
     cases = []
     for i, (label, op, attrs, inputs, dims, build) in enumerate(OPS):
         if args.only and args.only not in label:
@@ -252,7 +227,7 @@ def main():
         with open(path, "w") as f:
             f.write(op_graph(op, attrs, inputs, dims))
         dt = inputs[0][0]
-        cases.append((label, path, dims, lambda d=dt, b=build: b(device, DTYPES.get(d, torch.float32)),
+        cases.append((label, op_band(op, dt), path, dims, lambda d=dt, b=build: b(device, DTYPES.get(d, torch.float32)),
                       lambda ins=inputs, dm=dims: [torch_input(device, t, s, dm) for t, s in ins],
                       dt != "f32" and op in ("linear", "matmul", "sdpa")))
     for label, graph, shapes, make_input, build in GRAPHS:
@@ -260,32 +235,37 @@ def main():
             continue
         for batch, seq in shapes:
             binds = {"B": batch} if seq is None else {"B": batch, "S": seq}
-            cases.append((f"{label} " + ", ".join(f"{k}={v}" for k, v in binds.items()),
+            cases.append((f"{label} " + ", ".join(f"{k}={v}" for k, v in binds.items()), f"graphs, B={batch}",
                           os.path.join(REPO, "graphs", graph), binds,
                           lambda b=build: b(device),
                           lambda mi=make_input, b=batch, s=seq: [mi(device, b, s)], "bf16" in label))
+    if not cases:
+        print(f"bench_dense: no case label contains '{args.only}'", file=sys.stderr)
+        return 1
 
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, TF32 off\n")
     print("| case | teeny us | torch eager us | torch graph us | teeny/eager | teeny/graph | teeny rate (% of ceiling) |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | --- |")
     rows = []
     built = {}
-    for label, path, binds, build, make_inputs, tensor_cores in cases:
-        teeny_us, flops, nbytes, env = teeny_profile(args, path, binds, workdir, os.path.basename(path))
+    env = None
+    for label, band, path, binds, build, make_inputs, tensor_cores in cases:
+        bundle = compiled_bundle(args.teeny, path, workdir, os.path.basename(path))
+        teeny_us, flops, nbytes, env = teeny_profile(args.teeny, bundle, binds, args.iterations)
         if path not in built:
             built[path] = build()
         inputs = make_inputs()
         eager_us, graph_us = torch_medians(built[path], inputs, args.iterations)
         del inputs
-        row = {"case": label, "teeny_us": teeny_us, "eager_us": eager_us, "graph_us": graph_us,
-               "teeny_over_eager": teeny_us / eager_us, "teeny_over_graph": teeny_us / graph_us,
-               "flops": flops, "bytes": nbytes, "rate": rate(flops, nbytes, teeny_us, env, tensor_cores)}
+        row = case_result(label, band, teeny_us, {"eager": eager_us, "CUDA graph": graph_us}, flops, nbytes,
+                          rate(flops, nbytes, teeny_us, env, tensor_cores), binds=binds)
         rows.append(row)
         print(f"| {label} | {teeny_us:.1f} | {eager_us:.1f} | {graph_us:.1f} | {row['teeny_over_eager']:.2f} | "
               f"{row['teeny_over_graph']:.2f} | {row['rate']} |", flush=True)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+    run_info = {"script": "scripts/bench_dense.py", "argv": sys.argv[1:], "started": started,
+                "torch": torch.__version__, "tf32": False, "iterations": args.iterations, "only": args.only,
+                "teeny_environment": env}
+    print("results:", write_results("dense", torch.cuda.get_device_name(), run_info, rows, args.results_dir))
     return 0
 
 

@@ -6,23 +6,25 @@ teeny's median GPU time (`teeny compile --bind B=N` then `teeny profile --format
 runs[0].gpu_time.median_us), PyTorch
 eager and CUDA-graph medians (CUDA events around each iteration; cuDNN, TF32 off), the ratio
 teeny / eager (< 1 means teeny is faster), and teeny's achieved TFLOP/s or GB/s from the ops'
-cost expressions. Prints a Markdown table; --json FILE also writes the rows.
+cost expressions. Prints a Markdown table and writes every case, with the geometric mean and worst
+of teeny / PyTorch's best per band, to bench/results/<date>-<gpu>.json (suite "vision";
+scripts/bench_common.py).
 
 Run on the GPU machine after building: python3 scripts/bench_vision.py [--teeny build/teeny]
 """
 import argparse
-import json
+import datetime
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 
-import torch
-import torch.nn.functional as F
+from bench_common import REPO, RESULTS_DIR, case_result, import_torch, teeny_profile, torch_medians, write_results
+
+torch = import_torch("bench_vision")
+import torch.nn.functional as F  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(HERE, "torch_twins"))
 import lenet5  # noqa: E402
 import yolo_head  # noqa: E402
@@ -58,6 +60,10 @@ def decode(levels):
         return lambda x: yolo_head.dist2bbox(x, anchors.unsqueeze(0), xywh=True, dim=1) * strides
     return build
 
+
+# The bands of cases the results summarise (geometric mean and worst per band); graphs: one per batch.
+OP_BANDS = {"conv2d": "convolutions", "conv2d_bn_silu": "convolutions"}
+OTHER_OPS_BAND = "pool, batchnorm, upsample, decode"
 
 # (label, op, attrs (YAML flow map), input shape without the batch, PyTorch function builder)
 OPS = [
@@ -100,48 +106,12 @@ def op_graph(op, attrs, shape):
             f"nodes:\n  - {{name: op, op: {op}, inputs: [x], attrs: {attrs}}}\noutputs: [op]\n")
 
 
-def teeny_profile(args, graph_path, batch, workdir, tag):
+def compiled_bundle(teeny, graph_path, batch, workdir, tag):
     bundle = os.path.join(workdir, f"{tag}.teeny")
     # B fixed at compile time, so the conv kernels pick their tiles for the real problem size.
-    subprocess.run([args.teeny, "compile", graph_path, "-o", bundle, "--bind", f"B={batch}"], check=True,
+    subprocess.run([teeny, "compile", graph_path, "-o", bundle, "--bind", f"B={batch}"], check=True,
                    stdout=subprocess.DEVNULL)
-    out = subprocess.run([args.teeny, "profile", bundle, "--bind", f"B={batch}", "--warmup", "20", "--iterations",
-                          str(args.iterations), "--format", "json"], check=True, capture_output=True, text=True)
-    run = json.loads(out.stdout)["runs"][0]
-    flops = sum(l["flops"] for l in run["launches"])
-    nbytes = sum(l["bytes"] for l in run["launches"])
-    return run["gpu_time"]["median_us"], flops, nbytes
-
-
-def median_us(fn, iterations, warmup=20):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iterations):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1000.0)
-    return statistics.median(times)
-
-
-def torch_medians(fn, x, iterations):
-    with torch.no_grad():
-        eager = median_us(lambda: fn(x), iterations)
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(3):
-                fn(x)
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            fn(x)
-        replay = median_us(graph.replay, iterations)
-    return eager, replay
+    return bundle
 
 
 def rate(flops, nbytes, us):
@@ -156,11 +126,9 @@ def main():
     parser.add_argument("--teeny", default=os.environ.get("TEENY", os.path.join(REPO, "build", "teeny")))
     parser.add_argument("--iterations", type=int, default=200)
     parser.add_argument("--op-batch", type=int, default=16, help="batch for the per-op rows")
-    parser.add_argument("--json", help="also write the rows here")
+    parser.add_argument("--results-dir", default=RESULTS_DIR, help="where <date>-<gpu>.json goes")
     args = parser.parse_args()
-    if not torch.cuda.is_available():
-        print("bench_vision: no CUDA device for PyTorch", file=sys.stderr)
-        return 3
+    started = datetime.datetime.now().isoformat(timespec="seconds")
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.benchmark = True
@@ -173,31 +141,33 @@ def main():
         path = os.path.join(workdir, f"op{len(cases)}.yaml")
         with open(path, "w") as f:
             f.write(op_graph(op, attrs, shape))
-        cases.append((label, path, [args.op_batch], shape, build))
+        cases.append((label, OP_BANDS.get(op, OTHER_OPS_BAND), path, [args.op_batch], shape, build))
     for label, graph, shape, build in GRAPHS:
-        cases.append((label, os.path.join(REPO, "graphs", graph), [1, 16], shape, build))
+        cases.append((label, None, os.path.join(REPO, "graphs", graph), [1, 16], shape, build))  # band: by batch
 
     rows = []
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, "
           "TF32 off, fp32\n")
     print("| case | B | teeny us | torch eager us | torch graph us | teeny/eager | teeny/graph | teeny rate |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
-    for label, path, batches, shape, build in cases:
+    env = None
+    for label, band, path, batches, shape, build in cases:
         fn = build(device)
         for batch in batches:
-            tag = f"{len(rows)}"
-            teeny_us, flops, nbytes = teeny_profile(args, path, batch, workdir, tag)
+            bundle = compiled_bundle(args.teeny, path, batch, workdir, f"{len(rows)}")
+            teeny_us, flops, nbytes, env = teeny_profile(args.teeny, bundle, {"B": batch}, args.iterations)
             x = torch.randn(batch, *shape, device=device)
-            eager_us, graph_us = torch_medians(fn, x, args.iterations)
-            row = {"case": label, "batch": batch, "teeny_us": teeny_us, "eager_us": eager_us, "graph_us": graph_us,
-                   "teeny_over_eager": teeny_us / eager_us, "teeny_over_graph": teeny_us / graph_us,
-                   "flops": flops, "bytes": nbytes, "rate": rate(flops, nbytes, teeny_us)}
+            eager_us, graph_us = torch_medians(fn, [x], args.iterations)
+            row = case_result(label, band or f"graphs, B={batch}", teeny_us,
+                              {"eager": eager_us, "CUDA graph": graph_us}, flops, nbytes,
+                              rate(flops, nbytes, teeny_us), batch=batch)
             rows.append(row)
             print(f"| {label} | {batch} | {teeny_us:.1f} | {eager_us:.1f} | {graph_us:.1f} | "
                   f"{row['teeny_over_eager']:.2f} | {row['teeny_over_graph']:.2f} | {row['rate']} |", flush=True)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+    run_info = {"script": "scripts/bench_vision.py", "argv": sys.argv[1:], "started": started,
+                "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(), "tf32": False,
+                "iterations": args.iterations, "op_batch": args.op_batch, "teeny_environment": env}
+    print("results:", write_results("vision", torch.cuda.get_device_name(), run_info, rows, args.results_dir))
     return 0
 
 
