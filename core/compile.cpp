@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "core/identifier.h"
 #include "core/nvrtc.h"
 #include "core/sha256.h"
 
@@ -14,8 +15,6 @@ namespace teeny {
 namespace {
 
 // ---- C signature parsing -----------------------------------------------------------------
-
-bool is_ident_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
 
 // Comments become spaces (newlines kept) so positions and line structure survive.
 std::string strip_comments(const std::string& source) {
@@ -44,8 +43,8 @@ std::string strip_comments(const std::string& source) {
 
 bool has_word(const std::string& text, const std::string& word) {
   for (size_t at = text.find(word); at != std::string::npos; at = text.find(word, at + 1)) {
-    bool left = at == 0 || !is_ident_char(text[at - 1]);
-    bool right = at + word.size() >= text.size() || !is_ident_char(text[at + word.size()]);
+    bool left = at == 0 || !is_identifier_char(text[at - 1]);
+    bool right = at + word.size() >= text.size() || !is_identifier_char(text[at + word.size()]);
     if (left && right) return true;
   }
   return false;
@@ -55,9 +54,9 @@ bool has_word(const std::string& text, const std::string& word) {
 CParam parse_c_param(const std::string& text) {
   std::vector<std::string> tokens;
   for (size_t i = 0; i < text.size();) {
-    if (is_ident_char(text[i])) {
+    if (is_identifier_char(text[i])) {
       size_t start = i;
-      while (i < text.size() && is_ident_char(text[i])) ++i;
+      while (i < text.size() && is_identifier_char(text[i])) ++i;
       std::string word = text.substr(start, i - start);
       if (word != "__restrict__" && word != "__restrict") tokens.push_back(word);
     } else if (std::isspace(static_cast<unsigned char>(text[i]))) {
@@ -67,13 +66,13 @@ CParam parse_c_param(const std::string& text) {
     }
   }
   CParam param;
-  if (!tokens.empty() && is_ident_char(tokens.back()[0]) && tokens.size() > 1) {
+  if (!tokens.empty() && is_identifier_char(tokens.back()[0]) && tokens.size() > 1) {
     param.name = tokens.back();
     tokens.pop_back();
   }
   for (const std::string& token : tokens) {
-    bool word = is_ident_char(token[0]);
-    if (word && !param.type.empty() && is_ident_char(param.type.back())) param.type += ' ';
+    bool word = is_identifier_char(token[0]);
+    if (word && !param.type.empty() && is_identifier_char(param.type.back())) param.type += ' ';
     if (word && !param.type.empty() && param.type.back() == '*') param.type += ' ';
     param.type += token;
   }
@@ -90,11 +89,6 @@ std::string describe(const CParam& param) {
 std::string describe(const KernelArg& arg) { return fmt::format("{} {}", arg_c_type(arg), arg.name); }
 
 // ---- helpers -------------------------------------------------------------------------------
-
-bool is_identifier(const std::string& name) {
-  if (name.empty() || std::isdigit(static_cast<unsigned char>(name[0]))) return false;
-  return std::all_of(name.begin(), name.end(), is_ident_char);
-}
 
 std::string block_str(const std::array<int, 3>& block) {
   return fmt::format("[{}, {}, {}]", block[0], block[1], block[2]);
@@ -122,7 +116,7 @@ class GraphCompiler {
     fix_dims();
     describe_graph();
     for (const Node& node : graph_.nodes) lower_node(node);
-    compile_kernels_();
+    compile_sources();
     for (const PendingLaunch& pending : pending_) verify_launch(pending);
     stats_.kernels = static_cast<int>(bundle_.kernels.size());
     return std::move(bundle_);
@@ -188,16 +182,36 @@ class GraphCompiler {
       bundle_.nodes.push_back(std::move(out));
     }
     bundle_.outputs = graph_.outputs;
+    record_id_bounds();
+  }
+
+  // A graph input that a node reads as ids keeps the smallest bound its consumers declare
+  // (InputSpec::id_bound_attr): random inputs stay below it.
+  void record_id_bounds() {
+    for (const Node& node : graph_.nodes) {
+      const std::vector<InputSpec>& specs = node.op->inputs;
+      for (size_t i = 0; i < node.inputs.size() && !specs.empty(); ++i) {
+        const std::string& attr = specs[std::min(i, specs.size() - 1)].id_bound_attr;  // variadic: the last repeats
+        if (attr.empty() || !node.ctx.attrs.has(attr)) continue;
+        const int64_t bound = node.ctx.attrs.i(attr);
+        for (BundleTensor& tensor : bundle_.tensors) {
+          if (tensor.name != node.inputs[i] || bound <= 0) continue;
+          tensor.id_bound = tensor.id_bound == 0 ? bound : std::min(tensor.id_bound, bound);
+        }
+      }
+    }
   }
 
   Error node_error(const Node& node, const std::string& message) const {
     return graph_.error_at(node, "op", fmt::format("op '{}', {}", node.op->name, message));
   }
 
-  // Every expression stored in the bundle may only use the graph's dims.
-  void check_dims_known(const Node& node, const Expr& e, const std::string& what) const {
+  // Every expression stored in the bundle may only use the graph's dims, and a launch's also the
+  // device symbols (bound where it runs); a param's shape may not: its data cannot depend on the GPU.
+  void check_dims_known(const Node& node, const Expr& e, const std::string& what,
+                        bool device_symbols_allowed = true) const {
     for (const std::string& dim : e.dims()) {
-      if (graph_.find_dim(dim) == nullptr) {
+      if (graph_.find_dim(dim) == nullptr && !(device_symbols_allowed && is_device_symbol(dim))) {
         throw node_error(node, fmt::format("{} '{}' uses '{}', which is not a dim of the graph", what, e.str(), dim));
       }
     }
@@ -299,7 +313,8 @@ class GraphCompiler {
       param.dtype = spec.dtype;
       param.shape = fixed(spec.shape);
       param.init = spec.init;
-      for (const Expr& e : param.shape) check_dims_known(node, e, fmt::format("param '{}' shape", name));
+      param.hints = spec.hints;
+      for (const Expr& e : param.shape) check_dims_known(node, e, fmt::format("param '{}' shape", name), false);
       if (spec.init == ParamInit::kHost) add_host_bytes(node, spec, param);
       bundle_.params.push_back(std::move(param));
     }
@@ -390,22 +405,25 @@ class GraphCompiler {
 
   // ---- kernels -------------------------------------------------------------------------------
 
-  // Identical sources share one kernel; distinct sources with the same name get suffixes.
+  // Identical translation units share one kernel; distinct ones with the same name are told
+  // apart by a short hash of their text.
   int add_kernel(const Node& node, const KernelSource& kernel) {
     if (!is_identifier(kernel.name)) {
       throw node_error(node, fmt::format("kernel name '{}' (generated at {}:{}) is not a C identifier", kernel.name,
                                          kernel.file, kernel.line));
     }
-    if (auto it = kernel_by_source_.find(kernel.source); it != kernel_by_source_.end()) return it->second;
+    const bool generated = !kernel.function.empty();
+    const std::string text = generated ? kernel_translation_unit(kernel, kEntryPlaceholder) : kernel.source;
+    if (auto it = kernel_by_source_.find(text); it != kernel_by_source_.end()) return it->second;
     std::string name = kernel.name;
-    for (int suffix = 1; used_names_.count(name); ++suffix) name = fmt::format("{}_{}", kernel.name, suffix);
+    if (used_names_.count(name)) name = fmt::format("{}_{}", kernel.name, sha256_hex(text).substr(0, 8));
     used_names_.insert(name);
 
     KernelSource unique = kernel;
     unique.name = name;
     std::string entry = name + "_entry_point";
     try {
-      unique.source = substitute_entry(kernel.source, entry, name);
+      unique.source = generated ? kernel_translation_unit(kernel, entry) : substitute_entry(kernel.source, entry, name);
     } catch (const Error& e) {
       throw node_error(node, e.message());
     }
@@ -417,17 +435,19 @@ class GraphCompiler {
     out.source_line = kernel.line;
     bundle_.kernels.push_back(std::move(out));
     sources_.push_back(std::move(unique));
-    kernel_by_source_[kernel.source] = id;
+    kernel_by_source_[text] = id;
     return id;
   }
 
-  void compile_kernels_() {
+  // Every distinct kernel source through NVRTC (parallel, cached) into the bundle.
+  void compile_sources() {
     NvrtcConfig config;
     config.arch = options_.arch;
     config.extra_options = options_.extra_nvrtc_options;
     config.use_cache = options_.use_cache;
     config.cache_dir = options_.cache_dir;
     config.jobs = options_.jobs;
+    config.headers = registry_.kernel_headers();
     bundle_.nvrtc_options = nvrtc_options(config);
     NvrtcStats nvrtc_stats;
     std::vector<CompiledKernel> compiled = compile_kernels(sources_, config, &nvrtc_stats);
@@ -451,16 +471,38 @@ class GraphCompiler {
 
   // ---- verification ----------------------------------------------------------------------------
 
-  void verify_launch(const PendingLaunch& pending) {
-    const Node& node = *pending.node;
-    const BundleKernel& kernel = bundle_.kernels[pending.kernel];
-    const Launch& launch = pending.launch;
-    const std::string where = fmt::format("launch {}", pending.index);
+  void check_launch_matches_params(const Node& node, const std::string& where, const BundleKernel& kernel,
+                                   const KernelSource& source, const std::vector<std::string>& launch_text) {
+    const std::vector<KernelArg>& params = source.params;
+    std::vector<std::string> param_text;
+    for (const KernelArg& param : params) param_text.push_back(describe(param));
+    for (size_t p = 0; p < std::max(launch_text.size(), params.size()); ++p) {
+      std::string expected, found;
+      if (p >= launch_text.size()) {
+        expected = fmt::format("'{}'", param_text[p]);
+        found = fmt::format("nothing (the launch passes {} arguments)", launch_text.size());
+      } else if (p >= params.size()) {
+        expected = fmt::format("nothing (the kernel takes {} parameters)", params.size());
+        found = fmt::format("'{}'", launch_text[p]);
+      } else if (launch_text[p] != param_text[p]) {
+        expected = fmt::format("'{}'", param_text[p]);
+        found = fmt::format("'{}'", launch_text[p]);
+      } else {
+        continue;
+      }
+      throw node_error(node, fmt::format("{}, argument {}: does not match kernel '{}': expected {}, found {}", where, p,
+                                         kernel.name, expected, found))
+          .note("launch arguments: " + join_params(launch_text))
+          .note(fmt::format("kernel parameters ({}:{}): {}", kernel.source_file, kernel.source_line,
+                            join_params(param_text)));
+    }
+  }
 
-    // (a) the C signature: count, names, C types.
+  void check_legacy_signature(const Node& node, const std::string& where, const BundleKernel& kernel,
+                              const KernelSource& source, const Launch& launch) {
     std::vector<CParam> signature;
     try {
-      signature = parse_kernel_signature(sources_[pending.kernel].source, kernel.entry);
+      signature = parse_kernel_signature(source.source, kernel.entry);
     } catch (const Error& e) {
       throw node_error(node, fmt::format("{}: kernel '{}' (generated at {}:{}): {}", where, kernel.name,
                                          kernel.source_file, kernel.source_line, e.message()));
@@ -488,6 +530,20 @@ class GraphCompiler {
           .note(fmt::format("kernel signature ({}:{}): {}", kernel.source_file, kernel.source_line,
                             join_params(signature_text)));
     }
+  }
+
+  void verify_launch(const PendingLaunch& pending) {
+    const Node& node = *pending.node;
+    const BundleKernel& kernel = bundle_.kernels[pending.kernel];
+    const Launch& launch = pending.launch;
+    const std::string where = fmt::format("launch {}", pending.index);
+
+    // (a) the launch passes the kernel's parameters: count, kinds, dtypes, names.
+    std::vector<std::string> launch_text;
+    for (const KernelArg& arg : launch.args) launch_text.push_back(describe(arg));
+    const KernelSource& source = sources_[pending.kernel];
+    if (!source.function.empty()) check_launch_matches_params(node, where, kernel, source, launch_text);
+    else check_legacy_signature(node, where, kernel, source, launch);
 
     // (b) the PTX entry exists, and its parameters have the arguments' sizes and alignments.
     const PtxEntry* entry = find_visible_entry(entries_[pending.kernel], kernel.entry);
@@ -600,7 +656,7 @@ std::vector<CParam> parse_kernel_signature(const std::string& source, const std:
   const std::string text = strip_comments(source);
   for (size_t at = text.find(entry); at != std::string::npos; at = text.find(entry, at + 1)) {
     size_t end = at + entry.size();
-    if ((at > 0 && is_ident_char(text[at - 1])) || (end < text.size() && is_ident_char(text[end]))) continue;
+    if ((at > 0 && is_identifier_char(text[at - 1])) || (end < text.size() && is_identifier_char(text[end]))) continue;
     size_t open = end;
     while (open < text.size() && std::isspace(static_cast<unsigned char>(text[open]))) ++open;
     if (open >= text.size() || text[open] != '(') continue;
@@ -640,7 +696,7 @@ std::string substitute_entry(const std::string& source, const std::string& entry
   size_t copied = 0;
   for (size_t at = source.find(placeholder); at != std::string::npos; at = source.find(placeholder, at + 1)) {
     size_t end = at + placeholder.size();
-    if ((at > 0 && is_ident_char(source[at - 1])) || (end < source.size() && is_ident_char(source[end]))) continue;
+    if ((at > 0 && is_identifier_char(source[at - 1])) || (end < source.size() && is_identifier_char(source[end]))) continue;
     out.append(source, copied, at - copied).append(entry);
     copied = end;
   }
@@ -649,6 +705,22 @@ std::string substitute_entry(const std::string& source, const std::string& entry
                             kernel_name, placeholder, placeholder));
   }
   return out.append(source, copied, std::string::npos);
+}
+
+std::string kernel_translation_unit(const KernelSource& kernel, const std::string& entry) {
+  std::vector<std::string> params, names;
+  for (const KernelArg& arg : kernel.params) {
+    params.push_back(describe(arg));
+    names.push_back(arg.name);
+  }
+  std::string bounds;
+  if (kernel.max_threads > 0 && kernel.min_blocks > 0) {
+    bounds = fmt::format("__launch_bounds__({}, {}) ", kernel.max_threads, kernel.min_blocks);
+  } else if (kernel.max_threads > 0) {
+    bounds = fmt::format("__launch_bounds__({}) ", kernel.max_threads);
+  }
+  return fmt::format("#include \"{}\"\n\nextern \"C\" __global__ void {}{}({}) {{\n  {}({});\n}}\n", kernel.header,
+                     bounds, entry, fmt::join(params, ", "), kernel.function, fmt::join(names, ", "));
 }
 
 Bundle compile_graph(const Graph& graph, const Registry& registry, const CompileOptions& options,

@@ -53,6 +53,10 @@ struct CParam {
 // dropped). Throws Error if the definition is not found or cannot be read.
 std::vector<CParam> parse_kernel_signature(const std::string& source, const std::string& entry);
 
+// The translation unit compile generates for a kernel with a `function`: its header's #include and
+// an entry named `entry` taking `kernel.params` and forwarding them, in order, to the function.
+std::string kernel_translation_unit(const KernelSource& kernel, const std::string& entry);
+
 // Replaces every TEENY_ENTRY identifier in `source` by `entry`; throws if there is none.
 std::string substitute_entry(const std::string& source, const std::string& entry,
                              const std::string& kernel_name);

@@ -15,8 +15,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <nvrtc.h>
-#include <unistd.h>
 
+#include "core/atomic_file.h"
 #include "core/sha256.h"
 
 namespace teeny {
@@ -35,11 +35,17 @@ void check_nvrtc(nvrtcResult result, const char* call, const std::string& doing)
 // Owns an nvrtcProgram so every exit path destroys it.
 class Program {
  public:
-  explicit Program(const KernelSource& kernel) {
+  Program(const KernelSource& kernel, const std::vector<KernelHeader>& headers) {
     // An absolute virtual file name keeps -lineinfo's `.file` (and so the PTX) independent of
     // the working directory.
     std::string file = fmt::format("/teeny/{}.cu", kernel.name);
-    check_nvrtc(nvrtcCreateProgram(&program_, kernel.source.c_str(), file.c_str(), 0, nullptr, nullptr),
+    std::vector<const char*> texts, names;
+    for (const KernelHeader& header : headers) {
+      texts.push_back(header.text.c_str());
+      names.push_back(header.name.c_str());
+    }
+    check_nvrtc(nvrtcCreateProgram(&program_, kernel.source.c_str(), file.c_str(), static_cast<int>(headers.size()),
+                                   texts.data(), names.data()),
                 "nvrtcCreateProgram", fmt::format("creating the program for kernel '{}'", kernel.name));
   }
   ~Program() { nvrtcDestroyProgram(&program_); }
@@ -51,8 +57,9 @@ class Program {
   nvrtcProgram program_ = nullptr;
 };
 
-CompiledKernel run_nvrtc(const KernelSource& kernel, const std::vector<std::string>& options) {
-  Program program(kernel);
+CompiledKernel run_nvrtc(const KernelSource& kernel, const std::vector<std::string>& options,
+                         const std::vector<KernelHeader>& headers) {
+  Program program(kernel, headers);
   std::vector<const char*> argv;
   for (const std::string& option : options) argv.push_back(option.c_str());
   g_compile_count.fetch_add(1);
@@ -87,11 +94,15 @@ CompiledKernel run_nvrtc(const KernelSource& kernel, const std::vector<std::stri
   return out;
 }
 
+// Every header is part of the key (not only those the source includes): a header edit recompiles
+// all kernels, which is rare and always correct.
 std::string cache_key(const KernelSource& kernel, const std::vector<std::string>& options,
-                      const std::string& version, const std::string& arch) {
+                      const std::string& version, const std::string& arch,
+                      const std::vector<KernelHeader>& headers) {
   Sha256 hash;
-  hash.part("teeny nvrtc cache v1").part(kernel.source).part(version).part(arch);
+  hash.part("teeny nvrtc cache v2").part(kernel.source).part(version).part(arch);
   for (const std::string& option : options) hash.part(option);
+  for (const KernelHeader& header : headers) hash.part(header.name).part(header.text);
   return hash.hex();
 }
 
@@ -125,31 +136,18 @@ std::optional<CompiledKernel> read_cache(const fs::path& file, const std::string
   return out;
 }
 
-// Writes via a uniquely named temp file and rename, so concurrent teeny processes and
-// interrupted writes never leave a partial entry under the final name. Returns a warning, or
-// "" on success.
+// Atomic, so concurrent teeny processes and interrupted writes never leave a partial entry under
+// the final name. Returns a warning, or "" on success.
 std::string write_cache(const fs::path& file, const std::string& key, const CompiledKernel& kernel) {
   nlohmann::json entry = {{"key", key}, {"ptx", kernel.ptx}, {"ptx_sha256", sha256_hex(kernel.ptx)},
                           {"log", kernel.log}};
   std::error_code ec;
   fs::create_directories(file.parent_path(), ec);
   if (ec) return fmt::format("cannot create kernel cache directory {}: {}", file.parent_path().string(), ec.message());
-  fs::path temp = file;
-  temp += fmt::format(".tmp-{}-{}", getpid(), std::hash<std::thread::id>()(std::this_thread::get_id()));
-  {
-    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
-    out << entry.dump();
-    out.close();
-    if (!out) {
-      fs::remove(temp, ec);
-      return fmt::format("cannot write kernel cache entry {}", temp.string());
-    }
-  }
-  fs::rename(temp, file, ec);
-  if (ec) {
-    std::error_code ignored;
-    fs::remove(temp, ignored);
-    return fmt::format("cannot write kernel cache entry {}: {}", file.string(), ec.message());
+  try {
+    write_file_atomically(file.string(), entry.dump(), "kernel cache entry");
+  } catch (const Error& e) {
+    return e.message();
   }
   return "";
 }
@@ -240,14 +238,14 @@ std::vector<CompiledKernel> compile_kernels(const std::vector<KernelSource>& ker
       Job& job = jobs[i];
       try {
         const std::vector<std::string>& options = kernels[i].arch_specific ? specific_options : plain_options;
-        std::string key = cache_key(kernels[i], options, version, config.arch);
+        std::string key = cache_key(kernels[i], options, version, config.arch, config.headers);
         fs::path file = cache_dir / (key + ".json");
         std::optional<CompiledKernel> hit;
         if (config.use_cache) hit = read_cache(file, key, options);
         if (hit) {
           job.result = std::move(*hit);
         } else {
-          job.result = run_nvrtc(kernels[i], options);
+          job.result = run_nvrtc(kernels[i], options, config.headers);
           if (config.use_cache) job.cache_warning = write_cache(file, key, job.result);
         }
       } catch (...) {

@@ -16,6 +16,8 @@ struct NvrtcConfig {
   bool use_cache = true;
   std::string cache_dir;  // empty: default_cache_dir()
   int jobs = 0;           // compile threads; 0: one per hardware thread
+  // In-memory headers the sources may #include (by name); part of every cache key.
+  std::vector<KernelHeader> headers;
 };
 
 // One compiled kernel, jitify-style: the PTX with the log and the exact options used.

@@ -59,31 +59,32 @@ enum class ParamInit {
 
 const char* param_init_name(ParamInit init);  // "trained", "zero", "host"
 
+// What a run needs to know about a trained param beyond its shape; ops declare it, so that core
+// needs no rule for any particular op. Stored in the bundle.
+struct ParamHints {
+  // --init random draws uniformly from [low, high) (e.g. a variance must be positive); absent:
+  // ±1/sqrt(fan_in) with fan_in = numel / shape[0] (PyTorch's default for linear and conv
+  // weights; ±1 for a rank-1 param).
+  std::optional<std::array<double, 2>> random_range;
+  // State the PyTorch module saves beside this param that the op never reads (BatchNorm's
+  // num_batches_tracked): a weights file may hold it under the param's prefix
+  // ("bn1.num_batches_tracked" beside "bn1.running_mean"), and loading skips it.
+  std::vector<std::string> unused_state;
+};
+
 struct ParamSpec {
   std::string slot;  // PyTorch slot name: "weight", "bias", "running_mean", "anchor_x", ...
   Shape shape;
   DType dtype = DType::kF32;
   ParamInit init = ParamInit::kTrained;
   std::vector<uint8_t> host_bytes;  // kHost only; compile checks size == numel * dtype size
+  ParamHints hints{};
 };
+
+// The weights-file names of `hints.unused_state` beside the param named `param_name`.
+std::vector<std::string> unused_state_names(const std::string& param_name, const ParamHints& hints);
 
 // ---- kernels and launches ---------------------------------------------------------------
-// CUDA C++ source for one kernel. The source writes its entry as `extern "C" __global__ void
-// TEENY_ENTRY(...)`; compile replaces TEENY_ENTRY with the derived symbol
-// `<name>_entry_point` (name unique per distinct source after deduplication), and checks the
-// signature there against every launch that uses the kernel.
-struct KernelSource {
-  std::string name;    // base name, e.g. "linear_f32_bm64_bn64"
-  std::string source;  // full translation unit
-  std::string file;    // op source file and line that generated it, for NVRTC errors
-  int line = 0;
-  // Uses instructions of the target's arch-specific variant only (sm_90a: wgmma, setmaxnreg):
-  // compiled for `<arch>a`, whose PTX loads only on exactly that SM version.
-  bool arch_specific = false;
-};
-#define TEENY_KERNEL_ORIGIN __FILE__, __LINE__
-inline constexpr const char* kEntryPlaceholder = "TEENY_ENTRY";
-
 // One kernel argument, typed and named. The C type follows from kind + dtype:
 //   kInput / kParam -> "const T*", kOutput -> "T*", kI32 -> "int", kI64 -> "long long",
 //   kF32 -> "float", kTensorMap -> "const __grid_constant__ tn_tensor_map".
@@ -144,6 +145,38 @@ const char* tensor_map_c_type_definition();
 // row_stride are constants (all of them once dims are bound).
 std::string tensor_map_problem(const TensorMapSpec& spec, DType dtype);
 
+// One kernel: a device template in a kernel header (ops/kernels/*.cuh, real CUDA embedded in the
+// binary and handed to NVRTC as in-memory headers) and the typed parameter list of its entry.
+// compile generates the translation unit, so the entry's C signature is written nowhere by hand:
+//   #include "<header>"
+//   extern "C" __global__ void __launch_bounds__(max_threads[, min_blocks]) <symbol>(<params>) {
+//     <function>(<param names, in order>);
+//   }
+// and checks that every launch of the kernel passes exactly `params` (kinds, dtypes, names);
+// NVRTC checks the call against the template.
+struct KernelSource {
+  std::string name;      // base name, e.g. "linear_f32_bm64_bn64"
+  std::string source;    // legacy: a whole translation unit writing its entry as TEENY_ENTRY
+  std::string file;      // op source file and line that generated it, for NVRTC errors
+  int line = 0;
+  // Uses instructions of the target's arch-specific variant only (sm_90a: wgmma, setmaxnreg):
+  // compiled for `<arch>a`, whose PTX loads only on exactly that SM version.
+  bool arch_specific = false;
+  std::string header;    // e.g. "elementwise.cuh"
+  std::string function;  // the template the entry calls, e.g. "tn_unary<float, 256, 4, tn_relu>"
+  std::vector<KernelArg> params;
+  int max_threads = 0;   // __launch_bounds__ (the PTX .maxntid compile checks the block against)
+  int min_blocks = 0;    // __launch_bounds__'s second argument; 0: none
+};
+
+// A kernel header by its include name ("elementwise.cuh") and text; the registry holds them.
+struct KernelHeader {
+  std::string name;
+  std::string text;
+};
+#define TEENY_KERNEL_ORIGIN __FILE__, __LINE__
+inline constexpr const char* kEntryPlaceholder = "TEENY_ENTRY";
+
 struct Launch {
   int kernel = 0;               // index into Lowering::kernels
   std::array<int, 3> block{1, 1, 1};  // concrete: generated from the kernel's own constants
@@ -193,6 +226,9 @@ struct ConformanceCase {
 struct InputSpec {
   std::string name;
   std::string doc;
+  // An i32 input of ids that index something this int attr long (embedding: "num_embeddings"):
+  // random inputs stay in [0, attr) so that a run without --input reads valid rows.
+  std::string id_bound_attr{};
 };
 
 struct OpDef {

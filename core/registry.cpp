@@ -29,4 +29,11 @@ void Registry::add_pass(GraphPass pass) {
   passes_.push_back(std::move(pass));
 }
 
+void Registry::add_kernel_header(KernelHeader header) {
+  for (const KernelHeader& existing : kernel_headers_)
+    if (existing.name == header.name)
+      throw Error(fmt::format("kernel header '{}' is registered twice", header.name));
+  kernel_headers_.push_back(std::move(header));
+}
+
 }  // namespace teeny

@@ -33,10 +33,16 @@ class Registry {
   void add_pass(GraphPass pass);
   const std::vector<GraphPass>& passes() const { return passes_; }
 
+  // The kernel headers (ops/kernels/*.cuh) kernels include; NVRTC gets them in memory. Throws
+  // teeny::Error on a duplicate name.
+  void add_kernel_header(KernelHeader header);
+  const std::vector<KernelHeader>& kernel_headers() const { return kernel_headers_; }
+
  private:
   std::vector<OpDef> ops_;
   std::map<std::string, size_t> index_;
   std::vector<GraphPass> passes_;
+  std::vector<KernelHeader> kernel_headers_;
 };
 
 }  // namespace teeny

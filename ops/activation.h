@@ -17,6 +17,8 @@ struct Activation {
   std::string cuda;            // CUDA expression of the float `v` (may name the storage type T)
   double (*host)(double);      // the double-precision reference
   int flops = 1;               // per element, for cost
+  // The functor template in ops/kernels/activation.cuh ("tn_act_relu"), applied as Op<T>.
+  std::string functor;
 };
 
 // Every activation, in a fixed order (the enum of fused.linear's `activation` attr).

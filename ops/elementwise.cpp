@@ -17,64 +17,13 @@ namespace {
 
 constexpr int kBlock = 256;
 constexpr int kUnroll = 4;            // independent 16-byte loads in flight per thread
-constexpr int kMaxBlocks = 132 * 8;   // H200: 132 SMs x 8 resident blocks of kBlock threads
 
 struct UnaryFn {
-  // Kernel name suffix and CUDA expression of float `v` (and `value` for scale), per attrs.
-  std::function<std::pair<std::string, std::string>(const Attrs&)> cuda;
+  // Kernel name suffix and the functor template (ops/kernels/) applied to each value, per attrs.
+  std::function<std::pair<std::string, std::string>(const Attrs&)> functor;
   std::function<double(double, const Attrs&)> host;
   int flops_per_element = 1;
 };
-
-const char* kUnaryBody = R"CUDA(
-  const long long n = rows * (long long)cols;
-  const long long threads = (long long)gridDim.x * kBlock;
-  const long long tid = (long long)blockIdx.x * kBlock + threadIdx.x;
-  constexpr int kVec = tn_pack<T>::kN;
-  if (x_stride == cols) {
-    // Contiguous: one flat row of n elements, vectorised up to a scalar tail.
-    long long head = 0;
-    if (tn_aligned16(x) && tn_aligned16(y)) {
-      const long long nv = n / kVec;
-      for (long long i = tid; i < nv; i += threads * kUnroll) {
-        float v[kUnroll][kVec];
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u)
-          if (i + u * threads < nv) tn_load16(x + (i + u * threads) * kVec, v[u]);
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-          if (i + u * threads < nv) {
-#pragma unroll
-            for (int k = 0; k < kVec; ++k) v[u][k] = TN_OP(v[u][k]);
-            tn_store16(y + (i + u * threads) * kVec, v[u]);
-          }
-        }
-      }
-      head = nv * kVec;
-    }
-    for (long long i = head + tid; i < n; i += threads) y[i] = tn_cast<T>(TN_OP(tn_f32(x[i])));
-  } else if (cols % kVec == 0 && x_stride % kVec == 0 && tn_aligned16(x) && tn_aligned16(y)) {
-    // Padded rows that keep 16-byte alignment.
-    const int packs = cols / kVec;
-    const long long nv = rows * packs;
-    for (long long i = tid; i < nv; i += threads) {
-      const long long r = i / packs;
-      const int c = (int)(i - r * packs) * kVec;
-      float v[kVec];
-      tn_load16(x + r * x_stride + c, v);
-#pragma unroll
-      for (int k = 0; k < kVec; ++k) v[k] = TN_OP(v[k]);
-      tn_store16(y + r * cols + c, v);
-    }
-  } else {
-    for (long long i = tid; i < n; i += threads) {
-      const long long r = i / cols;
-      const int c = (int)(i - r * cols);
-      y[i] = tn_cast<T>(TN_OP(tn_f32(x[r * x_stride + c])));
-    }
-  }
-}
-)CUDA";
 
 Expr rows_of(const TensorType& type) {
   if (type.shape.empty()) return Expr(1);
@@ -110,7 +59,7 @@ OpDef unary_op(const std::string& name, std::string doc, UnaryFn fn,
   def.doc = std::move(doc);
   def.inputs = {{"x", "input tensor (any shape)"}};
   def.attrs = std::move(attrs);
-  def.dtypes = {DType::kF32, DType::kBF16, DType::kF16};
+  def.dtypes = float_dtypes();
   def.source_file = TEENY_OP_FILE;
   const OpDef meta = def;
   const bool has_value = name == "scale";
@@ -127,19 +76,16 @@ OpDef unary_op(const std::string& name, std::string doc, UnaryFn fn,
         i32("cols", cols_of(x)), i32("x_stride", x.row_stride)};
     if (has_value) args.push_back(f32("value", ctx.attrs.f("value")));
 
-    const auto [variant, expression] = fn.cuda(ctx.attrs);
-    std::string source = kernel_prelude() + kernel_typedef("T", dtype) +
-                         kernel_constant("kBlock", kBlock) +
-                         kernel_constant("kUnroll", kUnroll) +
-                         fmt::format("#define TN_OP(v) ({})\n", expression) + kernel_entry(args, kBlock) +
-                         " {" + kUnaryBody;
+    const auto [variant, functor] = fn.functor(ctx.attrs);
     Lowering lowering;
-    lowering.kernels.push_back({fmt::format("{}{}_{}", name, variant, dtype_name(dtype)),
-                                std::move(source), TEENY_KERNEL_ORIGIN});
+    lowering.kernels.push_back(template_kernel(
+        fmt::format("{}{}_{}", name, variant, dtype_name(dtype)), "elementwise.cuh",
+        fmt::format("tn_unary<{}, {}, {}, {}>", dtype_c_type(dtype), kBlock, kUnroll, functor), args,
+        kBlock, TEENY_KERNEL_ORIGIN));
     Launch launch;
     launch.block = {kBlock, 1, 1};
     const Expr n = product(x.shape);
-    launch.grid[0] = min(ceil_div(n, Expr(kBlock * vector_width(dtype))), Expr(kMaxBlocks));
+    launch.grid[0] = grid_stride_blocks(ceil_div(n, Expr(kBlock * vector_width(dtype))), kBlock);
     launch.args = std::move(args);
     launch.bytes = n * Expr(static_cast<int64_t>(2 * dtype_size(dtype)));
     launch.flops = n * Expr(fn.flops_per_element);
@@ -161,7 +107,7 @@ OpDef unary_op(const std::string& name, std::string doc, UnaryFn fn,
 // An elementwise op over one activation of ops/activation.h.
 UnaryFn from_activation(const std::string& name) {
   const Activation& a = activation(name);
-  return {[a](const Attrs&) { return std::make_pair(std::string(), a.cuda); },
+  return {[a](const Attrs&) { return std::make_pair(std::string(), a.functor); },
           [a](double v, const Attrs&) { return a.host(v); }, a.flops};
 }
 
@@ -181,9 +127,9 @@ OpDef gelu_op() {
                                    nlohmann::json("none"), {"none", "tanh"});
   UnaryFn fn;
   // Kernel names: gelu_<dtype> (erf) and gelu_tanh_<dtype>.
-  fn.cuda = [](const Attrs& attrs) {
+  fn.functor = [](const Attrs& attrs) {
     const bool tanh_form = attrs.s("approximate") == "tanh";
-    return std::make_pair(std::string(tanh_form ? "_tanh" : ""), activation(tanh_form ? "gelu_tanh" : "gelu").cuda);
+    return std::make_pair(std::string(tanh_form ? "_tanh" : ""), activation(tanh_form ? "gelu_tanh" : "gelu").functor);
   };
   fn.host = [](double v, const Attrs& attrs) {
     return activation(*activation_of_op("gelu", attrs)).host(v);
@@ -196,7 +142,7 @@ OpDef gelu_op() {
 OpDef scale_op() {
   AttrSpec value = attr_spec("value", AttrType::kFloat, "the factor");
   UnaryFn fn;
-  fn.cuda = [](const Attrs&) { return std::make_pair(std::string(), std::string("v * value")); };
+  fn.functor = [](const Attrs&) { return std::make_pair(std::string(), std::string("tn_scale_by")); };
   fn.host = [](double v, const Attrs& attrs) { return v * attrs.f("value"); };
   return unary_op("scale", "y = x * value", fn, {value}, {{{"value", -2.5}}});
 }

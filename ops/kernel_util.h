@@ -39,6 +39,13 @@ namespace teeny::ops {
 // The device helpers listed above, as source text to put before a kernel.
 const std::string& kernel_prelude();
 
+// A kernel whose generated entry takes `params` and forwards them, in order, to `function` (a
+// device template in ops/kernels/<header>, with its template arguments), under
+// __launch_bounds__(max_threads[, min_blocks]). Pass TEENY_KERNEL_ORIGIN for file, line.
+KernelSource template_kernel(std::string name, std::string header, std::string function,
+                             std::vector<KernelArg> params, int max_threads, const char* file,
+                             int line, int min_blocks = 0);
+
 // `typedef <c type> <alias>;` for generated sources ("typedef __nv_bfloat16 T_IN;").
 std::string kernel_typedef(const std::string& alias, DType dtype);
 
@@ -71,6 +78,12 @@ AttrSpec attr_spec(std::string name, AttrType type, std::string doc,
 
 // Elements of `dtype` per 16-byte vector.
 int vector_width(DType dtype);
+
+// The grid of a grid-stride kernel with `blocks` blocks of work: at most one full wave of the
+// bound device, i.e. the blocks of `threads` threads an SM holds at once (2048 threads on sm_80
+// and sm_90) times its SM count (the device symbol SMS), so any GPU of the arch is filled and
+// no block is left for a second wave.
+Expr grid_stride_blocks(const Expr& blocks, int threads);
 
 // Output dtype for a float op: the node's `dtype:` if given (must be one of `def.dtypes`),
 // else `input`. Throws OpError("dtype", ...).

@@ -1,5 +1,7 @@
 #include "ops/ops.h"
 
+#include "ops/kernel_headers.h"
+
 namespace teeny::ops {
 
 void register_all(Registry& registry) {
@@ -8,6 +10,7 @@ void register_all(Registry& registry) {
 #include "ops/ops.inc"
 #undef TEENY_OP
 #undef TEENY_PASS
+  for (const KernelHeader& header : embedded_kernel_headers()) registry.add_kernel_header(header);
 }
 
 }  // namespace teeny::ops
