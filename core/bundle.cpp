@@ -1,11 +1,8 @@
 #include "core/bundle.h"
 
 #include <algorithm>
-#include <atomic>
-#include <cctype>
 #include <cerrno>
 #include <cmath>
-#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -13,11 +10,11 @@
 #include <map>
 #include <sstream>
 
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <unistd.h>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/identifier.h"
 #include "core/sha256.h"
 
 namespace teeny {
@@ -30,12 +27,6 @@ constexpr const char* kManifest = "manifest.json";
 constexpr const char* kParamsFile = "params.bin";
 
 std::string kernel_file(const std::string& name) { return "kernels/" + name + ".ptx"; }
-
-bool is_identifier(const std::string& name) {
-  if (name.empty() || std::isdigit(static_cast<unsigned char>(name[0]))) return false;
-  return std::all_of(name.begin(), name.end(),
-                     [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
-}
 
 json shape_json(const Shape& shape) {
   json out = json::array();
@@ -171,45 +162,6 @@ std::string read_file(const fs::path& file) {
   text << in.rdbuf();
   if (in.bad()) throw Error(fmt::format("cannot read: {}", std::strerror(errno)));
   return text.str();
-}
-
-// Writes and fsyncs; every failure (disk full, file size limit, I/O error) is an error.
-void write_file(const fs::path& file, const void* data, size_t size) {
-  int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw Error(fmt::format("cannot create {}: {}", file.string(), std::strerror(errno)));
-  const char* bytes = static_cast<const char*>(data);
-  size_t done = 0;
-  while (done < size) {
-    ssize_t n = ::write(fd, bytes + done, size - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      int err = errno;
-      ::close(fd);
-      throw Error(fmt::format("cannot write {}: {}", file.string(), std::strerror(err)));
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    throw Error(fmt::format("cannot write {}: {}", file.string(), std::strerror(errno)));
-  }
-}
-
-void write_file(const fs::path& file, const std::string& text) { write_file(file, text.data(), text.size()); }
-
-bool process_alive(long pid) { return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM; }
-
-// Temp and old directories left by a teeny process that died mid-write (SIGKILL, power loss).
-void remove_stale_temps(const fs::path& parent, const std::string& base) {
-  std::error_code ec;
-  for (const fs::directory_entry& entry : fs::directory_iterator(parent, ec)) {
-    std::string name = entry.path().filename().string();
-    for (const char* kind : {".tmp-", ".old-"}) {
-      std::string prefix = "." + base + kind;
-      if (name.rfind(prefix, 0) != 0) continue;
-      long pid = std::strtol(name.c_str() + prefix.size(), nullptr, 10);
-      if (pid > 0 && !process_alive(pid)) fs::remove_all(entry.path(), ec);
-    }
-  }
 }
 
 }  // namespace
@@ -493,64 +445,31 @@ Bundle bundle_from_json(const json& manifest) {
 // ---- files ------------------------------------------------------------------------------------
 
 void write_bundle(const Bundle& bundle, const std::string& path) {
-  fs::path target = fs::path(path).lexically_normal();
-  if (target.filename().empty()) target = target.parent_path();  // "out.teeny/"
-  const std::string base = target.filename().string();
-  const fs::path parent = target.parent_path().empty() ? fs::path(".") : target.parent_path();
   auto fail = [&](const std::string& problem) {
     return Error(fmt::format("cannot write bundle '{}': {}", path, problem));
   };
-
   std::error_code ec;
+  const fs::path target(path);
   if (fs::exists(target, ec) && !(fs::is_directory(target, ec) && fs::exists(target / kManifest, ec))) {
     throw fail("it exists and is not a teeny bundle (no manifest.json); not replacing it");
   }
   for (const BundleKernel& kernel : bundle.kernels) {
     if (!is_identifier(kernel.name)) throw fail(fmt::format("kernel name '{}' is not an identifier", kernel.name));
   }
-  remove_stale_temps(parent, base);
-
-  static std::atomic<int> counter{0};
-  const fs::path temp = parent / fmt::format(".{}.tmp-{}-{}", base, ::getpid(), counter++);
-  if (!fs::create_directory(temp, ec)) throw fail(fmt::format("cannot create {}: {}", temp.string(), ec.message()));
-  try {
+  write_directory_atomically(path, "bundle", [&](const fs::path& temp) {
     // Checksums are of the bytes written, whatever the in-memory bundle said.
     Bundle written = bundle;
     fs::create_directory(temp / "kernels", ec);
     if (ec) throw Error(fmt::format("cannot create {}: {}", (temp / "kernels").string(), ec.message()));
     for (BundleKernel& kernel : written.kernels) {
-      write_file(temp / kernel_file(kernel.name), kernel.ptx);
+      write_new_file(temp / kernel_file(kernel.name), kernel.ptx);
       kernel.sha256 = sha256_hex(kernel.ptx);
     }
-    write_file(temp / kParamsFile, bundle.param_bytes.data(), bundle.param_bytes.size());
+    write_new_file(temp / kParamsFile, std::string_view(reinterpret_cast<const char*>(bundle.param_bytes.data()),
+                                                        bundle.param_bytes.size()));
     // The manifest goes last: a directory with a manifest is complete.
-    write_file(temp / kManifest, bundle_to_json(written).dump(2) + "\n");
-
-    if (fs::exists(target, ec)) {
-      // Swap atomically where the filesystem can; otherwise move the old bundle aside first.
-      if (::renameat2(AT_FDCWD, temp.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) != 0) {
-        const fs::path old = parent / fmt::format(".{}.old-{}-{}", base, ::getpid(), counter++);
-        fs::rename(target, old);
-        try {
-          fs::rename(temp, target);
-        } catch (...) {
-          fs::rename(old, target, ec);
-          throw;
-        }
-        fs::remove_all(old, ec);
-      } else {
-        fs::remove_all(temp, ec);  // now holds the previous bundle
-      }
-    } else {
-      fs::rename(temp, target);
-    }
-  } catch (const fs::filesystem_error& e) {
-    fs::remove_all(temp, ec);
-    throw fail(e.code().message() + ": " + e.path1().string());
-  } catch (const Error& e) {
-    fs::remove_all(temp, ec);
-    throw fail(e.message());
-  }
+    write_new_file(temp / kManifest, bundle_to_json(written).dump(2) + "\n");
+  });
 }
 
 Bundle read_bundle(const std::string& path) {

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/identifier.h"
 
 namespace teeny {
 
@@ -306,9 +307,7 @@ class Parser {
     }
     if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
       size_t start = pos_;
-      while (pos_ < text_.size() &&
-             (std::isalnum(static_cast<unsigned char>(text_[pos_])) || text_[pos_] == '_'))
-        ++pos_;
+      while (pos_ < text_.size() && is_identifier_char(text_[pos_])) ++pos_;
       std::string name = text_.substr(start, pos_ - start);
       static const std::vector<std::pair<std::string, Expr (*)(const Expr&, const Expr&)>> functions = {
           {"ceil_div", ceil_div}, {"min", min}, {"max", max}, {"round_up", round_up}};

@@ -1,10 +1,7 @@
 #include "core/npy.h"
 
-#include <unistd.h>
-
 #include <cctype>
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -13,6 +10,8 @@
 #include <sstream>
 
 #include <fmt/format.h>
+
+#include "core/atomic_file.h"
 
 namespace teeny {
 
@@ -237,27 +236,6 @@ HostTensor read_npy(const std::string& path) {
     }
   }
   return tensor;
-}
-
-void write_file_atomically(const std::string& path, const std::string& bytes) {
-  const std::string temp = fmt::format("{}.tmp-{}", path, static_cast<long>(getpid()));
-  {
-    std::ofstream file(temp, std::ios::binary | std::ios::trunc);
-    if (!file) {
-      throw Error(fmt::format("cannot write {}: {}", path, std::strerror(errno)));
-    }
-    file.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    file.close();
-    if (!file) {
-      std::remove(temp.c_str());
-      throw Error(fmt::format("cannot write {}: write failed", path));
-    }
-  }
-  if (std::rename(temp.c_str(), path.c_str()) != 0) {
-    const std::string reason = std::strerror(errno);
-    std::remove(temp.c_str());
-    throw Error(fmt::format("cannot write {}: {}", path, reason));
-  }
 }
 
 void write_npy(const std::string& path, const HostTensor& tensor) {

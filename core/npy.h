@@ -4,7 +4,7 @@
 //   range-checked). Values come back exactly as stored (f64 rounded to f32).
 // Write: f32 -> '<f4', f16 -> '<f2', i32 -> '<i4'. NumPy has no bf16, so bf16 tensors are
 //   written as '<f4' — exact, since every bf16 value is an f32 value.
-// Writes are atomic (a temporary file next to the target, then rename).
+// Writes are atomic (core/atomic_file.h).
 #pragma once
 
 #include <string>
@@ -19,9 +19,5 @@ void write_npy(const std::string& path, const HostTensor& tensor);
 
 // The dtype a tensor of `dtype` is written as (bf16 -> f32).
 DType npy_storage_dtype(DType dtype);
-
-// Writes `bytes` to `path` through a temporary file and a rename, so a failure never leaves
-// a half-written file. Throws "cannot write <path>: <reason>".
-void write_file_atomically(const std::string& path, const std::string& bytes);
 
 }  // namespace teeny

@@ -15,6 +15,7 @@
 #include "core/driver.h"
 #include "core/error.h"
 #include "core/executor.h"
+#include "core/identifier.h"
 #include "core/ptx.h"
 
 namespace teeny {
@@ -232,11 +233,7 @@ ProfileRun summarize_run(const Bindings& bindings, const std::vector<LaunchFacts
 std::pair<std::string, std::vector<int64_t>> parse_sweep(const std::string& text) {
   const size_t eq = text.find('=');
   const std::string name = text.substr(0, eq);
-  const bool identifier = !name.empty() && (std::isalpha(static_cast<unsigned char>(name[0])) || name[0] == '_') &&
-                          std::all_of(name.begin(), name.end(), [](char c) {
-                            return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
-                          });
-  if (eq == std::string::npos || !identifier || eq + 1 == text.size())
+  if (eq == std::string::npos || !is_identifier(name) || eq + 1 == text.size())
     throw Error(fmt::format("--sweep '{}': expected DIM=a,b,c (e.g. B=1,8,64,512)", text));
   std::vector<int64_t> values;
   size_t pos = eq + 1;

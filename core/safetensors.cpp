@@ -10,7 +10,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "core/npy.h"
+#include "core/atomic_file.h"
 
 namespace teeny {
 

@@ -2,7 +2,6 @@
 // symbolic types. Every error carries file:line:col, the node and key, and a suggestion
 // where a nearest valid name exists.
 #include <algorithm>
-#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
@@ -17,6 +16,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "core/graph.h"
+#include "core/identifier.h"
 
 namespace teeny {
 
@@ -85,14 +85,6 @@ std::string join(const std::vector<std::string>& items, const char* sep = ", ") 
   std::string out;
   for (size_t i = 0; i < items.size(); ++i) out += (i ? sep : "") + items[i];
   return out;
-}
-
-bool is_identifier(const std::string& text) {
-  if (text.empty() || !(std::isalpha(static_cast<unsigned char>(text[0])) || text[0] == '_'))
-    return false;
-  return std::all_of(text.begin(), text.end(), [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
-  });
 }
 
 // Strict decimal integer (optional sign), the whole string.
