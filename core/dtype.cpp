@@ -47,6 +47,11 @@ std::optional<DType> parse_dtype(const std::string& name) {
 
 bool is_float(DType dtype) { return dtype != DType::kI32; }
 
+const std::vector<DType>& float_dtypes() {
+  static const std::vector<DType> dtypes = {DType::kF32, DType::kBF16, DType::kF16};
+  return dtypes;
+}
+
 uint16_t float_to_bf16_bits(float value) {
   uint32_t bits;
   std::memcpy(&bits, &value, 4);

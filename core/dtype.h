@@ -17,6 +17,8 @@ const char* dtype_c_type(DType dtype);  // "float", "__half", "__nv_bfloat16", "
 std::optional<DType> parse_dtype(const std::string& name);
 std::vector<std::string> dtype_names();
 bool is_float(DType dtype);
+// f32, bf16, f16: what an op that takes any float dtype accepts.
+const std::vector<DType>& float_dtypes();
 
 // Conversions used by host code (references, init bytes, npy/safetensors, checks).
 // Rounding is round-to-nearest-even, as the GPU's __float2bfloat16 / __float2half.

@@ -139,7 +139,7 @@ OpDef binary_op(const std::string& name, std::string doc, BinaryFn fn) {
   def.name = name;
   def.doc = std::move(doc);
   def.inputs = {{"a", "first operand"}, {"b", "second operand (broadcast against a)"}};
-  def.dtypes = {DType::kF32, DType::kBF16, DType::kF16};
+  def.dtypes = float_dtypes();
   def.source_file = TEENY_OP_FILE;
   const OpDef meta = def;
 

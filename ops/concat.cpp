@@ -88,7 +88,7 @@ OpDef concat_op() {
   def.variadic = true;
   def.min_inputs = 2;
   def.attrs = {attr_spec("axis", AttrType::kInt, "the axis to join along", nlohmann::json(1))};
-  def.dtypes = {DType::kF32, DType::kBF16, DType::kF16};
+  def.dtypes = float_dtypes();
   def.source_file = TEENY_OP_FILE;
   const OpDef meta = def;
 

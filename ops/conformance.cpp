@@ -46,9 +46,4 @@ std::vector<Bindings> awkward_rows() {
           {{"B", 5000}, {"W", 17}}};
 }
 
-const std::vector<DType>& float_dtypes() {
-  static const std::vector<DType> dtypes = {DType::kF32, DType::kBF16, DType::kF16};
-  return dtypes;
-}
-
 }  // namespace teeny::ops

@@ -41,7 +41,4 @@ std::vector<Bindings> awkward_rows();
 // for each constant width w (a constant width picks the op's kernel plan) at B = 1 and 129.
 std::vector<ConformanceCase> row_cases(const std::string& op, DType dtype, const std::vector<int>& widths);
 
-// The float dtypes of the op catalog.
-const std::vector<DType>& float_dtypes();
-
 }  // namespace teeny::ops

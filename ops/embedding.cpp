@@ -51,7 +51,7 @@ OpDef embedding_op() {
   def.attrs[0].min_value = 1;
   def.attrs[1].min_value = 1;
   // Output (and weight) dtype: f32, or the node's `dtype:`.
-  def.dtypes = {DType::kF32, DType::kBF16, DType::kF16};
+  def.dtypes = float_dtypes();
   def.param_slots = {"weight"};
   def.source_file = TEENY_OP_FILE;
   const OpDef meta = def;

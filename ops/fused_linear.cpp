@@ -94,7 +94,7 @@ OpDef fused_linear_op() {
   def.attrs = linear_attr_specs();
   def.attrs.push_back(attr_spec("activation", AttrType::kEnum, "applied to x Wᵀ + b, before the residual (gelu: erf form)",
                 nlohmann::json("none"), names));
-  def.dtypes = {DType::kF32, DType::kBF16, DType::kF16};
+  def.dtypes = float_dtypes();
   const OpDef meta = def;
   def.infer = [meta](const OpContext& ctx) { return infer_fused_linear(meta, ctx); };
   def.params = linear_params;

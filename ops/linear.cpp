@@ -209,7 +209,7 @@ OpDef linear_op() {
             "to 16 bytes";
   def.inputs = {{"x", "[..., in]"}};
   def.attrs = linear_attr_specs();
-  def.dtypes = {DType::kF32, DType::kBF16, DType::kF16};
+  def.dtypes = float_dtypes();
   const OpDef meta = def;
   def.infer = [meta](const OpContext& ctx) { return infer_linear(meta, ctx); };
   def.params = linear_params;

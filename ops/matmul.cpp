@@ -151,7 +151,7 @@ OpDef matmul_op() {
   def.name = "matmul";
   def.doc = "a [..., M, K] · b [..., K, N] -> [..., M, N]; batch dims broadcast";
   def.inputs = {{"a", "[..., M, K]"}, {"b", "[..., K, N]"}};
-  def.dtypes = {DType::kF32, DType::kBF16, DType::kF16};
+  def.dtypes = float_dtypes();
   const OpDef meta = def;
   def.infer = [meta](const OpContext& ctx) { return infer_matmul(meta, ctx); };
   def.lower = lower_matmul;

@@ -142,7 +142,7 @@ OpDef norm_op(const std::string& name, bool rms) {
   if (!rms)
     def.attrs.push_back(attr_spec("affine", AttrType::kBool, "learnable weight and bias",
                                   nlohmann::json(true)));
-  def.dtypes = {DType::kF32, DType::kBF16, DType::kF16};
+  def.dtypes = float_dtypes();
   def.param_slots = rms ? std::vector<std::string>{"weight"}
                         : std::vector<std::string>{"weight", "bias"};
   def.source_file = TEENY_OP_FILE;

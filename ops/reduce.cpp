@@ -85,7 +85,7 @@ OpDef reduce_op(const std::string& name, Reduction kind, std::string doc) {
   def.attrs = {attr_spec("axis", AttrType::kInt, "the axis to reduce (negative counts from the end)"),
                attr_spec("keepdim", AttrType::kBool, "keep the reduced axis with extent 1",
                          nlohmann::json(false))};
-  def.dtypes = {DType::kF32, DType::kBF16, DType::kF16};
+  def.dtypes = float_dtypes();
   def.source_file = TEENY_OP_FILE;
   const OpDef meta = def;
 

@@ -688,7 +688,7 @@ OpDef sdpa_op() {
             "materialises S×S";
   def.inputs = {{"q", "[N, Sq, Dh]"}, {"k", "[N, Skv, Dh]"}, {"v", "[N, Skv, Dh]"}};
   def.attrs = sdpa_attr_specs();
-  def.dtypes = {DType::kF32, DType::kBF16, DType::kF16};
+  def.dtypes = float_dtypes();
   const OpDef meta = def;
   def.infer = [meta](const OpContext& ctx) { return infer_sdpa(meta, ctx); };
   def.lower = [](const OpContext& ctx) { return lower_attention(ctx, 1); };

@@ -75,7 +75,7 @@ OpDef sdpa_heads_op() {
   def.inputs = {{"q", "[B, S, H*Dh]"}, {"k", "[B, T, H*Dh]"}, {"v", "[B, T, H*Dh]"}};
   def.attrs = {{"heads", AttrType::kInt, "number of heads H", std::nullopt, {}, false, 1.0}};
   for (AttrSpec& spec : sdpa_attr_specs()) def.attrs.push_back(std::move(spec));
-  def.dtypes = {DType::kF32, DType::kBF16, DType::kF16};
+  def.dtypes = float_dtypes();
   const OpDef meta = def;
   def.infer = [meta](const OpContext& ctx) { return infer_sdpa_heads(meta, ctx); };
   def.lower = [](const OpContext& ctx) { return lower_attention(ctx, ctx.attrs.i("heads")); };

@@ -116,7 +116,7 @@ OpDef softmax_family(const std::string& name, bool log_form) {
   def.inputs = {{"x", "input tensor (rank >= 1)"}};
   def.attrs = {attr_spec("axis", AttrType::kInt,
                          "the axis to normalise (negative counts from the end)", nlohmann::json(-1))};
-  def.dtypes = {DType::kF32, DType::kBF16, DType::kF16};
+  def.dtypes = float_dtypes();
   def.source_file = TEENY_OP_FILE;
   const OpDef meta = def;
 

@@ -60,7 +60,7 @@ OpDef split_heads_op() {
   def.doc = "x [B, S, H*Dh] -> [B*H, S, Dh]";
   def.inputs = {{"x", "[B, S, H*Dh]"}};
   def.attrs = {{"heads", AttrType::kInt, "number of heads H", std::nullopt, {}, false, 1.0}};
-  def.dtypes = {DType::kF32, DType::kBF16, DType::kF16};
+  def.dtypes = float_dtypes();
   const OpDef meta = def;
   def.infer = [meta](const OpContext& ctx) { return infer_split_heads(meta, ctx); };
   def.lower = lower_split_heads;

@@ -114,7 +114,7 @@ OpDef transpose_op() {
   def.doc = "permutes dims (output dim k is input dim perm[k]); a real copy";
   def.inputs = {{"x", "input tensor"}};
   def.attrs = {attr_spec("perm", AttrType::kIntList, "a permutation of the input's dims")};
-  def.dtypes = {DType::kF32, DType::kBF16, DType::kF16};
+  def.dtypes = float_dtypes();
   def.source_file = TEENY_OP_FILE;
   const OpDef meta = def;
 

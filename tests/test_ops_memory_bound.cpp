@@ -346,7 +346,7 @@ std::vector<LowerCase> lowering_cases() {
   TensorType padded = tensor(DType::kF32, {B, 17});
   padded.row_stride = Expr(20);
   std::vector<LowerCase> cases;
-  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+  for (DType dt : float_dtypes()) {
     const TensorType rows = tensor(dt, {B, 4096});
     for (const char* name : {"relu", "silu", "sigmoid", "tanh"}) cases.push_back({name, {}, {rows}});
     cases.push_back({"gelu", {{"approximate", "none"}}, {rows}});
@@ -508,7 +508,7 @@ TEST(Dense1Lowering, GeluTanhTakesTanhApproxOnlyForBf16) {
   NvrtcConfig config;
   config.arch = "sm_90";
   config.use_cache = false;
-  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+  for (DType dtype : float_dtypes()) {
     std::vector<KernelSource> kernels;
     for (const Lowering& lowering :
          {op("gelu").lower(context("gelu", {{"approximate", "tanh"}}, {tensor(dtype, {Expr::dim("B"), Expr(1000)})})),
