@@ -1,19 +1,15 @@
-#include "core/trace.h"
+#include "cli/chrome_trace.h"
 
 #include <algorithm>
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
-#include <fstream>
 #include <limits>
 #include <set>
 
 #include <fmt/format.h>
 
-#include "core/error.h"
-#include "core/report.h"
+#include "cli/profile_report.h"
+#include "core/atomic_file.h"
 
-namespace teeny {
+namespace teeny::cli {
 
 nlohmann::json chrome_trace(const ProfileReport& report) {
   nlohmann::json events = nlohmann::json::array();
@@ -71,22 +67,7 @@ nlohmann::json chrome_trace(const ProfileReport& report) {
 }
 
 void write_chrome_trace(const ProfileReport& report, const std::string& path) {
-  const std::string text = chrome_trace(report).dump();
-  const std::string temp = path + ".tmp";
-  {
-    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
-    if (out) out.write(text.data(), static_cast<std::streamsize>(text.size()));
-    if (!out) {
-      const std::string reason = std::strerror(errno);
-      std::remove(temp.c_str());
-      throw Error(fmt::format("cannot write trace '{}': {}", path, reason));
-    }
-  }
-  if (std::rename(temp.c_str(), path.c_str()) != 0) {
-    const std::string reason = std::strerror(errno);
-    std::remove(temp.c_str());
-    throw Error(fmt::format("cannot write trace '{}': {}", path, reason));
-  }
+  write_file_atomically(path, chrome_trace(report).dump(), "trace");
 }
 
-}  // namespace teeny
+}  // namespace teeny::cli

@@ -9,11 +9,11 @@
 
 #include "core/profiler.h"
 
-namespace teeny {
+namespace teeny::cli {
 
 nlohmann::json chrome_trace(const ProfileReport& report);
-// Writes chrome_trace(report) to `path` via a temporary file and a rename, so a failed
-// write leaves no partial trace. Throws Error naming the path.
+// Writes chrome_trace(report) to `path` atomically (core/atomic_file.h). Throws Error naming
+// the path.
 void write_chrome_trace(const ProfileReport& report, const std::string& path);
 
-}  // namespace teeny
+}  // namespace teeny::cli

@@ -6,11 +6,11 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "cli/chrome_trace.h"
 #include "cli/commands.h"
+#include "cli/profile_report.h"
 #include "core/error.h"
 #include "core/profiler.h"
-#include "core/report.h"
-#include "core/trace.h"
 
 namespace teeny::cli {
 namespace {

@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "cli/check_report.h"
 #include "cli/commands.h"
 #include "cli/table.h"
 #include "core/bundle.h"

@@ -13,7 +13,8 @@ size_t display_width(const std::string& text) {
 
 }  // namespace
 
-std::string format_table(const std::vector<Row>& rows, const std::string& indent) {
+std::string format_table(const std::vector<Row>& rows, const std::string& indent,
+                         const std::vector<Align>& align) {
   std::vector<size_t> widths;
   for (const Row& row : rows) {
     if (widths.size() < row.size()) widths.resize(row.size(), 0);
@@ -23,8 +24,10 @@ std::string format_table(const std::vector<Row>& rows, const std::string& indent
   for (const Row& row : rows) {
     std::string line = indent;
     for (size_t c = 0; c < row.size(); ++c) {
-      line += row[c];
-      if (c + 1 < row.size()) line += std::string(widths[c] - display_width(row[c]) + 2, ' ');
+      if (c > 0) line += "  ";
+      const std::string padding(widths[c] - display_width(row[c]), ' ');
+      const bool right = c < align.size() && align[c] == Align::kRight;
+      line += right ? padding + row[c] : row[c] + padding;
     }
     while (!line.empty() && line.back() == ' ') line.pop_back();
     out += line + "\n";

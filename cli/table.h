@@ -1,5 +1,5 @@
-// Plain-text tables for the CLI: left-aligned columns separated by two spaces, no trailing
-// blanks. Cells may hold UTF-8 (widths count code points).
+// Plain-text tables for the CLI: columns separated by two spaces, no trailing blanks. Cells may
+// hold UTF-8 (widths count code points).
 #pragma once
 
 #include <string>
@@ -9,7 +9,11 @@ namespace teeny::cli {
 
 using Row = std::vector<std::string>;
 
-// Renders rows (the first may be a header) with every line prefixed by `indent`.
-std::string format_table(const std::vector<Row>& rows, const std::string& indent = "");
+enum class Align { kLeft, kRight };
+
+// Renders rows (the first may be a header) with every line prefixed by `indent`. Columns are
+// left-aligned unless `align` says otherwise (numbers read best right-aligned).
+std::string format_table(const std::vector<Row>& rows, const std::string& indent = "",
+                         const std::vector<Align>& align = {});
 
 }  // namespace teeny::cli

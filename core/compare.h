@@ -61,7 +61,4 @@ CheckReport check_against_reference(GpuExecutor& executor, const Registry& regis
                                     const RunData& data,
                                     const std::map<std::string, HostTensor>& full_run_outputs);
 
-// The per-node table and a verdict naming the first diverging node.
-std::string format_check_report(const CheckReport& report);
-
 }  // namespace teeny

@@ -1,25 +1,24 @@
-// Renders a ProfileReport: a table for people, JSON and CSV for tools. Every output names
-// the timing method, so numbers measured with the CUDA-event fallback are never mistaken
-// for CUPTI's.
+// How a whole graph scales across a `teeny profile --sweep`: the statistics behind the scaling
+// table and JSON (cli/profile_report.h renders them).
 #pragma once
 
-#include <string>
-
-#include <nlohmann/json.hpp>
+#include <cstdint>
+#include <vector>
 
 #include "core/profiler.h"
 
 namespace teeny {
 
-std::string format_profile_table(const ProfileReport& report);
-// Field names carry units: median_us, gbps, gflops, share_pct, ...
-nlohmann::json profile_json(const ProfileReport& report);
-// One header row, then one row per launch per run.
-std::string format_profile_csv(const ProfileReport& report);
+// One row per run of the sweep.
+struct ScalingRow {
+  int64_t value = 0;            // the swept dim's value
+  double gpu_median_us = 0;     // end-to-end GPU time per iteration
+  double us_per_unit = 0;       // gpu_median_us / value
+  double time_vs_first = 0;     // against the sweep's first run
+  double gbps = 0, gflops = 0;  // the whole graph's bytes and flops at gpu_median_us
+};
 
-// "B=64, S=128" (dims in name order).
-std::string bindings_str(const Bindings& bindings);
-// "13.0" from 13000.
-std::string cuda_version_str(int version);
+// Empty when the report is not a sweep.
+std::vector<ScalingRow> scaling_rows(const ProfileReport& report);
 
 }  // namespace teeny

@@ -25,6 +25,8 @@
 
 #include <fmt/format.h>
 
+#include "cli/check_report.h"
+#include "cli/profile_report.h"
 #include "core/compare.h"
 #include "core/compile.h"
 #include "core/driver.h"
@@ -61,12 +63,6 @@ std::vector<Job> all_jobs() {
   return jobs;
 }
 
-std::string bindings_str(const Bindings& bindings) {
-  std::vector<std::string> parts;
-  for (const auto& [dim, value] : bindings) parts.push_back(fmt::format("{}={}", dim, value));
-  return fmt::format("{}", fmt::join(parts, " "));
-}
-
 TEST(ConformanceCases, EveryRegisteredOpProvidesCases) {
   std::vector<std::string> missing;
   for (const OpDef& op : registry().ops())
@@ -88,7 +84,7 @@ TEST(ConformanceCases, EveryCaseGraphParsesAndNamesItsOp) {
           std::vector<std::string> binds;
           for (const auto& [dim, value] : b) binds.push_back(fmt::format("{}={}", dim, value));
           return binds;
-        }())) << bindings_str(b);
+        }())) << cli::bindings_str(b);
     } catch (const Error& e) {
       ADD_FAILURE() << e.render() << "\n" << job.c.graph;
     }
@@ -142,7 +138,7 @@ TEST(GpuConformance, EveryRegisteredOpMatchesItsReference) {
     const std::vector<Bindings> runs =
         job.c.bindings.empty() ? std::vector<Bindings>{Bindings{}} : job.c.bindings;
     for (const Bindings& b : runs) {
-      const std::string where = fmt::format("{} with {}", job.label(), bindings_str(b));
+      const std::string where = fmt::format("{} with {}", job.label(), cli::bindings_str(b));
       ++t.runs;
       try {
         std::vector<std::string> binds;
@@ -162,7 +158,7 @@ TEST(GpuConformance, EveryRegisteredOpMatchesItsReference) {
         const CheckReport report = check_against_reference(executor, registry(), data, outputs);
         if (!report.ok()) {
           ++t.failures;
-          ADD_FAILURE() << where << ":\n" << format_check_report(report);
+          ADD_FAILURE() << where << ":\n" << cli::format_check_report(report);
         }
       } catch (const Error& e) {
         ++t.failures;

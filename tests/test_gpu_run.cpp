@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <memory>
 
+#include "cli/check_report.h"
 #include "core/compare.h"
 #include "core/compile.h"
 #include "core/driver.h"
@@ -142,7 +143,7 @@ TEST_F(GpuRun, MnistMlpWithKnownWeightsMatchesIndependentLoops) {
   EXPECT_LT(max_abs_diff(executor.read("probs").data, probs.data), 1e-6);
 
   CheckReport report = check_against_reference(executor, registry, data, {{"probs", probs}});
-  EXPECT_TRUE(report.ok()) << format_check_report(report);
+  EXPECT_TRUE(report.ok()) << cli::format_check_report(report);
   ASSERT_EQ(report.nodes.size(), 4u);
 }
 
@@ -251,7 +252,7 @@ TEST_F(GpuRun, CheckNamesTheNodeWithASwappedArgumentKernel) {
   // The kernel computes b - good instead of good - b: wrong wherever good != b, i.e. nearly
   // everywhere for random inputs.
   EXPECT_GT(report.nodes[1].result.mismatches, 290);
-  EXPECT_NE(format_check_report(report).find("first diverging node 'bad' (test.sub_swapped)"),
+  EXPECT_NE(cli::format_check_report(report).find("first diverging node 'bad' (test.sub_swapped)"),
             std::string::npos);
 }
 

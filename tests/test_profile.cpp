@@ -12,12 +12,12 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "cli/chrome_trace.h"
+#include "cli/profile_report.h"
 #include "core/driver.h"
 #include "core/error.h"
 #include "core/profiler.h"
-#include "core/report.h"
 #include "core/stats.h"
-#include "core/trace.h"
 
 namespace teeny {
 namespace {
@@ -416,7 +416,7 @@ std::vector<std::string> split(const std::string& text, char sep) {
 }
 
 TEST(ProfileReport, JsonParsesWithUnitsAndEnvironment) {
-  const std::string text = profile_json(synthetic_report(true, false)).dump(2);
+  const std::string text = cli::profile_json(synthetic_report(true, false)).dump(2);
   const nlohmann::json j = nlohmann::json::parse(text);
   EXPECT_EQ(j["environment"]["gpu_name"], "Test GPU");
   EXPECT_EQ(j["environment"]["driver_cuda_version"], "13.0");
@@ -442,7 +442,7 @@ TEST(ProfileReport, JsonParsesWithUnitsAndEnvironment) {
 }
 
 TEST(ProfileReport, JsonSweepHasScalingAndUntrustedRun) {
-  const nlohmann::json j = profile_json(synthetic_report(true, true));
+  const nlohmann::json j = cli::profile_json(synthetic_report(true, true));
   EXPECT_EQ(j["sweep_dim"], "B");
   ASSERT_EQ(j["scaling"].size(), 2u);
   EXPECT_EQ(j["scaling"][1]["value"], 8);
@@ -453,7 +453,7 @@ TEST(ProfileReport, JsonSweepHasScalingAndUntrustedRun) {
 }
 
 TEST(ProfileReport, CsvHasHeaderAndOneRowPerLaunch) {
-  const std::string csv = format_profile_csv(synthetic_report(false, true));
+  const std::string csv = cli::format_profile_csv(synthetic_report(false, true));
   const auto lines = split(csv, '\n');
   ASSERT_EQ(lines.size(), 5u);  // header + 2 runs x 2 launches
   const auto header = split(lines[0], ',');
@@ -472,12 +472,12 @@ TEST(ProfileReport, CsvHasHeaderAndOneRowPerLaunch) {
 TEST(ProfileReport, CsvQuotesFieldsWithCommas) {
   ProfileReport report = synthetic_report(true, false);
   report.runs[0].bindings = {{"B", 2}, {"S", 3}};
-  const auto lines = split(format_profile_csv(report), '\n');
+  const auto lines = split(cli::format_profile_csv(report), '\n');
   EXPECT_EQ(lines[1].substr(0, 12), "\"B=2, S=3\",t");
 }
 
 TEST(ProfileReport, TableShowsLaunchesTotalsAndTiming) {
-  const std::string table = format_profile_table(synthetic_report(false, true));
+  const std::string table = cli::format_profile_table(synthetic_report(false, true));
   EXPECT_NE(table.find("timing: CUDA events (CUPTI unavailable: CUPTI_ERROR_INSUFFICIENT_PRIVILEGES); mode: sequence"),
             std::string::npos)
       << table;
@@ -499,7 +499,7 @@ TEST(ProfileReport, TableShowsLaunchesTotalsAndTiming) {
 TEST(ProfileTrace, ChromeTraceStructure) {
   ProfileReport report = synthetic_report(true, true);
   report.runs[1].trace[1].stream_id = 9;  // a second stream in the second run
-  const nlohmann::json t = nlohmann::json::parse(chrome_trace(report).dump());
+  const nlohmann::json t = nlohmann::json::parse(cli::chrome_trace(report).dump());
   ASSERT_TRUE(t["traceEvents"].is_array());
   int processes = 0, threads = 0, slices = 0;
   for (const auto& e : t["traceEvents"]) {
@@ -527,13 +527,13 @@ TEST(ProfileTrace, ChromeTraceStructure) {
 
 TEST(ProfileTrace, WritesFileAndReportsUnwritablePath) {
   const std::string path = ::testing::TempDir() + "teeny_trace_test.json";
-  write_chrome_trace(synthetic_report(true, false), path);
+  cli::write_chrome_trace(synthetic_report(true, false), path);
   std::ifstream in(path);
   const nlohmann::json t = nlohmann::json::parse(in);
   EXPECT_EQ(t["traceEvents"].size(), 2u + 1u + 4u);  // process name + sort index, 1 thread, 4 slices
   std::remove(path.c_str());
   try {
-    write_chrome_trace(synthetic_report(true, false), "/nonexistent-dir/t.json");
+    cli::write_chrome_trace(synthetic_report(true, false), "/nonexistent-dir/t.json");
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_EQ(e.message(), "cannot write trace '/nonexistent-dir/t.json': No such file or directory");

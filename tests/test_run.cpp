@@ -13,6 +13,9 @@
 #include <functional>
 #include <set>
 
+#include <fmt/format.h>
+
+#include "cli/check_report.h"
 #include "core/compare.h"
 #include "core/driver.h"
 #include "core/executor.h"
@@ -448,7 +451,7 @@ TEST(Compare, ReportNamesTheFirstDivergingNode) {
                   {"act", "relu", DType::kF32, {2, 2}, bad}};
   report.first_failure = 1;
   EXPECT_FALSE(report.ok());
-  EXPECT_EQ(format_check_report(report),
+  EXPECT_EQ(cli::format_check_report(report),
             "node  op        dtype  shape      max abs     max rel  result\n"
             "fc1   linear    f32    [2, 2]   1.000e-07   2.000e-07  ok\n"
             "sub   test.sub  f32    [2, 2]   5.000e-01   2.500e-01  MISMATCH\n"
@@ -459,7 +462,7 @@ TEST(Compare, ReportNamesTheFirstDivergingNode) {
   report.nodes.resize(1);
   report.first_failure = -1;
   EXPECT_TRUE(report.ok());
-  EXPECT_NE(format_check_report(report).find("check: ok: all 1 nodes match the host reference\n"),
+  EXPECT_NE(cli::format_check_report(report).find("check: ok: all 1 nodes match the host reference\n"),
             std::string::npos);
 }
 
