@@ -1,14 +1,10 @@
 // The teeny binary end to end: check on graphs/, errors with exit codes and exact stderr,
 // `teeny ops` in both formats, and no link-time dependency on the CUDA driver.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <set>
-#include <sstream>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -16,22 +12,13 @@
 #include "core/registry.h"
 #include "ops/ops.h"
 #include "tests/op_test_util.h"
+#include "tests/teeny_command.h"
 
 namespace teeny {
 namespace {
 
-struct Result {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
-
-std::string read_file(const std::string& path) {
-  std::ifstream file(path);
-  std::stringstream text;
-  text << file.rdbuf();
-  return text.str();
-}
+using testing::Command;
+using testing::run_command;
 
 // A temp path unique to this process and test: CTest runs tests in parallel.
 std::string temp_path(const std::string& name) {
@@ -39,23 +26,8 @@ std::string temp_path(const std::string& name) {
                      ::testing::UnitTest::GetInstance()->current_test_info()->name(), name);
 }
 
-// Runs a shell command line, capturing stdout and stderr separately.
-Result run_shell(const std::string& command) {
-  std::string out = temp_path("out.txt");
-  std::string err = temp_path("err.txt");
-  int status = std::system((command + " >" + out + " 2>" + err).c_str());
-  Result result;
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  result.out = read_file(out);
-  result.err = read_file(err);
-  std::filesystem::remove(out);
-  std::filesystem::remove(err);
-  return result;
-}
-
-Result teeny(const std::string& args) {
-  return run_shell(std::string("cd " TEENY_SOURCE_DIR " && " TEENY_BINARY " ") + args);
-}
+// teeny in the source directory, so that graph paths read as in the README.
+Command teeny(const std::string& args) { return testing::run_teeny(args, {TEENY_SOURCE_DIR, {}}); }
 
 std::string write_temp(const std::string& name, const std::string& text) {
   std::string path = temp_path(name);
@@ -64,7 +36,7 @@ std::string write_temp(const std::string& name, const std::string& text) {
 }
 
 TEST(Cli, CheckMnistPrintsSymbolicAndBoundShapes) {
-  Result r = teeny("check graphs/mnist_mlp.yaml --bind B=32");
+  Command r = teeny("check graphs/mnist_mlp.yaml --bind B=32");
   EXPECT_EQ(r.err, "");
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_EQ(r.out,
@@ -91,7 +63,7 @@ TEST(Cli, CheckMnistPrintsSymbolicAndBoundShapes) {
 }
 
 TEST(Cli, CheckUsesDefaultBindings) {
-  Result r = teeny("check graphs/mnist_mlp.yaml");
+  Command r = teeny("check graphs/mnist_mlp.yaml");
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("  B    [1, 65536]  64       64\n"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("  probs   f32    [B, 10]  [64, 10]\n"), std::string::npos) << r.out;
@@ -107,7 +79,7 @@ TEST(Cli, EveryBundledGraphChecks) {
     if (entry.path().extension() != ".yaml") continue;
     ++graphs;
     std::string relative = "graphs/" + entry.path().filename().string();
-    Result r = teeny("check " + relative);
+    Command r = teeny("check " + relative);
     EXPECT_EQ(r.exit_code, 0) << relative << "\n" << r.err;
     EXPECT_EQ(r.err, "") << relative;
     EXPECT_NE(r.out.find("' (" + relative + "): OK\n"), std::string::npos) << r.out;
@@ -124,7 +96,7 @@ TEST(Cli, BadSpecExitsOneWithTheLocatedError) {
                                 "nodes:\n"
                                 "  - {name: fc1, op: liner, inputs: [x], attrs: {out_features: 8}}\n"
                                 "outputs: [fc1]\n");
-  Result r = teeny("check " + path);
+  Command r = teeny("check " + path);
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_EQ(r.out, "");
   EXPECT_EQ(r.err, "teeny: error: " + path +
@@ -136,7 +108,7 @@ TEST(Cli, BadSpecExitsOneWithTheLocatedError) {
 }
 
 TEST(Cli, BadBindingsExitOne) {
-  Result r = teeny("check graphs/mnist_mlp.yaml --bind B=0");
+  Command r = teeny("check graphs/mnist_mlp.yaml --bind B=0");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_EQ(r.out, "");
   EXPECT_EQ(r.err, "teeny: error: --bind B=0: B must be in [1, 65536]\n");
@@ -150,7 +122,7 @@ TEST(Cli, BadBindingsExitOne) {
 }
 
 TEST(Cli, MissingFileAndUsageErrorsExitOne) {
-  Result r = teeny("check graphs/nope.yaml");
+  Command r = teeny("check graphs/nope.yaml");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_EQ(r.err, "teeny: error: cannot read graph spec 'graphs/nope.yaml': No such file or directory\n");
   r = teeny("check");
@@ -169,7 +141,7 @@ TEST(Cli, MissingFileAndUsageErrorsExitOne) {
 }
 
 TEST(Cli, OpsJsonListsEveryRegisteredOp) {
-  Result r = teeny("ops --format json");
+  Command r = teeny("ops --format json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   nlohmann::json ops = nlohmann::json::parse(r.out);
   ASSERT_TRUE(ops.is_array());
@@ -187,7 +159,7 @@ TEST(Cli, OpsJsonListsEveryRegisteredOp) {
 }
 
 TEST(Cli, OpsShowsOneOpInDetailAndAsJson) {
-  Result r = teeny("ops linear --format json");
+  Command r = teeny("ops linear --format json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   nlohmann::json linear = nlohmann::json::parse(r.out);
   EXPECT_EQ(linear.at("name"), "linear");
@@ -218,7 +190,7 @@ TEST(Cli, OpsShowsOneOpInDetailAndAsJson) {
 
 // fused.linear's residual may be left out: marked `?` in the list, said in the details and JSON.
 TEST(Cli, OpsMarksOptionalInputs) {
-  Result r = teeny("ops fused.linear");
+  Command r = teeny("ops fused.linear");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("  inputs (the last one optional):\n    x         [..., in]\n    residual  optional"),
             std::string::npos)
@@ -232,7 +204,7 @@ TEST(Cli, OpsMarksOptionalInputs) {
 }
 
 TEST(Cli, OpsUnknownNameSuggests) {
-  Result r = teeny("ops lineer");
+  Command r = teeny("ops lineer");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_EQ(r.out, "");
   EXPECT_EQ(r.err,
@@ -243,7 +215,7 @@ TEST(Cli, OpsUnknownNameSuggests) {
 // The driver is dlopen'ed so check/compile/inspect work without a GPU: the binary must not
 // link libcuda. Requiring NEEDED entries at all keeps this from passing on empty output.
 TEST(Cli, BinaryDoesNotLinkTheCudaDriver) {
-  Result r = run_shell("readelf -d " TEENY_BINARY);
+  Command r = run_command("readelf -d " TEENY_BINARY);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("(NEEDED)"), std::string::npos) << r.out;
   // The readelf output is real: NVRTC is always linked dynamically (libstdc++ need not be).

@@ -1,40 +1,30 @@
 // `teeny compile` and `teeny inspect` end to end on graphs/mnist_mlp.yaml: exit codes, the
 // summary, the inspection in both formats, --ptx, and errors with their exact text.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-
-#include <cstdlib>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "tests/teeny_command.h"
 #include "tests/test_compile_util.h"
 
 namespace teeny {
 namespace {
 
+using testing::Command;
 using testing::ScratchDir;
-
-struct Result {
-  int exit_code = -1;
-  std::string out, err;
-};
-
 using testing::slurp;
 
-// Runs teeny in `dir` (with its kernel cache there too), capturing stdout and stderr.
-Result teeny(const ScratchDir& dir, const std::string& args) {
-  std::string command = fmt::format("cd '{}' && TEENY_CACHE_DIR='{}' '{}' {} >out.txt 2>err.txt", dir.str(),
-                                    dir.str("cache"), TEENY_BINARY, args);
-  int status = std::system(command.c_str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(dir.str("out.txt")), slurp(dir.str("err.txt"))};
+// Runs teeny in `dir`, with its kernel cache there too.
+Command teeny(const ScratchDir& dir, const std::string& args) {
+  return testing::run_teeny(args, {dir.str(), {{"TEENY_CACHE_DIR", dir.str("cache")}}});
 }
 
 const std::string kMnist = std::string(TEENY_SOURCE_DIR) + "/graphs/mnist_mlp.yaml";
 
 TEST(CompileCli, CompileWritesBundleAndSummary) {
   ScratchDir dir;
-  Result r = teeny(dir, "compile " + kMnist);
+  Command r = teeny(dir, "compile " + kMnist);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.err, "");
   ASSERT_TRUE(std::filesystem::exists(dir.path() / "mnist_mlp.teeny" / "manifest.json"));  // default -o
@@ -52,7 +42,7 @@ TEST(CompileCli, CompileWritesBundleAndSummary) {
       << r.out;
   EXPECT_NE(r.out.find("  arch sm_90, NVRTC "), std::string::npos) << r.out;
 
-  Result again = teeny(dir, "compile " + kMnist + " -o again.teeny -j 1");
+  Command again = teeny(dir, "compile " + kMnist + " -o again.teeny -j 1");
   ASSERT_EQ(again.exit_code, 0) << again.err;
   EXPECT_NE(again.out.find(fmt::format("{} kernels (0 compiled, {} cached)", kernels, kernels)), std::string::npos)
       << again.out;
@@ -62,7 +52,7 @@ TEST(CompileCli, CompileWritesBundleAndSummary) {
 TEST(CompileCli, InspectJsonEvaluatesUnderBindings) {
   ScratchDir dir;
   ASSERT_EQ(teeny(dir, "compile " + kMnist + " -o m.teeny").exit_code, 0);
-  Result r = teeny(dir, "inspect m.teeny --bind B=100 --format json");
+  Command r = teeny(dir, "inspect m.teeny --bind B=100 --format json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   nlohmann::json view = nlohmann::json::parse(r.out);
   EXPECT_EQ(view["graph"], "mnist_mlp");
@@ -95,7 +85,7 @@ TEST(CompileCli, InspectJsonEvaluatesUnderBindings) {
   }
   EXPECT_GE(inputs_seen, 1);
 
-  Result one = teeny(dir, "inspect m.teeny --node probs --format json");
+  Command one = teeny(dir, "inspect m.teeny --node probs --format json");
   ASSERT_EQ(one.exit_code, 0) << one.err;
   nlohmann::json probs = nlohmann::json::parse(one.out);
   ASSERT_EQ(probs["nodes"].size(), 1u);
@@ -105,14 +95,14 @@ TEST(CompileCli, InspectJsonEvaluatesUnderBindings) {
 TEST(CompileCli, InspectTableAndPtx) {
   ScratchDir dir;
   ASSERT_EQ(teeny(dir, "compile " + kMnist + " -o m.teeny").exit_code, 0);
-  Result table = teeny(dir, "inspect m.teeny --node act1 --bind B=2");
+  Command table = teeny(dir, "inspect m.teeny --node act1 --bind B=2");
   ASSERT_EQ(table.exit_code, 0) << table.err;
   EXPECT_NE(table.out.find("bindings: B=2\n"), std::string::npos) << table.out;
   EXPECT_NE(table.out.find("node act1 (relu)  inputs: fc1\n"), std::string::npos) << table.out;
   EXPECT_NE(table.out.find("POS  NAME"), std::string::npos) << table.out;
   EXPECT_EQ(table.out.find("node fc1 "), std::string::npos) << "--node shows one node";
 
-  Result ptx = teeny(dir, "inspect m.teeny --ptx act1");
+  Command ptx = teeny(dir, "inspect m.teeny --ptx act1");
   ASSERT_EQ(ptx.exit_code, 0) << ptx.err;
   nlohmann::json manifest = nlohmann::json::parse(slurp(dir.str("m.teeny/manifest.json")));
   std::string kernel;
@@ -129,24 +119,24 @@ TEST(CompileCli, InspectTableAndPtx) {
 TEST(CompileCli, Errors) {
   ScratchDir dir;
   ASSERT_EQ(teeny(dir, "compile " + kMnist + " -o m.teeny").exit_code, 0);
-  Result node = teeny(dir, "inspect m.teeny --node prob");
+  Command node = teeny(dir, "inspect m.teeny --node prob");
   EXPECT_EQ(node.exit_code, 1);
   EXPECT_EQ(node.err, "teeny: error: --node prob: the bundle has no node 'prob' (did you mean 'probs'?)\n");
-  Result ptx = teeny(dir, "inspect m.teeny --ptx nothing_like_it");
+  Command ptx = teeny(dir, "inspect m.teeny --ptx nothing_like_it");
   EXPECT_EQ(ptx.exit_code, 1);
   EXPECT_EQ(ptx.err, "teeny: error: --ptx nothing_like_it: the bundle has no node or kernel 'nothing_like_it'\n");
-  Result missing = teeny(dir, "inspect nowhere.teeny");
+  Command missing = teeny(dir, "inspect nowhere.teeny");
   EXPECT_EQ(missing.exit_code, 1);
   EXPECT_EQ(missing.err, "teeny: error: bundle 'nowhere.teeny': no such directory\n");
-  Result arch = teeny(dir, "compile " + kMnist + " --arch sm9");
+  Command arch = teeny(dir, "compile " + kMnist + " --arch sm9");
   EXPECT_EQ(arch.exit_code, 1);
   EXPECT_EQ(arch.err, "teeny: error: invalid --arch 'sm9': expected sm_NN or compute_NN, e.g. sm_90\n");
-  Result bind = teeny(dir, "compile " + kMnist + " --bind B=0");
+  Command bind = teeny(dir, "compile " + kMnist + " --bind B=0");
   EXPECT_EQ(bind.exit_code, 1);
   EXPECT_EQ(bind.err, "teeny: error: --bind B=0: B must be in [1, 65536]\n");
 
   std::filesystem::create_directory(dir.path() / "notes");
-  Result clobber = teeny(dir, "compile " + kMnist + " -o notes");
+  Command clobber = teeny(dir, "compile " + kMnist + " -o notes");
   EXPECT_EQ(clobber.exit_code, 1);
   EXPECT_EQ(clobber.err,
             "teeny: error: cannot write bundle 'notes': it exists and is not a teeny bundle (no manifest.json); "
@@ -159,7 +149,7 @@ TEST(CompileCli, InspectShowsTensorMapArgs) {
   Graph graph = testing::test_graph(registry, "  - {name: t1, op: t.tensor_map, inputs: [x, z]}\n", "t1");
   write_bundle(compile_graph(graph, registry, testing::test_options(dir.str("cache"))), dir.str("t.teeny"));
 
-  Result table = teeny(dir, "inspect t.teeny --bind B=6");
+  Command table = teeny(dir, "inspect t.teeny --bind B=6");
   ASSERT_EQ(table.exit_code, 0) << table.err;
   const std::string rows[] = {
       "    POS  NAME   C TYPE                                 PTX   SIZE  OFFSET  BOUND TO  VALUE\n",
@@ -168,7 +158,7 @@ TEST(CompileCli, InspectShowsTensorMapArgs) {
       "f32 [6, 4] row stride 4, box [8, 4], swizzle 32B\n"};
   EXPECT_NE(table.out.find(rows[0] + rows[1] + rows[2]), std::string::npos) << table.out;
 
-  Result json = teeny(dir, "inspect t.teeny --bind B=6 --format json");
+  Command json = teeny(dir, "inspect t.teeny --bind B=6 --format json");
   ASSERT_EQ(json.exit_code, 0) << json.err;
   const nlohmann::json arg = nlohmann::json::parse(json.out)["nodes"][0]["launches"][0]["args"][1];
   EXPECT_EQ(arg["kind"], "tensor_map");
@@ -183,13 +173,13 @@ TEST(CompileCli, InspectShowsTensorMapArgs) {
 
 TEST(CompileCli, FixedBindingsSpecialiseAndAreEnforcedByInspect) {
   ScratchDir dir;
-  Result r = teeny(dir, "compile " + kMnist + " -o m32.teeny --bind B=32");
+  Command r = teeny(dir, "compile " + kMnist + " -o m32.teeny --bind B=32");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("at B=32,"), std::string::npos) << r.out;
   nlohmann::json manifest = nlohmann::json::parse(slurp(dir.str("m32.teeny/manifest.json")));
   EXPECT_EQ(manifest["fixed"], (nlohmann::json{{"B", 32}}));
   EXPECT_EQ(manifest["tensors"][0]["shape"], (nlohmann::json{"32", "784"}));
-  Result other = teeny(dir, "inspect m32.teeny --bind B=64");
+  Command other = teeny(dir, "inspect m32.teeny --bind B=64");
   EXPECT_EQ(other.exit_code, 1);
   EXPECT_EQ(other.err, "teeny: error: --bind B=64: B was fixed to 32 when the bundle was compiled\n");
 }

@@ -1,12 +1,8 @@
 // GPU tests of `teeny profile` (suite Gpu*: skipped with the reason when there is no CUDA
 // driver or device). They compile graphs/mnist_mlp.yaml, profile it in-process and through
 // the CLI, and check record counts, durations and that the JSON and trace outputs parse.
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <array>
-#include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -20,26 +16,13 @@
 #include "core/error.h"
 #include "core/profiler.h"
 #include "tests/gpu_test_util.h"
+#include "tests/teeny_command.h"
 
 namespace teeny {
 namespace {
 
-struct CliResult {
-  int exit_code = -1;
-  std::string out;  // stdout only: stderr carries notes
-};
-
-CliResult teeny_cli(const std::string& args) {
-  CliResult result;
-  FILE* pipe = popen((std::string(TEENY_BINARY) + " " + args).c_str(), "r");
-  if (pipe == nullptr) return result;
-  std::array<char, 4096> buffer;
-  size_t n;
-  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) result.out.append(buffer.data(), n);
-  const int status = pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
-}
+using testing::Command;
+using testing::run_teeny;
 
 // Compiles graphs/mnist_mlp.yaml once per test into a scratch directory.
 class GpuProfile : public ::testing::Test {
@@ -51,9 +34,9 @@ class GpuProfile : public ::testing::Test {
             ::testing::UnitTest::GetInstance()->current_test_info()->name());
     std::filesystem::create_directories(dir_);
     bundle_ = (dir_ / "mlp.teeny").string();
-    const CliResult compiled =
-        teeny_cli(std::string("compile ") + TEENY_SOURCE_DIR + "/graphs/mnist_mlp.yaml -o " + bundle_ + " 2>&1");
-    ASSERT_EQ(compiled.exit_code, 0) << compiled.out;
+    const Command compiled =
+        run_teeny(std::string("compile ") + TEENY_SOURCE_DIR + "/graphs/mnist_mlp.yaml -o " + bundle_);
+    ASSERT_EQ(compiled.exit_code, 0) << compiled.err;
     launches_ = read_bundle(bundle_).launches.size();
     ASSERT_GT(launches_, 0u);
   }
@@ -126,8 +109,8 @@ TEST_F(GpuProfile, CudaGraphReplayMapsEveryKernel) {
 
 TEST_F(GpuProfile, CliJsonAndTraceParse) {
   const std::string trace = (dir_ / "trace.json").string();
-  const CliResult r = teeny_cli("profile " + bundle_ + " --iterations 12 --min-time 0 --warmup 2 --format json --trace " + trace);
-  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const Command r = run_teeny("profile " + bundle_ + " --iterations 12 --min-time 0 --warmup 2 --format json --trace " + trace);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json j = nlohmann::json::parse(r.out);
   ASSERT_EQ(j["runs"].size(), 1u);
   EXPECT_EQ(j["runs"][0]["trusted"], true);
@@ -148,8 +131,8 @@ TEST_F(GpuProfile, CliJsonAndTraceParse) {
 }
 
 TEST_F(GpuProfile, CliSweepGivesOneRunPerValueAndScaling) {
-  const CliResult r = teeny_cli("profile " + bundle_ + " --sweep B=1,64 --iterations 5 --min-time 0 --warmup 1 --format json");
-  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const Command r = run_teeny("profile " + bundle_ + " --sweep B=1,64 --iterations 5 --min-time 0 --warmup 1 --format json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json j = nlohmann::json::parse(r.out);
   ASSERT_EQ(j["runs"].size(), 2u);
   EXPECT_EQ(j["runs"][0]["bindings"]["B"], 1);

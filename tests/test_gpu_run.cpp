@@ -157,9 +157,9 @@ TEST_F(GpuRun, CliRunsMnistWithCheckAndCudaGraphAndWritesOutputs) {
                           " --weights " + path("w.safetensors") + " --output probs=" +
                           path("probs.npy") + " --output-dir " + path("all") +
                           " --check --cuda-graph --iterations 2");
-  EXPECT_EQ(run.exit_code, 0) << run.output;
-  EXPECT_NE(run.output.find("check: ok: all 4 nodes match the host reference"), std::string::npos)
-      << run.output;
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.out.find("check: ok: all 4 nodes match the host reference"), std::string::npos)
+      << run.out;
   HostTensor probs = read_npy(path("probs.npy"));
   EXPECT_EQ(probs.shape, std::vector<int64_t>({kBatch, kOut}));
   EXPECT_LT(max_abs_diff(probs.data, expected_probs()), 1e-5);
@@ -176,7 +176,7 @@ TEST_F(RunCpuMnist, DeviceCpuMatchesIndependentLoops) {
   Command run = run_teeny("run " + path("mnist.teeny") + " --device cpu --bind B=5 --input x=" +
                           path("x.npy") + " --weights " + path("w.safetensors") + " --output-dir " +
                           path("out"));
-  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_EQ(run.exit_code, 0) << run.err;
   HostTensor probs = read_npy(path("out/probs.npy"));
   EXPECT_EQ(probs.shape, std::vector<int64_t>({kBatch, kOut}));
   EXPECT_LT(max_abs_diff(probs.data, expected_probs()), 1e-6);

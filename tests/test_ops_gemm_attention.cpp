@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include <cmath>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -25,6 +24,7 @@
 #include "ops/dense_gemm.h"
 #include "ops/ops.h"
 #include "tests/op_test_util.h"
+#include "tests/teeny_command.h"
 
 namespace teeny {
 namespace {
@@ -516,16 +516,11 @@ TEST(Dense2Lowering, WgmmaKernelsAssembleForSm90aWithoutSerialisation) {
     fs::create_directories(dir);
     const fs::path ptx = dir / (kernel.name + ".ptx");
     std::ofstream(ptx) << compiled.at(0).ptx;
-    const std::string command =
-        fmt::format("'{}' -arch=sm_90a -v '{}' -o '{}' 2>&1", TEENY_PTXAS, ptx.string(), (dir / "k.cubin").string());
-    std::string output;
-    FILE* pipe = popen(command.c_str(), "r");
-    ASSERT_NE(pipe, nullptr);
-    char buffer[4096];
-    while (size_t n = fread(buffer, 1, sizeof buffer, pipe)) output.append(buffer, n);
-    const int status = pclose(pipe);
+    const testing::Command ptxas = testing::run_command(
+        fmt::format("'{}' -arch=sm_90a -v '{}' -o '{}'", TEENY_PTXAS, ptx.string(), (dir / "k.cubin").string()));
     fs::remove_all(dir);
-    EXPECT_EQ(status, 0) << output;
+    const std::string output = ptxas.out + ptxas.err;
+    EXPECT_EQ(ptxas.exit_code, 0) << output;
     EXPECT_EQ(output.find("warning"), std::string::npos) << output;
     EXPECT_NE(output.find("0 bytes spill stores"), std::string::npos) << output;
   }

@@ -4,11 +4,7 @@
 // kernel variant through compile_graph.
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
-
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <regex>
@@ -20,6 +16,7 @@
 #include "core/graph.h"
 #include "ops/ops.h"
 #include "tests/op_test_util.h"
+#include "tests/teeny_command.h"
 
 namespace teeny {
 namespace {
@@ -514,14 +511,6 @@ TEST(VisionCompile, LeNetCompiles) {
 // ---- GPU: the example graphs against the host reference (teeny run --check) --------------------
 // (Every op's own cases run in tests/test_gpu_conformance.cpp, from OpDef::conformance_cases.)
 
-// Exit status of the teeny binary (stdout and stderr go to the test log).
-int run_teeny(const std::string& args) {
-  const std::string command = std::string(TEENY_BINARY) + " " + args + " 2>&1";
-  std::printf("$ %s\n", command.c_str());
-  const int status = std::system(command.c_str());
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
 // Writes the bundle of `graph` compiled with `options` to a fresh temp path.
 std::string write_temp_bundle(const Graph& graph, const CompileOptions& options, const std::string& tag) {
   const std::string path = (std::filesystem::temp_directory_path() / ("teeny-gpu-vision-" + tag + ".teeny")).string();
@@ -539,9 +528,11 @@ TEST(GpuVision, GraphsMatchTheirReferences) {
       options.fuse = fuse;
       const std::string bundle = write_temp_bundle(graph, options, fmt::format("{}-{}", graph.name, fuse));
       for (int batch : {1, 3}) {
-        const int code = run_teeny(fmt::format("run {} --bind B={} --init random --check", bundle, batch));
-        if (code == 3) GTEST_SKIP() << "no CUDA driver/device: `teeny run` exited with 3";
-        EXPECT_EQ(code, 0) << name << (fuse ? " fused" : " --no-fuse") << " B=" << batch;
+        const testing::Command run =
+            testing::run_teeny(fmt::format("run {} --bind B={} --init random --check", bundle, batch));
+        if (run.exit_code == 3) GTEST_SKIP() << "no CUDA driver/device: " << run.err;
+        EXPECT_EQ(run.exit_code, 0) << name << (fuse ? " fused" : " --no-fuse") << " B=" << batch << ":\n"
+                                    << run.out << run.err;
       }
     }
   }

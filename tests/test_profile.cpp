@@ -1,9 +1,7 @@
 // CPU tests of the profiler's pure parts: statistics, record matching and validation, run
 // summaries and figures, report formats and the Chrome trace, all from synthetic records.
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <array>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -18,6 +16,7 @@
 #include "core/error.h"
 #include "core/profiler.h"
 #include "core/stats.h"
+#include "tests/teeny_command.h"
 
 namespace teeny {
 namespace {
@@ -543,31 +542,17 @@ TEST(ProfileTrace, WritesFileAndReportsUnwritablePath) {
 
 // ---- the command line, before any GPU work -------------------------------------------------
 
-struct CliRun {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr
-};
-
-CliRun teeny_cli(const std::string& args) {
-  CliRun result;
-  FILE* pipe = popen((std::string(TEENY_BINARY) + " " + args + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) return result;
-  std::array<char, 4096> buffer;
-  size_t n;
-  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) result.output.append(buffer.data(), n);
-  const int status = pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
-}
+using testing::Command;
+using testing::run_teeny;
 
 class ProfileCli : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = std::filesystem::temp_directory_path() / ("teeny-profile-cli-" + std::to_string(::getpid()));
     std::filesystem::create_directories(dir_);
-    const CliRun compiled =
-        teeny_cli(std::string("compile ") + TEENY_SOURCE_DIR + "/graphs/mnist_mlp.yaml -o " + bundle());
-    ASSERT_EQ(compiled.exit_code, 0) << compiled.output;
+    const Command compiled =
+        run_teeny(std::string("compile ") + TEENY_SOURCE_DIR + "/graphs/mnist_mlp.yaml -o " + bundle());
+    ASSERT_EQ(compiled.exit_code, 0) << compiled.err;
   }
   static void TearDownTestSuite() {
     std::error_code ec;
@@ -579,18 +564,18 @@ class ProfileCli : public ::testing::Test {
 std::filesystem::path ProfileCli::dir_;
 
 TEST_F(ProfileCli, BadFlagsAreInputErrorsBeforeAnyGpuWork) {
-  CliRun r = teeny_cli("profile " + bundle() + " --sweep B=1,x");
+  Command r = run_teeny("profile " + bundle() + " --sweep B=1,x");
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_EQ(r.output, "teeny: error: --sweep 'B=1,x': 'x' is not a positive integer\n");
-  r = teeny_cli("profile " + bundle() + " --bind B=4 --sweep B=1,2");
+  EXPECT_EQ(r.err, "teeny: error: --sweep 'B=1,x': 'x' is not a positive integer\n");
+  r = run_teeny("profile " + bundle() + " --bind B=4 --sweep B=1,2");
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_EQ(r.output, "teeny: error: --sweep B=1,2 and --bind B=4 both set B\n");
-  r = teeny_cli("profile " + bundle() + " --sweep B=1,70000");
+  EXPECT_EQ(r.err, "teeny: error: --sweep B=1,2 and --bind B=4 both set B\n");
+  r = run_teeny("profile " + bundle() + " --sweep B=1,70000");
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_EQ(r.output, "teeny: error: --bind B=70000: B must be in [1, 65536]\n");
-  r = teeny_cli("profile " + bundle() + " --mode cold");
+  EXPECT_EQ(r.err, "teeny: error: --bind B=70000: B must be in [1, 65536]\n");
+  r = run_teeny("profile " + bundle() + " --mode cold");
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.output.find("--mode"), std::string::npos) << r.output;  // CLI11's wording varies by version
+  EXPECT_NE(r.err.find("--mode"), std::string::npos) << r.err;  // CLI11's wording varies by version
 }
 
 TEST_F(ProfileCli, WithoutADriverExitsThreeWithAPlainMessage) {
@@ -599,9 +584,10 @@ TEST_F(ProfileCli, WithoutADriverExitsThreeWithAPlainMessage) {
     GTEST_SKIP() << "a CUDA driver is present here; the GPU tests cover profile";
   } catch (const Error&) {
   }
-  const CliRun r = teeny_cli("profile " + bundle());
+  const Command r = run_teeny("profile " + bundle());
   EXPECT_EQ(r.exit_code, 3);
-  EXPECT_EQ(r.output.rfind("teeny: error: no CUDA driver found (libcuda.so.1)", 0), 0u) << r.output;
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err.rfind("teeny: error: no CUDA driver found (libcuda.so.1)", 0), 0u) << r.err;
 }
 
 }  // namespace

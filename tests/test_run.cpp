@@ -492,7 +492,8 @@ TEST_F(RunFiles, TeenyRunWithoutADriverExitsThreeWithAPlainMessage) {
   write_bundle(tiny_bundle(), path("tiny.teeny"));
   Command run = run_teeny("run " + path("tiny.teeny"));
   EXPECT_EQ(run.exit_code, 3);
-  EXPECT_EQ(run.output,
+  EXPECT_EQ(run.out, "");
+  EXPECT_EQ(run.err,
             "teeny: note: 1 trained parameter(s) not loaded from weights are zero (use --weights "
             "FILE.safetensors, or --init random): h.weight\n"
             "teeny: error: no CUDA driver found (libcuda.so.1): libcuda.so.1: cannot open shared "
@@ -503,16 +504,18 @@ TEST_F(RunFiles, TeenyRunReportsBundleErrorsBeforeLookingForAGpu) {
   write_bundle(tiny_bundle(), path("tiny.teeny"));
   Command run = run_teeny("run " + path("tiny.teeny") + " --bind B=0");
   EXPECT_EQ(run.exit_code, 1);
-  EXPECT_EQ(run.output, "teeny: error: --bind B=0: B must be in [1, 64]\n");
+  EXPECT_EQ(run.out, "");
+  EXPECT_EQ(run.err, "teeny: error: --bind B=0: B must be in [1, 64]\n");
   Command cpu = run_teeny("run " + path("tiny.teeny") + " --device cpu");
   EXPECT_EQ(cpu.exit_code, 1);
-  EXPECT_NE(cpu.output.find("teeny: error: bundle " + path("tiny.teeny") +
+  EXPECT_NE(cpu.err.find("teeny: error: bundle " + path("tiny.teeny") +
                             ": node 'h' uses op 'test.affine', which this teeny does not know\n"),
             std::string::npos)
-      << cpu.output;
+      << cpu.err;
   Command mixed = run_teeny("run " + path("tiny.teeny") + " --device cpu --check");
   EXPECT_EQ(mixed.exit_code, 1);
-  EXPECT_EQ(mixed.output,
+  EXPECT_EQ(mixed.out, "");
+  EXPECT_EQ(mixed.err,
             "teeny: error: --check runs on the GPU; it cannot be combined with --device cpu\n");
 }
 
