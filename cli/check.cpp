@@ -13,7 +13,7 @@
 namespace teeny::cli {
 namespace {
 
-struct CheckOptions {
+struct CheckFlags {
   std::string graph;
   std::vector<std::string> binds;
 };
@@ -28,12 +28,12 @@ std::string symbolic(const TensorType& type) {
   return text;
 }
 
-void run_check(const CheckOptions& options) {
-  Graph graph = load_graph(options.graph, registry());
-  Bindings bindings = bind_dims(graph.dims, options.binds);
+void run_check(const CheckFlags& flags) {
+  Graph graph = load_graph(flags.graph, registry());
+  Bindings bindings = bind_dims(graph.dims, flags.binds);
   auto shapes = bind_shapes(graph, bindings);
 
-  std::string out = fmt::format("graph '{}' ({}): OK\n", graph.name, options.graph);
+  std::string out = fmt::format("graph '{}' ({}): OK\n", graph.name, flags.graph);
   if (!graph.dims.empty()) {
     std::vector<Row> rows{{"DIM", "RANGE", "DEFAULT", "BOUND"}};
     for (const DimDecl& dim : graph.dims) {
@@ -76,13 +76,13 @@ void run_check(const CheckOptions& options) {
 }  // namespace
 
 void add_check_command(CLI::App& app) {
-  auto options = std::make_shared<CheckOptions>();
+  auto flags = std::make_shared<CheckFlags>();
   CLI::App* cmd = app.add_subcommand(
       "check", "Validate a graph spec and print every node's inferred output shape and dtype");
-  cmd->add_option("GRAPH", options->graph, "graph spec (.yaml)")->required();
-  cmd->add_option("--bind", options->binds, "bind a dim for the concrete shapes: D=N (repeatable)")
+  cmd->add_option("GRAPH", flags->graph, "graph spec (.yaml)")->required();
+  cmd->add_option("--bind", flags->binds, "bind a dim for the concrete shapes: D=N (repeatable)")
       ->allow_extra_args(false);
-  cmd->callback([options] { run_check(*options); });
+  cmd->callback([flags] { run_check(*flags); });
 }
 
 }  // namespace teeny::cli

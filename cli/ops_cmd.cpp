@@ -13,7 +13,7 @@
 namespace teeny::cli {
 namespace {
 
-struct OpsOptions {
+struct OpsFlags {
   std::string name;
   std::string format = "table";
 };
@@ -99,25 +99,25 @@ std::string op_details(const OpDef& op) {
   return out;
 }
 
-void run_ops(const OpsOptions& options) {
+void run_ops(const OpsFlags& flags) {
   const Registry& ops = registry();
   std::vector<const OpDef*> selected;
-  if (options.name.empty()) {
+  if (flags.name.empty()) {
     for (const std::string& name : ops.names()) selected.push_back(ops.find(name));
   } else {
-    const OpDef* op = ops.find(options.name);
+    const OpDef* op = ops.find(flags.name);
     if (!op)
-      throw Error(fmt::format("unknown op '{}'{}", options.name,
-                              did_you_mean(options.name, ops.names())))
+      throw Error(fmt::format("unknown op '{}'{}", flags.name,
+                              did_you_mean(flags.name, ops.names())))
           .note("`teeny ops` lists the registered ops");
     selected.push_back(op);
   }
 
-  if (options.format == "json") {
+  if (flags.format == "json") {
     nlohmann::json out = nlohmann::json::array();
     for (const OpDef* op : selected) out.push_back(op_json(*op));
-    std::cout << (options.name.empty() ? out : out.at(0)).dump(2) << "\n";
-  } else if (!options.name.empty()) {
+    std::cout << (flags.name.empty() ? out : out.at(0)).dump(2) << "\n";
+  } else if (!flags.name.empty()) {
     std::cout << op_details(*selected.front());
   } else {
     std::vector<Row> rows{{"OP", "INPUTS", "ATTRS", "PARAMS", "DOC"}};
@@ -135,12 +135,12 @@ void run_ops(const OpsOptions& options) {
 }  // namespace
 
 void add_ops_command(CLI::App& app) {
-  auto options = std::make_shared<OpsOptions>();
+  auto flags = std::make_shared<OpsFlags>();
   CLI::App* cmd = app.add_subcommand("ops", "List the registered ops, or show one");
-  cmd->add_option("NAME", options->name, "show only this op");
-  cmd->add_option("--format", options->format, "output format")
+  cmd->add_option("NAME", flags->name, "show only this op");
+  cmd->add_option("--format", flags->format, "output format")
       ->check(CLI::IsMember({"table", "json"}));
-  cmd->callback([options] { run_ops(*options); });
+  cmd->callback([flags] { run_ops(*flags); });
 }
 
 }  // namespace teeny::cli

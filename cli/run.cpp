@@ -21,7 +21,7 @@
 namespace teeny::cli {
 namespace {
 
-struct RunOptions {
+struct RunFlags {
   std::string bundle;
   std::vector<std::string> binds;
   std::string device = "gpu";
@@ -64,17 +64,17 @@ std::string summary(const HostTensor& values) {
                      sum / static_cast<double>(values.data.size()));
 }
 
-void run_run(const RunOptions& options) {
-  if (options.device == "cpu" && (options.check || options.cuda_graph)) {
+void run_bundle(const RunFlags& flags) {
+  if (flags.device == "cpu" && (flags.check || flags.cuda_graph)) {
     throw Error(fmt::format("{} runs on the GPU; it cannot be combined with --device cpu",
-                            options.check ? "--check" : "--cuda-graph"));
+                            flags.check ? "--check" : "--cuda-graph"));
   }
-  Bundle bundle = read_bundle(options.bundle);
-  BoundBundle bound = bind_bundle(bundle, bundle_bindings(bundle, options.binds), options.bundle);
+  Bundle bundle = read_bundle(flags.bundle);
+  BoundBundle bound = bind_bundle(bundle, bundle_bindings(bundle, flags.binds), flags.bundle);
 
   // An output may go both to its --output file and into --output-dir.
   std::multimap<std::string, std::string> output_files;
-  for (const auto& pair : parse_pairs(options.outputs, "--output", "NAME=FILE.npy")) {
+  for (const auto& pair : parse_pairs(flags.outputs, "--output", "NAME=FILE.npy")) {
     output_files.insert(pair);
   }
   for (const auto& [name, path] : output_files) {
@@ -85,21 +85,21 @@ void run_run(const RunOptions& options) {
     }
   }
   DataOptions data_options;
-  data_options.seed = options.seed;
-  data_options.input_files = parse_pairs(options.inputs, "--input", "NAME=FILE.npy");
-  data_options.weights_path = options.weights;
-  data_options.fill = options.init == "random" ? ParamFill::kRandom : ParamFill::kZero;
+  data_options.seed = flags.seed;
+  data_options.input_files = parse_pairs(flags.inputs, "--input", "NAME=FILE.npy");
+  data_options.weights_path = flags.weights;
+  data_options.fill = flags.init == "random" ? ParamFill::kRandom : ParamFill::kZero;
   RunData data = prepare_data(bound, data_options);
   for (const std::string& note : data.notes) std::cerr << "teeny: note: " << note << "\n";
 
   std::vector<std::string> bound_dims;
   for (const auto& [name, value] : bound.bindings) bound_dims.push_back(fmt::format("{}={}", name, value));
-  std::string out = fmt::format("bundle {} (graph '{}'){}\n", options.bundle, bundle.graph_name,
+  std::string out = fmt::format("bundle {} (graph '{}'){}\n", flags.bundle, bundle.graph_name,
                                 bound_dims.empty() ? "" : fmt::format(", {}", fmt::join(bound_dims, ", ")));
 
   std::map<std::string, HostTensor> results;
   std::unique_ptr<CheckReport> report;
-  if (options.device == "cpu") {
+  if (flags.device == "cpu") {
     std::map<std::string, HostTensor> values = run_host(bound, registry(), data);
     for (const std::string& name : bundle.outputs) results[name] = values.at(name);
     out += fmt::format("ran {} nodes on the host reference executor\n", bundle.nodes.size());
@@ -108,7 +108,7 @@ void run_run(const RunOptions& options) {
     std::shared_ptr<cuda::Device> device = cuda::Device::open(driver);
     GpuExecutor executor(device, bound);
     executor.upload(data);
-    RunTiming timing = executor.run(options.iterations, options.cuda_graph);
+    RunTiming timing = executor.run(flags.iterations, flags.cuda_graph);
     for (const std::string& name : bundle.outputs) results[name] = executor.read(name);
     const MemoryPlan& plan = bound.plan;
     out += fmt::format("device {} (sm_{}{}, {} SMs), driver {}.{}\n", device->name(),
@@ -122,18 +122,18 @@ void run_run(const RunOptions& options) {
                        bound.launches.size(), timing.iterations,
                        timing.cuda_graph ? " as one CUDA graph" : "", timing.total_ms,
                        timing.total_ms / timing.iterations);
-    if (options.check) {
+    if (flags.check) {
       report = std::make_unique<CheckReport>(
           check_against_reference(executor, registry(), data, results));
     }
   }
 
-  if (!options.output_dir.empty()) {
+  if (!flags.output_dir.empty()) {
     std::error_code ec;
-    std::filesystem::create_directories(options.output_dir, ec);
-    if (ec) throw Error(fmt::format("--output-dir {}: {}", options.output_dir, ec.message()));
+    std::filesystem::create_directories(flags.output_dir, ec);
+    if (ec) throw Error(fmt::format("--output-dir {}: {}", flags.output_dir, ec.message()));
     for (const std::string& name : bundle.outputs) {
-      output_files.emplace(name, (std::filesystem::path(options.output_dir) / (name + ".npy")).string());
+      output_files.emplace(name, (std::filesystem::path(flags.output_dir) / (name + ".npy")).string());
     }
   }
   std::vector<Row> rows{{"OUTPUT", "DTYPE", "SHAPE", "VALUES", "FILE"}};
@@ -164,32 +164,32 @@ void run_run(const RunOptions& options) {
 }  // namespace
 
 void add_run_command(CLI::App& app) {
-  auto options = std::make_shared<RunOptions>();
+  auto flags = std::make_shared<RunFlags>();
   CLI::App* cmd = app.add_subcommand("run", "Run a compiled bundle on the GPU (or the host "
                                             "reference), write outputs, check against the reference");
-  cmd->add_option("BUNDLE", options->bundle, "bundle directory (from teeny compile)")->required();
-  cmd->add_option("--bind", options->binds, "bind a dim: D=N (repeatable; default: the spec's)")
+  cmd->add_option("BUNDLE", flags->bundle, "bundle directory (from teeny compile)")->required();
+  cmd->add_option("--bind", flags->binds, "bind a dim: D=N (repeatable; default: the spec's)")
       ->allow_extra_args(false);
-  cmd->add_option("--device", options->device, "gpu (default) or cpu (the host reference executor)")
+  cmd->add_option("--device", flags->device, "gpu (default) or cpu (the host reference executor)")
       ->check(CLI::IsMember({"gpu", "cpu"}));
-  cmd->add_option("--input", options->inputs, "an input from a .npy file: NAME=FILE.npy (repeatable)")
+  cmd->add_option("--input", flags->inputs, "an input from a .npy file: NAME=FILE.npy (repeatable)")
       ->allow_extra_args(false);
-  cmd->add_option("--seed", options->seed,
+  cmd->add_option("--seed", flags->seed,
                   "seed for random inputs (floats uniform in [-1, 1), ids in [0, num_embeddings)) "
                   "and --init random");
-  cmd->add_option("--weights", options->weights, "trained parameters by <node>.<slot> (.safetensors)");
-  cmd->add_option("--init", options->init,
+  cmd->add_option("--weights", flags->weights, "trained parameters by <node>.<slot> (.safetensors)");
+  cmd->add_option("--init", flags->init,
                   "trained parameters not in --weights: zero (default) or random")
       ->check(CLI::IsMember({"zero", "random"}));
-  cmd->add_option("--output", options->outputs, "write a graph output: NAME=FILE.npy (repeatable)")
+  cmd->add_option("--output", flags->outputs, "write a graph output: NAME=FILE.npy (repeatable)")
       ->allow_extra_args(false);
-  cmd->add_option("--output-dir", options->output_dir, "write every graph output as DIR/<name>.npy");
-  cmd->add_flag("--check", options->check,
+  cmd->add_option("--output-dir", flags->output_dir, "write every graph output as DIR/<name>.npy");
+  cmd->add_flag("--check", flags->check,
                 "compare every node's GPU output with the host reference (exit code 2 on mismatch)");
-  cmd->add_flag("--cuda-graph", options->cuda_graph, "capture the launches once as a CUDA graph and replay it");
-  cmd->add_option("--iterations", options->iterations, "how many times to run the graph (default 1)")
+  cmd->add_flag("--cuda-graph", flags->cuda_graph, "capture the launches once as a CUDA graph and replay it");
+  cmd->add_option("--iterations", flags->iterations, "how many times to run the graph (default 1)")
       ->check(CLI::PositiveNumber);
-  cmd->callback([options] { run_run(*options); });
+  cmd->callback([flags] { run_bundle(*flags); });
 }
 
 }  // namespace teeny::cli

@@ -1,4 +1,4 @@
-// dense2 ops (linear, matmul, sdpa, fused.sdpa_heads, split_heads, merge_heads): host
+// GEMM and attention ops (linear, matmul, sdpa, fused.sdpa_heads, split_heads, merge_heads): host
 // references against hand-computed values, shape rules and their errors (exact text), lowering
 // (arguments match the generated signature; padded strides, grids and costs), NVRTC compilation
 // of every kernel variant for sm_90 with the PTX entry checked against the launch's arguments,
@@ -42,7 +42,7 @@ const Expr B = Expr::dim("B"), S = Expr::dim("S");
 
 // ---- references ------------------------------------------------------------------------------
 
-TEST(Dense2Reference, LinearWithAndWithoutBias) {
+TEST(GemmAttentionReference, LinearWithAndWithoutBias) {
   const HostIn x{{2, 3}, {1, 2, 3, 4, 5, 6}};
   const std::vector<double> w = {1, 0, -1, 0.5, 0.5, 0.5};
   HostTensor y = reference("linear", {{"out_features", 2}, {"bias", true}}, {x}, {w, {10, -1}});
@@ -52,7 +52,7 @@ TEST(Dense2Reference, LinearWithAndWithoutBias) {
   expect_near(y.data, {-2, 3, -2, 7.5});
 }
 
-TEST(Dense2Reference, LinearOverLeadingDims) {
+TEST(GemmAttentionReference, LinearOverLeadingDims) {
   // x [2, 1, 2]: each row is mapped independently.
   const HostTensor y = reference("linear", {{"out_features", 1}, {"bias", true}}, {{{2, 1, 2}, {1, 2, 3, 4}}},
                                  {{2, -1}, {0.25}});
@@ -60,7 +60,7 @@ TEST(Dense2Reference, LinearOverLeadingDims) {
   expect_near(y.data, {0.25, 2.25});
 }
 
-TEST(Dense2Reference, MatmulBroadcastsBatches) {
+TEST(GemmAttentionReference, MatmulBroadcastsBatches) {
   // a [2, 1, 2] @ b [2, 2]: b is shared by both batches.
   HostTensor c = reference("matmul", nlohmann::json::object(), {{{2, 1, 2}, {1, 2, 3, 4}}, {{2, 2}, {1, 0, 1, 2}}});
   EXPECT_EQ(c.shape, (std::vector<int64_t>{2, 1, 2}));
@@ -71,7 +71,7 @@ TEST(Dense2Reference, MatmulBroadcastsBatches) {
   expect_near(c.data, {3, 7, 4, 8});
 }
 
-TEST(Dense2Reference, SdpaCausalAndNot) {
+TEST(GemmAttentionReference, SdpaCausalAndNot) {
   // Scores for query 1 are (0, ln 3) -> weights (1/4, 3/4) -> 0.25 * 2 + 0.75 * 6 = 5.
   const HostIn q{{1, 2, 1}, {1, 1}}, k{{1, 2, 1}, {0, std::log(3.0)}}, v{{1, 2, 1}, {2, 6}};
   expect_near(reference("sdpa", {{"causal", false}}, {q, k, v}).data, {5, 5});
@@ -81,7 +81,7 @@ TEST(Dense2Reference, SdpaCausalAndNot) {
   expect_near(reference("sdpa", {{"causal", false}, {"scale", 0.0}}, {q, k, v}).data, {4, 4});
 }
 
-TEST(Dense2Reference, SdpaDefaultScaleIsInverseSqrtHeadDim) {
+TEST(GemmAttentionReference, SdpaDefaultScaleIsInverseSqrtHeadDim) {
   // Dh = 4, q = k0 = (1, 1, 1, 1): q·k0 = 4, scaled by 1/2 = 2; k1 = 0 scores 0.
   const HostIn q{{1, 1, 4}, {1, 1, 1, 1}}, k{{1, 2, 4}, {1, 1, 1, 1, 0, 0, 0, 0}};
   const HostIn v{{1, 2, 4}, {1, 1, 1, 1, 0, 0, 0, 0}};
@@ -89,7 +89,7 @@ TEST(Dense2Reference, SdpaDefaultScaleIsInverseSqrtHeadDim) {
   expect_near(reference("sdpa", {{"causal", false}}, {q, k, v}).data, {w0, w0, w0, w0});
 }
 
-TEST(Dense2Reference, SplitAndMergeHeadsAreInverse) {
+TEST(GemmAttentionReference, SplitAndMergeHeadsAreInverse) {
   const HostIn x{{1, 2, 4}, {0, 1, 2, 3, 4, 5, 6, 7}};
   const HostTensor split = reference("split_heads", {{"heads", 2}}, {x});
   EXPECT_EQ(split.shape, (std::vector<int64_t>{2, 2, 2}));
@@ -101,7 +101,7 @@ TEST(Dense2Reference, SplitAndMergeHeadsAreInverse) {
 
 // fused.sdpa_heads on [1, 2, 2 heads of 1]: head 0 is SdpaCausalAndNot's case; head 1 has its
 // keys swapped (weights 3/4, 1/4 where both are visible) and values 4, 12.
-TEST(Dense2Reference, SdpaHeadsByHand) {
+TEST(GemmAttentionReference, SdpaHeadsByHand) {
   const HostIn q{{1, 2, 2}, {1, 1, 1, 1}}, k{{1, 2, 2}, {0, std::log(3.0), std::log(3.0), 0}};
   const HostIn v{{1, 2, 2}, {2, 4, 6, 12}};
   expect_near(reference("fused.sdpa_heads", {{"heads", 2}, {"causal", false}}, {q, k, v}).data, {5, 6, 5, 6});
@@ -109,7 +109,7 @@ TEST(Dense2Reference, SdpaHeadsByHand) {
 }
 
 // The fused op equals split_heads -> sdpa -> merge_heads, each through its own reference.
-TEST(Dense2Reference, SdpaHeadsEqualsSplitAttendMerge) {
+TEST(GemmAttentionReference, SdpaHeadsEqualsSplitAttendMerge) {
   const int64_t batch = 2, sq = 5, skv = 7, heads = 3, width = heads * 4;
   std::mt19937 rng(7);
   std::uniform_real_distribution<double> uniform(-1.0, 1.0);
@@ -138,7 +138,7 @@ TEST(Dense2Reference, SdpaHeadsEqualsSplitAttendMerge) {
 
 // ---- shape rules -----------------------------------------------------------------------------
 
-TEST(Dense2Shape, LinearPadsOutputRowsTo16Bytes) {
+TEST(GemmAttentionShape, LinearPadsOutputRowsTo16Bytes) {
   OpContext ctx = context("linear", {{"out_features", 10}, {"bias", true}}, {tensor(DType::kF32, {B, 784})});
   EXPECT_EQ(shape_str(ctx.output.shape), "[B, 10]");
   EXPECT_EQ(ctx.output.row_stride, Expr(12));
@@ -150,7 +150,7 @@ TEST(Dense2Shape, LinearPadsOutputRowsTo16Bytes) {
   EXPECT_EQ(ctx.output.row_stride, Expr(768));
 }
 
-TEST(Dense2Shape, LinearParams) {
+TEST(GemmAttentionShape, LinearParams) {
   OpContext ctx = context("linear", {{"out_features", 10}, {"bias", true}}, {tensor(DType::kBF16, {B, 784})});
   std::vector<ParamSpec> params = op("linear").params(ctx);
   ASSERT_EQ(params.size(), 2u);
@@ -166,7 +166,7 @@ TEST(Dense2Shape, LinearParams) {
   EXPECT_EQ(params[0].slot, "weight");
 }
 
-TEST(Dense2Shape, LinearErrors) {
+TEST(GemmAttentionShape, LinearErrors) {
   std::string key;
   EXPECT_EQ(infer_error("linear", {{"out_features", 10}, {"bias", true}, {"in_features", 784}},
                         {tensor(DType::kF32, {B, 100})}, &key),
@@ -180,7 +180,7 @@ TEST(Dense2Shape, LinearErrors) {
             "(no error)");
 }
 
-TEST(Dense2Shape, MatmulBroadcastAndErrors) {
+TEST(GemmAttentionShape, MatmulBroadcastAndErrors) {
   OpContext ctx = context("matmul", nlohmann::json::object(),
                           {tensor(DType::kF32, {B, 1, 20, 17}), tensor(DType::kF32, {3, 17, 600})});
   EXPECT_EQ(shape_str(ctx.output.shape), "[B, 3, 20, 600]");
@@ -193,7 +193,7 @@ TEST(Dense2Shape, MatmulBroadcastAndErrors) {
             "matmul needs inputs of rank >= 2 ([..., M, K] and [..., K, N]); got [17] and [17, 3]");
 }
 
-TEST(Dense2Shape, SdpaShapesAndErrors) {
+TEST(GemmAttentionShape, SdpaShapesAndErrors) {
   const TensorType q = tensor(DType::kF32, {B * Expr(12), S, 64});
   OpContext ctx = context("sdpa", {{"causal", true}}, {q, q, q});
   EXPECT_EQ(shape_str(ctx.output.shape), "[B*12, S, 64]");
@@ -217,7 +217,7 @@ TEST(Dense2Shape, SdpaShapesAndErrors) {
             "sdpa needs q, k, v of shape [N, S, Dh]; q is [S, 64]");
 }
 
-TEST(Dense2Shape, SdpaHeadsShapesAndErrors) {
+TEST(GemmAttentionShape, SdpaHeadsShapesAndErrors) {
   const Expr T = Expr::dim("T");
   TensorType q = tensor(DType::kBF16, {B, S, 768});
   q.row_stride = Expr(776);
@@ -252,7 +252,7 @@ TEST(Dense2Shape, SdpaHeadsShapesAndErrors) {
             "input 1 is bf16 but input 0 is f32; fused.sdpa_heads needs one dtype");
 }
 
-TEST(Dense2Shape, SplitAndMergeHeads) {
+TEST(GemmAttentionShape, SplitAndMergeHeads) {
   OpContext split = context("split_heads", {{"heads", 12}}, {tensor(DType::kBF16, {B, S, 768})});
   EXPECT_EQ(shape_str(split.output.shape), "[B*12, S, 64]");
   EXPECT_EQ(split.output.dtype, DType::kBF16);
@@ -312,7 +312,7 @@ std::vector<LowerCase> lowering_cases() {
   return cases;
 }
 
-TEST(Dense2Lowering, ArgumentsMatchTheGeneratedSignature) {
+TEST(GemmAttentionLowering, ArgumentsMatchTheGeneratedSignature) {
   for (const LowerCase& c : lowering_cases()) {
     SCOPED_TRACE(c.op + " " + c.attrs.dump());
     const Lowering lowering = op(c.op).lower(context(c.op, c.attrs, c.inputs));
@@ -335,7 +335,7 @@ const KernelArg& arg(const Launch& launch, const std::string& name) {
   throw std::runtime_error("no argument " + name);
 }
 
-TEST(Dense2Lowering, LinearGridStridesAndCost) {
+TEST(GemmAttentionLowering, LinearGridStridesAndCost) {
   TensorType x = tensor(DType::kF32, {B, S, 17});
   x.row_stride = Expr(20);
   OpContext ctx = context("linear", {{"out_features", 4096}, {"bias", true}}, {x});
@@ -359,7 +359,7 @@ TEST(Dense2Lowering, LinearGridStridesAndCost) {
   EXPECT_EQ(launch.bytes.eval(bind), 4LL * (200 * 17 + 4096 * 17 + 200 * 4096 + 4096));
 }
 
-TEST(Dense2Lowering, LinearSplitsKWhenTilesCannotFillTheGpu) {
+TEST(GemmAttentionLowering, LinearSplitsKWhenTilesCannotFillTheGpu) {
   // GPT-2's MLP down-projection at B=1, S=128: 6 tiles of 128x128, K = 3072 (CUDA cores).
   OpContext ctx = context("linear", {{"out_features", 768}, {"bias", true}}, {tensor(DType::kF32, {B, S, 3072})});
   ctx.target_sm = 80;
@@ -382,7 +382,7 @@ TEST(Dense2Lowering, LinearSplitsKWhenTilesCannotFillTheGpu) {
 
 // sm_90 f32: the persistent 3xTF32 wgmma kernel, whose blocks walk (tile, K split) units; the
 // splits fill 1.5 waves of one unit per SM.
-TEST(Dense2Lowering, LinearF32OnSm90IsPersistent3xTf32) {
+TEST(GemmAttentionLowering, LinearF32OnSm90IsPersistent3xTf32) {
   const OpContext ctx = context("linear", {{"out_features", 768}, {"bias", true}}, {tensor(DType::kF32, {B, S, 3072})});
   const Lowering lowering = op("linear").lower(ctx);
   ASSERT_EQ(lowering.launches.size(), 2u);
@@ -406,7 +406,7 @@ TEST(Dense2Lowering, LinearF32OnSm90IsPersistent3xTf32) {
 // loading by TMA where the rows of x and W are 16-byte multiples (pingpong), else by cp.async
 // (pingpong for K <= 1024, else cooperative); other targets, narrow outputs and matmul's [K, N]
 // operand keep the mma.sync kernel.
-TEST(Dense2Lowering, LinearUsesWgmmaOnlyWhereItApplies) {
+TEST(GemmAttentionLowering, LinearUsesWgmmaOnlyWhereItApplies) {
   OpContext ctx = context("linear", {{"out_features", 768}, {"bias", true}}, {tensor(DType::kBF16, {B, S, 3072})});
   Lowering lowering = op("linear").lower(ctx);
   EXPECT_EQ(lowering.kernels.at(0).name, "linear_bf16_nk_bias_128x128x64_wgmma_pp_tma");
@@ -484,7 +484,7 @@ TEST(Dense2Lowering, LinearUsesWgmmaOnlyWhereItApplies) {
 // their operand counts and descriptors' types, and says when it would serialise the MMA
 // pipeline. Loading by TMA (16-byte rows: K = 768, 3072, 4096) and by cp.async (K = 770 on
 // the pingpong schedule, 3076 and 4100 on the cooperative 128x192 and 128x256 tiles).
-TEST(Dense2Lowering, WgmmaKernelsAssembleForSm90aWithoutSerialisation) {
+TEST(GemmAttentionLowering, WgmmaKernelsAssembleForSm90aWithoutSerialisation) {
   if (!fs::exists(TEENY_PTXAS)) GTEST_SKIP() << "no ptxas at " << TEENY_PTXAS;
   for (auto [dtype, in, out] : std::vector<std::tuple<DType, int, int>>{{DType::kBF16, 768, 768},
                                                                         {DType::kBF16, 3072, 768},
@@ -526,7 +526,65 @@ TEST(Dense2Lowering, WgmmaKernelsAssembleForSm90aWithoutSerialisation) {
   }
 }
 
-TEST(Dense2Lowering, MatmulBatchStridesBroadcast) {
+// On sm_90 the 16-bit cp.async pingpong GEMM prefetches a tile's residual rows into L2 near the
+// end of a short mainloop (a run-time test of K); 3xTF32 has no registers for it, and a linear
+// with no residual has none to fetch. TMA kernels store their tiles by TMA through shared
+// memory (c_map: two 8 KiB buffers a consumer), and with a residual load it there by TMA
+// (r_map: a whole tile's buffers, so five stages fit instead of six).
+TEST(GemmAttentionLowering, ResidualPrefetchAndTmaEpilogues) {
+  NvrtcConfig config;
+  config.arch = "sm_90";
+  config.use_cache = false;
+  const Expr rows = Expr::dim("B");
+  auto lower = [&](DType dtype, int64_t in, bool residual) {
+    std::vector<TensorType> inputs = {tensor(dtype, {rows, Expr(in)})};
+    if (residual) inputs.push_back(tensor(dtype, {rows, Expr(768)}));
+    return op("fused.linear")
+        .lower(context("fused.linear", {{"out_features", 768}, {"bias", true}, {"activation", "none"}}, inputs));
+  };
+  const std::vector<Lowering> lowerings = {lower(DType::kBF16, 770, true), lower(DType::kBF16, 768, true),
+                                           lower(DType::kBF16, 768, false), lower(DType::kF32, 768, true)};
+  std::vector<KernelSource> kernels;
+  for (const Lowering& l : lowerings) {
+    KernelSource entry = l.kernels.at(0);
+    entry.source = substitute_entry(entry.source, entry.name + "_entry_point", entry.name);
+    kernels.push_back(entry);
+  }
+  EXPECT_EQ(kernels[0].name, "linear_bf16_nk_bias_128x128x64_wgmma_pp_res");
+  EXPECT_EQ(kernels[1].name, "linear_bf16_nk_bias_128x128x64_wgmma_pp_tma_res");
+  EXPECT_EQ(kernels[2].name, "linear_bf16_nk_bias_128x128x64_wgmma_pp_tma");
+  const std::vector<CompiledKernel> compiled = compile_kernels(kernels, config);
+  ASSERT_EQ(compiled.size(), 4u);
+  const std::string prefetch = "prefetch.global.L2", tma_store = "cp.async.bulk.tensor.2d.global.shared::cta";
+  const std::vector<bool> prefetches = {true, false, false, false}, tma = {false, true, true, false};
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    SCOPED_TRACE(kernels[i].name);
+    EXPECT_EQ(compiled[i].ptx.find(prefetch) != std::string::npos, prefetches[i]);
+    EXPECT_EQ(compiled[i].ptx.find(tma_store) != std::string::npos, tma[i]);
+  }
+
+  auto map_names = [](const Launch& l) {
+    std::vector<std::string> names;
+    for (const KernelArg& a : l.args)
+      if (a.kind == ArgKind::kTensorMap) names.push_back(a.name);
+    return names;
+  };
+  const Launch& with_residual = lowerings[1].launches.at(0);
+  const Launch& without = lowerings[2].launches.at(0);
+  EXPECT_EQ(map_names(with_residual), (std::vector<std::string>{"a_map", "b_map", "c_map", "r_map"}));
+  EXPECT_EQ(map_names(without), (std::vector<std::string>{"a_map", "b_map", "c_map"}));
+  const KernelArg& r_map = with_residual.args.back();
+  EXPECT_EQ(r_map.map.of, "residual");
+  EXPECT_EQ(r_map.map.box_cols, 32);
+  EXPECT_EQ(r_map.map.box_rows, 128);
+  EXPECT_EQ(r_map.map.swizzle, 64);
+  // Stages of 32 KiB + 16 bytes of mbarriers, two turn mbarriers, the store buffers (and the
+  // residual mbarriers), 1 KiB of alignment slack.
+  EXPECT_EQ(without.dynamic_smem.eval({}), 6 * (32768 + 16) + 16 + 2 * 2 * 8192 + 1024);
+  EXPECT_EQ(with_residual.dynamic_smem.eval({}), 5 * (32768 + 16) + 16 + 2 * (4 * 8192 + 8) + 1024);
+}
+
+TEST(GemmAttentionLowering, MatmulBatchStridesBroadcast) {
   const OpContext ctx = context("matmul", nlohmann::json::object(),
                                 {tensor(DType::kF32, {B, 1, 20, 17}), tensor(DType::kF32, {3, 17, 600})});
   const Launch launch = op("matmul").lower(ctx).launches.at(0);
@@ -541,7 +599,7 @@ TEST(Dense2Lowering, MatmulBatchStridesBroadcast) {
   EXPECT_EQ(launch.grid[0].eval(bind), 5 * 15);
 }
 
-TEST(Dense2Lowering, SdpaGridScaleAndStrides) {
+TEST(GemmAttentionLowering, SdpaGridScaleAndStrides) {
   TensorType q = tensor(DType::kBF16, {B * Expr(12), S, 64});
   q.row_stride = Expr(72);
   const OpContext ctx = context("sdpa", {{"causal", true}}, {q, q, q});
@@ -571,7 +629,7 @@ TEST(Dense2Lowering, SdpaGridScaleAndStrides) {
 // fused.sdpa_heads runs sdpa's kernel (the same source, so compile shares one PTX) on heads read
 // in place: only `heads` and the strides differ, and grid, shared memory and cost equal sdpa's
 // on the split tensors.
-TEST(Dense2Lowering, SdpaHeadsSharesSdpasKernel) {
+TEST(GemmAttentionLowering, SdpaHeadsSharesSdpasKernel) {
   TensorType x = tensor(DType::kBF16, {B, S, 768});
   x.row_stride = Expr(776);
   const Lowering fused = op("fused.sdpa_heads").lower(context("fused.sdpa_heads", {{"heads", 12}, {"causal", true}}, {x, x, x}));
@@ -596,7 +654,7 @@ TEST(Dense2Lowering, SdpaHeadsSharesSdpasKernel) {
   EXPECT_EQ(f.flops.eval(bind), p.flops.eval(bind));
 }
 
-TEST(Dense2Lowering, EveryKernelCompilesWithNvrtcForSm90) {
+TEST(GemmAttentionLowering, EveryKernelCompilesWithNvrtcForSm90) {
   std::vector<KernelSource> kernels;
   std::vector<Launch> launches;
   std::set<std::string> seen;
@@ -638,7 +696,7 @@ const GraphPass& attention_pass() {
   throw std::runtime_error("fuse_attention_heads is not registered");
 }
 
-Graph parse(const std::string& text) { return parse_graph(text, "dense2_test.yaml", registry()); }
+Graph parse(const std::string& text) { return parse_graph(text, "attention_heads_test.yaml", registry()); }
 
 // x -> linears q, k, v -> split_heads (vh first) -> sdpa attn (inputs `attn_inputs`) -> merge_heads
 // merged (heads `merge_heads`) -> proj, then `tail` nodes; outputs `outputs`.
@@ -668,7 +726,7 @@ std::vector<std::string> node_names(const Graph& graph) {
   return names;
 }
 
-TEST(Dense2Fusion, RewritesSplitSdpaMerge) {
+TEST(AttentionHeadsFusion, RewritesSplitSdpaMerge) {
   Graph graph = parse(attention());
   const TensorType before = graph.find_node("merged")->ctx.output;
   const Position attn_pos = graph.find_node("attn")->pos;
@@ -693,7 +751,7 @@ TEST(Dense2Fusion, RewritesSplitSdpaMerge) {
 }
 
 // a, b and c may be one tensor (here a graph input with three uses): only the intermediates count.
-TEST(Dense2Fusion, SelfAttentionOnOneTensor) {
+TEST(AttentionHeadsFusion, SelfAttentionOnOneTensor) {
   Graph graph = parse(R"(name: t
 dims: {B: {min: 1, max: 64, default: 2}, S: {min: 1, max: 512, default: 16}}
 inputs: {x: {dtype: f32, shape: [B, S, 68]}}
@@ -714,19 +772,19 @@ outputs: [out]
   EXPECT_EQ(shape_str(fused.ctx.output.shape), "[B, S, 68]");
 }
 
-TEST(Dense2Fusion, LeavesSplitWithSecondUse) {
+TEST(AttentionHeadsFusion, LeavesSplitWithSecondUse) {
   Graph graph = parse(attention("3", "  - {name: other, op: relu, inputs: [kh]}\n", "[proj, other]"));
   EXPECT_EQ(attention_pass().apply(graph, registry()), 0);
   EXPECT_EQ(graph.nodes.size(), 10u);
 }
 
-TEST(Dense2Fusion, LeavesOneSplitFeedingTwoInputs) {
+TEST(AttentionHeadsFusion, LeavesOneSplitFeedingTwoInputs) {
   Graph graph = parse(attention("3", "", "[proj, vh, kh]", "[qh, qh, qh]"));
   EXPECT_EQ(attention_pass().apply(graph, registry()), 0);
   EXPECT_EQ(graph.nodes.size(), 9u);
 }
 
-TEST(Dense2Fusion, LeavesIntermediatesThatAreGraphOutputs) {
+TEST(AttentionHeadsFusion, LeavesIntermediatesThatAreGraphOutputs) {
   for (const char* output : {"attn", "qh"}) {
     SCOPED_TRACE(output);
     Graph graph = parse(attention("3", "", fmt::format("[proj, {}]", output)));
@@ -735,14 +793,14 @@ TEST(Dense2Fusion, LeavesIntermediatesThatAreGraphOutputs) {
   }
 }
 
-TEST(Dense2Fusion, LeavesMergeWithOtherHeads) {
+TEST(AttentionHeadsFusion, LeavesMergeWithOtherHeads) {
   Graph graph = parse(attention("1"));
   EXPECT_EQ(attention_pass().apply(graph, registry()), 0);
   EXPECT_EQ(graph.nodes.size(), 9u);
 }
 
 // The bundled transformer graphs: every attention block fuses, and nothing else changes.
-TEST(Dense2Fusion, BundledTransformerGraphs) {
+TEST(AttentionHeadsFusion, BundledTransformerGraphs) {
   for (const auto& [file, blocks] : std::vector<std::pair<std::string, int>>{
            {"transformer_block.yaml", 1}, {"transformer_block_bf16.yaml", 1}, {"tiny_lm.yaml", 2}}) {
     SCOPED_TRACE(file);

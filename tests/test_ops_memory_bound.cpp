@@ -1,4 +1,4 @@
-// dense1 ops (elementwise, softmax, norms, reductions, embedding, data movement): host
+// Memory-bound ops (elementwise, softmax, norms, reductions, embedding, data movement): host
 // references against hand-computed values, shape rules and their errors (exact text).
 #include <gtest/gtest.h>
 
@@ -34,13 +34,13 @@ void expect_near(const std::vector<double>& got, const std::vector<double>& want
 
 // ---- elementwise ---------------------------------------------------------------------------
 
-TEST(Dense1Reference, Relu) {
+TEST(MemoryBoundReference, Relu) {
   auto y = reference("relu", {}, {{{5}, {-2.0, -0.0, 0.0, 0.5, 3.0}}});
   expect_near(y.data, {0.0, 0.0, 0.0, 0.5, 3.0});
   EXPECT_EQ(y.shape, (std::vector<int64_t>{5}));
 }
 
-TEST(Dense1Reference, SiluSigmoidTanh) {
+TEST(MemoryBoundReference, SiluSigmoidTanh) {
   // sigmoid(ln 3) = 3/4, sigmoid(-ln 3) = 1/4; silu(x) = x sigmoid(x);
   // tanh(ln 2) = (2 - 1/2) / (2 + 1/2) = 0.6.
   const double l3 = std::log(3.0), l2 = std::log(2.0);
@@ -49,7 +49,7 @@ TEST(Dense1Reference, SiluSigmoidTanh) {
   expect_near(reference("tanh", {}, {{{3}, {0.0, l2, -l2}}}).data, {0.0, 0.6, -0.6});
 }
 
-TEST(Dense1Reference, Gelu) {
+TEST(MemoryBoundReference, Gelu) {
   // erf form: x * Phi(x); Phi(1) = 0.8413447460685429 (normal table).
   expect_near(reference("gelu", {{"approximate", "none"}}, {{{3}, {0.0, 1.0, -1.0}}}).data,
               {0.0, 0.8413447460685429, -(1 - 0.8413447460685429)}, 1e-12);
@@ -59,11 +59,11 @@ TEST(Dense1Reference, Gelu) {
               {0.5 * (1 + t), -0.5 * (1 - t)}, 1e-12);
 }
 
-TEST(Dense1Reference, Scale) {
+TEST(MemoryBoundReference, Scale) {
   expect_near(reference("scale", {{"value", -2.5}}, {{{3}, {1.0, -2.0, 0.0}}}).data, {-2.5, 5.0, 0.0});
 }
 
-TEST(Dense1Reference, BinaryBroadcasting) {
+TEST(MemoryBoundReference, BinaryBroadcasting) {
   const HostIn a{{2, 3}, {1, 2, 3, 4, 5, 6}};
   expect_near(reference("add", {}, {a, {{3}, {10, 20, 30}}}).data, {11, 22, 33, 14, 25, 36});
   expect_near(reference("add", {}, {a, {{2, 1}, {100, 200}}}).data, {101, 102, 103, 204, 205, 206});
@@ -75,7 +75,7 @@ TEST(Dense1Reference, BinaryBroadcasting) {
   EXPECT_EQ(reference("div", {}, {col, row}).shape, (std::vector<int64_t>{2, 3}));
 }
 
-TEST(Dense1Shape, BinaryBroadcastsSymbolicDims) {
+TEST(MemoryBoundShape, BinaryBroadcastsSymbolicDims) {
   const Expr B = Expr::dim("B"), S = Expr::dim("S");
   EXPECT_EQ(context("add", {}, {tensor(DType::kF32, {B, 1, 8}), tensor(DType::kF32, {S, 1})})
                 .output.shape,
@@ -92,12 +92,12 @@ TEST(Dense1Shape, BinaryBroadcastsSymbolicDims) {
             "input 1 is bf16 but input 0 is f32; sub needs one dtype");
 }
 
-TEST(Dense1Shape, UnaryRejectsI32) {
+TEST(MemoryBoundShape, UnaryRejectsI32) {
   EXPECT_EQ(infer_error("relu", {}, {tensor(DType::kI32, {4})}),
             "relu does not support i32 inputs (supported: f32, bf16, f16)");
 }
 
-TEST(Dense1Shape, RequestedDtypeMustBeSupported) {
+TEST(MemoryBoundShape, RequestedDtypeMustBeSupported) {
   OpContext ctx;
   ctx.node = "n";
   ctx.inputs = {tensor(DType::kF32, {4})};
@@ -113,32 +113,32 @@ TEST(Dense1Shape, RequestedDtypeMustBeSupported) {
 
 // ---- softmax -------------------------------------------------------------------------------
 
-TEST(Dense1Reference, SoftmaxLastAxis) {
+TEST(MemoryBoundReference, SoftmaxLastAxis) {
   // exp([1,2,3] - 3) = [e^-2, e^-1, 1], sum 1.5032147244080551
   auto y = reference("softmax", {{"axis", -1}}, {{{2, 3}, {1, 2, 3, 0, 0, 0}}});
   expect_near(y.data, {0.09003057317038046, 0.24472847105479764, 0.6652409557748219,
                        1.0 / 3, 1.0 / 3, 1.0 / 3});
 }
 
-TEST(Dense1Reference, SoftmaxFirstAxis) {
+TEST(MemoryBoundReference, SoftmaxFirstAxis) {
   // Columns [1, 1] and [0, ln 3]: softmax -> [0.5, 0.5] and [0.25, 0.75].
   auto y = reference("softmax", {{"axis", 0}}, {{{2, 2}, {1, 0, 1, std::log(3.0)}}});
   expect_near(y.data, {0.5, 0.25, 0.5, 0.75});
 }
 
-TEST(Dense1Reference, SoftmaxIsStableForLargeValues) {
+TEST(MemoryBoundReference, SoftmaxIsStableForLargeValues) {
   // [1000, 1000 + ln 3] must not overflow: [1/4, 3/4].
   expect_near(reference("softmax", {{"axis", -1}}, {{{2}, {1000.0, 1000.0 + std::log(3.0)}}}).data,
               {0.25, 0.75}, 1e-12);
 }
 
-TEST(Dense1Reference, LogSoftmax) {
+TEST(MemoryBoundReference, LogSoftmax) {
   // x - max - log(sum) with log(1.5032147244080551) = 0.40760596444437554
   auto y = reference("log_softmax", {{"axis", -1}}, {{{3}, {1, 2, 3}}});
   expect_near(y.data, {-2.4076059644443806, -1.4076059644443806, -0.40760596444437554});
 }
 
-TEST(Dense1Shape, SoftmaxAxisOutOfRange) {
+TEST(MemoryBoundShape, SoftmaxAxisOutOfRange) {
   std::string key;
   EXPECT_EQ(infer_error("softmax", {{"axis", 2}}, {tensor(DType::kF32, {Expr::dim("B"), 10})}, &key),
             "axis 2 is out of range for a rank-2 input (valid: -2..1)");
@@ -147,7 +147,7 @@ TEST(Dense1Shape, SoftmaxAxisOutOfRange) {
 
 // ---- norms ---------------------------------------------------------------------------------
 
-TEST(Dense1Reference, LayerNorm) {
+TEST(MemoryBoundReference, LayerNorm) {
   // [1, 2, 3, 4]: mean 2.5, biased variance 1.25; eps 0 -> (x - 2.5) / sqrt(1.25).
   const double s = 1.0 / std::sqrt(1.25);
   auto plain = reference("layernorm", {{"eps", 0.0}, {"affine", false}}, {{{1, 4}, {1, 2, 3, 4}}});
@@ -161,14 +161,14 @@ TEST(Dense1Reference, LayerNorm) {
               {0, 0, -0.5, 0.5});
 }
 
-TEST(Dense1Reference, RmsNorm) {
+TEST(MemoryBoundReference, RmsNorm) {
   // [3, 4]: mean square 12.5; y = x / sqrt(12.5 + eps) * w with eps 0, w = [1, 0.5].
   const double r = std::sqrt(12.5);
   expect_near(reference("rmsnorm", {{"eps", 0.0}}, {{{1, 2}, {3, 4}}}, {{1, 0.5}}).data,
               {3 / r, 2 / r});
 }
 
-TEST(Dense1Shape, NormParams) {
+TEST(MemoryBoundShape, NormParams) {
   const Expr B = Expr::dim("B");
   const OpContext ln = context("layernorm", {{"eps", 1e-5}, {"affine", true}}, {tensor(DType::kBF16, {B, 768})});
   const std::vector<ParamSpec> p = op("layernorm").params(ln);
@@ -190,7 +190,7 @@ TEST(Dense1Shape, NormParams) {
 
 // ---- reductions ----------------------------------------------------------------------------
 
-TEST(Dense1Reference, Reductions) {
+TEST(MemoryBoundReference, Reductions) {
   const HostIn x{{2, 3}, {1, 2, 3, 4, 5, -6}};
   expect_near(reference("reduce_sum", {{"axis", -1}, {"keepdim", false}}, {x}).data, {6, 3});
   expect_near(reference("reduce_sum", {{"axis", 0}, {"keepdim", false}}, {x}).data, {5, 7, -3});
@@ -204,7 +204,7 @@ TEST(Dense1Reference, Reductions) {
               {2, 4, 10, 12});
 }
 
-TEST(Dense1Shape, ReductionShapes) {
+TEST(MemoryBoundShape, ReductionShapes) {
   const Expr B = Expr::dim("B");
   EXPECT_EQ(context("reduce_mean", {{"axis", -1}, {"keepdim", false}}, {tensor(DType::kF32, {B, 5})})
                 .output.shape,
@@ -219,14 +219,14 @@ TEST(Dense1Shape, ReductionShapes) {
 
 // ---- embedding -----------------------------------------------------------------------------
 
-TEST(Dense1Reference, EmbeddingOutOfRangeIdsGiveZeroRows) {
+TEST(MemoryBoundReference, EmbeddingOutOfRangeIdsGiveZeroRows) {
   auto y = reference("embedding", {{"num_embeddings", 3}, {"dim", 2}},
                      {{{2, 2}, {2, -1, 0, 3}, DType::kI32}}, {{1, 2, 3, 4, 5, 6}});
   expect_near(y.data, {5, 6, 0, 0, 1, 2, 0, 0});
   EXPECT_EQ(y.shape, (std::vector<int64_t>{2, 2, 2}));
 }
 
-TEST(Dense1Shape, Embedding) {
+TEST(MemoryBoundShape, Embedding) {
   const Expr B = Expr::dim("B");
   const OpContext ctx = context("embedding", {{"num_embeddings", 50257}, {"dim", 768}},
                                 {tensor(DType::kI32, {B, Expr::dim("S")})});
@@ -240,7 +240,7 @@ TEST(Dense1Shape, Embedding) {
 
 // ---- views ---------------------------------------------------------------------------------
 
-TEST(Dense1Shape, Flatten) {
+TEST(MemoryBoundShape, Flatten) {
   const Expr B = Expr::dim("B");
   const TensorType x = tensor(DType::kF32, {B, 3, 4, 5});
   EXPECT_EQ(context("flatten", {{"start_dim", 1}, {"end_dim", -1}}, {x}).output.shape, (Shape{B, 60}));
@@ -262,7 +262,7 @@ TEST(Dense1Shape, Flatten) {
             "a view may not change the last dim");
 }
 
-TEST(Dense1Shape, Reshape) {
+TEST(MemoryBoundShape, Reshape) {
   const Expr B = Expr::dim("B");
   const TensorType x = tensor(DType::kF32, {B, 784});
   EXPECT_EQ(context("reshape", {{"shape", {"B", 28, 28}}}, {x}).output.shape, (Shape{B, 28, 28}));
@@ -281,7 +281,7 @@ TEST(Dense1Shape, Reshape) {
             "reshape: [784, B] does not have the element count of the input [S, 784]");
 }
 
-TEST(Dense1Reference, ViewsKeepTheData) {
+TEST(MemoryBoundReference, ViewsKeepTheData) {
   auto y = reference("reshape", {{"shape", {3, 2}}}, {{{2, 3}, {1, 2, 3, 4, 5, 6}}});
   expect_near(y.data, {1, 2, 3, 4, 5, 6});
   EXPECT_EQ(y.shape, (std::vector<int64_t>{3, 2}));
@@ -289,7 +289,7 @@ TEST(Dense1Reference, ViewsKeepTheData) {
 
 // ---- transpose -----------------------------------------------------------------------------
 
-TEST(Dense1Reference, Transpose) {
+TEST(MemoryBoundReference, Transpose) {
   expect_near(reference("transpose", {{"perm", {1, 0}}}, {{{2, 3}, {1, 2, 3, 4, 5, 6}}}).data,
               {1, 4, 2, 5, 3, 6});
   // [2, 1, 3] with perm [2, 0, 1] -> [3, 2, 1]: out[k][i][0] = x[i][0][k].
@@ -298,7 +298,7 @@ TEST(Dense1Reference, Transpose) {
   EXPECT_EQ(y.shape, (std::vector<int64_t>{3, 2, 1}));
 }
 
-TEST(Dense1Shape, TransposeErrors) {
+TEST(MemoryBoundShape, TransposeErrors) {
   const TensorType x = tensor(DType::kF32, {Expr::dim("B"), 3, 4});
   EXPECT_EQ(context("transpose", {{"perm", {0, -1, 1}}}, {x}).output.shape,
             (Shape{Expr::dim("B"), 4, 3}));
@@ -313,14 +313,14 @@ TEST(Dense1Shape, TransposeErrors) {
 
 // ---- concat --------------------------------------------------------------------------------
 
-TEST(Dense1Reference, Concat) {
+TEST(MemoryBoundReference, Concat) {
   expect_near(reference("concat", {{"axis", 1}}, {{{2, 1}, {1, 2}}, {{2, 2}, {3, 4, 5, 6}}}).data,
               {1, 3, 4, 2, 5, 6});
   expect_near(reference("concat", {{"axis", 0}}, {{{2}, {1, 2}}, {{1}, {3}}, {{2}, {4, 5}}}).data,
               {1, 2, 3, 4, 5});
 }
 
-TEST(Dense1Shape, Concat) {
+TEST(MemoryBoundShape, Concat) {
   const Expr B = Expr::dim("B");
   const OpContext ctx = context("concat", {{"axis", 1}},
                                 {tensor(DType::kF32, {B, 3}), tensor(DType::kF32, {B, Expr::dim("S")})});
@@ -380,7 +380,7 @@ std::vector<LowerCase> lowering_cases() {
   return cases;
 }
 
-TEST(Dense1Lowering, ArgumentsMatchTheGeneratedSignature) {
+TEST(MemoryBoundLowering, ArgumentsMatchTheGeneratedSignature) {
   for (const LowerCase& c : lowering_cases()) {
     SCOPED_TRACE(c.op + " " + c.attrs.dump());
     const OpContext ctx = context(c.op, c.attrs, c.inputs);
@@ -401,7 +401,7 @@ TEST(Dense1Lowering, ArgumentsMatchTheGeneratedSignature) {
   }
 }
 
-TEST(Dense1Lowering, PaddedInputStrideIsPassed) {
+TEST(MemoryBoundLowering, PaddedInputStrideIsPassed) {
   TensorType padded = tensor(DType::kF32, {Expr::dim("B"), 17});
   padded.row_stride = Expr(20);
   const Lowering lowering = op("softmax").lower(context("softmax", {{"axis", -1}}, {padded}));
@@ -412,7 +412,7 @@ TEST(Dense1Lowering, PaddedInputStrideIsPassed) {
   EXPECT_EQ(stride->value, Expr(20));
 }
 
-TEST(Dense1Lowering, BinaryCollapsesBroadcastDims) {
+TEST(MemoryBoundLowering, BinaryCollapsesBroadcastDims) {
   const Expr B = Expr::dim("B"), S = Expr::dim("S");
   auto kernel_name = [](std::vector<TensorType> inputs) {
     return op("add").lower(context("add", {}, std::move(inputs))).kernels.at(0).name;
@@ -428,7 +428,7 @@ TEST(Dense1Lowering, BinaryCollapsesBroadcastDims) {
   EXPECT_EQ(kernel_name({padded, tensor(DType::kF32, {B, 17})}), "add_f32_ff");
 }
 
-TEST(Dense1Lowering, ConcatLaunchesShareOneKernelWithTheirOffsets) {
+TEST(MemoryBoundLowering, ConcatLaunchesShareOneKernelWithTheirOffsets) {
   const Expr B = Expr::dim("B");
   const Lowering lowering = op("concat").lower(context(
       "concat", {{"axis", 1}},
@@ -446,7 +446,7 @@ TEST(Dense1Lowering, ConcatLaunchesShareOneKernelWithTheirOffsets) {
   }
 }
 
-TEST(Dense1Lowering, RowPlans) {
+TEST(MemoryBoundLowering, RowPlans) {
   // A warp per short row (4 rows per block), a block per long row, registers for up to 16
   // elements per thread, and the symbolic default.
   const ops::RowPlan narrow = ops::plan_rows(Expr(17), DType::kF32);
@@ -477,7 +477,7 @@ TEST(Dense1Lowering, RowPlans) {
   EXPECT_EQ(symbolic.rows_per_block, 1);
 }
 
-TEST(Dense1Lowering, EveryKernelCompilesWithNvrtcForSm90) {
+TEST(MemoryBoundLowering, EveryKernelCompilesWithNvrtcForSm90) {
   std::vector<KernelSource> kernels;
   std::set<std::string> seen;
   for (const LowerCase& c : lowering_cases()) {
@@ -504,7 +504,7 @@ TEST(Dense1Lowering, EveryKernelCompilesWithNvrtcForSm90) {
 // GELU's tanh form takes one tanh.approx in bf16 kernels (its error is under bf16 rounding)
 // and the exp/divide form in f32 and f16 ones, both as the elementwise op and as the epilogue
 // of a fused linear (which must compute what the unfused pair does).
-TEST(Dense1Lowering, GeluTanhTakesTanhApproxOnlyForBf16) {
+TEST(MemoryBoundLowering, GeluTanhTakesTanhApproxOnlyForBf16) {
   NvrtcConfig config;
   config.arch = "sm_90";
   config.use_cache = false;
@@ -528,67 +528,9 @@ TEST(Dense1Lowering, GeluTanhTakesTanhApproxOnlyForBf16) {
   }
 }
 
-// On sm_90 the 16-bit cp.async pingpong GEMM prefetches a tile's residual rows into L2 near the
-// end of a short mainloop (a run-time test of K); 3xTF32 has no registers for it, and a linear
-// with no residual has none to fetch. TMA kernels store their tiles by TMA through shared
-// memory (c_map: two 8 KiB buffers a consumer), and with a residual load it there by TMA
-// (r_map: a whole tile's buffers, so five stages fit instead of six).
-TEST(Dense1Lowering, ResidualPrefetchAndTmaEpilogues) {
-  NvrtcConfig config;
-  config.arch = "sm_90";
-  config.use_cache = false;
-  const Expr rows = Expr::dim("B");
-  auto lower = [&](DType dtype, int64_t in, bool residual) {
-    std::vector<TensorType> inputs = {tensor(dtype, {rows, Expr(in)})};
-    if (residual) inputs.push_back(tensor(dtype, {rows, Expr(768)}));
-    return op("fused.linear")
-        .lower(context("fused.linear", {{"out_features", 768}, {"bias", true}, {"activation", "none"}}, inputs));
-  };
-  const std::vector<Lowering> lowerings = {lower(DType::kBF16, 770, true), lower(DType::kBF16, 768, true),
-                                           lower(DType::kBF16, 768, false), lower(DType::kF32, 768, true)};
-  std::vector<KernelSource> kernels;
-  for (const Lowering& l : lowerings) {
-    KernelSource entry = l.kernels.at(0);
-    entry.source = substitute_entry(entry.source, entry.name + "_entry_point", entry.name);
-    kernels.push_back(entry);
-  }
-  EXPECT_EQ(kernels[0].name, "linear_bf16_nk_bias_128x128x64_wgmma_pp_res");
-  EXPECT_EQ(kernels[1].name, "linear_bf16_nk_bias_128x128x64_wgmma_pp_tma_res");
-  EXPECT_EQ(kernels[2].name, "linear_bf16_nk_bias_128x128x64_wgmma_pp_tma");
-  const std::vector<CompiledKernel> compiled = compile_kernels(kernels, config);
-  ASSERT_EQ(compiled.size(), 4u);
-  const std::string prefetch = "prefetch.global.L2", tma_store = "cp.async.bulk.tensor.2d.global.shared::cta";
-  const std::vector<bool> prefetches = {true, false, false, false}, tma = {false, true, true, false};
-  for (size_t i = 0; i < kernels.size(); ++i) {
-    SCOPED_TRACE(kernels[i].name);
-    EXPECT_EQ(compiled[i].ptx.find(prefetch) != std::string::npos, prefetches[i]);
-    EXPECT_EQ(compiled[i].ptx.find(tma_store) != std::string::npos, tma[i]);
-  }
-
-  auto map_names = [](const Launch& l) {
-    std::vector<std::string> names;
-    for (const KernelArg& a : l.args)
-      if (a.kind == ArgKind::kTensorMap) names.push_back(a.name);
-    return names;
-  };
-  const Launch& with_residual = lowerings[1].launches.at(0);
-  const Launch& without = lowerings[2].launches.at(0);
-  EXPECT_EQ(map_names(with_residual), (std::vector<std::string>{"a_map", "b_map", "c_map", "r_map"}));
-  EXPECT_EQ(map_names(without), (std::vector<std::string>{"a_map", "b_map", "c_map"}));
-  const KernelArg& r_map = with_residual.args.back();
-  EXPECT_EQ(r_map.map.of, "residual");
-  EXPECT_EQ(r_map.map.box_cols, 32);
-  EXPECT_EQ(r_map.map.box_rows, 128);
-  EXPECT_EQ(r_map.map.swizzle, 64);
-  // Stages of 32 KiB + 16 bytes of mbarriers, two turn mbarriers, the store buffers (and the
-  // residual mbarriers), 1 KiB of alignment slack.
-  EXPECT_EQ(without.dynamic_smem.eval({}), 6 * (32768 + 16) + 16 + 2 * 2 * 8192 + 1024);
-  EXPECT_EQ(with_residual.dynamic_smem.eval({}), 5 * (32768 + 16) + 16 + 2 * (4 * 8192 + 8) + 1024);
-}
-
 // ---- GPU: the out-of-range rule of embedding (random ids never leave [0, num)) -------------
 
-TEST(GpuDense1, EmbeddingOutOfRangeIdsGiveZeroRows) {
+TEST(GpuMemoryBound, EmbeddingOutOfRangeIdsGiveZeroRows) {
   // Compiled and prepared before looking for a device, so a CPU machine checks that much.
   const Graph graph = parse_graph(R"(name: emb
 inputs:
@@ -598,7 +540,7 @@ nodes:
 outputs: [y]
 )", "emb.yaml", registry());
   const std::filesystem::path cache =
-      std::filesystem::temp_directory_path() / ("teeny_dense1_emb_" + std::to_string(getpid()));
+      std::filesystem::temp_directory_path() / ("teeny_memory_bound_emb_" + std::to_string(getpid()));
   CompileOptions options;
   options.cache_dir = cache.string();
   const Bundle bundle = compile_graph(graph, registry(), options);
