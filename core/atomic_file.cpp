@@ -31,10 +31,10 @@ fs::path sibling_name(const fs::path& parent, const std::string& base, const cha
   return parent / fmt::format(".{}.{}-{}-{}", base, kind, static_cast<long>(::getpid()), counter++);
 }
 
-// Creates `file`, writes and fsyncs `bytes`. Returns 0 or the errno of the first failure (disk
-// full, file size limit, I/O error).
+// Creates `file` (permissions from the umask, as any other tool's output), writes and fsyncs
+// `bytes`. Returns 0 or the errno of the first failure (disk full, file size limit, I/O error).
 int write_synced(const fs::path& file, std::string_view bytes) {
-  const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
   if (fd < 0) return errno;
   size_t done = 0;
   while (done < bytes.size()) {
