@@ -106,6 +106,7 @@ void run_bundle(const RunFlags& flags) {
   } else {
     const cuda::Driver& driver = cuda::Driver::get();
     std::shared_ptr<cuda::Device> device = cuda::Device::open(driver);
+    bind_launches(bound, device->facts());
     GpuExecutor executor(device, bound);
     executor.upload(data);
     RunTiming timing = executor.run(flags.iterations, flags.cuda_graph);

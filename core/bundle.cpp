@@ -128,6 +128,21 @@ class Field {
     return out;
   }
 
+  // A param's optional "random_range": [low, high] and "unused_state": [names].
+  ParamHints param_hints() const {
+    ParamHints hints;
+    if (has("random_range")) {
+      Field range = (*this)["random_range"];
+      std::vector<Field> bounds = range.items();
+      if (bounds.size() != 2 || !(bounds[0].number() < bounds[1].number())) {
+        range.fail("expected [low, high] with low < high");
+      }
+      hints.random_range = std::array<double, 2>{bounds[0].number(), bounds[1].number()};
+    }
+    if (has("unused_state")) hints.unused_state = (*this)["unused_state"].strings();
+    return hints;
+  }
+
   std::array<int, 3> int3() const {
     std::vector<Field> values = items();
     if (values.size() != 3) fail(fmt::format("expected 3 integers, found {}", values.size()));
@@ -211,6 +226,7 @@ json bundle_to_json(const Bundle& bundle) {
                        {"row_stride", t.row_stride.str()},
                        {"producer", t.producer},
                        {"alias_of", t.alias_of}});
+    if (t.id_bound > 0) tensors.back()["id_bound"] = t.id_bound;
   }
   m["tensors"] = tensors;
 
@@ -281,6 +297,8 @@ json bundle_to_json(const Bundle& bundle) {
       param["offset"] = p.offset;
       param["size"] = p.size;
     }
+    if (const auto& range = p.hints.random_range) param["random_range"] = {(*range)[0], (*range)[1]};
+    if (!p.hints.unused_state.empty()) param["unused_state"] = p.hints.unused_state;
     params.push_back(std::move(param));
   }
   m["params"] = params;
@@ -317,8 +335,9 @@ Bundle bundle_from_json(const json& manifest) {
 
   std::map<std::string, bool> tensor_names;
   for (const Field& t : root["tensors"].items()) {
-    BundleTensor tensor{t["name"].str(), t["dtype"].dtype(), t["shape"].shape(), t["row_stride"].expr(),
-                        t["producer"].str(), t["alias_of"].str()};
+    BundleTensor tensor{t["name"].str(),     t["dtype"].dtype(),    t["shape"].shape(),
+                        t["row_stride"].expr(), t["producer"].str(), t["alias_of"].str(),
+                        t.has("id_bound") ? t["id_bound"].integer() : 0};
     if (!tensor_names.emplace(tensor.name, true).second) t["name"].fail(fmt::format("duplicate tensor '{}'", tensor.name));
     b.tensors.push_back(std::move(tensor));
   }
@@ -430,6 +449,7 @@ Bundle bundle_from_json(const json& manifest) {
       param.offset = static_cast<uint64_t>(offset);
       param.size = static_cast<uint64_t>(size);
     }
+    param.hints = p.param_hints();
     b.params.push_back(std::move(param));
   }
   for (const BundleLaunch& launch : b.launches) {

@@ -1,6 +1,8 @@
 // The bundle: a self-describing directory (manifest.json, kernels/<k>.ptx, params.bin).
 // Everything needed to run is here as data — grids, scalar args, shapes, strides, param
-// sizes as expressions over the graph's dims — so any teeny binary runs any bundle.
+// sizes as expressions over the graph's dims, and grids and split counts that depend on the GPU
+// over the device symbols (SMS, ...; core/expr.h) — so any teeny binary runs any bundle, and
+// a bundle compiled for an arch on every GPU of that arch.
 #pragma once
 
 #include <array>
@@ -17,7 +19,8 @@
 
 namespace teeny {
 
-inline constexpr int kBundleFormatVersion = 2;
+// 3: launch expressions may use the device symbols; tensors carry id_bound, params their hints.
+inline constexpr int kBundleFormatVersion = 3;
 
 struct BundleDim {
   std::string name;
@@ -31,6 +34,9 @@ struct BundleTensor {
   Expr row_stride;        // elements
   std::string producer;   // node name; empty for a graph input
   std::string alias_of;   // views: the tensor whose buffer this one shares
+  // Graph inputs of i32 ids: the smallest bound that their consumers declare
+  // (InputSpec::id_bound_attr), which random inputs stay below; 0: none.
+  int64_t id_bound = 0;
 };
 
 struct BundleArg {
@@ -77,6 +83,7 @@ struct BundleParam {
   Shape shape;
   ParamInit init = ParamInit::kTrained;
   uint64_t offset = 0, size = 0;  // kHost: byte range in params.bin
+  ParamHints hints;
 };
 
 struct BundleNode {

@@ -53,21 +53,37 @@ std::unique_ptr<Driver> Driver::load(const std::string& library) {
   return driver;
 }
 
-const Driver& Driver::get() {
-  // Loaded once per process; a failure is remembered so every caller sees the same error.
+namespace {
+
+// The process-wide driver, loaded once; a failure is remembered so every caller sees the same
+// error.
+struct ProcessDriver {
+  std::unique_ptr<Driver> driver;
+  std::unique_ptr<Error> failure;
+};
+
+const ProcessDriver& process_driver() {
   static std::once_flag once;
-  static std::unique_ptr<Driver> driver;
-  static std::unique_ptr<Error> failure;
+  static ProcessDriver loaded;
   std::call_once(once, [] {
     try {
-      driver = load(kDriverLibrary);
+      loaded.driver = Driver::load(kDriverLibrary);
     } catch (const Error& error) {
-      failure = std::make_unique<Error>(error);
+      loaded.failure = std::make_unique<Error>(error);
     }
   });
-  if (failure) throw *failure;
-  return *driver;
+  return loaded;
 }
+
+}  // namespace
+
+const Driver& Driver::get() {
+  const ProcessDriver& loaded = process_driver();
+  if (loaded.failure) throw *loaded.failure;
+  return *loaded.driver;
+}
+
+const Driver* Driver::find() { return process_driver().driver.get(); }
 
 Driver::~Driver() {
   if (library_) dlclose(library_);
@@ -110,7 +126,10 @@ std::shared_ptr<Device> Device::open(const Driver& driver, int ordinal) {
   device->total_memory_ = total;
   device->cc_major_ = device->attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, "cc major");
   device->cc_minor_ = device->attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, "cc minor");
-  device->sm_count_ = device->attribute(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, "SM count");
+  device->facts_.sms = device->attribute(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, "SM count");
+  device->facts_.smem_per_block =
+      device->attribute(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, "opt-in shared memory per block");
+  device->facts_.l2_bytes = device->attribute(CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, "L2 cache size");
   TEENY_CU(driver, DevicePrimaryCtxRetain, what, &device->context_, device->device_);
   device->make_current();
   return device;

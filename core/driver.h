@@ -13,6 +13,7 @@
 #include <cuda.h>
 
 #include "core/error.h"
+#include "core/expr.h"
 
 namespace teeny::cuda {
 
@@ -79,6 +80,9 @@ class Driver {
   // The process-wide driver: loaded and cuInit'ed on first use. Throws Error (exit code 3):
   //   "no CUDA driver found (libcuda.so.1): <dlerror>", or a CUDA error from cuInit.
   static const Driver& get();
+  // The same driver, or null where get() would throw (no library, no device): for commands that
+  // work without a GPU and only use one when there is one.
+  static const Driver* find();
   // Loads `library` into a new Driver (tests use a missing name for the absent-driver path).
   static std::unique_ptr<Driver> load(const std::string& library);
   ~Driver();
@@ -124,7 +128,9 @@ class Device {
   int ordinal() const { return ordinal_; }
   int cc_major() const { return cc_major_; }
   int cc_minor() const { return cc_minor_; }
-  int sm_count() const { return sm_count_; }
+  int sm_count() const { return static_cast<int>(facts_.sms); }
+  // What the device symbols (SMS, SMEM_PER_BLOCK, L2_BYTES) are bound to when launches run here.
+  const DeviceFacts& facts() const { return facts_; }
   uint64_t total_memory() const { return total_memory_; }
   int attribute(CUdevice_attribute attribute, const char* what) const;
   // Makes the primary context current on the calling thread.
@@ -137,7 +143,8 @@ class Device {
   CUdevice device_ = 0;
   CUcontext context_ = nullptr;
   std::string name_;
-  int cc_major_ = 0, cc_minor_ = 0, sm_count_ = 0;
+  int cc_major_ = 0, cc_minor_ = 0;
+  DeviceFacts facts_;
   uint64_t total_memory_ = 0;
 };
 

@@ -5,6 +5,7 @@
 #include <set>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "core/error.h"
 #include "core/identifier.h"
@@ -157,8 +158,13 @@ int64_t Expr::eval(const Bindings& bindings) const {
     case Kind::kConst: return node_->value;
     case Kind::kDim: {
       auto it = bindings.find(node_->name);
-      if (it == bindings.end()) throw Error(fmt::format("dim '{}' is not bound", node_->name));
-      return it->second;
+      if (it != bindings.end()) return it->second;
+      if (is_device_symbol(node_->name)) {
+        throw Error(fmt::format("device symbol '{}' is not bound (it is bound on a GPU; inspect takes "
+                                "--device-sms, --device-smem and --device-l2)",
+                                node_->name));
+      }
+      throw Error(fmt::format("dim '{}' is not bound", node_->name));
     }
     default: {
       int64_t b = rhs().eval(bindings);
@@ -348,6 +354,32 @@ std::string shape_str(const Shape& shape) {
   std::string out = "[";
   for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + shape[i].str();
   return out + "]";
+}
+
+Expr device_sms() { return Expr::dim(kSmsSymbol); }
+Expr device_smem_per_block() { return Expr::dim(kSmemPerBlockSymbol); }
+Expr device_l2_bytes() { return Expr::dim(kL2BytesSymbol); }
+
+const std::vector<std::string>& device_symbols() {
+  static const std::vector<std::string> names = {kSmsSymbol, kSmemPerBlockSymbol, kL2BytesSymbol};
+  return names;
+}
+
+bool is_device_symbol(const std::string& name) {
+  const std::vector<std::string>& names = device_symbols();
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+Bindings device_bindings(const DeviceFacts& facts) {
+  return {{kSmsSymbol, facts.sms}, {kSmemPerBlockSymbol, facts.smem_per_block}, {kL2BytesSymbol, facts.l2_bytes}};
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
+
+std::string bindings_text(const Bindings& bindings) {
+  std::vector<std::string> parts;
+  for (const auto& [name, value] : bindings) parts.push_back(fmt::format("{}={}", name, value));
+  return parts.empty() ? std::string("no dims") : fmt::format("{}", fmt::join(parts, ", "));
 }
 
 std::vector<int64_t> eval_shape(const Shape& shape, const Bindings& bindings) {

@@ -1,4 +1,4 @@
-// Symbolic integer expressions over the graph's dims (B, S, ...).
+// Symbolic integer expressions over the graph's dims (B, S, ...) and the device symbols.
 //
 // Grammar (strings in specs and manifests):
 //   expr  := term (('+' | '-') term)*
@@ -40,11 +40,12 @@ class Expr {
   const Expr& lhs() const;                     // binary kinds only
   const Expr& rhs() const;
 
-  // Evaluates under `bindings`. Throws teeny::Error for an unbound dim, division by zero.
+  // Evaluates under `bindings`. Throws teeny::Error for an unbound dim or device symbol,
+  // division by zero.
   int64_t eval(const Bindings& bindings) const;
   // Substitutes bound dims and re-simplifies (used by compile --bind).
   Expr substitute(const Bindings& bindings) const;
-  // The dim names used, sorted and unique.
+  // The names used (dims and device symbols), sorted and unique.
   std::vector<std::string> dims() const;
   // Readable, re-parsable form with minimal parentheses: "B*4", "ceil_div(B*S, 128)".
   std::string str() const;
@@ -81,8 +82,35 @@ Expr round_up(const Expr& a, const Expr& b);
 
 using Shape = std::vector<Expr>;
 
+// ---- device symbols ---------------------------------------------------------------------------
+// Facts of the GPU a bundle runs on, bound by `run` and `profile` from the driver's attributes
+// like dims are bound from --bind, so that a grid or split count that depends on the GPU is an
+// expression (`min(ceil_div(n, 256), SMS*8)`) and a bundle compiled for an arch fills every GPU
+// of that arch. Spec dims may not take these names.
+inline constexpr const char* kSmsSymbol = "SMS";                     // multiprocessors
+inline constexpr const char* kSmemPerBlockSymbol = "SMEM_PER_BLOCK";  // max opt-in shared memory a block, bytes
+inline constexpr const char* kL2BytesSymbol = "L2_BYTES";            // L2 cache, bytes
+
+Expr device_sms();
+Expr device_smem_per_block();
+Expr device_l2_bytes();
+const std::vector<std::string>& device_symbols();  // the three names above, in that order
+bool is_device_symbol(const std::string& name);
+
+struct DeviceFacts {
+  int64_t sms = 0;
+  int64_t smem_per_block = 0;  // bytes
+  int64_t l2_bytes = 0;
+  friend bool operator==(const DeviceFacts& a, const DeviceFacts& b) {
+    return a.sms == b.sms && a.smem_per_block == b.smem_per_block && a.l2_bytes == b.l2_bytes;
+  }
+};
+Bindings device_bindings(const DeviceFacts& facts);  // {SMS: ..., SMEM_PER_BLOCK: ..., L2_BYTES: ...}
+
 Expr product(const Shape& shape);  // 1 for a scalar shape
 std::string shape_str(const Shape& shape);  // "[B, 784]"
+std::string shape_text(const std::vector<int64_t>& shape);  // "[64, 784]"
+std::string bindings_text(const Bindings& bindings);         // "B=64, S=128", or "no dims"
 std::vector<int64_t> eval_shape(const Shape& shape, const Bindings& bindings);
 
 }  // namespace teeny

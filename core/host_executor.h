@@ -7,8 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "core/executor.h"
+#include "core/binding.h"
 #include "core/registry.h"
+#include "core/run_data.h"
 
 namespace teeny {
 

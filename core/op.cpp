@@ -149,6 +149,14 @@ const char* param_init_name(ParamInit init) {
   return "?";
 }
 
+std::vector<std::string> unused_state_names(const std::string& param_name, const ParamHints& hints) {
+  const size_t dot = param_name.rfind('.');
+  const std::string prefix = dot == std::string::npos ? "" : param_name.substr(0, dot + 1);
+  std::vector<std::string> names;
+  for (const std::string& state : hints.unused_state) names.push_back(prefix + state);
+  return names;
+}
+
 std::string arg_c_type(const KernelArg& arg) {
   switch (arg.kind) {
     case ArgKind::kInput:

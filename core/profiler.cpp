@@ -446,7 +446,8 @@ ProfileRun profile_one(const Bundle& bundle, const std::string& bundle_path,
                        const std::vector<std::string>& binds, std::shared_ptr<cuda::Device> device,
                        CuptiTracer* tracer, const ProfileOptions& options, const Environment& env,
                        std::vector<std::string>& notes, GpuExecutor::Modules& modules) {
-  const BoundBundle bound = bind_bundle(bundle, bundle_bindings(bundle, binds), bundle_path);
+  BoundBundle bound = bind_bundle(bundle, bundle_bindings(bundle, binds), bundle_path);
+  bind_launches(bound, device->facts());
   DataOptions data_options;
   data_options.seed = options.seed;
   data_options.weights_path = options.weights_path;
@@ -514,7 +515,8 @@ ProfileReport profile_bundle(const std::string& bundle_path,
   if (!(options.min_seconds >= 0))
     throw Error(fmt::format("--min-time must be 0 or more seconds, got {}", options.min_seconds));
   const Bundle bundle = read_bundle(bundle_path);
-  // Bad bindings are input errors: report them before touching the GPU.
+  // Bad dims are input errors: report them before touching the GPU (launches are bound for
+  // the device once it is open).
   for (const std::vector<std::string>& binds : bind_sets)
     bind_bundle(bundle, bundle_bindings(bundle, binds), bundle_path);
   // Tracing starts before the driver is initialised and any context or module exists: CUPTI

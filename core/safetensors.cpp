@@ -45,17 +45,8 @@ const char* safetensors_dtype(DType dtype) {
   return "F32";
 }
 
-std::string shape_text(const std::vector<int64_t>& shape) {
-  return fmt::format("[{}]", fmt::join(shape, ", "));
-}
-
 std::string describe(const ParamShape& param) {
   return fmt::format("{} {} {}", param.name, shape_text(param.shape), dtype_name(param.dtype));
-}
-
-bool ends_with(const std::string& text, const std::string& suffix) {
-  return text.size() >= suffix.size() &&
-         text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 }  // namespace
@@ -181,7 +172,9 @@ LoadedWeights load_weights(const std::string& path, const std::vector<ParamShape
   std::vector<SafetensorsEntry> entries = read_safetensors(path);
   std::map<std::string, const ParamShape*> trained, computed;
   std::vector<std::string> trained_names;
+  std::set<std::string> unused;
   for (const ParamShape& param : params) {
+    unused.insert(param.unused_state.begin(), param.unused_state.end());
     if (param.init == ParamInit::kTrained) {
       trained[param.name] = &param;
       trained_names.push_back(param.name);
@@ -205,7 +198,7 @@ LoadedWeights load_weights(const std::string& path, const std::vector<ParamShape
   for (SafetensorsEntry& entry : entries) {
     auto it = trained.find(entry.name);
     if (it == trained.end()) {
-      if (ends_with(entry.name, ".num_batches_tracked")) continue;  // PyTorch BN counter
+      if (unused.count(entry.name)) continue;
       if (computed.count(entry.name)) {
         extra.push_back(fmt::format("'{}' (computed by teeny, not trained)", entry.name));
       } else {

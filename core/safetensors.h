@@ -31,6 +31,7 @@ struct ParamShape {
   DType dtype = DType::kF32;
   std::vector<int64_t> shape;
   ParamInit init = ParamInit::kTrained;
+  std::vector<std::string> unused_state{};  // names a weights file may hold beside it (skipped)
 };
 
 struct LoadedWeights {
@@ -40,9 +41,8 @@ struct LoadedWeights {
 
 // Matches a weights file to the bundle's trained params by name. Every trained param must be
 // present with its exact shape; float tensors convert to the param's float dtype (rounded to
-// nearest even); integer tensors only load into i32 params. Missing, extra (except PyTorch's
-// "*.num_batches_tracked" counters) and mismatched tensors are errors listing what was
-// expected.
+// nearest even); integer tensors only load into i32 params. Missing, extra (except the params'
+// unused_state) and mismatched tensors are errors listing what was expected.
 LoadedWeights load_weights(const std::string& path, const std::vector<ParamShape>& params);
 
 }  // namespace teeny

@@ -236,6 +236,10 @@ class SpecParser {
       if (std::find(kExprFunctions.begin(), kExprFunctions.end(), name) != kExprFunctions.end())
         throw error(field.key_pos, fmt::format("dim name '{}' is an expression function ({})",
                                                name, join(kExprFunctions)));
+      if (is_device_symbol(name))
+        throw error(field.key_pos, fmt::format("dim name '{}' is a device symbol ({}), bound from the GPU "
+                                               "at run time",
+                                               name, join(device_symbols())));
       std::string what = fmt::format("dim '{}': ", name);
       if (!field.value.IsMap())
         throw error(field.value_pos,

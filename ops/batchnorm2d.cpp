@@ -18,6 +18,8 @@ std::vector<ParamSpec> batchnorm2d_params(const OpContext& ctx) {
   std::vector<ParamSpec> params;
   for (const char* slot : {"weight", "bias", "running_mean", "running_var"})
     params.push_back({slot, channels, DType::kF32, ParamInit::kTrained, {}});
+  params[3].hints.random_range = std::array<double, 2>{0.5, 1.5};  // a variance: positive
+  params[2].hints.unused_state = {"num_batches_tracked"};          // PyTorch's step counter
   return params;
 }
 

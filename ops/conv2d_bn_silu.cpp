@@ -19,6 +19,8 @@ std::vector<ParamSpec> conv2d_bn_silu_params(const OpContext& ctx) {
   std::vector<ParamSpec> params = {{"conv.weight", g.weight_shape(), DType::kF32, ParamInit::kTrained, {}}};
   for (const char* slot : {"bn.weight", "bn.bias", "bn.running_mean", "bn.running_var"})
     params.push_back({slot, channels, DType::kF32, ParamInit::kTrained, {}});
+  params[4].hints.random_range = std::array<double, 2>{0.5, 1.5};  // a variance: positive
+  params[3].hints.unused_state = {"num_batches_tracked"};          // PyTorch's step counter
   return params;
 }
 

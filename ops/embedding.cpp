@@ -45,7 +45,7 @@ OpDef embedding_op() {
   OpDef def;
   def.name = "embedding";
   def.doc = "rows of weight picked by i32 ids; ids outside [0, num_embeddings) give a zero row";
-  def.inputs = {{"ids", "i32 token ids, any shape"}};
+  def.inputs = {{"ids", "i32 token ids, any shape", "num_embeddings"}};
   def.attrs = {attr_spec("num_embeddings", AttrType::kInt, "rows of the table"),
                attr_spec("dim", AttrType::kInt, "embedding width")};
   def.attrs[0].min_value = 1;

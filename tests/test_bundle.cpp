@@ -134,6 +134,44 @@ TEST(Bundle, TensorMapArgRoundTrips) {
             prefix + "launches[0].args[1].rows: expected a string, found number");
 }
 
+TEST(Bundle, DeviceExpressionsAndRunHintsRoundTrip) {
+  Bundle bundle = sample();
+  bundle.launches[0].grid[0] = min(ceil_div(Expr::dim("B") * 4, Expr(128)), device_sms() * 8);
+  bundle.tensors[0].id_bound = 50;
+  bundle.params[0].hints.random_range = std::array<double, 2>{0.5, 1.5};
+  bundle.params[0].hints.unused_state = {"num_batches_tracked"};
+  const nlohmann::json m = bundle_to_json(bundle);
+  EXPECT_EQ(m["launches"][0]["grid"][0], "min(ceil_div(B*4, 128), SMS*8)");
+  EXPECT_EQ(m["tensors"][0]["id_bound"], 50);
+  EXPECT_EQ(m["params"][0]["random_range"], (nlohmann::json{0.5, 1.5}));
+  EXPECT_EQ(m["params"][0]["unused_state"], (nlohmann::json{"num_batches_tracked"}));
+  EXPECT_FALSE(m["tensors"][1].contains("id_bound"));  // written only where set
+  EXPECT_FALSE(m["params"][1].contains("random_range"));
+  EXPECT_FALSE(m["params"][1].contains("unused_state"));
+
+  ScratchDir dir;
+  const std::string path = dir.str("t.teeny");
+  write_bundle(bundle, path);
+  const Bundle loaded = read_bundle(path);
+  EXPECT_EQ(bundle_to_json(loaded), m);
+  EXPECT_EQ(loaded.launches[0].grid[0].eval({{"B", 100}, {"SMS", 78}}), 4);   // ceil(400 / 128) < 624
+  EXPECT_EQ(loaded.launches[0].grid[0].eval({{"B", 1000}, {"SMS", 3}}), 24);  // ceil(4000 / 128) = 32 > 24
+  EXPECT_EQ(loaded.tensors[0].id_bound, 50);
+  EXPECT_EQ(loaded.tensors[1].id_bound, 0);
+  EXPECT_EQ(loaded.params[0].hints.random_range, (std::array<double, 2>{0.5, 1.5}));
+  EXPECT_EQ(loaded.params[0].hints.unused_state, std::vector<std::string>{"num_batches_tracked"});
+  EXPECT_FALSE(loaded.params[1].hints.random_range.has_value());
+
+  auto with = [&](const std::function<void(nlohmann::json&)>& edit) { return load_error_edited(path, m, edit); };
+  const std::string prefix = fmt::format("bundle '{}': manifest.json: ", path);
+  EXPECT_EQ(with([](nlohmann::json& e) { e["params"][0]["random_range"] = {1.5, 0.5}; }),
+            prefix + "params[0].random_range: expected [low, high] with low < high");
+  EXPECT_EQ(with([](nlohmann::json& e) { e["params"][0]["unused_state"] = 3; }),
+            prefix + "params[0].unused_state: expected an array, found number");
+  EXPECT_EQ(with([](nlohmann::json& e) { e["tensors"][0]["id_bound"] = "many"; }),
+            prefix + "tensors[0].id_bound: expected an integer, found \"many\"");
+}
+
 TEST(Bundle, CorruptedPtxNamesTheFile) {
   ScratchDir dir;
   const std::string path = dir.str("t.teeny");

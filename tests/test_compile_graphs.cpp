@@ -35,10 +35,20 @@ CompileOptions suite_options() {
 void check_structure(const Graph& graph, const Bundle& b) {
   std::set<std::string> dims;
   for (const DimDecl& d : graph.dims) dims.insert(d.name);
-  auto check_expr = [&](const Expr& e, const std::string& what) {
-    for (const std::string& dim : e.dims()) EXPECT_TRUE(dims.count(dim)) << what << " uses unknown dim " << dim;
+  // Launch expressions may also use the device symbols; params may not.
+  auto check_expr = [&](const Expr& e, const std::string& what, bool device_symbols_allowed = true) {
+    for (const std::string& dim : e.dims()) {
+      EXPECT_TRUE(dims.count(dim) || (device_symbols_allowed && is_device_symbol(dim)))
+          << what << " uses unknown dim " << dim;
+    }
   };
   const Bindings defaults = graph.default_bindings();
+  // The default dims on GPUs of the arch with 132, 114 and 78 SMs.
+  std::vector<Bindings> on_devices;
+  for (const int64_t sms : {132, 114, 78}) {
+    on_devices.push_back(defaults);
+    for (const auto& symbol : device_bindings(DeviceFacts{sms, 227 * 1024, 50 << 20})) on_devices.back().insert(symbol);
+  }
 
   ASSERT_EQ(b.nodes.size(), graph.nodes.size());
   ASSERT_EQ(b.tensors.size(), graph.inputs.size() + graph.nodes.size());
@@ -48,7 +58,7 @@ void check_structure(const Graph& graph, const Bundle& b) {
   for (const BundleParam& p : b.params) {
     EXPECT_TRUE(params.insert(p.name).second) << "duplicate param " << p.name;
     EXPECT_EQ(p.name, p.node + "." + p.slot);
-    for (const Expr& e : p.shape) check_expr(e, "param " + p.name);
+    for (const Expr& e : p.shape) check_expr(e, "param " + p.name, false);
     if (p.init == ParamInit::kHost) {
       EXPECT_LE(p.offset + p.size, b.param_bytes.size()) << p.name;
       EXPECT_EQ(p.size, static_cast<uint64_t>(product(p.shape).eval(defaults)) * dtype_size(p.dtype)) << p.name;
@@ -89,12 +99,14 @@ void check_structure(const Graph& graph, const Bundle& b) {
       }
       check_expr(a.value, a.name);
     }
-    for (int d = 0; d < 3; ++d) {
-      check_expr(l.grid[d], "grid");
-      EXPECT_GE(l.grid[d].eval(defaults), 1) << "grid " << d << " = " << l.grid[d].str();
+    for (const Bindings& bindings : on_devices) {
+      for (int d = 0; d < 3; ++d) {
+        check_expr(l.grid[d], "grid");
+        EXPECT_GE(l.grid[d].eval(bindings), 1) << "grid " << d << " = " << l.grid[d].str();
+      }
+      EXPECT_GE(l.bytes.eval(bindings), 1) << "cost bytes " << l.bytes.str();
+      EXPECT_GE(l.flops.eval(bindings), 0) << "cost flops " << l.flops.str();
     }
-    EXPECT_GE(l.bytes.eval(defaults), 1) << "cost bytes " << l.bytes.str();
-    EXPECT_GE(l.flops.eval(defaults), 0) << "cost flops " << l.flops.str();
   }
   for (const BundleNode& n : b.nodes) {
     const BundleTensor& t = b.tensor(n.name);

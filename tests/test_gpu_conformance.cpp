@@ -143,12 +143,12 @@ TEST(GpuConformance, EveryRegisteredOpMatchesItsReference) {
       try {
         std::vector<std::string> binds;
         for (const auto& [dim, value] : b) binds.push_back(fmt::format("{}={}", dim, value));
-        const BoundBundle bound =
-            bind_bundle(*bundles[i], bundle_bindings(*bundles[i], binds), job.label());
+        BoundBundle bound = bind_bundle(*bundles[i], bundle_bindings(*bundles[i], binds), job.label());
         DataOptions data_options;
         data_options.seed = 1234 + i;
         data_options.fill = ParamFill::kRandom;
         const RunData data = prepare_data(bound, data_options);
+        bind_launches(bound, device->facts());
         GpuExecutor executor(device, bound);
         executor.upload(data);
         executor.run(1, false);

@@ -36,11 +36,12 @@ TEST(GpuLinearF32, TensorCorePathKeepsF32Accuracy) {
   ASSERT_EQ(bundle.kernels.size(), 2u);  // the zeroing for split-K, then the GEMM
   ASSERT_NE(bundle.kernels.at(1).name.find("_wgmma"), std::string::npos) << bundle.kernels.at(1).name;
 
-  const BoundBundle bound = bind_bundle(bundle, bundle_bindings(bundle, {}), "f32_gemm");
+  BoundBundle bound = bind_bundle(bundle, bundle_bindings(bundle, {}), "f32_gemm");
   DataOptions options;
   options.seed = 5;
   options.fill = ParamFill::kRandom;
   const RunData data = prepare_data(bound, options);
+  bind_launches(bound, device->facts());
   GpuExecutor executor(device, bound);
   executor.upload(data);
   executor.run(1, false);

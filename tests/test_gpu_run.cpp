@@ -128,6 +128,7 @@ TEST_F(GpuRun, MnistMlpWithKnownWeightsMatchesIndependentLoops) {
   RunData data = prepare_data(bound, options);
   EXPECT_TRUE(data.notes.empty());
 
+  bind_launches(bound, device->facts());
   GpuExecutor executor(device, bound);
   executor.upload(data);
   RunTiming timing = executor.run(1, false);
@@ -238,6 +239,7 @@ TEST_F(GpuRun, CheckNamesTheNodeWithASwappedArgumentKernel) {
   Bundle bundle = compile_to_disk(parse_graph(spec, "swapped.yaml", registry), registry, "swapped.teeny");
   BoundBundle bound = bind_bundle(bundle, bundle_bindings(bundle, {}), path("swapped.teeny"));
   RunData data = prepare_data(bound, DataOptions{});
+  bind_launches(bound, device->facts());
   GpuExecutor executor(device, bound);
   executor.upload(data);
   executor.run(1, false);

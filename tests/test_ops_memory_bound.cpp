@@ -545,11 +545,12 @@ outputs: [y]
   options.cache_dir = cache.string();
   const Bundle bundle = compile_graph(graph, registry(), options);
   std::filesystem::remove_all(cache);
-  const BoundBundle bound = bind_bundle(bundle, bundle_bindings(bundle, {}), "emb");
+  BoundBundle bound = bind_bundle(bundle, bundle_bindings(bundle, {}), "emb");
   DataOptions data_options;
   data_options.fill = ParamFill::kRandom;
   const RunData data = prepare_data(bound, data_options);
   TEENY_GPU_OR_SKIP(device);
+  bind_launches(bound, device->facts());
   GpuExecutor executor(device, bound);
   executor.upload(data);
   const std::vector<double> ids = {3, -1, 4, 0, 2147483647, -2147483647.0 - 1};

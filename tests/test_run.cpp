@@ -6,12 +6,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
 #include <set>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -32,6 +34,17 @@ namespace {
 
 using testing_run::test_registry;
 using testing_run::tiny_bundle;
+
+// An H200's facts: 132 SMs, 227 KiB of opt-in shared memory a block, 50 MiB of L2.
+const DeviceFacts kH200{132, 227 * 1024, 50 << 20};
+
+// Dims from `binds`, launches for `device`.
+BoundBundle bind_for(const Bundle& bundle, const std::vector<std::string>& binds, const std::string& label,
+                     const DeviceFacts& device = kH200) {
+  BoundBundle bound = bind_bundle(bundle, bundle_bindings(bundle, binds), label);
+  bind_launches(bound, device);
+  return bound;
+}
 
 // ---- memory plan ---------------------------------------------------------------------------
 
@@ -104,7 +117,7 @@ TEST(MemoryPlan, UnknownAliasIsAnError) {
 
 TEST(RunBinding, EvaluatesShapesStridesGridsAndArguments) {
   Bundle bundle = tiny_bundle();
-  BoundBundle bound = bind_bundle(bundle, bundle_bindings(bundle, {"B=2"}), "tiny.teeny");
+  BoundBundle bound = bind_for(bundle, {"B=2"}, "tiny.teeny");
   EXPECT_EQ(bound.bindings, (Bindings{{"B", 2}}));
   const BoundTensor& h = bound.tensor("h");
   EXPECT_EQ(h.shape, std::vector<int64_t>({2, 3}));
@@ -123,9 +136,59 @@ TEST(RunBinding, EvaluatesShapesStridesGridsAndArguments) {
   EXPECT_TRUE(bound.node_launches(2).empty());  // the view launches nothing
 
   // Defaults apply without --bind; the grid follows B.
-  BoundBundle big = bind_bundle(bundle, bundle_bindings(bundle, {"B=64"}), "tiny.teeny");
+  BoundBundle big = bind_for(bundle, {"B=64"}, "tiny.teeny");
   EXPECT_EQ(big.launches[0].grid[0], 2);  // ceil_div(192, 128)
   EXPECT_EQ(bind_bundle(bundle, bundle_bindings(bundle, {}), "t").bindings.at("B"), 4);
+}
+
+TEST(RunBinding, LaunchesAreBoundOnlyForADevice) {
+  Bundle bundle = tiny_bundle();
+  BoundBundle bound = bind_bundle(bundle, bundle_bindings(bundle, {"B=2"}), "tiny.teeny");
+  EXPECT_TRUE(bound.launches.empty());  // the host side (data, the host executor) needs none
+  EXPECT_FALSE(bound.device.has_value());
+  bind_launches(bound, kH200);
+  EXPECT_EQ(bound.launches.size(), 2u);
+  EXPECT_EQ(bound.device, kH200);
+  EXPECT_EQ(bound.bindings, (Bindings{{"B", 2}}));  // the dims only
+}
+
+TEST(RunBinding, GridsOverDeviceSymbolsFollowTheDevice) {
+  // A grid-stride launch capped at 2 blocks an SM, and a persistent one at one block an SM.
+  Bundle bundle = tiny_bundle();
+  const Expr b = Expr::dim("B");
+  bundle.launches[0].grid[0] = min(b * 3, device_sms() * 2);
+  bundle.launches[1].grid[0] = min(b * 3, device_sms());
+  bundle.launches[1].args[3].value = max(Expr(1), ceil_div(device_sms(), b));  // a split count
+  for (const int64_t sms : {132, 114, 78}) {
+    for (const int64_t batch : {1, 40, 64}) {
+      const BoundBundle bound = bind_for(bundle, {fmt::format("B={}", batch)}, "t", DeviceFacts{sms, 1024, 1024});
+      EXPECT_EQ(bound.launches[0].grid[0], std::min(3 * batch, 2 * sms)) << sms << " SMs, B=" << batch;
+      EXPECT_EQ(bound.launches[1].grid[0], std::min(3 * batch, sms)) << sms << " SMs, B=" << batch;
+      EXPECT_EQ(bound.launches[1].args[3].ivalue, (sms + batch - 1) / batch) << sms << " SMs, B=" << batch;
+    }
+  }
+}
+
+TEST(RunBinding, DeviceLimitsAreCheckedWithTheDevicesValues) {
+  auto message = [](const Bundle& b, const DeviceFacts& device) {
+    try {
+      bind_for(b, {}, "tiny.teeny", device);
+    } catch (const Error& error) {
+      return error.message();
+    }
+    return std::string("no error");
+  };
+  Bundle smem = tiny_bundle();
+  smem.launches[0].dynamic_smem = Expr(200 * 1024);
+  EXPECT_EQ(message(smem, kH200), "no error");
+  EXPECT_EQ(message(smem, DeviceFacts{132, 99 * 1024, 50 << 20}),
+            "bundle tiny.teeny: launch 'h' needs 204800 bytes of dynamic shared memory; the device allows a block "
+            "at most 101376 (SMEM_PER_BLOCK)");
+  Bundle grid = tiny_bundle();
+  grid.launches[0].grid[1] = device_sms() * 1000;
+  EXPECT_EQ(message(grid, DeviceFacts{78, 1024, 1024}),
+            "bundle tiny.teeny: launch 'h' has grid.y = 78000 ('SMS*1000') with B=4, SMS=78; it must be in "
+            "[1, 65535]");
 }
 
 TEST(RunBinding, PlanKeepsInputsAndOutputsAndAliasesViews) {
@@ -142,7 +205,7 @@ TEST(RunBinding, ErrorsNameWhatIsWrong) {
   Bundle bundle = tiny_bundle();
   auto message = [&](const Bundle& b, std::vector<std::string> binds) {
     try {
-      bind_bundle(b, bundle_bindings(b, binds), "tiny.teeny");
+      bind_for(b, binds, "tiny.teeny");
     } catch (const Error& error) {
       return error.message();
     }
@@ -203,7 +266,7 @@ Bundle tensor_map_bundle() {
 
 TEST(RunBinding, TensorMapsAreEvaluatedAndResolvedToTheirPointer) {
   Bundle bundle = tensor_map_bundle();
-  BoundBundle bound = bind_bundle(bundle, bundle_bindings(bundle, {"B=2"}), "tiny.teeny");
+  BoundBundle bound = bind_for(bundle, {"B=2"}, "tiny.teeny");
   const BoundLaunch& add = bound.launches[1];
   ASSERT_EQ(add.args.size(), 5u);
   const BoundArg& arg = add.args[4];
@@ -224,7 +287,7 @@ TEST(RunBinding, TensorMapsAreEvaluatedAndResolvedToTheirPointer) {
 TEST(RunBinding, TensorMapErrorsNameTheArgument) {
   auto message = [](const Bundle& b, std::vector<std::string> binds) {
     try {
-      bind_bundle(b, bundle_bindings(b, binds), "tiny.teeny");
+      bind_for(b, binds, "tiny.teeny");
     } catch (const Error& error) {
       return error.message();
     }
@@ -268,9 +331,9 @@ TEST(RunBinding, PacksPaddedRowsWithZerosAndUnpacksThem) {
 TEST(RunData, RandomInputsAreDeterministicAndInRange) {
   Bundle bundle = tiny_bundle();
   BoundBundle bound = bind_bundle(bundle, bundle_bindings(bundle, {"B=64"}), "t");
-  HostTensor a = random_input(bound, bound.tensor("x"), 7);
-  HostTensor b = random_input(bound, bound.tensor("x"), 7);
-  HostTensor c = random_input(bound, bound.tensor("x"), 8);
+  HostTensor a = random_input(bound.tensor("x"), 7);
+  HostTensor b = random_input(bound.tensor("x"), 7);
+  HostTensor c = random_input(bound.tensor("x"), 8);
   EXPECT_EQ(a.data, b.data);
   EXPECT_NE(a.data, c.data);
   double low = 1, high = -1;
@@ -285,19 +348,46 @@ TEST(RunData, RandomInputsAreDeterministicAndInRange) {
   EXPECT_GT(high, 0.9);
 }
 
-TEST(RunData, RandomIdsStayBelowTheConsumersNumEmbeddings) {
+TEST(RunData, RandomIdsStayBelowTheTensorsIdBound) {
   Bundle bundle = tiny_bundle();
   bundle.tensors[0].dtype = DType::kI32;
-  BoundBundle bound = bind_bundle(bundle, bundle_bindings(bundle, {"B=64"}), "t");
-  auto range = [&](const BoundBundle& b) {
-    HostTensor ids = random_input(b, b.tensor("x"), 1);
+  auto range = [&]() {
+    BoundBundle bound = bind_bundle(bundle, bundle_bindings(bundle, {"B=64"}), "t");
+    HostTensor ids = random_input(bound.tensor("x"), 1);
     std::set<double> values(ids.data.begin(), ids.data.end());
     return std::make_pair(*values.begin(), *values.rbegin());
   };
-  EXPECT_EQ(range(bound), std::make_pair(0.0, 7.0));  // no consumer says: [0, 8)
-  bundle.nodes[0].attrs = {{"num_embeddings", 5}};
-  BoundBundle embedded = bind_bundle(bundle, bundle_bindings(bundle, {"B=64"}), "t");
-  EXPECT_EQ(range(embedded), std::make_pair(0.0, 4.0));
+  EXPECT_EQ(range(), std::make_pair(0.0, 7.0));  // no consumer bounds them: [0, 8)
+  bundle.tensors[0].id_bound = 5;                 // e.g. an embedding of 5 rows reads them
+  EXPECT_EQ(range(), std::make_pair(0.0, 4.0));
+}
+
+TEST(RunData, RandomParamsUseTheDeclaredRangeElseTheFanIn) {
+  auto extremes = [](std::vector<int64_t> shape, std::optional<std::array<double, 2>> range) {
+    BoundParam param;
+    param.name = "p";
+    param.shape = std::move(shape);
+    param.hints.random_range = range;
+    HostTensor values = random_param(param, 9);
+    return std::make_pair(*std::min_element(values.data.begin(), values.data.end()),
+                          *std::max_element(values.data.begin(), values.data.end()));
+  };
+  // ±1/sqrt(fan_in), fan_in = numel / shape[0]: 100 -> ±0.1; a rank-1 param: ±1.
+  auto [low, high] = extremes({10, 100}, std::nullopt);
+  EXPECT_GE(low, -0.1);
+  EXPECT_LT(high, 0.1);
+  EXPECT_LT(low, -0.09);  // 1000 uniform samples reach both ends
+  EXPECT_GT(high, 0.09);
+  std::tie(low, high) = extremes({1000}, std::nullopt);
+  EXPECT_GE(low, -1.0);
+  EXPECT_LT(high, 1.0);
+  EXPECT_LT(low, -0.9);
+  EXPECT_GT(high, 0.9);
+  std::tie(low, high) = extremes({1000}, std::array<double, 2>{0.5, 1.5});
+  EXPECT_GE(low, 0.5);
+  EXPECT_LT(high, 1.5);
+  EXPECT_LT(low, 0.6);
+  EXPECT_GT(high, 1.4);
 }
 
 class RunFiles : public ::testing::Test {
@@ -319,10 +409,11 @@ TEST_F(RunFiles, ParamsComeFromWeightsHostBytesOrZeroWithANote) {
   random.fill = ParamFill::kRandom;
   random.seed = 3;
   RunData filled = prepare_data(bound, random);
-  for (double v : filled.params.at("h.weight").data) {  // rank 1: [0.5, 1.5)
-    EXPECT_GE(v, 0.5);
-    EXPECT_LT(v, 1.5);
+  for (double v : filled.params.at("h.weight").data) {  // rank 1, no declared range: [-1, 1)
+    EXPECT_GE(v, -1.0);
+    EXPECT_LT(v, 1.0);
   }
+  EXPECT_EQ(filled.params.at("h.weight").data, random_param(bound.param("h.weight"), 3).data);
   EXPECT_EQ(filled.notes[0].substr(0, 72),
             "1 trained parameter(s) not loaded from weights are random (--init random");
 

@@ -154,7 +154,6 @@ class LoadWeightsTest : public SafetensorsTest {
 TEST_F(LoadWeightsTest, LoadsByNameAndConvertsFloatDtypes) {
   auto tensors = good();
   tensors["emb.weight"] = HostTensor{DType::kF32, {4, 2}, {0.3, 2, 3, 4, 5, 6, 7, 8}};
-  tensors["bn.num_batches_tracked"] = HostTensor{DType::kI32, {}, {10}};  // PyTorch counter
   write_safetensors(path("w.safetensors"), tensors);
   LoadedWeights loaded = load_weights(path("w.safetensors"), params);
   ASSERT_EQ(loaded.tensors.size(), 3u);
@@ -165,6 +164,18 @@ TEST_F(LoadWeightsTest, LoadsByNameAndConvertsFloatDtypes) {
   EXPECT_EQ(loaded.notes, std::vector<std::string>({"converted 1 tensor(s) from " +
                                                     path("w.safetensors") +
                                                     " to the parameters' dtypes"}));
+}
+
+TEST_F(LoadWeightsTest, StateAParamDeclaresUnusedIsSkipped) {
+  auto tensors = good();
+  tensors["fc1.num_batches_tracked"] = HostTensor{DType::kI32, {}, {10}};  // like PyTorch's BN counter
+  EXPECT_EQ(load_error(tensors), "weights " + path("w.safetensors") +
+                                     " do not match the bundle: not in the bundle 'fc1.num_batches_tracked'");
+  std::vector<ParamShape> declared = params;
+  declared[1].unused_state = {"fc1.num_batches_tracked"};
+  LoadedWeights loaded = load_weights(path("w.safetensors"), declared);
+  EXPECT_EQ(loaded.tensors.size(), 3u);
+  EXPECT_EQ(loaded.tensors.count("fc1.num_batches_tracked"), 0u);
 }
 
 TEST_F(LoadWeightsTest, MissingExtraAndMismatchedAreListed) {
