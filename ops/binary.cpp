@@ -18,7 +18,6 @@ namespace teeny::ops {
 namespace {
 
 constexpr int kBlock = 256;
-constexpr int kMaxBlocks = 132 * 8;  // H200: 132 SMs x 8 resident blocks of kBlock threads
 
 struct CollapsedDim {
   Expr size;
@@ -188,7 +187,7 @@ OpDef binary_op(const std::string& name, std::string doc, BinaryFn fn) {
                                 std::move(source), TEENY_KERNEL_ORIGIN});
     Launch launch;
     launch.block = {kBlock, 1, 1};
-    launch.grid[0] = min(ceil_div(n, Expr(kBlock * vector_width(dtype))), Expr(kMaxBlocks));
+    launch.grid[0] = grid_stride_blocks(ceil_div(n, Expr(kBlock * vector_width(dtype))), kBlock);
     launch.args = std::move(args);
     const Expr elem = Expr(static_cast<int64_t>(dtype_size(dtype)));
     launch.bytes = (product(a.shape) + product(b.shape) + n) * elem;

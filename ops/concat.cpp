@@ -15,7 +15,6 @@ namespace teeny::ops {
 namespace {
 
 constexpr int kBlock = 256;
-constexpr int kMaxBlocks = 132 * 8;
 
 const char* kConcatBody = R"CUDA(
 template <typename I>
@@ -128,7 +127,7 @@ OpDef concat_op() {
       launch.kernel = 0;
       launch.block = {kBlock, 1, 1};
       const Expr n = g.outer * cols;
-      launch.grid[0] = min(ceil_div(n, Expr(kBlock * vector_width(dtype))), Expr(kMaxBlocks));
+      launch.grid[0] = grid_stride_blocks(ceil_div(n, Expr(kBlock * vector_width(dtype))), kBlock);
       launch.bytes = Expr(2) * n * Expr(static_cast<int64_t>(dtype_size(dtype)));
       launch.flops = Expr(0);
       lowering.launches.push_back(std::move(launch));

@@ -13,7 +13,10 @@ constexpr int kPingpongMaxK = 1024;
 // Columns of one TMA store of the 16-bit wgmma epilogue (c_map's box; 64 bytes of 16-bit
 // elements, a 64-byte swizzle row); the kernel gets it as kStoreGroupCols.
 constexpr int kTmaStoreBox = 32;
-// Shared memory one block may take on sm_90 (227 KiB).
+// Shared memory one block may take on sm_90 (227 KiB opt-in), which sizes the pipeline. The
+// stage count is a constant of the kernel's source, so it is chosen per arch, not per device:
+// every sm_90 part has this limit, and binding checks each launch against the device's
+// SMEM_PER_BLOCK.
 constexpr int64_t kMaxBlockSmem = 227 * 1024;
 
 // Shared by both paths: output tile coordinates in grouped order — kGroupM consecutive tile
@@ -1038,7 +1041,7 @@ Expr gemm_tiles(const GemmTile& tile, const Expr& m, const Expr& n) {
 }
 
 Expr gemm_grid(const GemmTile& tile, const Expr& units) {
-  return tile.wgmma() ? min(units, Expr(kSm90Sms)) : units;
+  return tile.wgmma() ? min(units, device_sms()) : units;
 }
 
 GemmTile fit_gemm_epilogue(GemmTile tile, const GemmEpilogue& epilogue) {

@@ -22,10 +22,6 @@ namespace teeny::ops {
 
 enum class GemmBLayout { kNK, kKN };
 
-// SMs of the sm_90 part teeny is tuned on (H100 SXM / H200), for persistent grids and wave
-// counts. Kernels stay correct on any SM count; only their load balance assumes this one.
-constexpr int kSm90Sms = 132;
-
 // The launch constants one kernel is generated from.
 struct GemmTile {
   int bm, bn, bk;  // block tile
@@ -96,8 +92,8 @@ std::string gemm_device_source(DType dtype, GemmBLayout layout, bool has_bias, c
 Expr gemm_tiles(const GemmTile& tile, const Expr& m, const Expr& n);
 
 // The launch grid's x for `units` of work (output tiles, times the K splits where split): one
-// block per unit, or for the persistent wgmma kernel at most one per SM (its blocks stride over
-// the units).
+// block per unit, or for the persistent wgmma kernel at most one per SM of the bound device
+// (min(units, SMS); its blocks stride over the units, so any SM count is correct).
 Expr gemm_grid(const GemmTile& tile, const Expr& units);
 
 // Kernel base name, e.g. "linear_bf16_nk_bias_128x128x32" ("..._wgmma" on that path,

@@ -17,16 +17,17 @@ namespace {
 int64_t row_align(DType dtype) { return 16 / static_cast<int64_t>(dtype_size(dtype)); }
 
 // f32 split-K: K is split until the blocks make at least 1.5 waves of the resident blocks (CUDA
-// cores: two 128x128 blocks per SM on the H200's 132 SMs; the persistent 3xTF32 kernel: one
-// work unit of a tile and a K range per SM at a time), each split over at least kMinSplitK of K.
+// cores: two 128x128 blocks per SM; the persistent 3xTF32 kernel: one work unit of a tile and a
+// K range per SM at a time), each split over at least kMinSplitK of K.
 // Below one wave SMs idle (batch 1); from one to 1.5 waves the last wave is at most half full
 // (GPT-2's N = 768 layers at M = 8192: 384 tiles, 73% busy; two splits make 97%). Above that
 // the zeroing and atomics of a split cost more than the emptier last wave (measured on the
 // H200: tiny_lm's 512-tile layers slowed by 24% when split). Splits atomically add into an
 // output zeroed by a first launch; with two the sum is still order-independent. The split
-// count is an expression of the dims, so one bundle serves every batch size. An activation
-// applies to the whole sum, so a fused one turns splitting off.
-constexpr int kResidentBlocks = 2 * kSm90Sms;
+// count is an expression of the dims and the bound device's SM count (SMS), which the kernels
+// take as an argument (`splits`), so one bundle serves every batch size and every GPU of the
+// arch. An activation applies to the whole sum, so a fused one turns splitting off.
+constexpr int kCudaCoreBlocksPerSm = 2;
 constexpr int kMinSplitK = 128;
 constexpr int kZeroThreads = 256;
 
@@ -93,9 +94,9 @@ Lowering lower_linear(const OpContext& ctx, const GemmEpilogue& epilogue) {
                       is_16_byte_multiple(ldy) && (!epilogue.residual || is_16_byte_multiple(ldr));
   const GemmTile tile = fit_gemm_epilogue(choose_gemm_tile(dtype, GemmBLayout::kNK, n, k, ctx.target_sm, tma_ok), epilogue);
   const bool split_k = dtype == DType::kF32 && epilogue.activation.empty();
-  const int resident = tile.wgmma() ? kSm90Sms : kResidentBlocks;
+  const Expr resident = tile.wgmma() ? device_sms() : device_sms() * Expr(kCudaCoreBlocksPerSm);
   const Expr tiles = gemm_tiles(tile, m, n);
-  const Expr splits = split_k ? max(Expr(1), min(ceil_div(Expr(3 * resident / 2), tiles), ceil_div(k, Expr(kMinSplitK))))
+  const Expr splits = split_k ? max(Expr(1), min(ceil_div(resident * Expr(3) / Expr(2), tiles), ceil_div(k, Expr(kMinSplitK))))
                               : Expr(1);
   const Expr elem(static_cast<int64_t>(dtype_size(dtype)));
 
@@ -107,7 +108,7 @@ Lowering lower_linear(const OpContext& ctx, const GemmEpilogue& epilogue) {
     zero.kernel = 0;
     zero.args = {output("y", dtype), i64("count", count)};
     zero.block = {kZeroThreads, 1, 1};
-    zero.grid = {min(ceil_div(count, Expr(kZeroThreads)), Expr(kResidentBlocks * 8)), Expr(1), Expr(1)};
+    zero.grid = {grid_stride_blocks(ceil_div(count, Expr(kZeroThreads)), kZeroThreads), Expr(1), Expr(1)};
     zero.bytes = count * elem;
     zero.flops = Expr(0);
     KernelSource kernel;

@@ -18,7 +18,6 @@ namespace {
 constexpr int kTile = 32;
 constexpr int kTileRows = 8;  // block = kTile x kTileRows threads; each copies kTile/kTileRows
 constexpr int kGatherBlock = 256;
-constexpr int kMaxBlocks = 132 * 8;
 constexpr int kMaxGridYZ = 65535;
 
 const char* kTiledBody = R"CUDA(
@@ -176,7 +175,7 @@ OpDef transpose_op() {
       lowering.kernels.push_back({fmt::format("transpose_{}_{}", perm_name, dtype_name(dtype)),
                                   std::move(source), TEENY_KERNEL_ORIGIN});
       launch.block = {kGatherBlock, 1, 1};
-      launch.grid[0] = min(ceil_div(n, Expr(kGatherBlock * vector_width(dtype))), Expr(kMaxBlocks));
+      launch.grid[0] = grid_stride_blocks(ceil_div(n, Expr(kGatherBlock * vector_width(dtype))), kGatherBlock);
     }
     launch.bytes = Expr(2) * n * Expr(static_cast<int64_t>(dtype_size(dtype)));
     launch.flops = Expr(0);

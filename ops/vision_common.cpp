@@ -196,7 +196,10 @@ GemmTile choose_gemm_tile(const ConvGeometry& g) {
   static const GemmTile kMenu[] = {
       {64, 64, 16, 8, 4}, {32, 64, 16, 4, 4}, {32, 32, 16, 4, 2}, {16, 64, 16, 2, 4}, {8, 64, 16, 1, 4}};
   const GemmTile& smallest = kMenu[std::size(kMenu) - 1];
-  constexpr int64_t kTargetCtas = 132;  // one wave of the H200's SMs
+  // About one wave of the largest sm_90 part. The tile is a constant of the kernel's source, so
+  // it is chosen from the shape alone when compiling, not per device: a GPU with fewer SMs runs
+  // the same CTAs in more waves.
+  constexpr int64_t kTargetCtas = 132;
   const int64_t images = g.batch.const_value().value_or(1);
   const int64_t pixels = images * (g.out_h * g.out_w).const_value().value_or(64 * 64);
   const int64_t cog = g.cout_per_group();

@@ -123,7 +123,7 @@ TEST(FusedLinearLowering, ResidualIsAnInputWithItsStrideAndCost) {
 TEST(FusedLinearLowering, F32ActivationTurnsSplitKOffButAResidualKeepsIt) {
   const TensorType x = op_testing::tensor(DType::kF32, {Expr::dim("B"), Expr(3072)});
   const TensorType r = op_testing::tensor(DType::kF32, {Expr::dim("B"), Expr(768)});
-  const Bindings small = {{"B", 1}};
+  const Bindings small = {{"B", 1}, {"SMS", 132}};
   const OpContext act = op_testing::context(
       "fused.linear", {{"out_features", 768}, {"bias", true}, {"activation", "relu"}}, {x});
   const Lowering with_act = op_testing::op("fused.linear").lower(act);

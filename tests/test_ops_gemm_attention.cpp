@@ -343,7 +343,7 @@ TEST(GemmAttentionLowering, LinearGridStridesAndCost) {
   const Lowering lowering = op("linear").lower(ctx);
   ASSERT_EQ(lowering.launches.size(), 2u);  // f32: zero-fill for split-K, then the GEMM
   const Launch& launch = lowering.launches[1];
-  const Bindings bind = {{"B", 2}, {"S", 100}};
+  const Bindings bind = {{"B", 2}, {"S", 100}, {"SMS", 132}};
   // K = 17 is less than one split's minimum of 128: no split, one element zeroed.
   EXPECT_EQ(arg(launch, "splits").value.eval(bind), 1);
   EXPECT_EQ(arg(lowering.launches[0], "count").value.eval(bind), 1);
@@ -365,16 +365,24 @@ TEST(GemmAttentionLowering, LinearSplitsKWhenTilesCannotFillTheGpu) {
   ctx.target_sm = 80;
   const Lowering lowering = op("linear").lower(ctx);
   ASSERT_EQ(lowering.launches.size(), 2u);
-  const Bindings small = {{"B", 1}, {"S", 128}};
-  // min(ceil(396 / 6), 3072 / 128) = 24 splits; the whole padded output is zeroed first.
+  const Bindings small = {{"B", 1}, {"S", 128}, {"SMS", 132}};
+  // Two blocks an SM: 1.5 waves of 264 blocks are 396. min(ceil(396 / 6), 3072 / 128) = 24
+  // splits; the whole padded output is zeroed first.
   EXPECT_EQ(arg(lowering.launches[1], "splits").value.eval(small), 24);
   EXPECT_EQ(lowering.launches[1].grid[0].eval(small), 6 * 24);
   EXPECT_EQ(arg(lowering.launches[0], "count").value.eval(small), 128 * 768);
   // B=64, S=128: 384 tiles are 1.45 waves of 264 blocks; two splits make 2.9.
-  EXPECT_EQ(arg(lowering.launches[1], "splits").value.eval({{"B", 64}, {"S", 128}}), 2);
+  EXPECT_EQ(arg(lowering.launches[1], "splits").value.eval({{"B", 64}, {"S", 128}, {"SMS", 132}}), 2);
   // 516 tiles (B=43, S=256: 86 x 6) fill 1.95 waves: no split; nor do 1536 (B=64, S=512).
-  EXPECT_EQ(arg(lowering.launches[1], "splits").value.eval({{"B", 43}, {"S", 256}}), 1);
-  EXPECT_EQ(arg(lowering.launches[1], "splits").value.eval({{"B", 64}, {"S", 512}}), 1);
+  EXPECT_EQ(arg(lowering.launches[1], "splits").value.eval({{"B", 43}, {"S", 256}, {"SMS", 132}}), 1);
+  EXPECT_EQ(arg(lowering.launches[1], "splits").value.eval({{"B", 64}, {"S", 512}, {"SMS", 132}}), 1);
+  // The same bundle on fewer SMs: 384 tiles are already 1.68 waves of 228 blocks (114 SMs), and
+  // 2.46 of 156 (78 SMs): no split; 6 tiles still take the K limit of 24 splits (ceil(342 / 6),
+  // ceil(234 / 6) > 24).
+  for (const int sms : {114, 78}) {
+    EXPECT_EQ(arg(lowering.launches[1], "splits").value.eval({{"B", 64}, {"S", 128}, {"SMS", sms}}), 1) << sms;
+    EXPECT_EQ(arg(lowering.launches[1], "splits").value.eval({{"B", 1}, {"S", 128}, {"SMS", sms}}), 24) << sms;
+  }
   // 16-bit linears run on tensor cores without split-K: one launch.
   const OpContext bf16 = context("linear", {{"out_features", 768}, {"bias", true}}, {tensor(DType::kBF16, {B, S, 3072})});
   EXPECT_EQ(op("linear").lower(bf16).launches.size(), 1u);
@@ -392,10 +400,14 @@ TEST(GemmAttentionLowering, LinearF32OnSm90IsPersistent3xTf32) {
   EXPECT_EQ(gemm.block[0], 384);
   // Three stages of f32 A and B tiles, each twice (TF32 high and low parts), + mbarriers.
   EXPECT_EQ(gemm.dynamic_smem.eval({}), 3 * ((128 + 128) * 128 * 2 + 16) + 16 + 1024);
-  const Bindings small = {{"B", 1}, {"S", 128}}, large = {{"B", 64}, {"S", 128}};
+  const Bindings small = {{"B", 1}, {"S", 128}, {"SMS", 132}}, large = {{"B", 64}, {"S", 128}, {"SMS", 132}};
   // 6 tiles: min(ceil(198 / 6), 3072 / 128) = 24 splits, 144 units on 132 blocks.
   EXPECT_EQ(arg(gemm, "splits").value.eval(small), 24);
   EXPECT_EQ(gemm.grid[0].eval(small), 132);
+  // 78 SMs: min(ceil(117 / 6), 24) = 20 splits, 120 units on 78 blocks.
+  const Bindings small78 = {{"B", 1}, {"S", 128}, {"SMS", 78}};
+  EXPECT_EQ(arg(gemm, "splits").value.eval(small78), 20);
+  EXPECT_EQ(gemm.grid[0].eval(small78), 78);
   EXPECT_EQ(arg(lowering.launches[0], "count").value.eval(small), 128 * 768);
   // 384 tiles fill the SMs: no split, one element zeroed.
   EXPECT_EQ(arg(gemm, "splits").value.eval(large), 1);
@@ -416,8 +428,10 @@ TEST(GemmAttentionLowering, LinearUsesWgmmaOnlyWhereItApplies) {
   // block per SM.
   EXPECT_EQ(lowering.launches.at(0).block[0], 384);
   EXPECT_EQ(lowering.launches.at(0).dynamic_smem.eval({}), 6 * (32768 + 16) + 16 + 4 * 8192 + 1024);
-  EXPECT_EQ(lowering.launches.at(0).grid[0].eval({{"B", 1}, {"S", 128}}), 6);
-  EXPECT_EQ(lowering.launches.at(0).grid[0].eval({{"B", 64}, {"S", 128}}), 132);
+  EXPECT_EQ(lowering.launches.at(0).grid[0].eval({{"B", 1}, {"S", 128}, {"SMS", 132}}), 6);
+  for (const int sms : {132, 114, 78}) {  // 384 tiles: one block on every SM
+    EXPECT_EQ(lowering.launches.at(0).grid[0].eval({{"B", 64}, {"S", 128}, {"SMS", sms}}), sms);
+  }
   // The tensor maps view x as [M, K] and W as [N, K] in boxes of one 128-byte K row by a tile,
   // and y as [M, N] in boxes of 32 columns (64 bytes) by the tile's 128 rows.
   const Bindings b = {{"B", 2}, {"S", 5}};
@@ -453,7 +467,7 @@ TEST(GemmAttentionLowering, LinearUsesWgmmaOnlyWhereItApplies) {
   lowering = op("linear").lower(unaligned);
   EXPECT_EQ(lowering.kernels.at(0).name, "linear_bf16_nk_bias_128x192x64_wgmma");
   EXPECT_EQ(lowering.launches.at(0).dynamic_smem.eval({}), 5 * ((128 + 192) * 64 * 2 + 16) + 1024);
-  EXPECT_EQ(lowering.launches.at(0).grid[0].eval({{"B", 1}, {"S", 128}}), 4);
+  EXPECT_EQ(lowering.launches.at(0).grid[0].eval({{"B", 1}, {"S", 128}, {"SMS", 132}}), 4);
   for (const KernelArg& arg : lowering.launches.at(0).args) EXPECT_NE(arg.kind, ArgKind::kTensorMap) << arg.name;
   const OpContext wide = context("linear", {{"out_features", 2048}, {"bias", true}}, {tensor(DType::kF16, {B, 4100})});
   lowering = op("linear").lower(wide);
@@ -465,7 +479,7 @@ TEST(GemmAttentionLowering, LinearUsesWgmmaOnlyWhereItApplies) {
   EXPECT_EQ(lowering.kernels.at(0).name, "linear_bf16_nk_bias_128x128x64_wgmma_pp");
   EXPECT_EQ(lowering.launches.at(0).block[0], 384);
   EXPECT_EQ(lowering.launches.at(0).dynamic_smem.eval({}), 6 * (32768 + 16) + 16 + 1024);
-  EXPECT_EQ(lowering.launches.at(0).grid[0].eval({{"B", 8192}}), 132);
+  EXPECT_EQ(lowering.launches.at(0).grid[0].eval({{"B", 8192}, {"SMS", 132}}), 132);
 
   ctx.target_sm = 80;
   lowering = op("linear").lower(ctx);
