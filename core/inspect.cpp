@@ -1,6 +1,7 @@
 #include "core/inspect.h"
 
 #include <algorithm>
+#include <set>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -10,29 +11,36 @@
 namespace teeny {
 namespace {
 
-using nlohmann::json;
-
 class Inspector {
  public:
-  Inspector(const Bundle& bundle, const Bindings& bindings) : bundle_(bundle), bindings_(bindings) {}
+  Inspector(const Bundle& bundle, const Bindings& dims, const InspectDevice& device)
+      : bundle_(bundle), bindings_(dims) {
+    bindings_.insert(device.symbols.begin(), device.symbols.end());
+  }
 
-  // {"expr": "ceil_div(B, 64)", "value": 1}, or "error" in place of "value".
-  json expr(const Expr& e) const {
-    json out = {{"expr", e.str()}};
+  InspectedExpr expr(const Expr& e) {
+    InspectedExpr out;
+    out.expr = e.str();
+    for (const std::string& name : e.dims()) {
+      if (is_device_symbol(name) && !bindings_.count(name)) out.needs.push_back(name);
+    }
+    unbound_.insert(out.needs.begin(), out.needs.end());
+    if (!out.needs.empty()) return out;
     try {
-      out["value"] = e.eval(bindings_);
+      out.value = e.eval(bindings_);
     } catch (const Error& error) {
-      out["error"] = error.message();
+      out.error = error.message();
     }
     return out;
   }
 
-  json shape(const Shape& shape) const {
-    json out = {{"expr", shape_str(shape)}};
+  InspectedShape shape(const Shape& shape) const {
+    InspectedShape out;
+    out.expr = shape_str(shape);
     try {
-      out["value"] = eval_shape(shape, bindings_);
+      out.value = eval_shape(shape, bindings_);
     } catch (const Error& error) {
-      out["error"] = error.message();
+      out.error = error.message();
     }
     return out;
   }
@@ -40,7 +48,7 @@ class Inspector {
   // "f32 [64, 784]" (with the row stride when padded) or the evaluation error.
   std::string tensor_value(const BundleTensor& tensor) const {
     try {
-      std::string text = fmt::format("{} [{}]", dtype_name(tensor.dtype), fmt::join(eval_shape(tensor.shape, bindings_), ", "));
+      std::string text = fmt::format("{} {}", dtype_name(tensor.dtype), shape_text(eval_shape(tensor.shape, bindings_)));
       if (!tensor.shape.empty() && tensor.row_stride != tensor.shape.back()) {
         text += fmt::format(" row stride {}", tensor.row_stride.eval(bindings_));
       }
@@ -50,71 +58,70 @@ class Inspector {
     }
   }
 
-  json tensor(const BundleTensor& t) const {
-    json out = {{"name", t.name}, {"dtype", dtype_name(t.dtype)}, {"shape", shape(t.shape)},
-                {"row_stride", expr(t.row_stride)}};
-    if (!t.alias_of.empty()) out["alias_of"] = t.alias_of;
+  InspectedTensor tensor(const BundleTensor& t) {
+    return {t.name, dtype_name(t.dtype), shape(t.shape), expr(t.row_stride), t.alias_of};
+  }
+
+  InspectedParam param(const BundleParam& p) {
+    InspectedParam out;
+    out.name = p.name;
+    out.slot = p.slot;
+    out.dtype = dtype_name(p.dtype);
+    out.shape = shape(p.shape);
+    out.bytes = expr(product(p.shape) * Expr(static_cast<int64_t>(dtype_size(p.dtype))));
+    out.init = param_init_name(p.init);
+    if (p.init == ParamInit::kHost) {
+      out.init_bytes = p.size;
+      out.init_offset = p.offset;
+    }
     return out;
   }
 
-  json param(const BundleParam& p) const {
-    json out = {{"name", p.name},
-                {"slot", p.slot},
-                {"dtype", dtype_name(p.dtype)},
-                {"shape", shape(p.shape)},
-                {"bytes", expr(product(p.shape) * Expr(static_cast<int64_t>(dtype_size(p.dtype))))},
-                {"init", param_init_name(p.init)},
-                {"init_bytes", p.init == ParamInit::kHost ? p.size : 0}};
-    if (p.init == ParamInit::kHost) out["init_offset"] = p.offset;
-    return out;
-  }
-
-  json arg(const BundleLaunch& l, size_t position) const {
+  InspectedArg arg(const BundleLaunch& l, size_t position) {
     const BundleArg& a = l.args[position];
-    json out = {{"position", position}, {"name", a.name},       {"kind", arg_kind_name(a.kind)},
-                {"c_type", a.c_type},   {"ptx_type", a.ptx_type}, {"size", a.size},
-                {"offset", a.offset}};
+    InspectedArg out;
+    out.position = position;
+    out.name = a.name;
+    out.kind = arg_kind_name(a.kind);
+    out.c_type = a.c_type;
+    out.ptx_type = a.ptx_type;
+    out.size = a.size;
+    out.offset = a.offset;
     switch (a.kind) {
       case ArgKind::kInput:
       case ArgKind::kOutput: {
         const BundleTensor& t = bundle_.tensor(a.tensor);
-        out["bound_to"] = t.alias_of.empty() ? a.tensor : fmt::format("{} (buffer of {})", a.tensor, t.alias_of);
-        out["value"] = tensor_value(t);
+        out.bound_to = t.alias_of.empty() ? a.tensor : fmt::format("{} (buffer of {})", a.tensor, t.alias_of);
+        out.value = tensor_value(t);
         break;
       }
-      case ArgKind::kParam: {
-        out["bound_to"] = a.tensor;
+      case ArgKind::kParam:
+        out.bound_to = a.tensor;
         for (const BundleParam& p : bundle_.params) {
           if (p.name != a.tensor) continue;
           try {
-            out["value"] = fmt::format("{} [{}]", dtype_name(p.dtype), fmt::join(eval_shape(p.shape, bindings_), ", "));
+            out.value = fmt::format("{} {}", dtype_name(p.dtype), shape_text(eval_shape(p.shape, bindings_)));
           } catch (const Error& error) {
-            out["value"] = error.message();
+            out.value = error.message();
           }
         }
         break;
-      }
       case ArgKind::kI32:
-      case ArgKind::kI64: {
-        out["bound_to"] = a.value.str();
-        json value = expr(a.value);
-        out["value"] = value.contains("value") ? value["value"] : value["error"];
+      case ArgKind::kI64:
+        out.bound_to = a.value.str();
+        out.scalar = expr(a.value);
+        out.value = out.scalar->value ? std::to_string(*out.scalar->value) : out.scalar->error;
         break;
-      }
       case ArgKind::kF32:
-        out["bound_to"] = "constant";
-        out["value"] = a.fvalue;
+        out.bound_to = "constant";
+        out.constant = a.fvalue;
+        out.value = fmt::format("{}", a.fvalue);
         break;
       case ArgKind::kTensorMap: {
         const TensorMapSpec& m = a.map;
-        out["bound_to"] = "map of " + m.of;
-        out["map"] = {{"of", m.of},
-                      {"cols", expr(m.cols)},
-                      {"rows", expr(m.rows)},
-                      {"row_stride", expr(m.row_stride)},
-                      {"box", {m.box_cols, m.box_rows}},
-                      {"swizzle", m.swizzle}};
-        out["value"] = tensor_map_value(l, m);
+        out.bound_to = "map of " + m.of;
+        out.map = InspectedTensorMap{m.of, expr(m.cols), expr(m.rows), expr(m.row_stride), m.box_cols, m.box_rows, m.swizzle};
+        out.value = tensor_map_value(l, m);
         break;
       }
     }
@@ -135,42 +142,43 @@ class Inspector {
     }
   }
 
-  json launch(const BundleLaunch& l) const {
+  InspectedLaunch launch(const BundleLaunch& l) {
     const BundleKernel& kernel = bundle_.kernels.at(l.kernel);
-    json args = json::array();
-    for (size_t i = 0; i < l.args.size(); ++i) args.push_back(arg(l, i));
-    json out = {{"index", l.index},
-                {"kernel", kernel.name},
-                {"entry", kernel.entry},
-                {"target", kernel.target},
-                {"source", fmt::format("{}:{}", kernel.source_file, kernel.source_line)},
-                {"block", l.block},
-                {"grid", {expr(l.grid[0]), expr(l.grid[1]), expr(l.grid[2])}},
-                {"dynamic_smem", expr(l.dynamic_smem)},
-                {"args", args},
-                {"cost", {{"bytes", expr(l.bytes)}, {"flops", expr(l.flops)}}}};
-    if (kernel.reqntid) out["reqntid"] = *kernel.reqntid;
-    if (kernel.maxntid) out["maxntid"] = *kernel.maxntid;
+    InspectedLaunch out;
+    out.index = l.index;
+    out.kernel = kernel.name;
+    out.entry = kernel.entry;
+    out.target = kernel.target;
+    out.source = fmt::format("{}:{}", kernel.source_file, kernel.source_line);
+    out.block = l.block;
+    out.reqntid = kernel.reqntid;
+    out.maxntid = kernel.maxntid;
+    for (int d = 0; d < 3; ++d) out.grid[d] = expr(l.grid[d]);
+    out.dynamic_smem = expr(l.dynamic_smem);
+    for (size_t i = 0; i < l.args.size(); ++i) out.args.push_back(arg(l, i));
+    out.bytes = expr(l.bytes);
+    out.flops = expr(l.flops);
     return out;
   }
 
-  json node(const BundleNode& n) const {
-    json params = json::array();
+  InspectedNode node(const BundleNode& n) {
+    InspectedNode out;
+    out.name = n.name;
+    out.op = n.op;
+    out.attrs = n.attrs;
+    out.inputs = n.inputs;
+    out.output = tensor(bundle_.tensor(n.name));
     for (const BundleParam& p : bundle_.params) {
-      if (p.node == n.name) params.push_back(param(p));
+      if (p.node == n.name) out.params.push_back(param(p));
     }
-    json launches = json::array();
     for (const BundleLaunch& l : bundle_.launches) {
-      if (l.node == n.name) launches.push_back(launch(l));
+      if (l.node == n.name) out.launches.push_back(launch(l));
     }
-    json out = {{"name", n.name},       {"op", n.op},         {"attrs", n.attrs},
-                {"inputs", n.inputs},   {"output", tensor(bundle_.tensor(n.name))},
-                {"params", params},     {"launches", launches}};
-    if (!n.fused_from.empty()) out["fused_from"] = n.fused_from;
+    out.fused_from = n.fused_from;
     return out;
   }
 
-  json summary() const {
+  void totals(Inspection& out) {
     Expr param_bytes = 0, bytes = 0, flops = 0;
     for (const BundleParam& p : bundle_.params) {
       param_bytes = param_bytes + product(p.shape) * Expr(static_cast<int64_t>(dtype_size(p.dtype)));
@@ -179,52 +187,69 @@ class Inspector {
       bytes = bytes + l.bytes;
       flops = flops + l.flops;
     }
-    return {{"nodes", bundle_.nodes.size()},
-            {"kernels", bundle_.kernels.size()},
-            {"launches", bundle_.launches.size()},
-            {"params", bundle_.params.size()},
-            {"param_bytes", expr(param_bytes)},
-            {"params_bin_bytes", bundle_.param_bytes.size()},
-            {"cost", {{"bytes", expr(bytes)}, {"flops", expr(flops)}}}};
+    out.node_count = bundle_.nodes.size();
+    out.kernel_count = bundle_.kernels.size();
+    out.launch_count = bundle_.launches.size();
+    out.param_count = bundle_.params.size();
+    out.param_bytes = expr(param_bytes);
+    out.bytes = expr(bytes);
+    out.flops = expr(flops);
+    out.params_bin_bytes = bundle_.param_bytes.size();
+  }
+
+  std::vector<std::string> unbound_device_symbols() const {
+    std::vector<std::string> names;
+    for (const std::string& name : device_symbols()) {
+      if (unbound_.count(name)) names.push_back(name);
+    }
+    return names;
   }
 
  private:
   const Bundle& bundle_;
-  const Bindings& bindings_;
+  Bindings bindings_;
+  std::set<std::string> unbound_;
 };
+
+std::vector<InspectedDim> inspected_dims(const Bundle& bundle, const Bindings& dims) {
+  std::vector<InspectedDim> out;
+  for (const BundleDim& d : bundle.dims) {
+    InspectedDim dim{d.name, d.min, d.max, d.default_value, std::nullopt, std::nullopt};
+    if (auto it = dims.find(d.name); it != dims.end()) dim.bound = it->second;
+    if (auto it = bundle.fixed.find(d.name); it != bundle.fixed.end()) dim.fixed = it->second;
+    out.push_back(dim);
+  }
+  return out;
+}
 
 }  // namespace
 
-json inspect_bundle(const Bundle& bundle, const Bindings& bindings, const std::optional<std::string>& node) {
+Inspection inspect_bundle(const Bundle& bundle, const Bindings& dims, const InspectDevice& device,
+                          const std::optional<std::string>& node) {
   if (node && bundle.find_node(*node) == nullptr) {
     std::vector<std::string> names;
     for (const BundleNode& n : bundle.nodes) names.push_back(n.name);
     throw Error(fmt::format("--node {}: the bundle has no node '{}'{}", *node, *node, did_you_mean(*node, names)));
   }
-  Inspector inspector(bundle, bindings);
-  json dims = json::array();
-  for (const BundleDim& d : bundle.dims) {
-    json dim = {{"name", d.name}, {"min", d.min}, {"max", d.max}, {"default", d.default_value}};
-    if (auto it = bindings.find(d.name); it != bindings.end()) dim["bound"] = it->second;
-    if (auto it = bundle.fixed.find(d.name); it != bundle.fixed.end()) dim["fixed"] = it->second;
-    dims.push_back(std::move(dim));
-  }
-  json nodes = json::array();
+  Inspector inspector(bundle, dims, device);
+  Inspection out;
+  out.graph = bundle.graph_name;
+  out.spec = bundle.spec_path;
+  out.format_version = bundle.format_version;
+  out.teeny_version = bundle.teeny_version;
+  out.nvrtc_version = bundle.nvrtc_version;
+  out.arch = bundle.arch;
+  out.nvrtc_options = bundle.nvrtc_options;
+  out.inputs = bundle.inputs;
+  out.outputs = bundle.outputs;
+  out.dims = inspected_dims(bundle, dims);
+  out.device = device;
+  inspector.totals(out);
   for (const BundleNode& n : bundle.nodes) {
-    if (!node || n.name == *node) nodes.push_back(inspector.node(n));
+    if (!node || n.name == *node) out.nodes.push_back(inspector.node(n));
   }
-  return {{"graph", bundle.graph_name},
-          {"spec", bundle.spec_path},
-          {"format_version", bundle.format_version},
-          {"teeny_version", bundle.teeny_version},
-          {"nvrtc_version", bundle.nvrtc_version},
-          {"arch", bundle.arch},
-          {"nvrtc_options", bundle.nvrtc_options},
-          {"dims", dims},
-          {"inputs", bundle.inputs},
-          {"outputs", bundle.outputs},
-          {"summary", inspector.summary()},
-          {"nodes", nodes}};
+  out.unbound_device_symbols = inspector.unbound_device_symbols();
+  return out;
 }
 
 std::string bundle_ptx(const Bundle& bundle, const std::string& name) {

@@ -52,7 +52,7 @@ TEST(CompileCli, CompileWritesBundleAndSummary) {
 TEST(CompileCli, InspectJsonEvaluatesUnderBindings) {
   ScratchDir dir;
   ASSERT_EQ(teeny(dir, "compile " + kMnist + " -o m.teeny").exit_code, 0);
-  Command r = teeny(dir, "inspect m.teeny --bind B=100 --format json");
+  Command r = teeny(dir, "inspect m.teeny --bind B=100 --device-sms 132 --format json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   nlohmann::json view = nlohmann::json::parse(r.out);
   EXPECT_EQ(view["graph"], "mnist_mlp");
