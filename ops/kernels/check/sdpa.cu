@@ -1,0 +1,31 @@
+// sdpa.cuh instantiated for kernel_check (see check.cuh): the three kernels at the tiles and head
+// dims ops/sdpa.cpp uses (per-query kernel: 1, 2 and 4 threads a query). The tensor-core kernel
+// runs under __launch_bounds__(128, 4) in bundles; here it is checked at the most blocks an SM
+// that compile without spills: at 4, nvcc's PTX for head dim 64 spills 8 bytes where NVRTC's
+// (the bundle's) does not, and head dim 128 spills under NVRTC too.
+#include "../sdpa.cuh"
+#include "check.cuh"
+
+#define TN_SDPA_PARAMS(T)                                                                                             \
+  (const T* q, const T* k, const T* v, T* out, int N, int Sq, int Skv, int ldq, int ldk, int ldv, int heads, int ldo, \
+   float scale)
+#define TN_SDPA_ARGS q, k, v, out, N, Sq, Skv, ldq, ldk, ldv, heads, ldo, scale
+
+TN_ENTRY(sdpa_bf16_d64_causal_mma, (128, 3)) TN_SDPA_PARAMS(__nv_bfloat16) {
+  tn_sdpa_mma<__nv_bfloat16, 64, 64, 64, 128, true>(TN_SDPA_ARGS);
+}
+TN_ENTRY(sdpa_f16_d128_mma, (128, 2)) TN_SDPA_PARAMS(__half) {
+  tn_sdpa_mma<__half, 128, 64, 64, 128, false>(TN_SDPA_ARGS);
+}
+TN_ENTRY(sdpa_f32_d64_causal_tiled, (256, 2)) TN_SDPA_PARAMS(float) {
+  tn_sdpa_f32_tiled<64, 64, 64, 256, true>(TN_SDPA_ARGS);
+}
+TN_ENTRY(sdpa_f32_d17_causal, (64, 1)) TN_SDPA_PARAMS(float) {
+  tn_sdpa_per_query<float, 17, 1, 64, 16, true>(TN_SDPA_ARGS);
+}
+TN_ENTRY(sdpa_f32_d128, (128, 1)) TN_SDPA_PARAMS(float) {
+  tn_sdpa_per_query<float, 128, 2, 64, 16, false>(TN_SDPA_ARGS);
+}
+TN_ENTRY(sdpa_bf16_d256_causal, (256, 1)) TN_SDPA_PARAMS(__nv_bfloat16) {
+  tn_sdpa_per_query<__nv_bfloat16, 256, 4, 64, 16, true>(TN_SDPA_ARGS);
+}
