@@ -11,7 +11,7 @@ namespace {
 constexpr int kThreads = 256;
 }  // namespace
 
-Lowering lower_head_copy(const OpContext& ctx, const std::string& op, const Expr& head_dim, const char* source) {
+Lowering lower_head_copy(const OpContext& ctx, const std::string& op, const Expr& head_dim, const char* layout) {
   const TensorType& x = ctx.inputs.at(0);
   const DType dtype = x.dtype;
   const Expr heads(ctx.attrs.i("heads"));
@@ -31,23 +31,10 @@ Lowering lower_head_copy(const OpContext& ctx, const std::string& op, const Expr
   launch.bytes = Expr(2) * product(ctx.output.shape) * Expr(static_cast<int64_t>(dtype_size(dtype)));
   launch.flops = Expr(0);
 
-  KernelSource kernel;
-  kernel.name = fmt::format("{}_{}_u{}", op, dtype_name(dtype), unit);
-  kernel.source = kernel_prelude() + kernel_typedef("T", dtype) + kernel_constant("kUnit", unit) +
-                  kernel_entry(launch.args, kThreads) + R"CUDA( {
-  const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= units) return;
-)CUDA" + source + R"CUDA(  T* dst = y + i * kUnit;
-  if (kUnit > 1 && tn_aligned16(src) && tn_aligned16(dst)) {
-    *reinterpret_cast<uint4*>(dst) = __ldg(reinterpret_cast<const uint4*>(src));
-  } else {
-#pragma unroll
-    for (int e = 0; e < kUnit; ++e) dst[e] = src[e];
-  }
-}
-)CUDA";
-  kernel.file = __FILE__;
-  kernel.line = __LINE__;
+  KernelSource kernel = template_kernel(
+      fmt::format("{}_{}_u{}", op, dtype_name(dtype), unit), "head_copy.cuh",
+      fmt::format("tn_head_copy<{}, {}, {}>", dtype_c_type(dtype), unit, layout), launch.args, kThreads,
+      TEENY_KERNEL_ORIGIN);
   return Lowering{{kernel}, {launch}};
 }
 

@@ -11,9 +11,9 @@
 
 namespace teeny::ops {
 
-// `source` is CUDA that declares `const T* src` for output unit `i` (kUnit elements), from
-// x, S, heads, head_dim and ldx.
-Lowering lower_head_copy(const OpContext& ctx, const std::string& op, const Expr& head_dim, const char* source);
+// The copy kernel of ops/kernels/head_copy.cuh with `layout` (its tn_split_heads or
+// tn_merge_heads), which says where each output unit reads from.
+Lowering lower_head_copy(const OpContext& ctx, const std::string& op, const Expr& head_dim, const char* layout);
 
 // Cases over every float dtype: `shapes` with heads 12, and a linear (18 of 20 or 24 padded
 // columns) feeding heads 2 from `padded_input`.

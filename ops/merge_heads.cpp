@@ -28,14 +28,7 @@ TensorType infer_merge_heads(const OpDef& meta, const OpContext& ctx) {
 }
 
 Lowering lower_merge_heads(const OpContext& ctx) {
-  return lower_head_copy(ctx, "merge_heads", ctx.inputs.at(0).shape[2], R"CUDA(  const int per_row = heads * head_dim / kUnit;
-  const int c = (int)(i % per_row) * kUnit;
-  const long long t = i / per_row;  // b * S + s
-  const int s = (int)(t % S);
-  const long long b = t / S;
-  const int h = c / head_dim, d = c % head_dim;
-  const T* src = x + ((b * heads + h) * S + s) * ldx + d;
-)CUDA");
+  return lower_head_copy(ctx, "merge_heads", ctx.inputs.at(0).shape[2], "tn_merge_heads");
 }
 
 HostTensor merge_heads_reference(const RefContext& ref) {

@@ -28,15 +28,7 @@ TensorType infer_split_heads(const OpDef& meta, const OpContext& ctx) {
 }
 
 Lowering lower_split_heads(const OpContext& ctx) {
-  return lower_head_copy(ctx, "split_heads", ctx.output.shape[2], R"CUDA(  const int per_head = head_dim / kUnit;
-  const int d = (int)(i % per_head) * kUnit;
-  long long t = i / per_head;
-  const int s = (int)(t % S);
-  t /= S;
-  const int h = (int)(t % heads);
-  const long long b = t / heads;
-  const T* src = x + (b * S + s) * ldx + (long long)h * head_dim + d;
-)CUDA");
+  return lower_head_copy(ctx, "split_heads", ctx.output.shape[2], "tn_split_heads");
 }
 
 HostTensor split_heads_reference(const RefContext& ref) {
