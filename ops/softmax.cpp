@@ -18,92 +18,6 @@ namespace {
 
 constexpr int kColumnBlock = 256;
 
-// Finishes element v of a row with max m and sum of exponentials s.
-const char* kFinish = R"CUDA(
-__device__ __forceinline__ float tn_finish(float v, float m, float s, float inv_s, float log_s) {
-  return kLog ? (v - m) - log_s : expf(v - m) * inv_s;
-}
-// Online (max, sum of exp) update with one more value.
-__device__ __forceinline__ void tn_online(float v, float& m, float& s) {
-  if (v > m) { s = s * expf(m - v) + 1.f; m = v; } else if (v != tn_neg_inf()) { s += expf(v - m); }
-}
-)CUDA";
-
-const char* kRowBody = R"CUDA(
-  __shared__ float smem32[32];
-  constexpr int kN = tn_pack<T>::kN;
-  const int group = threadIdx.x / kThreads;
-  const int t = threadIdx.x % kThreads;
-  const long long r = (long long)blockIdx.x * kRowsPerBlock + group;
-  if (r >= rows) return;  // whole groups only: a block-wide group has kRowsPerBlock == 1
-  const T* xr = x + r * x_stride;
-  T* yr = y + r * cols;
-  const bool vec = tn_aligned16(xr) && tn_aligned16(yr);
-  if (cols <= kThreads * kItems * kN) {
-    float v[kItems][kN];
-    tn_row_load<T, kThreads, kItems>(xr, cols, vec, t, tn_neg_inf(), v);
-    float m = tn_neg_inf();
-#pragma unroll
-    for (int i = 0; i < kItems; ++i)
-#pragma unroll
-      for (int k = 0; k < kN; ++k) m = fmaxf(m, v[i][k]);
-    m = tn_group_max<kThreads>(m, smem32);
-    float s = 0.f;
-#pragma unroll
-    for (int i = 0; i < kItems; ++i)
-#pragma unroll
-      for (int k = 0; k < kN; ++k) s += expf(v[i][k] - m);
-    s = tn_group_sum<kThreads>(s, smem32);
-    const float inv_s = 1.f / s, log_s = logf(s);
-#pragma unroll
-    for (int i = 0; i < kItems; ++i)
-#pragma unroll
-      for (int k = 0; k < kN; ++k) v[i][k] = tn_finish(v[i][k], m, s, inv_s, log_s);
-    tn_row_store<T, kThreads, kItems>(yr, cols, vec, t, v);
-    return;
-  }
-  constexpr int kChunk = kThreads * kN;
-  float m = tn_neg_inf(), s = 0.f;
-  for (int c0 = 0; c0 < cols; c0 += kChunk) {
-    float v[1][kN];
-    tn_row_load<T, kThreads, 1>(xr + c0, cols - c0, vec, t, tn_neg_inf(), v);
-#pragma unroll
-    for (int k = 0; k < kN; ++k) tn_online(v[0][k], m, s);
-  }
-  const float row_m = tn_group_max<kThreads>(m, smem32);
-  s = m == tn_neg_inf() ? 0.f : s * expf(m - row_m);
-  s = tn_group_sum<kThreads>(s, smem32);
-  const float inv_s = 1.f / s, log_s = logf(s);
-  for (int c0 = 0; c0 < cols; c0 += kChunk) {
-    float v[1][kN];
-    tn_row_load<T, kThreads, 1>(xr + c0, cols - c0, vec, t, tn_neg_inf(), v);
-#pragma unroll
-    for (int k = 0; k < kN; ++k) v[0][k] = tn_finish(v[0][k], row_m, s, inv_s, log_s);
-    tn_row_store<T, kThreads, 1>(yr + c0, cols - c0, vec, t, v);
-  }
-}
-)CUDA";
-
-// Softmax over a middle axis: x viewed as [outer, axis_len, inner] (natural layout); element
-// offsets honour the input's padded rows via (f / last) * x_stride + f % last.
-const char* kColumnBody = R"CUDA(
-  const long long column = (long long)blockIdx.x * kBlock + threadIdx.x;
-  if (column >= outer * inner) return;
-  const long long o = column / inner, i = column - o * inner;
-  const long long base = o * axis_len * inner + i;
-  float m = tn_neg_inf(), s = 0.f;
-  for (int d = 0; d < axis_len; ++d) {
-    const long long f = base + (long long)d * inner;
-    tn_online(tn_f32(x[(f / last) * x_stride + f % last]), m, s);
-  }
-  const float inv_s = 1.f / s, log_s = logf(s);
-  for (int d = 0; d < axis_len; ++d) {
-    const long long f = base + (long long)d * inner;
-    y[f] = tn_cast<T>(tn_finish(tn_f32(x[(f / last) * x_stride + f % last]), m, s, inv_s, log_s));
-  }
-}
-)CUDA";
-
 Expr product_range(const Shape& shape, size_t begin, size_t end) {
   return product(Shape(shape.begin() + begin, shape.begin() + end));
 }
@@ -133,8 +47,7 @@ OpDef softmax_family(const std::string& name, bool log_form) {
     const size_t rank = x.shape.size();
     const size_t axis = normalize_axis(ctx.attrs.i("axis"), rank, "attrs.axis");
     const DType dtype = x.dtype;
-    const std::string header = kernel_prelude() + kernel_typedef("T", dtype) +
-                               kernel_constant("kLog", log_form ? 1 : 0) + kFinish;
+    const char* c_type = dtype_c_type(dtype);
     const Expr numel = product(x.shape);
     Lowering lowering;
     Launch launch;
@@ -143,14 +56,11 @@ OpDef softmax_family(const std::string& name, bool log_form) {
       launch.args = {input(0, "x", dtype), output("y", dtype),
                      i64("rows", product_range(x.shape, 0, rank - 1)),
                      i32("cols", x.shape.back()), i32("x_stride", x.row_stride)};
-      std::string source = header + kernel_constant("kThreads", plan.threads) +
-                           kernel_constant("kRowsPerBlock", plan.rows_per_block) +
-                           kernel_constant("kItems", plan.items) +
-                           kernel_entry(launch.args, plan.block()) +
-                           " {" + kRowBody;
-      lowering.kernels.push_back({fmt::format("{}_rows_{}_t{}_i{}", name, dtype_name(dtype),
-                                              plan.threads, plan.items),
-                                  std::move(source), TEENY_KERNEL_ORIGIN});
+      lowering.kernels.push_back(template_kernel(
+          fmt::format("{}_rows_{}_t{}_i{}", name, dtype_name(dtype), plan.threads, plan.items), "softmax.cuh",
+          fmt::format("tn_softmax_rows<{}, {}, {}, {}, {}>", c_type, log_form, plan.threads,
+                      plan.rows_per_block, plan.items),
+          launch.args, plan.block(), TEENY_KERNEL_ORIGIN));
       launch.block = {plan.block(), 1, 1};
       launch.grid[0] = ceil_div(product_range(x.shape, 0, rank - 1), Expr(plan.rows_per_block));
     } else {
@@ -159,10 +69,10 @@ OpDef softmax_family(const std::string& name, bool log_form) {
                      i32("axis_len", x.shape[axis]),
                      i64("inner", product_range(x.shape, axis + 1, rank)),
                      i32("last", x.shape.back()), i32("x_stride", x.row_stride)};
-      std::string source = header + kernel_constant("kBlock", kColumnBlock) +
-                           kernel_entry(launch.args, kColumnBlock) + " {" + kColumnBody;
-      lowering.kernels.push_back({fmt::format("{}_columns_{}", name, dtype_name(dtype)),
-                                  std::move(source), TEENY_KERNEL_ORIGIN});
+      lowering.kernels.push_back(template_kernel(
+          fmt::format("{}_columns_{}", name, dtype_name(dtype)), "softmax.cuh",
+          fmt::format("tn_softmax_columns<{}, {}, {}>", c_type, log_form, kColumnBlock), launch.args,
+          kColumnBlock, TEENY_KERNEL_ORIGIN));
       launch.block = {kColumnBlock, 1, 1};
       launch.grid[0] = ceil_div(numel / x.shape[axis], Expr(kColumnBlock));
     }
