@@ -15,122 +15,6 @@
 namespace teeny::ops {
 namespace {
 
-// TN_RMS, TN_WEIGHT, TN_AFFINE, kThreads, kRowsPerBlock and kItems come before this body.
-const char* kNormBody = R"CUDA(
-  __shared__ float smem32[32];
-  constexpr int kN = tn_pack<T>::kN;
-  const int group = threadIdx.x / kThreads;
-  const int t = threadIdx.x % kThreads;
-  const long long r = (long long)blockIdx.x * kRowsPerBlock + group;
-  if (r >= rows) return;  // whole groups only: a block-wide group has kRowsPerBlock == 1
-  const T* xr = x + r * x_stride;
-  T* yr = y + r * cols;
-  const bool vec = tn_aligned16(xr) && tn_aligned16(yr);
-#if TN_AFFINE
-  const bool vec_w = tn_aligned16(weight) && tn_aligned16(bias);
-#elif TN_WEIGHT
-  const bool vec_w = tn_aligned16(weight);
-#endif
-  const float inv_cols = 1.f / (float)cols;
-  // This lane's kN columns of the chunk at column c0: normalized, weighted, biased and stored.
-  auto write_chunk = [&](int c0, float (&v)[1][kN], float shift, float scale) {
-#pragma unroll
-    for (int k = 0; k < kN; ++k) v[0][k] = (v[0][k] - shift) * scale;
-#if TN_WEIGHT
-    float w[1][kN];
-    tn_row_load<T, kThreads, 1>(weight + c0, cols - c0, vec_w, t, 0.f, w);
-#pragma unroll
-    for (int k = 0; k < kN; ++k) v[0][k] *= w[0][k];
-#endif
-#if TN_AFFINE
-    float b[1][kN];
-    tn_row_load<T, kThreads, 1>(bias + c0, cols - c0, vec_w, t, 0.f, b);
-#pragma unroll
-    for (int k = 0; k < kN; ++k) v[0][k] += b[0][k];
-#endif
-    tn_row_store<T, kThreads, 1>(yr + c0, cols - c0, vec, t, v);
-  };
-  if (cols <= kThreads * kItems * kN) {
-    float v[kItems][kN];
-    tn_row_load<T, kThreads, kItems>(xr, cols, vec, t, 0.f, v);
-    float shift = 0.f, scale;
-#if TN_RMS
-    float ss = 0.f;
-#pragma unroll
-    for (int i = 0; i < kItems; ++i)
-#pragma unroll
-      for (int k = 0; k < kN; ++k) ss += v[i][k] * v[i][k];
-    scale = rsqrtf(tn_group_sum<kThreads>(ss, smem32) * inv_cols + eps);
-#else
-    float s = 0.f;
-#pragma unroll
-    for (int i = 0; i < kItems; ++i)
-#pragma unroll
-      for (int k = 0; k < kN; ++k) s += v[i][k];
-    shift = tn_group_sum<kThreads>(s, smem32) * inv_cols;
-    float sq = 0.f;
-#pragma unroll
-    for (int i = 0; i < kItems; ++i)
-#pragma unroll
-      for (int k = 0; k < kN; ++k) {
-        const float dev = (i * kThreads + t) * kN + k < cols ? v[i][k] - shift : 0.f;
-        sq += dev * dev;
-      }
-    scale = rsqrtf(tn_group_sum<kThreads>(sq, smem32) * inv_cols + eps);
-#endif
-    // One item (kN columns a lane) at a time: weight and bias never all sit in registers
-    // beside the row, so more rows are in flight (GPT-2's 768-wide bf16 rows: 56 registers,
-    // 9 blocks an SM, against 79 and 6 with whole-row weight and bias).
-#pragma unroll
-    for (int i = 0; i < kItems; ++i) {
-      float u[1][kN];
-#pragma unroll
-      for (int k = 0; k < kN; ++k) u[0][k] = v[i][k];
-      write_chunk(i * kThreads * kN, u, shift, scale);
-    }
-    return;
-  }
-  // Streaming: rows longer than the registers hold.
-  constexpr int kChunk = kThreads * kN;
-  float shift = 0.f, scale;
-#if TN_RMS
-  float ss = 0.f;
-  for (int c0 = 0; c0 < cols; c0 += kChunk) {
-    float v[1][kN];
-    tn_row_load<T, kThreads, 1>(xr + c0, cols - c0, vec, t, 0.f, v);
-#pragma unroll
-    for (int k = 0; k < kN; ++k) ss += v[0][k] * v[0][k];
-  }
-  scale = rsqrtf(tn_group_sum<kThreads>(ss, smem32) * inv_cols + eps);
-#else
-  float s = 0.f;
-  for (int c0 = 0; c0 < cols; c0 += kChunk) {
-    float v[1][kN];
-    tn_row_load<T, kThreads, 1>(xr + c0, cols - c0, vec, t, 0.f, v);
-#pragma unroll
-    for (int k = 0; k < kN; ++k) s += v[0][k];
-  }
-  shift = tn_group_sum<kThreads>(s, smem32) * inv_cols;
-  float sq = 0.f;
-  for (int c0 = 0; c0 < cols; c0 += kChunk) {
-    float v[1][kN];
-    tn_row_load<T, kThreads, 1>(xr + c0, cols - c0, vec, t, 0.f, v);
-#pragma unroll
-    for (int k = 0; k < kN; ++k) {
-      const float dev = c0 + t * kN + k < cols ? v[0][k] - shift : 0.f;
-      sq += dev * dev;
-    }
-  }
-  scale = rsqrtf(tn_group_sum<kThreads>(sq, smem32) * inv_cols + eps);
-#endif
-  for (int c0 = 0; c0 < cols; c0 += kChunk) {
-    float v[1][kN];
-    tn_row_load<T, kThreads, 1>(xr + c0, cols - c0, vec, t, 0.f, v);
-    write_chunk(c0, v, shift, scale);
-  }
-}
-)CUDA";
-
 OpDef norm_op(const std::string& name, bool rms) {
   OpDef def;
   def.name = name;
@@ -189,17 +73,15 @@ OpDef norm_op(const std::string& name, bool rms) {
                           i32("x_stride", x.row_stride), f32("eps", ctx.attrs.f("eps"))})
       launch.args.push_back(std::move(arg));
 
-    std::string source = kernel_prelude() + kernel_typedef("T", dtype) +
-                         fmt::format("#define TN_RMS {}\n#define TN_WEIGHT {}\n#define TN_AFFINE {}\n",
-                                     rms ? 1 : 0, weighted ? 1 : 0, affine ? 1 : 0) +
-                         kernel_constant("kThreads", plan.threads) +
-                         kernel_constant("kRowsPerBlock", plan.rows_per_block) +
-                         kernel_constant("kItems", plan.items) +
-                         kernel_entry(launch.args, plan.block()) + " {" + kNormBody;
+    // One template per argument list: layernorm with and without weight and bias, rmsnorm.
+    const char* function = rms ? "tn_rmsnorm" : affine ? "tn_layernorm" : "tn_layernorm_plain";
     Lowering lowering;
-    lowering.kernels.push_back({fmt::format("{}{}_{}_t{}_i{}", name, weighted ? "" : "_plain",
-                                            dtype_name(dtype), plan.threads, plan.items),
-                                std::move(source), TEENY_KERNEL_ORIGIN});
+    lowering.kernels.push_back(template_kernel(
+        fmt::format("{}{}_{}_t{}_i{}", name, weighted ? "" : "_plain", dtype_name(dtype), plan.threads, plan.items),
+        "norms.cuh",
+        fmt::format("{}<{}, {}, {}, {}>", function, dtype_c_type(dtype), plan.threads, plan.rows_per_block,
+                    plan.items),
+        launch.args, plan.block(), TEENY_KERNEL_ORIGIN));
     launch.block = {plan.block(), 1, 1};
     launch.grid[0] = ceil_div(rows, Expr(plan.rows_per_block));
     const Expr elem = Expr(static_cast<int64_t>(dtype_size(dtype)));
