@@ -17,61 +17,17 @@ namespace {
 
 constexpr int kColumnBlock = 256;
 
-// TN_MAX (reduce_max) and TN_MEAN (divide by the extent) select the reduction.
-const char* kCombine = R"CUDA(
-#if TN_MAX
-#define TN_IDENTITY tn_neg_inf()
-#define TN_COMBINE(acc, v) fmaxf(acc, v)
-#define TN_GROUP(v, smem) tn_group_max<kThreads>(v, smem)
-#else
-#define TN_IDENTITY 0.f
-#define TN_COMBINE(acc, v) ((acc) + (v))
-#define TN_GROUP(v, smem) tn_group_sum<kThreads>(v, smem)
-#endif
-__device__ __forceinline__ float tn_final(float acc, int len) {
-  return TN_MEAN ? acc / (float)len : acc;
-}
-)CUDA";
-
-const char* kRowBody = R"CUDA(
-  __shared__ float smem32[32];
-  constexpr int kN = tn_pack<T>::kN;
-  constexpr int kChunk = kThreads * kItems * kN;
-  const int group = threadIdx.x / kThreads;
-  const int t = threadIdx.x % kThreads;
-  const long long r = (long long)blockIdx.x * kRowsPerBlock + group;
-  if (r >= rows) return;  // whole groups only: a block-wide group has kRowsPerBlock == 1
-  const T* xr = x + r * x_stride;
-  const bool vec = tn_aligned16(xr);
-  float acc = TN_IDENTITY;
-  for (int c0 = 0; c0 < len; c0 += kChunk) {
-    float v[kItems][kN];
-    tn_row_load<T, kThreads, kItems>(xr + c0, len - c0, vec, t, TN_IDENTITY, v);
-#pragma unroll
-    for (int i = 0; i < kItems; ++i)
-#pragma unroll
-      for (int k = 0; k < kN; ++k) acc = TN_COMBINE(acc, v[i][k]);
-  }
-  acc = TN_GROUP(acc, smem32);
-  if (t == 0) y[r] = tn_cast<T>(tn_final(acc, len));
-}
-)CUDA";
-
-const char* kColumnBody = R"CUDA(
-  const long long column = (long long)blockIdx.x * kBlock + threadIdx.x;
-  if (column >= outer * inner) return;
-  const long long o = column / inner, i = column - o * inner;
-  const long long base = o * len * inner + i;
-  float acc = TN_IDENTITY;
-  for (int d = 0; d < len; ++d) {
-    const long long f = base + (long long)d * inner;
-    acc = TN_COMBINE(acc, tn_f32(x[(f / last) * x_stride + f % last]));
-  }
-  y[column] = tn_cast<T>(tn_final(acc, len));
-}
-)CUDA";
-
 enum class Reduction { kSum, kMean, kMax };
+
+// The reduction's functor type in ops/kernels/reduce.cuh.
+const char* reduction_functor(Reduction kind) {
+  switch (kind) {
+    case Reduction::kSum: return "tn_reduce_sum";
+    case Reduction::kMean: return "tn_reduce_mean";
+    case Reduction::kMax: return "tn_reduce_max";
+  }
+  return "";
+}
 
 Expr product_range(const Shape& shape, size_t begin, size_t end) {
   return product(Shape(shape.begin() + begin, shape.begin() + end));
@@ -107,23 +63,19 @@ OpDef reduce_op(const std::string& name, Reduction kind, std::string doc) {
     const DType dtype = x.dtype;
     const Expr len = x.shape[axis];
     const Expr out_numel = product(ctx.output.shape);
-    const std::string header =
-        kernel_prelude() + kernel_typedef("T", dtype) +
-        fmt::format("#define TN_MAX {}\n#define TN_MEAN {}\n", kind == Reduction::kMax ? 1 : 0,
-                    kind == Reduction::kMean ? 1 : 0);
+    const char* c_type = dtype_c_type(dtype);
+    const char* functor = reduction_functor(kind);
     Lowering lowering;
     Launch launch;
     if (axis + 1 == rank) {
       const RowPlan plan = plan_rows(len, dtype);
       launch.args = {input(0, "x", dtype), output("y", dtype), i64("rows", out_numel),
                      i32("len", len), i32("x_stride", x.row_stride)};
-      std::string source = header + kernel_constant("kThreads", plan.threads) +
-                           kernel_constant("kRowsPerBlock", plan.rows_per_block) +
-                           kernel_constant("kItems", plan.items) + kCombine +
-                           kernel_entry(launch.args, plan.block()) + " {" + kRowBody;
-      lowering.kernels.push_back({fmt::format("{}_rows_{}_t{}_i{}", name, dtype_name(dtype),
-                                              plan.threads, plan.items),
-                                  std::move(source), TEENY_KERNEL_ORIGIN});
+      lowering.kernels.push_back(template_kernel(
+          fmt::format("{}_rows_{}_t{}_i{}", name, dtype_name(dtype), plan.threads, plan.items), "reduce.cuh",
+          fmt::format("tn_reduce_rows<{}, {}, {}, {}, {}>", c_type, functor, plan.threads, plan.rows_per_block,
+                      plan.items),
+          launch.args, plan.block(), TEENY_KERNEL_ORIGIN));
       launch.block = {plan.block(), 1, 1};
       launch.grid[0] = ceil_div(out_numel, Expr(plan.rows_per_block));
     } else {
@@ -131,10 +83,10 @@ OpDef reduce_op(const std::string& name, Reduction kind, std::string doc) {
                      i64("outer", product_range(x.shape, 0, axis)), i32("len", len),
                      i64("inner", product_range(x.shape, axis + 1, rank)),
                      i32("last", x.shape.back()), i32("x_stride", x.row_stride)};
-      std::string source = header + kernel_constant("kBlock", kColumnBlock) + kCombine +
-                           kernel_entry(launch.args, kColumnBlock) + " {" + kColumnBody;
-      lowering.kernels.push_back({fmt::format("{}_columns_{}", name, dtype_name(dtype)),
-                                  std::move(source), TEENY_KERNEL_ORIGIN});
+      lowering.kernels.push_back(template_kernel(
+          fmt::format("{}_columns_{}", name, dtype_name(dtype)), "reduce.cuh",
+          fmt::format("tn_reduce_columns<{}, {}, {}>", c_type, functor, kColumnBlock), launch.args,
+          kColumnBlock, TEENY_KERNEL_ORIGIN));
       launch.block = {kColumnBlock, 1, 1};
       launch.grid[0] = ceil_div(out_numel, Expr(kColumnBlock));
     }
