@@ -14,31 +14,6 @@ namespace {
 
 constexpr int kWarpsPerBlock = 8;
 
-const char* kEmbeddingBody = R"CUDA(
-  constexpr int kN = tn_pack<T>::kN;
-  const long long r = (long long)blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  if (r >= count) return;
-  const int id = ids[(r / ids_last) * ids_stride + r % ids_last];
-  T* yr = y + r * dim;
-  if (id < 0 || id >= num) {
-    for (int c = lane; c < dim; c += 32) yr[c] = tn_cast<T>(0.f);
-    return;
-  }
-  const T* wr = weight + (long long)id * dim;
-  int head = 0;
-  if (tn_aligned16(wr) && tn_aligned16(yr)) {
-    head = dim / kN * kN;
-    for (int c = lane * kN; c < head; c += 32 * kN) {
-      float v[kN];
-      tn_load16(wr + c, v);
-      tn_store16(yr + c, v);
-    }
-  }
-  for (int c = head + lane; c < dim; c += 32) yr[c] = wr[c];
-}
-)CUDA";
-
 }  // namespace
 
 OpDef embedding_op() {
@@ -81,12 +56,11 @@ OpDef embedding_op() {
                    i32("ids_last", ids.shape.empty() ? Expr(1) : ids.shape.back()),
                    i32("ids_stride", ids.row_stride), i32("num", ctx.attrs.i("num_embeddings")),
                    i32("dim", ctx.attrs.i("dim"))};
-    std::string source = kernel_prelude() + kernel_typedef("T", dtype) +
-                         kernel_constant("kWarpsPerBlock", kWarpsPerBlock) +
-                         kernel_entry(launch.args, 32 * kWarpsPerBlock) + " {" + kEmbeddingBody;
     Lowering lowering;
-    lowering.kernels.push_back({fmt::format("embedding_{}", dtype_name(dtype)), std::move(source),
-                                TEENY_KERNEL_ORIGIN});
+    lowering.kernels.push_back(template_kernel(
+        fmt::format("embedding_{}", dtype_name(dtype)), "embedding.cuh",
+        fmt::format("tn_embedding<{}, {}>", dtype_c_type(dtype), kWarpsPerBlock), launch.args,
+        32 * kWarpsPerBlock, TEENY_KERNEL_ORIGIN));
     launch.block = {32 * kWarpsPerBlock, 1, 1};
     launch.grid[0] = ceil_div(count, Expr(kWarpsPerBlock));
     launch.bytes = count * Expr(4) +
