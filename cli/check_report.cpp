@@ -3,14 +3,12 @@
 #include <algorithm>
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "cli/table.h"
+#include "core/expr.h"
 
 namespace teeny::cli {
 namespace {
-
-std::string shape_str(const std::vector<int64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
 
 std::string flat_to_index(int64_t flat, const std::vector<int64_t>& shape) {
   std::vector<int64_t> index(shape.size());
@@ -18,7 +16,7 @@ std::string flat_to_index(int64_t flat, const std::vector<int64_t>& shape) {
     index[d] = flat % shape[d];
     flat /= shape[d];
   }
-  return shape_str(index);
+  return shape_text(index);
 }
 
 std::string describe_failure(const NodeCheck& check, const char* against) {
@@ -37,7 +35,7 @@ std::string error_str(double error) { return fmt::format("{:10.3e}", error); }
 std::string node_table(const std::vector<NodeCheck>& nodes) {
   std::vector<Row> rows{{"node", "op", "dtype", "shape", "max abs", "max rel", "result"}};
   for (const NodeCheck& check : nodes) {
-    rows.push_back({check.node, check.op, dtype_name(check.dtype), shape_str(check.shape),
+    rows.push_back({check.node, check.op, dtype_name(check.dtype), shape_text(check.shape),
                     error_str(check.result.max_abs), error_str(check.result.max_rel),
                     check.result.ok() ? "ok" : "MISMATCH"});
   }

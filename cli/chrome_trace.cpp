@@ -6,8 +6,8 @@
 
 #include <fmt/format.h>
 
-#include "cli/profile_report.h"
 #include "core/atomic_file.h"
+#include "core/expr.h"
 
 namespace teeny::cli {
 
@@ -18,7 +18,7 @@ nlohmann::json chrome_trace(const ProfileReport& report) {
     const int pid = static_cast<int>(r);
     events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", pid},
                       {"args", {{"name", fmt::format("{} ({}) on {}{}", report.graph_name,
-                                                     bindings_str(run.bindings),
+                                                     bindings_text(run.bindings),
                                                      report.environment.gpu_name,
                                                      report.environment.cupti ? "" : " [CUDA events]")}}}});
     events.push_back({{"ph", "M"}, {"name", "process_sort_index"}, {"pid", pid},

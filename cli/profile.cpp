@@ -58,7 +58,7 @@ void run_profile(ProfileFlags flags) {
 
   std::vector<std::string> untrusted;
   for (const ProfileRun& run : report.runs)
-    if (!run.untrusted.empty()) untrusted.push_back(bindings_str(run.bindings));
+    if (!run.untrusted.empty()) untrusted.push_back(bindings_text(run.bindings));
   if (!untrusted.empty())
     throw gpu_error(fmt::format("the kernel records of {} do not match the launches; those "
                                 "numbers are not trusted (reasons above)",

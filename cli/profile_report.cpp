@@ -1,9 +1,9 @@
 #include "cli/profile_report.h"
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "cli/table.h"
+#include "core/expr.h"
 #include "core/report.h"
 
 namespace teeny::cli {
@@ -42,7 +42,7 @@ std::string environment_lines(const ProfileReport& report) {
 }
 
 std::string run_table(const ProfileReport& report, const ProfileRun& run) {
-  std::string out = fmt::format("\n== {} ({}) ==\n", report.graph_name, bindings_str(run.bindings));
+  std::string out = fmt::format("\n== {} ({}) ==\n", report.graph_name, bindings_text(run.bindings));
   out += fmt::format("{} timed iterations after {} warm-up ({:.2f} s); timing: {}\n", run.iterations,
                      run.warmup_iterations, run.warmup_seconds, report.environment.timing_method);
   std::vector<Row> rows{{"#", "node", "kernel", "grid", "block", "median_us", "min_us", "p90_us", "share%", "GB/s",
@@ -89,12 +89,6 @@ std::string csv_field(const std::string& text) {
 }
 
 }  // namespace
-
-std::string bindings_str(const Bindings& bindings) {
-  std::vector<std::string> parts;
-  for (const auto& [name, value] : bindings) parts.push_back(fmt::format("{}={}", name, value));
-  return parts.empty() ? "no dims" : fmt::format("{}", fmt::join(parts, ", "));
-}
 
 std::string format_profile_table(const ProfileReport& report) {
   std::string out = fmt::format("teeny profile: {} ({})\n", report.graph_name, report.bundle_path);
@@ -217,7 +211,7 @@ std::string format_profile_csv(const ProfileReport& report) {
       out += fmt::format(
           "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.5f},"
           "{:.3f},{},{},{:.3f},{:.3f},{:.3f},{:.3f},{},{},{},{},{:.1f}\n",
-          csv_field(bindings_str(run.bindings)), run.untrusted.empty() ? "true" : "false",
+          csv_field(bindings_text(run.bindings)), run.untrusted.empty() ? "true" : "false",
           csv_field(e.timing_method), e.mode, e.cuda_graph ? "true" : "false", f.index, csv_field(f.node),
           csv_field(f.kernel), f.grid[0], f.grid[1], f.grid[2], f.block[0], f.block[1], f.block[2], d.count,
           d.min, d.median, d.mean, d.p90, d.max, d.rel_iqr, 100 * l.share, f.bytes, f.flops, l.gbps, l.gflops,

@@ -17,7 +17,4 @@ nlohmann::json profile_json(const ProfileReport& report);
 // One header row, then one row per launch per run.
 std::string format_profile_csv(const ProfileReport& report);
 
-// "B=64, S=128" (dims in name order).
-std::string bindings_str(const Bindings& bindings);
-
 }  // namespace teeny::cli

@@ -26,7 +26,6 @@
 #include <fmt/format.h>
 
 #include "cli/check_report.h"
-#include "cli/profile_report.h"
 #include "core/compare.h"
 #include "core/compile.h"
 #include "core/driver.h"
@@ -84,7 +83,7 @@ TEST(ConformanceCases, EveryCaseGraphParsesAndNamesItsOp) {
           std::vector<std::string> binds;
           for (const auto& [dim, value] : b) binds.push_back(fmt::format("{}={}", dim, value));
           return binds;
-        }())) << cli::bindings_str(b);
+        }())) << bindings_text(b);
     } catch (const Error& e) {
       ADD_FAILURE() << e.render() << "\n" << job.c.graph;
     }
@@ -138,7 +137,7 @@ TEST(GpuConformance, EveryRegisteredOpMatchesItsReference) {
     const std::vector<Bindings> runs =
         job.c.bindings.empty() ? std::vector<Bindings>{Bindings{}} : job.c.bindings;
     for (const Bindings& b : runs) {
-      const std::string where = fmt::format("{} with {}", job.label(), cli::bindings_str(b));
+      const std::string where = fmt::format("{} with {}", job.label(), bindings_text(b));
       ++t.runs;
       try {
         std::vector<std::string> binds;
