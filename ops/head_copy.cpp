@@ -11,6 +11,12 @@ namespace {
 constexpr int kThreads = 256;
 }  // namespace
 
+AttrSpec heads_attr_spec() {
+  AttrSpec heads = attr_spec("heads", AttrType::kInt, "number of heads H");
+  heads.min_value = 1;
+  return heads;
+}
+
 Lowering lower_head_copy(const OpContext& ctx, const std::string& op, const Expr& head_dim, const char* layout) {
   const TensorType& x = ctx.inputs.at(0);
   const DType dtype = x.dtype;

@@ -11,6 +11,9 @@
 
 namespace teeny::ops {
 
+// The `heads` attr of split_heads, merge_heads and fused.sdpa_heads: required, at least 1.
+AttrSpec heads_attr_spec();
+
 // The copy kernel of ops/kernels/head_copy.cuh with `layout` (its tn_split_heads or
 // tn_merge_heads), which says where each output unit reads from.
 Lowering lower_head_copy(const OpContext& ctx, const std::string& op, const Expr& head_dim, const char* layout);

@@ -52,7 +52,7 @@ OpDef merge_heads_op() {
   def.name = "merge_heads";
   def.doc = "x [B*H, S, Dh] -> [B, S, H*Dh] (inverse of split_heads)";
   def.inputs = {{"x", "[B*H, S, Dh]"}};
-  def.attrs = {{"heads", AttrType::kInt, "number of heads H", std::nullopt, {}, false, 1.0}};
+  def.attrs = {heads_attr_spec()};
   def.dtypes = float_dtypes();
   const OpDef meta = def;
   def.infer = [meta](const OpContext& ctx) { return infer_merge_heads(meta, ctx); };

@@ -68,11 +68,10 @@ bool use_f32_tiled(DType dtype, int64_t head_dim) { return dtype == DType::kF32 
 }  // namespace
 
 std::vector<AttrSpec> sdpa_attr_specs() {
-  return {
-      {"causal", AttrType::kBool, "mask keys after the query (PyTorch is_causal)", nlohmann::json(false), {},
-       false, std::nullopt},
-      {"scale", AttrType::kFloat, "score scale; default 1/sqrt(Dh)", std::nullopt, {}, true, std::nullopt},
-  };
+  AttrSpec scale = attr_spec("scale", AttrType::kFloat, "score scale; default 1/sqrt(Dh)");
+  scale.optional = true;
+  return {attr_spec("causal", AttrType::kBool, "mask keys after the query (PyTorch is_causal)", nlohmann::json(false)),
+          scale};
 }
 
 DType check_attention_inputs(const OpDef& meta, const OpContext& ctx, const AttentionLayout& layout) {

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "ops/conformance.h"
+#include "ops/head_copy.h"
 #include "ops/kernel_util.h"
 #include "ops/ops.h"
 #include "ops/sdpa.h"
@@ -73,7 +74,7 @@ OpDef sdpa_heads_op() {
   def.doc = "merge_heads(sdpa(split_heads(q), split_heads(k), split_heads(v))) in one kernel; q [B, S, H*Dh], "
             "k/v [B, T, H*Dh] -> [B, S, H*Dh]";
   def.inputs = {{"q", "[B, S, H*Dh]"}, {"k", "[B, T, H*Dh]"}, {"v", "[B, T, H*Dh]"}};
-  def.attrs = {{"heads", AttrType::kInt, "number of heads H", std::nullopt, {}, false, 1.0}};
+  def.attrs = {heads_attr_spec()};
   for (AttrSpec& spec : sdpa_attr_specs()) def.attrs.push_back(std::move(spec));
   def.dtypes = float_dtypes();
   const OpDef meta = def;

@@ -51,7 +51,7 @@ OpDef split_heads_op() {
   def.name = "split_heads";
   def.doc = "x [B, S, H*Dh] -> [B*H, S, Dh]";
   def.inputs = {{"x", "[B, S, H*Dh]"}};
-  def.attrs = {{"heads", AttrType::kInt, "number of heads H", std::nullopt, {}, false, 1.0}};
+  def.attrs = {heads_attr_spec()};
   def.dtypes = float_dtypes();
   const OpDef meta = def;
   def.infer = [meta](const OpContext& ctx) { return infer_split_heads(meta, ctx); };
