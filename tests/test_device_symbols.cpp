@@ -80,6 +80,32 @@ TEST(DeviceSymbols, SpecDimsMayNotTakeTheirNames) {
   }
 }
 
+TEST(DeviceSymbols, ParamShapesMayNotUseThem) {
+  // Host data (weights, init bytes) cannot depend on the GPU a bundle later runs on.
+  Registry registry;
+  OpDef def = testing::test_op("t.device_param", {{"x", ""}}, {}, testing::same_as_input);
+  def.params = [](const OpContext&) {
+    return std::vector<ParamSpec>{{"table", {device_sms()}, DType::kF32, ParamInit::kTrained, {}}};
+  };
+  registry.add(def);
+  const Graph graph = parse_graph(
+      "name: net\n"
+      "inputs:\n"
+      "  x: {dtype: f32, shape: [4]}\n"
+      "nodes:\n"
+      "  - {name: t1, op: t.device_param, inputs: [x]}\n"
+      "outputs: [t1]\n",
+      "g.yaml", registry);
+  try {
+    compile_graph(graph, registry, CompileOptions{});
+    FAIL() << "no error";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.message(),
+              "node 't1': op 't.device_param', param 't1.table' shape 'SMS' uses 'SMS', which is not a dim of the "
+              "graph");
+  }
+}
+
 // ---- one bundle, three GPUs -------------------------------------------------------------------
 
 class OneBundleManyGpus : public ::testing::Test {
