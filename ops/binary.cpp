@@ -2,10 +2,9 @@
 //
 // Lowering collapses the broadcast output shape into the fewest dims whose elements are
 // evenly strided in both operands (size-1 dims dropped, neighbours merged when both operands
-// are contiguous across them or both broadcast), then generates a kernel for that pattern:
-// a broadcast operand has no stride argument and reads one value per 16-byte output pack.
-// Index arithmetic is 32-bit when the output has fewer than 2^31 elements (headroom for
-// operand offsets past n in padded rows).
+// are contiguous across them or both broadcast), then instantiates ops/kernels/binary.cuh's
+// tn_binary for that pattern: a broadcast operand has no stride argument and reads one value
+// per 16-byte output pack.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -65,71 +64,8 @@ std::vector<CollapsedDim> collapse(const TensorType& a, const TensorType& b, con
   return merged;
 }
 
-// The kernel body after the generated arrays d[], sa[], sb[] (sizes and strides, 0 where an
-// operand broadcasts) and the constants kDims, kBcastA, kBcastB (innermost dim broadcast).
-const char* kBinaryBody = R"CUDA(
-template <typename I>
-__device__ __forceinline__ void tn_offsets(I e, const long long (&d)[kDims],
-                                           const long long (&sa)[kDims],
-                                           const long long (&sb)[kDims], I& oa, I& ob) {
-  oa = 0; ob = 0;
-#pragma unroll
-  for (int j = kDims - 1; j >= 0; --j) {
-    I idx = e;
-    if (j > 0) { const I q = e / (I)d[j]; idx = e - q * (I)d[j]; e = q; }
-    oa += idx * (I)sa[j];
-    ob += idx * (I)sb[j];
-  }
-}
-
-template <typename I>
-__device__ __forceinline__ void tn_binary(const T* a, const T* b, T* y, long long n,
-                                          const long long (&d)[kDims],
-                                          const long long (&sa)[kDims],
-                                          const long long (&sb)[kDims]) {
-  constexpr int kVec = tn_pack<T>::kN;
-  const I threads = (I)gridDim.x * kBlock;
-  const I tid = (I)blockIdx.x * kBlock + threadIdx.x;
-  bool vec = d[kDims - 1] % kVec == 0 && tn_aligned16(a) && tn_aligned16(b) && tn_aligned16(y);
-  vec = vec && (kBcastA || sa[kDims - 1] == 1) && (kBcastB || sb[kDims - 1] == 1);
-#pragma unroll
-  for (int j = 0; j < kDims - 1; ++j) vec = vec && sa[j] % kVec == 0 && sb[j] % kVec == 0;
-  if (vec) {
-    const I nv = (I)(n / kVec);
-    for (I i = tid; i < nv; i += threads) {
-      I oa, ob;
-      tn_offsets<I>(i * kVec, d, sa, sb, oa, ob);
-      float va[kVec], vb[kVec];
-      if (kBcastA) {
-        const float s = tn_f32(a[oa]);
-#pragma unroll
-        for (int k = 0; k < kVec; ++k) va[k] = s;
-      } else {
-        tn_load16(a + oa, va);
-      }
-      if (kBcastB) {
-        const float s = tn_f32(b[ob]);
-#pragma unroll
-        for (int k = 0; k < kVec; ++k) vb[k] = s;
-      } else {
-        tn_load16(b + ob, vb);
-      }
-#pragma unroll
-      for (int k = 0; k < kVec; ++k) va[k] = TN_OP(va[k], vb[k]);
-      tn_store16(y + i * kVec, va);
-    }
-  } else {
-    for (I i = tid; i < (I)n; i += threads) {
-      I oa, ob;
-      tn_offsets<I>(i, d, sa, sb, oa, ob);
-      y[i] = tn_cast<T>(TN_OP(tn_f32(a[oa]), tn_f32(b[ob])));
-    }
-  }
-}
-)CUDA";
-
 struct BinaryFn {
-  const char* cuda;  // expression of floats p, q
+  const char* functor;  // the functor template of ops/kernels/binary.cuh, applied as Op<T>(p, q)
   double (*host)(double, double);
 };
 
@@ -158,33 +94,21 @@ OpDef binary_op(const std::string& name, std::string doc, BinaryFn fn) {
 
     std::vector<KernelArg> args = {input(0, "a", dtype), input(1, "b", dtype),
                                    output("y", dtype), i64("n", n)};
-    std::string sizes, strides_a, strides_b, pattern;
+    std::string pattern;
     for (int j = 0; j < rank; ++j) {
-      const std::string sep = j == 0 ? "" : ", ";
       args.push_back(i64(fmt::format("d{}", j), dims[j].size));
-      sizes += sep + fmt::format("d{}", j);
       if (dims[j].stride_a) args.push_back(i64(fmt::format("sa{}", j), *dims[j].stride_a));
       if (dims[j].stride_b) args.push_back(i64(fmt::format("sb{}", j), *dims[j].stride_b));
-      strides_a += sep + (dims[j].stride_a ? fmt::format("sa{}", j) : "0");
-      strides_b += sep + (dims[j].stride_b ? fmt::format("sb{}", j) : "0");
       pattern += !dims[j].stride_a ? 'a' : !dims[j].stride_b ? 'b' : 'f';  // who broadcasts
     }
-    std::string source =
-        kernel_prelude() + kernel_typedef("T", dtype) + kernel_constant("kBlock", kBlock) +
-        kernel_constant("kDims", rank) +
-        kernel_constant("kBcastA", dims.back().stride_a ? 0 : 1) +
-        kernel_constant("kBcastB", dims.back().stride_b ? 0 : 1) +
-        fmt::format("#define TN_OP(p, q) ({})\n", fn.cuda) + kBinaryBody +
-        kernel_entry(args, kBlock) + " {\n" +
-        fmt::format("  const long long d[kDims] = {{{}}};\n", sizes) +
-        fmt::format("  const long long sa[kDims] = {{{}}};\n", strides_a) +
-        fmt::format("  const long long sb[kDims] = {{{}}};\n", strides_b) +
-        "  if (n < (1ll << 31)) tn_binary<unsigned>(a, b, y, n, d, sa, sb);\n"
-        "  else tn_binary<long long>(a, b, y, n, d, sa, sb);\n}\n";
+    std::string broadcast;  // the pattern as the template's chars: 'f', 'b'
+    for (char who : pattern) broadcast += fmt::format(", '{}'", who);
 
     Lowering lowering;
-    lowering.kernels.push_back({fmt::format("{}_{}_{}", name, dtype_name(dtype), pattern),
-                                std::move(source), TEENY_KERNEL_ORIGIN});
+    lowering.kernels.push_back(template_kernel(
+        fmt::format("{}_{}_{}", name, dtype_name(dtype), pattern), "binary.cuh",
+        fmt::format("tn_binary<{}, {}, {}{}>", dtype_c_type(dtype), kBlock, fn.functor, broadcast), args, kBlock,
+        TEENY_KERNEL_ORIGIN));
     Launch launch;
     launch.block = {kBlock, 1, 1};
     launch.grid[0] = grid_stride_blocks(ceil_div(n, Expr(kBlock * vector_width(dtype))), kBlock);
@@ -257,17 +181,17 @@ OpDef binary_op(const std::string& name, std::string doc, BinaryFn fn) {
 }  // namespace
 
 OpDef add_op() {
-  return binary_op("add", "a + b", {"p + q", [](double p, double q) { return p + q; }});
+  return binary_op("add", "a + b", {"tn_add", [](double p, double q) { return p + q; }});
 }
 OpDef sub_op() {
-  return binary_op("sub", "a - b", {"p - q", [](double p, double q) { return p - q; }});
+  return binary_op("sub", "a - b", {"tn_sub", [](double p, double q) { return p - q; }});
 }
 OpDef mul_op() {
-  return binary_op("mul", "a * b", {"p * q", [](double p, double q) { return p * q; }});
+  return binary_op("mul", "a * b", {"tn_mul", [](double p, double q) { return p * q; }});
 }
 OpDef div_op() {
   return binary_op("div", "a / b (IEEE: x/0 is inf or nan)",
-                   {"p / q", [](double p, double q) { return p / q; }});
+                   {"tn_div", [](double p, double q) { return p / q; }});
 }
 
 }  // namespace teeny::ops
