@@ -2,9 +2,7 @@
 // per input (every launch runs the same kernel).
 //
 // Input i viewed as [outer, cols_i] with cols_i = extent_i * inner lands in the output viewed
-// as [outer, out_cols] at column offset_i * inner. The copy is a grid-stride loop over
-// 16-byte packs when the input is contiguous and every row start stays 16-byte aligned,
-// element by element otherwise (padded input rows are honoured there).
+// as [outer, out_cols] at column offset_i * inner, copied by ops/kernels/concat.cuh's tn_concat.
 #include <fmt/format.h>
 
 #include "ops/conformance.h"
@@ -15,35 +13,6 @@ namespace teeny::ops {
 namespace {
 
 constexpr int kBlock = 256;
-
-const char* kConcatBody = R"CUDA(
-template <typename I>
-__device__ __forceinline__ void tn_concat(const T* x, T* y, long long outer, int cols, int last,
-                                          int x_stride, long long out_cols, long long col_offset) {
-  constexpr int kVec = tn_pack<T>::kN;
-  const I threads = (I)gridDim.x * kBlock;
-  const I tid = (I)blockIdx.x * kBlock + threadIdx.x;
-  const bool contiguous = x_stride == last;
-  if (contiguous && cols % kVec == 0 && out_cols % kVec == 0 && col_offset % kVec == 0 &&
-      tn_aligned16(x) && tn_aligned16(y)) {
-    const int packs = cols / kVec;
-    for (I i = tid; i < (I)(outer * packs); i += threads) {
-      const I o = i / (I)packs;
-      const I c = (i - o * (I)packs) * kVec;
-      float v[kVec];
-      tn_load16(x + o * (I)cols + c, v);
-      tn_store16(y + o * (I)out_cols + (I)col_offset + c, v);
-    }
-  } else {
-    for (I i = tid; i < (I)(outer * cols); i += threads) {
-      const I o = i / (I)cols;
-      const I c = i - o * (I)cols;
-      const I src = contiguous ? i : (i / (I)last) * (I)x_stride + i % (I)last;
-      y[o * (I)out_cols + (I)col_offset + c] = x[src];
-    }
-  }
-}
-)CUDA";
 
 struct ConcatGeometry {
   size_t axis;
@@ -111,19 +80,10 @@ OpDef concat_op() {
                      i64("outer", g.outer), i32("cols", cols), i32("last", x.shape.back()),
                      i32("x_stride", x.row_stride), i64("out_cols", g.total * g.inner),
                      i64("col_offset", g.offsets[i] * g.inner)};
-      if (i == 0) {
-        std::string source =
-            kernel_prelude() + kernel_typedef("T", dtype) + kernel_constant("kBlock", kBlock) +
-            kConcatBody + kernel_entry(launch.args, kBlock) +
-            " {\n"
-            "  if (outer * out_cols < (1ll << 31))\n"
-            "    tn_concat<unsigned>(x, y, outer, cols, last, x_stride, out_cols, col_offset);\n"
-            "  else\n"
-            "    tn_concat<long long>(x, y, outer, cols, last, x_stride, out_cols, col_offset);\n"
-            "}\n";
-        lowering.kernels.push_back({fmt::format("concat_{}", dtype_name(dtype)), std::move(source),
-                                    TEENY_KERNEL_ORIGIN});
-      }
+      if (i == 0)
+        lowering.kernels.push_back(template_kernel(fmt::format("concat_{}", dtype_name(dtype)), "concat.cuh",
+                                                   fmt::format("tn_concat<{}, {}>", dtype_c_type(dtype), kBlock),
+                                                   launch.args, kBlock, TEENY_KERNEL_ORIGIN));
       launch.kernel = 0;
       launch.block = {kBlock, 1, 1};
       const Expr n = g.outer * cols;
