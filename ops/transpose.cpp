@@ -1,9 +1,8 @@
 // transpose (ops.md, "Shape and data movement"): permutes dims with a real copy.
 //
-// Swapping the last two dims (leading dims fixed): 32x32 tiles staged through shared memory
-// (padded to 33 columns against bank conflicts), so both the read and the write are
-// coalesced. Any other permutation: a gather over the output, one 16-byte pack per thread
-// step when the last dim stays last and rows are aligned, element by element otherwise.
+// Swapping the last two dims (leading dims fixed): 32x32 tiles staged through shared memory, so
+// both the read and the write are coalesced. Any other permutation: a gather over the output.
+// Kernels: ops/kernels/transpose.cuh.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -19,65 +18,6 @@ constexpr int kTile = 32;
 constexpr int kTileRows = 8;  // block = kTile x kTileRows threads; each copies kTile/kTileRows
 constexpr int kGatherBlock = 256;
 constexpr int kMaxGridYZ = 65535;
-
-const char* kTiledBody = R"CUDA(
-  __shared__ float tile[kTile][kTile + 1];
-  const int tx = threadIdx.x, ty = threadIdx.y;
-  const int tiles_r = (rows + kTile - 1) / kTile;
-  const int c0 = blockIdx.x * kTile;
-  for (long long z = blockIdx.z; z < batch; z += gridDim.z) {
-    const T* xz = x + z * rows * x_stride;
-    T* yz = y + z * rows * cols;
-    for (int tr = blockIdx.y; tr < tiles_r; tr += gridDim.y) {
-      const int r0 = tr * kTile;
-#pragma unroll
-      for (int j = ty; j < kTile; j += kTileRows)
-        if (r0 + j < rows && c0 + tx < cols) tile[j][tx] = tn_f32(xz[(long long)(r0 + j) * x_stride + c0 + tx]);
-      __syncthreads();
-#pragma unroll
-      for (int j = ty; j < kTile; j += kTileRows)
-        if (c0 + j < cols && r0 + tx < rows) yz[(long long)(c0 + j) * rows + r0 + tx] = tn_cast<T>(tile[tx][j]);
-      __syncthreads();
-    }
-  }
-}
-)CUDA";
-
-// Generated before this: kDims, kLastKept, and in the entry the arrays d[] (output dims) and
-// s[] (input element stride of each output dim).
-const char* kGatherBody = R"CUDA(
-template <typename I>
-__device__ __forceinline__ I tn_source(I e, const long long (&d)[kDims], const long long (&s)[kDims]) {
-  I offset = 0;
-#pragma unroll
-  for (int j = kDims - 1; j >= 0; --j) {
-    I idx = e;
-    if (j > 0) { const I q = e / (I)d[j]; idx = e - q * (I)d[j]; e = q; }
-    offset += idx * (I)s[j];
-  }
-  return offset;
-}
-
-template <typename I>
-__device__ __forceinline__ void tn_gather(const T* x, T* y, long long n, const long long (&d)[kDims],
-                                          const long long (&s)[kDims]) {
-  constexpr int kVec = tn_pack<T>::kN;
-  const I threads = (I)gridDim.x * kBlock;
-  const I tid = (I)blockIdx.x * kBlock + threadIdx.x;
-  bool vec = kLastKept && d[kDims - 1] % kVec == 0 && tn_aligned16(x) && tn_aligned16(y);
-#pragma unroll
-  for (int j = 0; j < kDims - 1; ++j) vec = vec && s[j] % kVec == 0;
-  if (vec) {
-    for (I i = tid; i < (I)(n / kVec); i += threads) {
-      float v[kVec];
-      tn_load16(x + tn_source<I>(i * kVec, d, s), v);
-      tn_store16(y + i * kVec, v);
-    }
-  } else {
-    for (I i = tid; i < (I)n; i += threads) y[i] = x[tn_source<I>(i, d, s)];
-  }
-}
-)CUDA";
 
 std::vector<int> read_perm(const OpContext& ctx) {
   const size_t rank = ctx.inputs[0].shape.size();
@@ -138,42 +78,27 @@ OpDef transpose_op() {
       const Expr batch = product(Shape(x.shape.begin(), x.shape.end() - 2));
       launch.args = {input(0, "x", dtype), output("y", dtype), i64("batch", batch),
                      i32("rows", rows), i32("cols", cols), i32("x_stride", x.row_stride)};
-      std::string source = kernel_prelude() + kernel_typedef("T", dtype) +
-                           kernel_constant("kTile", kTile) + kernel_constant("kTileRows", kTileRows) +
-                           kernel_entry(launch.args, kTile * kTileRows) + " {" + kTiledBody;
-      lowering.kernels.push_back({fmt::format("transpose_tiled_{}", dtype_name(dtype)),
-                                  std::move(source), TEENY_KERNEL_ORIGIN});
+      lowering.kernels.push_back(template_kernel(
+          fmt::format("transpose_tiled_{}", dtype_name(dtype)), "transpose.cuh",
+          fmt::format("tn_transpose_tiled<{}, {}, {}>", dtype_c_type(dtype), kTile, kTileRows), launch.args,
+          kTile * kTileRows, TEENY_KERNEL_ORIGIN));
       launch.block = {kTile, kTileRows, 1};
       launch.grid = {ceil_div(cols, Expr(kTile)), min(ceil_div(rows, Expr(kTile)), Expr(kMaxGridYZ)),
                      min(batch, Expr(kMaxGridYZ))};
     } else {
       const std::vector<Expr> in_strides = element_strides(x);
       launch.args = {input(0, "x", dtype), output("y", dtype), i64("n", n)};
-      std::string dims, strides;
       for (size_t k = 0; k < rank; ++k) {
         launch.args.push_back(i64(fmt::format("d{}", k), x.shape[perm[k]]));
         launch.args.push_back(i64(fmt::format("s{}", k), in_strides[perm[k]]));
-        dims += fmt::format("{}d{}", k ? ", " : "", k);
-        strides += fmt::format("{}s{}", k ? ", " : "", k);
       }
       const bool last_kept = rank > 0 && perm.back() == static_cast<int>(rank) - 1;
-      const int dims_count = std::max<int>(static_cast<int>(rank), 1);
-      if (rank == 0) {
-        dims = "1";
-        strides = "1";
-      }
-      std::string source =
-          kernel_prelude() + kernel_typedef("T", dtype) + kernel_constant("kBlock", kGatherBlock) +
-          kernel_constant("kDims", dims_count) + kernel_constant("kLastKept", last_kept ? 1 : 0) +
-          kGatherBody + kernel_entry(launch.args, kGatherBlock) + " {\n" +
-          fmt::format("  const long long d[kDims] = {{{}}};\n", dims) +
-          fmt::format("  const long long s[kDims] = {{{}}};\n", strides) +
-          "  if (n < (1ll << 31)) tn_gather<unsigned>(x, y, n, d, s);\n"
-          "  else tn_gather<long long>(x, y, n, d, s);\n}\n";
       std::string perm_name;
       for (int p : perm) perm_name += std::to_string(p);
-      lowering.kernels.push_back({fmt::format("transpose_{}_{}", perm_name, dtype_name(dtype)),
-                                  std::move(source), TEENY_KERNEL_ORIGIN});
+      lowering.kernels.push_back(template_kernel(
+          fmt::format("transpose_{}_{}", perm_name, dtype_name(dtype)), "transpose.cuh",
+          fmt::format("tn_transpose_gather<{}, {}, {}>", dtype_c_type(dtype), kGatherBlock, last_kept), launch.args,
+          kGatherBlock, TEENY_KERNEL_ORIGIN));
       launch.block = {kGatherBlock, 1, 1};
       launch.grid[0] = grid_stride_blocks(ceil_div(n, Expr(kGatherBlock * vector_width(dtype))), kGatherBlock);
     }
