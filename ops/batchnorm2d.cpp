@@ -39,35 +39,16 @@ Lowering batchnorm2d_lower(const OpContext& ctx) {
                                  i64("count", count),
                                  i32("plane", plane / Expr(vec)),
                                  i32("channels", shape[1])};
-  std::string src = kernel_prelude() + kernel_constant("THREADS", kThreads) + kernel_constant("VEC", vec);
-  src += kernel_entry(args, kThreads) + R"CUDA( {
-  // One VEC-wide group per thread; a group never straddles two channel planes.
-  const long long i = (long long)blockIdx.x * THREADS + threadIdx.x;
-  if (i >= count) return;
-  const int c = (int)((i / plane) % channels);
-  const float scale = __ldg(weight + c) / sqrtf(__ldg(running_var + c) + eps);
-  const float shift = __ldg(bias + c) - __ldg(running_mean + c) * scale;
-  if constexpr (VEC == 4) {
-    float v[4];
-    if (tn_aligned16(x) && tn_aligned16(y)) {
-      tn_load16<float>(x + i * 4, v);
-      for (int k = 0; k < 4; ++k) v[k] = fmaf(v[k], scale, shift);
-      tn_store16<float>(y + i * 4, v);
-    } else {
-      for (int k = 0; k < 4; ++k) y[i * 4 + k] = fmaf(__ldg(x + i * 4 + k), scale, shift);
-    }
-  } else {
-    y[i] = fmaf(__ldg(x + i), scale, shift);
-  }
-}
-)CUDA";
+  KernelSource kernel = template_kernel(fmt::format("batchnorm2d_v{}", vec), "vision.cuh",
+                                        fmt::format("tn_batchnorm2d<{}, {}>", kThreads, vec), args, kThreads,
+                                        TEENY_KERNEL_ORIGIN);
   Launch launch;
   launch.block = {kThreads, 1, 1};
   launch.grid = {ceil_div(count, Expr(kThreads)), Expr(1), Expr(1)};
   launch.args = std::move(args);
   launch.bytes = Expr(8) * product(shape) + Expr(16) * shape[1];
   launch.flops = Expr(2) * product(shape);
-  return Lowering{{KernelSource{fmt::format("batchnorm2d_v{}", vec), src, TEENY_KERNEL_ORIGIN}}, {launch}};
+  return Lowering{{std::move(kernel)}, {launch}};
 }
 
 HostTensor batchnorm2d_reference(const RefContext& ref) {

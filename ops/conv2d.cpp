@@ -1,5 +1,6 @@
 // conv2d: NCHW convolution with stride, padding, dilation and groups (depthwise when groups = C),
-// PyTorch layout weight [Co, C/groups, kH, kW] and bias [Co]. Kernels: ops/vision_common.cpp.
+// PyTorch layout weight [Co, C/groups, kH, kW] and bias [Co]. Lowering: ops/vision_common.cpp;
+// kernels: ops/kernels/conv2d.cuh.
 #include "ops/vision_common.h"
 #include "ops/kernel_util.h"
 #include "ops/ops.h"

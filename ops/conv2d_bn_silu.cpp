@@ -1,7 +1,8 @@
 // conv2d_bn_silu: Conv (no bias) -> inference BatchNorm -> SiLU in one kernel, the Ultralytics
 // `Conv` block with its slot names (conv.weight, bn.*). The batch norm is folded per output
-// channel in the kernel's epilogue. Kernels: ops/vision_common.cpp; the graph pass that forms this
-// op from three nodes: ops/fuse_conv_bn_silu.cpp.
+// channel in the kernel's epilogue, and the SiLU is the silu op's functor. Lowering:
+// ops/vision_common.cpp; kernels: ops/kernels/conv2d.cuh; the graph pass that forms this op from
+// three nodes: ops/fuse_conv_bn_silu.cpp.
 #include <cmath>
 
 #include "ops/vision_common.h"

@@ -14,12 +14,8 @@ namespace {
 
 constexpr int kThreads = 256;
 
-struct PoolWindow {
-  int64_t kh, kw, sh, sw, ph, pw;
-};
-
-PoolWindow pool_window(const Attrs& attrs) {
-  PoolWindow p;
+Window2d pool_window(const Attrs& attrs) {
+  Window2d p;
   std::tie(p.kh, p.kw) = attrs.pair("kernel_size");
   std::tie(p.sh, p.sw) = attrs.has("stride") ? attrs.pair("stride") : std::pair{p.kh, p.kw};
   std::tie(p.ph, p.pw) = attrs.pair("padding");
@@ -39,7 +35,7 @@ TensorType infer_pool(const OpDef& meta, const OpContext& ctx) {
   const DType dtype = output_float_dtype(meta, ctx, common_float_dtype(meta, ctx));
   const TensorType& x = ctx.inputs.at(0);
   check_nchw(meta.name, x);
-  const PoolWindow p = pool_window(ctx.attrs);
+  const Window2d p = pool_window(ctx.attrs);
   require_at_least("kernel_size", p.kh, p.kw, 1);
   require_at_least("stride", p.sh, p.sw, 1);
   require_at_least("padding", p.ph, p.pw, 0);
@@ -51,67 +47,30 @@ TensorType infer_pool(const OpDef& meta, const OpContext& ctx) {
                             window_extent("width", x.shape[3], p.kw, p.sw, p.pw, 1)});
 }
 
-// One output per thread, flat over [B, C, Ho, Wo] so stores are coalesced.
+// ops/kernels/pool2d.cuh's tn_pool2d: one output per thread, flat over [B, C, Ho, Wo].
 Lowering lower_window_pool(const std::string& op, bool is_max, const OpContext& ctx) {
-  const PoolWindow p = pool_window(ctx.attrs);
+  const Window2d p = pool_window(ctx.attrs);
   const Shape& in = ctx.inputs.at(0).shape;
   const Shape& out = ctx.output.shape;
   std::vector<KernelArg> args = {input(0, "x", DType::kF32), output("y", DType::kF32),
                                  i64("count", product(out)),  i32("in_h", in[2]),
                                  i32("in_w", in[3]),          i32("out_h", out[2]),
                                  i32("out_w", out[3])};
-  std::string src = kernel_prelude();
-  src += kernel_constant("THREADS", kThreads);
-  src += kernel_constant("KH", p.kh) + kernel_constant("KW", p.kw) + kernel_constant("SH", p.sh) +
-         kernel_constant("SW", p.sw) + kernel_constant("PH", p.ph) + kernel_constant("PW", p.pw);
-  src += kernel_entry(args, kThreads) + " {\n" + R"CUDA(  const long long i = (long long)blockIdx.x * THREADS + threadIdx.x;
-  if (i >= count) return;
-  const int ow = (int)(i % out_w);
-  const long long rows = i / out_w;
-  const int oh = (int)(rows % out_h);
-  const float* plane = x + (rows / out_h) * in_h * in_w;
-  const int ih0 = oh * SH - PH, iw0 = ow * SW - PW;
-)CUDA";
-  if (is_max) {
-    src += R"CUDA(  float acc = __int_as_float(0xff800000);  // -inf (NVRTC has no INFINITY macro)
-#pragma unroll
-  for (int kh = 0; kh < KH; ++kh)
-#pragma unroll
-    for (int kw = 0; kw < KW; ++kw) {
-      const int ih = ih0 + kh, iw = iw0 + kw;
-      if ((unsigned)ih < (unsigned)in_h && (unsigned)iw < (unsigned)in_w) {
-        const float v = __ldg(plane + ih * in_w + iw);
-        acc = (v > acc || v != v) ? v : acc;  // NaN propagates, as in PyTorch
-      }
-    }
-  y[i] = acc;
-}
-)CUDA";
-  } else {
-    src += R"CUDA(  float acc = 0.f;
-#pragma unroll
-  for (int kh = 0; kh < KH; ++kh)
-#pragma unroll
-    for (int kw = 0; kw < KW; ++kw) {
-      const int ih = ih0 + kh, iw = iw0 + kw;
-      if ((unsigned)ih < (unsigned)in_h && (unsigned)iw < (unsigned)in_w) acc += __ldg(plane + ih * in_w + iw);
-    }
-  y[i] = acc / (KH * KW);  // padding counts (count_include_pad = true)
-}
-)CUDA";
-  }
+  KernelSource kernel = template_kernel(
+      fmt::format("{}_{}", op, window_name(p)), "pool2d.cuh",
+      fmt::format("tn_pool2d<{}, {}, {}>", kThreads, window_template(p), is_max ? "tn_pool_max" : "tn_pool_avg"), args,
+      kThreads, TEENY_KERNEL_ORIGIN);
   Launch launch;
   launch.block = {kThreads, 1, 1};
   launch.grid = {ceil_div(product(out), Expr(kThreads)), Expr(1), Expr(1)};
   launch.args = std::move(args);
   launch.bytes = Expr(4) * (product(in) + product(out));
   launch.flops = Expr(p.kh * p.kw) * product(out);
-  return Lowering{{KernelSource{fmt::format("{}_k{}x{}s{}x{}", op, p.kh, p.kw, p.sh, p.sw), src, TEENY_KERNEL_ORIGIN}},
-                  {launch}};
+  return Lowering{{std::move(kernel)}, {launch}};
 }
 
 HostTensor window_pool_reference(bool is_max, const RefContext& ref) {
-  const PoolWindow p = pool_window(ref.op.attrs);
+  const Window2d p = pool_window(ref.op.attrs);
   const HostTensor& x = ref.inputs.at(0);
   const int64_t planes = x.shape[0] * x.shape[1], in_h = x.shape[2], in_w = x.shape[3];
   const int64_t out_h = ref.output_shape[2], out_w = ref.output_shape[3];
@@ -154,8 +113,8 @@ OpDef window_pool_op(const std::string& name, bool is_max, const std::string& do
 
 // ---- global_avgpool ------------------------------------------------------------------------
 
-// A warp per plane for small planes (8 planes per CTA), the whole CTA for large ones; partial
-// sums are combined with warp shuffles (and shared memory across warps).
+// ops/kernels/pool2d.cuh's tn_global_avgpool: a warp per plane for small planes (8 planes per
+// CTA), the whole CTA for large ones.
 Lowering lower_global_avgpool(const OpContext& ctx) {
   const Shape& in = ctx.inputs.at(0).shape;
   const Expr plane = in[2] * in[3];
@@ -165,39 +124,16 @@ Lowering lower_global_avgpool(const OpContext& ctx) {
   const Expr planes = in[0] * in[1];
   std::vector<KernelArg> args = {input(0, "x", DType::kF32), output("y", DType::kF32), i32("planes", planes),
                                  i32("plane", plane)};
-  std::string src = kernel_prelude() + kernel_constant("THREADS", kThreads) +
-                    kernel_constant("PLANE_THREADS", plane_threads) + kernel_constant("VEC", vec);
-  src += kernel_entry(args, kThreads) + R"CUDA( {
-  constexpr int PLANES_PER_CTA = THREADS / PLANE_THREADS;
-  __shared__ float smem32[32];
-  const int lane = threadIdx.x % PLANE_THREADS;
-  const int p = blockIdx.x * PLANES_PER_CTA + threadIdx.x / PLANE_THREADS;
-  float sum = 0.f;
-  if (p < planes) {
-    const float* src = x + (long long)p * plane;
-    if (VEC == 4 && tn_aligned16(x)) {
-      for (int i = lane * 4; i < plane; i += PLANE_THREADS * 4) {
-        float v[4];
-        tn_load16<float>(src + i, v);
-        sum += (v[0] + v[1]) + (v[2] + v[3]);
-      }
-    } else {
-      for (int i = lane; i < plane; i += PLANE_THREADS) sum += __ldg(src + i);
-    }
-  }
-  if constexpr (PLANE_THREADS == 32) sum = tn_warp_sum(sum);
-  else sum = tn_block_sum<THREADS>(sum, smem32);
-  if (lane == 0 && p < planes) y[p] = sum / plane;
-}
-)CUDA";
+  KernelSource kernel = template_kernel(fmt::format("global_avgpool_t{}_v{}", plane_threads, vec), "pool2d.cuh",
+                                        fmt::format("tn_global_avgpool<{}, {}, {}>", kThreads, plane_threads, vec),
+                                        args, kThreads, TEENY_KERNEL_ORIGIN);
   Launch launch;
   launch.block = {kThreads, 1, 1};
   launch.grid = {ceil_div(planes, Expr(kThreads / plane_threads)), Expr(1), Expr(1)};
   launch.args = std::move(args);
   launch.bytes = Expr(4) * (product(in) + planes);
   launch.flops = product(in);
-  return Lowering{{KernelSource{fmt::format("global_avgpool_t{}_v{}", plane_threads, vec), src, TEENY_KERNEL_ORIGIN}},
-                  {launch}};
+  return Lowering{{std::move(kernel)}, {launch}};
 }
 
 HostTensor global_avgpool_reference(const RefContext& ref) {

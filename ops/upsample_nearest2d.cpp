@@ -10,42 +10,22 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// One input element per thread: a coalesced read, then s rows of s adjacent stores (one
-// 8-byte store per row for s = 2).
+// ops/kernels/vision.cuh's tn_upsample_nearest2d: one input element per thread.
 Lowering upsample_lower(const OpContext& ctx) {
   const int64_t scale = ctx.attrs.i("scale_factor");
   const Shape& in = ctx.inputs.at(0).shape;
   std::vector<KernelArg> args = {input(0, "x", DType::kF32), output("y", DType::kF32),
                                  i64("count", product(in)), i32("in_h", in[2]), i32("in_w", in[3])};
-  std::string src = kernel_prelude() + kernel_constant("THREADS", kThreads) + kernel_constant("S", scale);
-  src += kernel_entry(args, kThreads) + R"CUDA( {
-  const long long i = (long long)blockIdx.x * THREADS + threadIdx.x;
-  if (i >= count) return;
-  const int iw = (int)(i % in_w);
-  const long long rows = i / in_w;  // plane * in_h + ih
-  const float v = __ldg(x + i);
-  const int out_w = in_w * S;
-  float* dst = y + rows * S * out_w + (long long)iw * S;
-#pragma unroll
-  for (int r = 0; r < S; ++r) {
-    if constexpr (S == 2) {
-      if ((reinterpret_cast<unsigned long long>(y) & 7ull) == 0) {
-        *reinterpret_cast<float2*>(dst + r * out_w) = make_float2(v, v);
-        continue;
-      }
-    }
-#pragma unroll
-    for (int c = 0; c < S; ++c) dst[r * out_w + c] = v;
-  }
-}
-)CUDA";
+  KernelSource kernel = template_kernel(fmt::format("upsample_nearest2d_s{}", scale), "vision.cuh",
+                                        fmt::format("tn_upsample_nearest2d<{}, {}>", kThreads, scale), args, kThreads,
+                                        TEENY_KERNEL_ORIGIN);
   Launch launch;
   launch.block = {kThreads, 1, 1};
   launch.grid = {ceil_div(product(in), Expr(kThreads)), Expr(1), Expr(1)};
   launch.args = std::move(args);
   launch.bytes = Expr(4 * (1 + scale * scale)) * product(in);
   launch.flops = Expr(0);
-  return Lowering{{KernelSource{fmt::format("upsample_nearest2d_s{}", scale), src, TEENY_KERNEL_ORIGIN}}, {launch}};
+  return Lowering{{std::move(kernel)}, {launch}};
 }
 
 HostTensor upsample_reference(const RefContext& ref) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "ops/activation.h"
 #include "ops/conformance.h"
 #include "ops/kernel_util.h"
 
@@ -41,6 +42,17 @@ Shape ConvGeometry::output_shape() const { return {batch, Expr(a.out_channels), 
 void require_at_least(const std::string& name, int64_t h, int64_t w, int64_t min) {
   if (h < min || w < min)
     throw OpError("attrs." + name, fmt::format("{} must be >= {}, got [{}, {}]", name, min, h, w));
+}
+
+std::string window_template(const Window2d& w) {
+  return fmt::format("tn_window<{}, {}, {}, {}, {}, {}, {}, {}>", w.kh, w.kw, w.sh, w.sw, w.ph, w.pw, w.dh, w.dw);
+}
+
+std::string window_name(const Window2d& w) {
+  std::string name = fmt::format("k{}x{}s{}x{}", w.kh, w.kw, w.sh, w.sw);
+  if (w.ph != 0 || w.pw != 0) name += fmt::format("p{}x{}", w.ph, w.pw);
+  if (w.dh != 1 || w.dw != 1) name += fmt::format("d{}x{}", w.dh, w.dw);
+  return name;
 }
 
 Expr window_extent(const char* axis, const Expr& in, int64_t k, int64_t s, int64_t p, int64_t d) {
@@ -121,33 +133,23 @@ std::vector<KernelArg> epilogue_args(const ConvEpilogue& e) {
   return {};
 }
 
-// Device code defining `scale` and `shift` for output channel `co`.
-const char* epilogue_channel_code(const ConvEpilogue& e) {
+// The entry of ops/kernels/conv2d.cuh that takes the epilogue's params, for `kernel` (a
+// tn_conv2d_igemm or tn_conv2d_depthwise).
+std::string conv_entry(const ConvEpilogue& e, const std::string& kernel) {
   switch (e.kind) {
-    case ConvEpilogue::kNone: return "";
-    case ConvEpilogue::kBias: return "const float shift = __ldg(bias + co);";
-    case ConvEpilogue::kBnSilu:
-      // Inference batch norm folded per channel; sqrtf (IEEE) rather than rsqrtf to stay
-      // within float rounding of PyTorch.
-      return "const float scale = __ldg(bn_weight + co) / sqrtf(__ldg(bn_var + co) + eps);\n"
-             "      const float shift = __ldg(bn_bias + co) - __ldg(bn_mean + co) * scale;";
+    case ConvEpilogue::kNone: return fmt::format("tn_conv2d<{}>", kernel);
+    case ConvEpilogue::kBias: return fmt::format("tn_conv2d_bias<{}>", kernel);
+    case ConvEpilogue::kBnSilu: return fmt::format("tn_conv2d_bn_act<{}, {}>", kernel, activation("silu").functor);
   }
   return "";
 }
 
-// Device expression turning accumulator `acc` into the output value.
-const char* epilogue_value(const ConvEpilogue& e) {
-  switch (e.kind) {
-    case ConvEpilogue::kNone: return "acc";
-    case ConvEpilogue::kBias: return "acc + shift";
-    case ConvEpilogue::kBnSilu: return "tn_silu(fmaf(acc, scale, shift))";
-  }
-  return "acc";
+// The channels for kernel names: "16to32", "16to32g2" with groups.
+std::string channels_name(const ConvGeometry& g) {
+  std::string name = fmt::format("{}to{}", g.in_channels, g.a.out_channels);
+  if (g.a.groups > 1) name += fmt::format("g{}", g.a.groups);
+  return name;
 }
-
-const char* kSiluDevice = R"CUDA(
-__device__ __forceinline__ float tn_silu(float v) { return v / (1.f + expf(-v)); }
-)CUDA";
 
 std::string epilogue_tag(const ConvEpilogue& e) {
   switch (e.kind) {
@@ -158,16 +160,10 @@ std::string epilogue_tag(const ConvEpilogue& e) {
   return "";
 }
 
-std::string geometry_constants(const ConvGeometry& g) {
-  const ConvAttrs& a = g.a;
-  std::string s;
-  s += kernel_constant("C_IN", g.in_channels) + kernel_constant("CO", a.out_channels);
-  s += kernel_constant("CG", g.cin_per_group()) + kernel_constant("COG", g.cout_per_group());
-  s += kernel_constant("KH", a.kh) + kernel_constant("KW", a.kw);
-  s += kernel_constant("SH", a.sh) + kernel_constant("SW", a.sw);
-  s += kernel_constant("PH", a.ph) + kernel_constant("PW", a.pw);
-  s += kernel_constant("DH", a.dh) + kernel_constant("DW", a.dw);
-  return s;
+// The conv's constants as the template argument tn_conv_shape<...> of conv2d.cuh.
+std::string conv_shape_template(const ConvGeometry& g) {
+  return fmt::format("tn_conv_shape<{}, {}, {}, {}>", g.in_channels, g.a.out_channels, g.a.groups,
+                     window_template(g.a));
 }
 
 int pow2_at_least(int64_t n) {
@@ -178,24 +174,38 @@ int pow2_at_least(int64_t n) {
 
 // ---- implicit GEMM ---------------------------------------------------------------------------
 //
-// Per group: y[co, n] = sum_k W[co, k] * X[k, n] with n = (b, oh, ow) flattened over the batch and
-// k = (c, kh, kw); X is gathered from x on the fly (im2col never materialised). A CTA computes a
-// BLOCK_CO x BLOCK_P output tile; each thread a THREAD_CO x THREAD_P register block of adjacent
-// channels and adjacent pixels, so both operands come from shared memory as vectors (16-byte
-// loads for 4 values) and a warp's stores cover consecutive addresses. Shared-memory tiles are
-// double-buffered: the next K slice is fetched into registers while the current one is consumed.
-struct GemmTile {
-  int block_co, block_p, block_k, thread_co, thread_p;
+// The kernel is conv2d.cuh's tn_conv2d_igemm: per group, y[co, n] = sum_k W[co, k] * X[k, n]
+// with n = (image, pixel) and k = (channel, kh, kw), X gathered from x on the fly. A CTA
+// computes a block_co x block_p tile of y in thread_co x thread_p register blocks.
+struct ConvTile {
+  int block_co = 0, block_p = 0;    // a CTA's output tile: channels x pixels
+  int block_k = 16;                 // the K slice staged in shared memory a step
+  int thread_co = 0, thread_p = 0;  // a thread's register block of the tile
+
+  static constexpr ConvTile block(int co, int p) {
+    ConvTile t;
+    t.block_co = co;
+    t.block_p = p;
+    return t;
+  }
+  constexpr ConvTile per_thread(int co, int p) const {
+    ConvTile t = *this;
+    t.thread_co = co;
+    t.thread_p = p;
+    return t;
+  }
   int threads() const { return (block_co / thread_co) * (block_p / thread_p); }
 };
 
 // Tiles from large to small, all 128 threads (the tile constants, not the block, set the work
 // per CTA). A single image should still fill the GPU: the batch is usually symbolic, so tiles
 // are sized for one image, and larger batches only add CTAs.
-GemmTile choose_gemm_tile(const ConvGeometry& g) {
-  static const GemmTile kMenu[] = {
-      {64, 64, 16, 8, 4}, {32, 64, 16, 4, 4}, {32, 32, 16, 4, 2}, {16, 64, 16, 2, 4}, {8, 64, 16, 1, 4}};
-  const GemmTile& smallest = kMenu[std::size(kMenu) - 1];
+ConvTile choose_conv_tile(const ConvGeometry& g) {
+  static constexpr ConvTile kMenu[] = {
+      ConvTile::block(64, 64).per_thread(8, 4), ConvTile::block(32, 64).per_thread(4, 4),
+      ConvTile::block(32, 32).per_thread(4, 2), ConvTile::block(16, 64).per_thread(2, 4),
+      ConvTile::block(8, 64).per_thread(1, 4)};
+  const ConvTile& smallest = kMenu[std::size(kMenu) - 1];
   // About one wave of the largest sm_90 part. The tile is a constant of the kernel's source, so
   // it is chosen from the shape alone when compiling, not per device: a GPU with fewer SMs runs
   // the same CTAs in more waves.
@@ -204,8 +214,8 @@ GemmTile choose_gemm_tile(const ConvGeometry& g) {
   const int64_t pixels = images * (g.out_h * g.out_w).const_value().value_or(64 * 64);
   const int64_t cog = g.cout_per_group();
   const int64_t co_cap = pow2_at_least(cog);
-  const GemmTile* chosen = nullptr;
-  for (const GemmTile& t : kMenu) {
+  const ConvTile* chosen = nullptr;
+  for (const ConvTile& t : kMenu) {
     if (t.block_co > co_cap && t.block_co > smallest.block_co) continue;  // taller than Co
     if (chosen && t.block_co < std::min<int64_t>(co_cap, 16)) break;      // thinner than needed
     chosen = &t;
@@ -215,231 +225,31 @@ GemmTile choose_gemm_tile(const ConvGeometry& g) {
   return *chosen;
 }
 
-KernelSource implicit_gemm_kernel(const std::string& op, const ConvGeometry& g, const GemmTile& t,
+KernelSource implicit_gemm_kernel(const std::string& op, const ConvGeometry& g, const ConvTile& t,
                                   const ConvEpilogue& e, const std::vector<KernelArg>& args) {
   const bool pointwise = g.pointwise();
   // 16-byte pixel loads need each image's plane to be a multiple of 4 pixels.
   const auto hw = (g.out_h * g.out_w).const_value();
   const int vec = pointwise && hw && *hw % 4 == 0 ? 4 : 1;
-
-  std::string loader;
-  if (pointwise) {
-    loader = R"CUDA(
-  // 1x1 GEMM path: X[k, n] is x[img, group*CG + k, p] directly.
-  const float* x_pix = x + ((long long)img * C_IN + group * CG) * hw_out + pix;
-)CUDA";
-  } else {
-    loader = R"CUDA(
-  const int oh = pix / out_w, ow = pix - oh * out_w;
-  const int ih0 = oh * SH - PH, iw0 = ow * SW - PW;
-  const float* x_img = x + ((long long)img * C_IN + group * CG) * in_h * in_w;
-)CUDA";
-  }
-
-  std::string load_b;
-  if (pointwise && vec == 4) {
-    load_b = R"CUDA(
-      float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-      if (n_ok && k < K_TOTAL) {
-        const float* p = x_pix + (long long)k * hw_out;
-        if (x_aligned) v = __ldg(reinterpret_cast<const float4*>(p));
-        else v = make_float4(__ldg(p), __ldg(p + 1), __ldg(p + 2), __ldg(p + 3));
-      }
-      b_reg[i] = v;)CUDA";
-  } else if (pointwise) {
-    load_b = R"CUDA(
-      b_reg[i] = n_ok && k < K_TOTAL ? __ldg(x_pix + (long long)k * hw_out) : 0.f;)CUDA";
-  } else {
-    load_b = R"CUDA(
-      float v = 0.f;
-      if (n_ok && k < K_TOTAL) {
-        const int c = k / KHW, r = k - c * KHW;
-        const int kh = r / KW, kw = r - kh * KW;
-        const int ih = ih0 + kh * DH, iw = iw0 + kw * DW;
-        if ((unsigned)ih < (unsigned)in_h && (unsigned)iw < (unsigned)in_w)
-          v = __ldg(x_img + ((long long)c * in_h + ih) * in_w + iw);
-      }
-      b_reg[i] = v;)CUDA";
-  }
-  const std::string store_b = vec == 4
-      ? "*reinterpret_cast<float4*>(&b_tile[s][b_row + i * B_ROW_STEP][b_col]) = b_reg[i];"
-      : "b_tile[s][b_row + i * B_ROW_STEP][b_col] = b_reg[i];";
-
-  std::string src = kernel_prelude() + kSiluDevice;
-  src += "// " + op + ": implicit-GEMM convolution (ops/vision_common.cpp)\n";
-  src += geometry_constants(g);
-  src += kernel_constant("BLOCK_CO", t.block_co) + kernel_constant("BLOCK_P", t.block_p);
-  src += kernel_constant("BLOCK_K", t.block_k) + kernel_constant("THREAD_CO", t.thread_co);
-  src += kernel_constant("THREAD_P", t.thread_p) + kernel_constant("VEC", vec);
-  src += fmt::format(R"CUDA(constexpr int KHW = KH * KW;
-constexpr int K_TOTAL = CG * KHW;
-constexpr int P_THREADS = BLOCK_P / THREAD_P;
-constexpr int THREADS = (BLOCK_CO / THREAD_CO) * P_THREADS;
-constexpr int A_M_STEP = THREADS / BLOCK_K;
-constexpr int A_LOADS = BLOCK_CO / A_M_STEP;
-constexpr int B_COLS = BLOCK_P / VEC;
-constexpr int B_ROW_STEP = THREADS / B_COLS;
-constexpr int B_LOADS = BLOCK_K / B_ROW_STEP;
-static_assert(THREADS % BLOCK_K == 0 && BLOCK_CO % A_M_STEP == 0, "A tile loader");
-static_assert(THREADS % B_COLS == 0 && BLOCK_K % B_ROW_STEP == 0, "B tile loader");
-typedef {b_type} BVec;
-
-{entry} {{
-  __shared__ __align__(16) float a_tile[2][BLOCK_K][BLOCK_CO + 4];
-  __shared__ __align__(16) float b_tile[2][BLOCK_K][BLOCK_P + 4];
-  const int tid = threadIdx.x;
-  const int group = blockIdx.z;
-  const int m0 = blockIdx.y * BLOCK_CO;
-  const int hw_out = out_h * out_w;
-  const long long n_total = (long long)batch * hw_out;
-  const long long n0 = (long long)blockIdx.x * BLOCK_P;
-  const float* w_group = weight + (long long)group * COG * K_TOTAL;
-  const bool x_aligned = tn_aligned16(x);
-
-  // This thread's share of the tile loads: A at (a_m + i*A_M_STEP, a_k), B at (b_row + i*B_ROW_STEP, b_col).
-  const int a_k = tid % BLOCK_K, a_m = tid / BLOCK_K;
-  const int b_col = (tid % B_COLS) * VEC, b_row = tid / B_COLS;
-  const long long n_load = n0 + b_col;
-  const bool n_ok = n_load < n_total;
-  const int img = n_ok ? (int)(n_load / hw_out) : 0;
-  const int pix = n_ok ? (int)(n_load - (long long)img * hw_out) : 0;
-{loader}
-  float a_reg[A_LOADS];
-  BVec b_reg[B_LOADS];
-  auto load_tiles = [&](int k0) {{
-#pragma unroll
-    for (int i = 0; i < A_LOADS; ++i) {{
-      const int m = m0 + a_m + i * A_M_STEP, k = k0 + a_k;
-      a_reg[i] = m < COG && k < K_TOTAL ? __ldg(w_group + (long long)m * K_TOTAL + k) : 0.f;
-    }}
-#pragma unroll
-    for (int i = 0; i < B_LOADS; ++i) {{
-      const int k = k0 + b_row + i * B_ROW_STEP;{load_b}
-    }}
-  }};
-  auto store_tiles = [&](int s) {{
-#pragma unroll
-    for (int i = 0; i < A_LOADS; ++i) a_tile[s][a_k][a_m + i * A_M_STEP] = a_reg[i];
-#pragma unroll
-    for (int i = 0; i < B_LOADS; ++i) {store_b}
-  }};
-
-  const int tx = tid % P_THREADS, ty = tid / P_THREADS;
-  float accs[THREAD_CO][THREAD_P];
-#pragma unroll
-  for (int i = 0; i < THREAD_CO; ++i)
-#pragma unroll
-    for (int j = 0; j < THREAD_P; ++j) accs[i][j] = 0.f;
-
-  load_tiles(0);
-  store_tiles(0);
-  __syncthreads();
-  int stage = 0;
-  for (int k0 = 0; k0 < K_TOTAL; k0 += BLOCK_K) {{
-    const bool more = k0 + BLOCK_K < K_TOTAL;
-    if (more) load_tiles(k0 + BLOCK_K);
-#pragma unroll
-    for (int kk = 0; kk < BLOCK_K; ++kk) {{
-      float a[THREAD_CO], b[THREAD_P];
-#pragma unroll
-      for (int i = 0; i < THREAD_CO; ++i) a[i] = a_tile[stage][kk][ty * THREAD_CO + i];
-#pragma unroll
-      for (int j = 0; j < THREAD_P; ++j) b[j] = b_tile[stage][kk][tx * THREAD_P + j];
-#pragma unroll
-      for (int i = 0; i < THREAD_CO; ++i)
-#pragma unroll
-        for (int j = 0; j < THREAD_P; ++j) accs[i][j] = fmaf(a[i], b[j], accs[i][j]);
-    }}
-    if (more) {{
-      store_tiles(stage ^ 1);
-      __syncthreads();
-      stage ^= 1;
-    }}
-  }}
-
-  long long out_off[THREAD_P];  // y offset of each pixel without the channel term; -1 = outside
-#pragma unroll
-  for (int j = 0; j < THREAD_P; ++j) {{
-    const long long n = n0 + tx * THREAD_P + j;
-    const long long im = n / hw_out;
-    out_off[j] = n < n_total ? im * CO * hw_out + (n - im * hw_out) : -1;
-  }}
-#pragma unroll
-  for (int i = 0; i < THREAD_CO; ++i) {{
-    const int m = m0 + ty * THREAD_CO + i;
-    if (m < COG) {{
-      const int co = group * COG + m;
-      {channel}
-#pragma unroll
-      for (int j = 0; j < THREAD_P; ++j) {{
-        const float acc = accs[i][j];
-        if (out_off[j] >= 0) y[out_off[j] + (long long)co * hw_out] = {value};
-      }}
-    }}
-  }}
-}}
-)CUDA",
-                     fmt::arg("b_type", vec == 4 ? "float4" : "float"), fmt::arg("entry", kernel_entry(args, t.threads())),
-                     fmt::arg("loader", loader), fmt::arg("load_b", load_b), fmt::arg("store_b", store_b),
-                     fmt::arg("channel", epilogue_channel_code(e)), fmt::arg("value", epilogue_value(e)));
-  const std::string path = pointwise ? "gemm1x1" : fmt::format("igemm_k{}x{}s{}x{}", g.a.kh, g.a.kw, g.a.sh, g.a.sw);
-  return KernelSource{fmt::format("{}_{}_{}x{}{}", op, path, t.block_co, t.block_p, epilogue_tag(e)), src,
-                      TEENY_KERNEL_ORIGIN};
+  const std::string kernel =
+      fmt::format("tn_conv2d_igemm<{}, tn_conv_tile<{}, {}, {}, {}, {}>, {}>", conv_shape_template(g), t.block_co,
+                  t.block_p, t.block_k, t.thread_co, t.thread_p, vec);
+  const std::string path = pointwise ? fmt::format("gemm1x1{}", vec == 4 ? "v4" : "") : "igemm_" + window_name(g.a);
+  return template_kernel(
+      fmt::format("{}_{}_{}_{}x{}{}", op, path, channels_name(g), t.block_co, t.block_p, epilogue_tag(e)),
+      "conv2d.cuh", conv_entry(e, kernel), args, t.threads(), TEENY_KERNEL_ORIGIN);
 }
 
 // ---- depthwise -------------------------------------------------------------------------------
 //
-// groups == C: each output channel reads one input channel, so there is no reduction over
-// channels to tile. A CTA computes a TILE_H x TILE_W output tile of one (image, channel) plane,
-// one output per thread, from an input patch (with halo) staged once in shared memory.
+// groups == C: conv2d.cuh's tn_conv2d_depthwise, a tile_h x tile_w output tile of one (image,
+// channel) plane per CTA, one output per thread.
 KernelSource depthwise_kernel(const std::string& op, const ConvGeometry& g, const ConvEpilogue& e,
                               const std::vector<KernelArg>& args, int tile_h, int tile_w) {
-  std::string src = kernel_prelude() + kSiluDevice;
-  src += "// " + op + ": depthwise convolution (ops/vision_common.cpp)\n";
-  src += geometry_constants(g);
-  src += kernel_constant("TILE_H", tile_h) + kernel_constant("TILE_W", tile_w);
-  src += fmt::format(R"CUDA(constexpr int THREADS = TILE_H * TILE_W;
-constexpr int MULT = CO / C_IN;  // output channels per input channel
-constexpr int PATCH_H = (TILE_H - 1) * SH + (KH - 1) * DH + 1;
-constexpr int PATCH_W = (TILE_W - 1) * SW + (KW - 1) * DW + 1;
-
-{entry} {{
-  __shared__ float patch[PATCH_H * PATCH_W];
-  const int tid = threadIdx.x;
-  const int plane = blockIdx.x;  // img * CO + co
-  const int co = plane % CO, img = plane / CO;
-  const int tiles_w = (out_w + TILE_W - 1) / TILE_W;
-  const int oh0 = (blockIdx.y / tiles_w) * TILE_H, ow0 = (blockIdx.y % tiles_w) * TILE_W;
-  const int ih0 = oh0 * SH - PH, iw0 = ow0 * SW - PW;
-  const float* x_plane = x + ((long long)img * C_IN + co / MULT) * in_h * in_w;
-  for (int i = tid; i < PATCH_H * PATCH_W; i += THREADS) {{
-    const int ih = ih0 + i / PATCH_W, iw = iw0 + i % PATCH_W;
-    patch[i] = (unsigned)ih < (unsigned)in_h && (unsigned)iw < (unsigned)in_w
-                   ? __ldg(x_plane + (long long)ih * in_w + iw) : 0.f;
-  }}
-  float w[KH * KW];
-#pragma unroll
-  for (int i = 0; i < KH * KW; ++i) w[i] = __ldg(weight + co * KH * KW + i);
-  __syncthreads();
-
-  const int ty = tid / TILE_W, tx = tid % TILE_W;
-  const int oh = oh0 + ty, ow = ow0 + tx;
-  if (oh >= out_h || ow >= out_w) return;
-  float acc = 0.f;
-#pragma unroll
-  for (int kh = 0; kh < KH; ++kh)
-#pragma unroll
-    for (int kw = 0; kw < KW; ++kw)
-      acc = fmaf(patch[(ty * SH + kh * DH) * PATCH_W + tx * SW + kw * DW], w[kh * KW + kw], acc);
-  {channel}
-  y[(long long)plane * out_h * out_w + oh * out_w + ow] = {value};
-}}
-)CUDA",
-                     fmt::arg("entry", kernel_entry(args, tile_h * tile_w)), fmt::arg("channel", epilogue_channel_code(e)),
-                     fmt::arg("value", epilogue_value(e)));
-  return KernelSource{fmt::format("{}_dw_k{}x{}s{}x{}_{}x{}{}", op, g.a.kh, g.a.kw, g.a.sh, g.a.sw, tile_h, tile_w,
-                                  epilogue_tag(e)),
-                      src, TEENY_KERNEL_ORIGIN};
+  const std::string kernel = fmt::format("tn_conv2d_depthwise<{}, {}, {}>", conv_shape_template(g), tile_h, tile_w);
+  return template_kernel(
+      fmt::format("{}_dw_{}_{}_{}x{}{}", op, window_name(g.a), channels_name(g), tile_h, tile_w, epilogue_tag(e)),
+      "conv2d.cuh", conv_entry(e, kernel), args, tile_h * tile_w, TEENY_KERNEL_ORIGIN);
 }
 
 }  // namespace
@@ -471,7 +281,7 @@ Lowering lower_conv(const std::string& op, const ConvGeometry& g, const std::str
     launch.grid = {g.batch * Expr(g.a.out_channels),
                    ceil_div(g.out_h, Expr(tile_h)) * ceil_div(g.out_w, Expr(tile_w)), Expr(1)};
   } else {
-    const GemmTile tile = choose_gemm_tile(g);
+    const ConvTile tile = choose_conv_tile(g);
     lowering.kernels.push_back(implicit_gemm_kernel(op, g, tile, epilogue, args));
     launch.block = {tile.threads(), 1, 1};
     launch.grid = {ceil_div(g.batch * g.out_h * g.out_w, Expr(tile.block_p)),

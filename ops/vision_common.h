@@ -1,6 +1,7 @@
-// What the vision ops share: the NCHW input check, and for conv2d and conv2d_bn_silu the attrs,
-// geometry and shape rule, the three kernel generators (implicit GEMM, its 1x1 GEMM path,
-// depthwise) with a fused per-channel epilogue, and the host reference.
+// What the vision ops share: the NCHW input check, the sliding window, and for conv2d and
+// conv2d_bn_silu the attrs, geometry and shape rule, the lowering onto the kernels of
+// ops/kernels/conv2d.cuh (implicit GEMM, its 1x1 GEMM path, depthwise) with a fused per-channel
+// epilogue, and the host reference.
 #pragma once
 
 #include <string>
@@ -17,6 +18,18 @@ void check_nchw(const std::string& op, const TensorType& x);
 
 // Throws OpError at attrs.<name> unless h and w are >= min: "stride must be >= 1, got [0, 1]".
 void require_at_least(const std::string& name, int64_t h, int64_t w, int64_t min);
+
+// A sliding window per axis (height, width): kernel size, stride, zero padding, dilation.
+struct Window2d {
+  int64_t kh = 1, kw = 1, sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1;
+};
+
+// The window as the template argument of the kernel headers: "tn_window<3, 3, 2, 2, 1, 1, 1, 1>"
+// (ops/kernels/vision.cuh).
+std::string window_template(const Window2d& w);
+
+// The window for kernel names: "k3x3s2x2", then "p1x1" unless unpadded and "d2x2" if dilated.
+std::string window_name(const Window2d& w);
 
 // A sliding window's output extent, floor((in + 2p - d(k-1) - 1) / s) + 1; when `in` is a
 // constant, throws OpError at attrs.kernel_size if the window does not fit the padded input.
@@ -35,9 +48,8 @@ std::vector<ConformanceCase> vision_cases(const std::string& op, const std::vect
 // The conv attrs both ops take (conv2d adds `bias`, conv2d_bn_silu adds `eps`).
 std::vector<AttrSpec> conv_attr_specs();
 
-struct ConvAttrs {
+struct ConvAttrs : Window2d {
   int64_t out_channels = 0, groups = 1;
-  int64_t kh = 1, kw = 1, sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1;
 };
 ConvAttrs conv_attrs(const Attrs& attrs);
 
@@ -61,7 +73,9 @@ struct ConvGeometry {
 // OpError naming the key; `op` names the op in messages.
 ConvGeometry conv_geometry(const std::string& op, const OpContext& ctx);
 
-// Per-output-channel step after accumulation, fused into the conv kernel.
+// Per-output-channel step after accumulation, fused into the conv kernel. kBnSilu: inference
+// batch norm folded per channel, then the silu op's own functor (ops/kernels/activation.cuh), so
+// the fused node computes what conv2d -> batchnorm2d -> silu does.
 struct ConvEpilogue {
   enum Kind { kNone, kBias, kBnSilu } kind = kNone;
   double eps = 0.0;  // kBnSilu

@@ -89,31 +89,16 @@ Lowering decode_lower(const OpContext& ctx) {
   std::vector<KernelArg> args = {input(0, "boxes", DType::kF32),     param("anchor_x", "anchor_x", DType::kF32),
                                  param("anchor_y", "anchor_y", DType::kF32), param("strides", "strides", DType::kF32),
                                  output("y", DType::kF32)};
-  std::string src = kernel_prelude() + kernel_constant("BLOCK_A", kBlockA) + kernel_constant("A", anchors);
-  src += "constexpr int A_TILES = (A + BLOCK_A - 1) / BLOCK_A;\n";
-  src += kernel_entry(args, kBlockA) + R"CUDA( {
-  const int img = blockIdx.x / A_TILES;
-  const int a = (blockIdx.x % A_TILES) * BLOCK_A + threadIdx.x;
-  if (a >= A) return;
-  const float* d = boxes + (long long)img * 4 * A + a;
-  float* out = y + (long long)img * 4 * A + a;
-  const float ax = __ldg(anchor_x + a), ay = __ldg(anchor_y + a), s = __ldg(strides + a);
-  // dist2bbox(xywh=True), in its order of operations, then * stride.
-  const float x1 = ax - __ldg(d), y1 = ay - __ldg(d + A);
-  const float x2 = ax + __ldg(d + 2 * A), y2 = ay + __ldg(d + 3 * A);
-  out[0] = (x1 + x2) / 2.f * s;
-  out[A] = (y1 + y2) / 2.f * s;
-  out[2 * A] = (x2 - x1) * s;
-  out[3 * A] = (y2 - y1) * s;
-}
-)CUDA";
+  KernelSource kernel = template_kernel(fmt::format("yolo_detect_decode_a{}", anchors), "vision.cuh",
+                                        fmt::format("tn_yolo_detect_decode<{}, {}>", kBlockA, anchors), args, kBlockA,
+                                        TEENY_KERNEL_ORIGIN);
   Launch launch;
   launch.block = {kBlockA, 1, 1};
   launch.grid = {batch * Expr((anchors + kBlockA - 1) / kBlockA), Expr(1), Expr(1)};
   launch.args = std::move(args);
   launch.bytes = Expr(4) * (Expr(8) * batch * Expr(anchors) + Expr(3 * anchors));
   launch.flops = Expr(12) * batch * Expr(anchors);
-  return Lowering{{KernelSource{"yolo_detect_decode", src, TEENY_KERNEL_ORIGIN}}, {launch}};
+  return Lowering{{std::move(kernel)}, {launch}};
 }
 
 // Independent of the param bytes: the anchors are recomputed from the attrs, so `run --check`

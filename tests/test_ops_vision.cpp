@@ -412,8 +412,9 @@ TEST(VisionCompile, EveryConformanceKernelCompilesAndVerifies) {
   EXPECT_GE(graphs, 30);
 }
 
-// The conv kernels' tile constants and their block are generated from one GemmTile: the block
-// is (BLOCK_CO / THREAD_CO) * (BLOCK_P / THREAD_P) threads, and differs from the tile's size.
+// The conv kernels' tile (the template argument tn_conv_tile<block_co, block_p, block_k,
+// thread_co, thread_p>) and their block are generated from one ConvTile: the block is
+// (block_co / thread_co) * (block_p / thread_p) threads, and differs from the tile's size.
 TEST(VisionCompile, FusedTileConstantsAndBlockAgree) {
   const Graph graph = parse(kZoo);
   for (const char* name : {"fused", "fused_pw", "conv_wide", "conv_thin"}) {
@@ -421,18 +422,17 @@ TEST(VisionCompile, FusedTileConstantsAndBlockAgree) {
     const Node& node = *graph.find_node(name);
     const Lowering lowering = node.op->lower(node.ctx);
     ASSERT_EQ(lowering.kernels.size(), 1u);
-    const std::string& src = lowering.kernels[0].source;
-    auto constant = [&](const std::string& key) {
-      std::smatch m;
-      const std::regex re("constexpr int " + key + " = (\\d+);");
-      EXPECT_TRUE(std::regex_search(src, m, re)) << key;
-      return std::stoi(m[1]);
-    };
-    const int threads = constant("BLOCK_CO") / constant("THREAD_CO") * (constant("BLOCK_P") / constant("THREAD_P"));
+    const std::string& function = lowering.kernels[0].function;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(function, m, std::regex(R"(tn_conv_tile<(\d+), (\d+), (\d+), (\d+), (\d+)>)")))
+        << function;
+    const int block_co = std::stoi(m[1]), block_p = std::stoi(m[2]), thread_co = std::stoi(m[4]),
+              thread_p = std::stoi(m[5]);
+    const int threads = block_co / thread_co * (block_p / thread_p);
     EXPECT_EQ(lowering.launches[0].block, (std::array<int, 3>{threads, 1, 1}));
     EXPECT_EQ(threads, 128);
-    EXPECT_NE(constant("BLOCK_P"), threads);
-    EXPECT_NE(src.find("__launch_bounds__(128)"), std::string::npos);
+    EXPECT_NE(block_p, threads);
+    EXPECT_EQ(lowering.kernels[0].max_threads, 128);
   }
 }
 
@@ -447,10 +447,16 @@ TEST(VisionCompile, ConvPathsFollowTheShape) {
   EXPECT_NE(kernel_name("conv_grouped").find("igemm_k3x3s2x2"), std::string::npos);
   EXPECT_NE(kernel_name("dw").find("_dw_"), std::string::npos);
   EXPECT_NE(kernel_name("fused_dw").find("_dw_"), std::string::npos);
-  const Node& pw_vec = *graph.find_node("pw_vec");
-  EXPECT_NE(pw_vec.op->lower(pw_vec.ctx).kernels[0].source.find("constexpr int VEC = 4;"), std::string::npos);
-  const Node& pw_odd = *graph.find_node("pw_odd");
-  EXPECT_NE(pw_odd.op->lower(pw_odd.ctx).kernels[0].source.find("constexpr int VEC = 1;"), std::string::npos);
+  // The 1x1 path loads float4s (tn_conv2d_igemm's last template argument) when planes allow.
+  auto vector_width = [&](const char* node) {
+    const Node& n = *graph.find_node(node);
+    const std::string function = n.op->lower(n.ctx).kernels.at(0).function;
+    std::smatch m;
+    EXPECT_TRUE(std::regex_search(function, m, std::regex(R"(tn_conv_tile<[\d, ]+>, (\d+)>)"))) << function;
+    return m.empty() ? 0 : std::stoi(m[1]);
+  };
+  EXPECT_EQ(vector_width("pw_vec"), 4);
+  EXPECT_EQ(vector_width("pw_odd"), 1);
   // Grouped convs put the group on grid.z.
   const Node& grouped = *graph.find_node("conv_grouped");
   EXPECT_EQ(grouped.op->lower(grouped.ctx).launches[0].grid[2], Expr(2));
