@@ -98,10 +98,6 @@ ArgLayout arg_layout(ArgKind kind) {
   return {0, 0};
 }
 
-const char* tensor_map_c_type_definition() {
-  return "struct __align__(64) tn_tensor_map { unsigned long long opaque[16]; };\n";
-}
-
 std::string tensor_map_problem(const TensorMapSpec& spec, DType dtype) {
   const int64_t element = static_cast<int64_t>(dtype_size(dtype));
   auto bytes = [&](const char* what, int64_t elements) {

@@ -93,8 +93,7 @@ std::vector<std::string> unused_state_names(const std::string& param_name, const
 // kTensorMap: a CUtensorMap (128 bytes, 64-byte aligned, passed by value) that the runtime encodes
 // once per bound launch with cuTensorMapEncodeTiled: a 2-D row-major view of the pointer argument
 // named `of` (an input/param/output arg of the same launch; its dtype is the element type).
-// Out-of-bounds reads of a box fill zeros. The kernel source must define the C type before its
-// entry: tensor_map_c_type_definition().
+// Out-of-bounds reads of a box fill zeros. ops/kernels/tma.cuh defines the C type.
 enum class ArgKind { kInput, kParam, kOutput, kI32, kI64, kF32, kTensorMap };
 struct TensorMapSpec {
   std::string of;          // name of the pointer arg in the same launch
@@ -135,10 +134,6 @@ struct ArgLayout {
 };
 ArgLayout arg_layout(ArgKind kind);
 inline ArgLayout arg_layout(const KernelArg& arg) { return arg_layout(arg.kind); }
-
-// The C definition of tn_tensor_map, the device type of a kTensorMap parameter, for kernel
-// sources to put before their entry (the layout of CUtensorMap without including cuda.h).
-const char* tensor_map_c_type_definition();
 
 // Why `spec` cannot be encoded as a tensor map over elements of `dtype`, or "" if it can: the box
 // and swizzle limits, and cuTensorMapEncodeTiled's extent and stride rules wherever cols, rows and

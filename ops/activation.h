@@ -1,7 +1,7 @@
 // The pointwise activations, written once: the elementwise ops (relu, silu, sigmoid, tanh,
-// gelu) and the GEMM epilogue of fused.linear (ops/fused_linear.cpp) both generate their
-// device code and host reference from this table, so a fused layer computes exactly what the
-// unfused pair does.
+// gelu) and the GEMM epilogue of fused.linear (ops/fused_linear.cpp) both take their device
+// functor (ops/kernels/activation.cuh) and host reference from this table, so a fused layer
+// computes exactly what the unfused pair does.
 #pragma once
 
 #include <optional>
@@ -14,7 +14,6 @@ namespace teeny::ops {
 
 struct Activation {
   std::string name;            // "relu", "gelu" (erf form), "gelu_tanh", ...: also kernel-name parts
-  std::string cuda;            // CUDA expression of the float `v` (may name the storage type T)
   double (*host)(double);      // the double-precision reference
   int flops = 1;               // per element, for cost
   // The functor template in ops/kernels/activation.cuh ("tn_act_relu"), applied as Op<T>.

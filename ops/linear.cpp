@@ -21,12 +21,12 @@ int64_t row_align(DType dtype) { return 16 / static_cast<int64_t>(dtype_size(dty
 // K range per SM at a time), each split over at least kMinSplitK of K.
 // Below one wave SMs idle (batch 1); from one to 1.5 waves the last wave is at most half full
 // (GPT-2's N = 768 layers at M = 8192: 384 tiles, 73% busy; two splits make 97%). Above that
-// the zeroing and atomics of a split cost more than the emptier last wave (measured on the
-// H200: tiny_lm's 512-tile layers slowed by 24% when split). Splits atomically add into an
-// output zeroed by a first launch; with two the sum is still order-independent. The split
-// count is an expression of the dims and the bound device's SM count (SMS), which the kernels
-// take as an argument (`splits`), so one bundle serves every batch size and every GPU of the
-// arch. An activation applies to the whole sum, so a fused one turns splitting off.
+// the zeroing and atomics of a split cost more than the emptier last wave (tiny_lm's 512-tile
+// layers ran slower split). Splits atomically add into an output zeroed by a first launch; with
+// two the sum is still order-independent. The split count is an expression of the dims and the
+// bound device's SM count (SMS), which the kernels take as an argument (`splits`), so one bundle
+// serves every batch size and every GPU of the arch. An activation applies to the whole sum, so
+// a fused one turns splitting off.
 constexpr int kCudaCoreBlocksPerSm = 2;
 constexpr int kMinSplitK = 128;
 constexpr int kZeroThreads = 256;
@@ -111,16 +111,8 @@ Lowering lower_linear(const OpContext& ctx, const GemmEpilogue& epilogue) {
     zero.grid = {grid_stride_blocks(ceil_div(count, Expr(kZeroThreads)), kZeroThreads), Expr(1), Expr(1)};
     zero.bytes = count * elem;
     zero.flops = Expr(0);
-    KernelSource kernel;
-    kernel.name = "linear_zero_f32";
-    kernel.source = kernel_entry(zero.args, kZeroThreads) + R"CUDA( {
-  const long long stride = (long long)gridDim.x * blockDim.x;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += stride) y[i] = 0.f;
-}
-)CUDA";
-    kernel.file = __FILE__;
-    kernel.line = __LINE__;
-    lowering.kernels.push_back(kernel);
+    lowering.kernels.push_back(
+        template_kernel("linear_zero_f32", "gemm.cuh", "tn_linear_zero", zero.args, kZeroThreads, TEENY_KERNEL_ORIGIN));
     lowering.launches.push_back(zero);
   }
 
@@ -151,34 +143,13 @@ Lowering lower_linear(const OpContext& ctx, const GemmEpilogue& epilogue) {
                              (epilogue.activation.empty() ? 0 : activation(epilogue.activation).flops);
   launch.flops = Expr(2) * m * n * k + Expr(epilogue_flops) * m * n;
 
-  const std::string bias_arg = has_bias ? "bias" : "nullptr";
-  const std::string residual_args = epilogue.residual ? "residual, ldr" : "nullptr, 0";
-  // CUDA cores: split z covers K range [k0, k0 + k_split): A and W are K-contiguous, so it is an
-  // offset. The persistent wgmma kernel walks (tile, split) units itself.
-  const std::string body =
-      split_k && tile.wgmma()
-          ? fmt::format(" {{\n  tn_gemm_block(x, weight, {}, y, M, N, K, ldx, K, ldy, blockIdx.x, {}, splits);\n}}\n",
-                        bias_arg, residual_args)
-      : split_k ? fmt::format(
-                    " {{\n"
-                    "  const int tiles = ((M + kBM - 1) / kBM) * ((N + kBN - 1) / kBN);\n"
-                    "  const int split = (int)(blockIdx.x / tiles);\n"
-                    "  const int k_split = ((K + kBK - 1) / kBK + splits - 1) / splits * kBK;\n"
-                    "  const int k0 = split * k_split;\n"
-                    "  if (k0 >= K) return;\n"
-                    "  tn_gemm_block(x + k0, weight + k0, {}, y, M, N, min(K - k0, k_split), ldx, K, "
-                    "ldy, (int)(blockIdx.x % tiles), {}, splits > 1);\n"
-                    "}}\n",
-                    has_bias ? "split == 0 ? bias : nullptr" : "nullptr",
-                    epilogue.residual ? "split == 0 ? residual : nullptr, ldr" : "nullptr, 0")
-              : fmt::format(" {{\n  tn_gemm_block(x, weight, {}, y, M, N, K, ldx, K, ldy, blockIdx.x, {}{});\n}}\n",
-                            bias_arg, residual_args, !tile.tma ? "" : epilogue.residual ? ", 1, &a_map, &b_map, &c_map, &r_map" : ", 1, &a_map, &b_map, &c_map");
-  KernelSource kernel;
-  kernel.name = gemm_kernel_name("linear", dtype, GemmBLayout::kNK, has_bias, tile) + epilogue.suffix();
-  kernel.source = gemm_device_source(dtype, GemmBLayout::kNK, has_bias, tile, epilogue) +
-                  bounded_kernel_entry(launch.args, tile.threads, tile.min_blocks) + body;
-  kernel.file = __FILE__;
-  kernel.line = __LINE__;
+  // The entry of ops/kernels/gemm.cuh for the argument list: tn_linear_residual takes the
+  // residual (and ldr), and both take the bias, the split count and the tensor maps where passed.
+  const std::string entry = epilogue.residual ? "tn_linear_residual" : "tn_linear";
+  KernelSource kernel = template_kernel(
+      gemm_kernel_name("linear", dtype, GemmBLayout::kNK, has_bias, tile) + epilogue.suffix(), "gemm.cuh",
+      fmt::format("{}<{}>", entry, gemm_kernel_class(dtype, GemmBLayout::kNK, has_bias, tile, epilogue)), launch.args,
+      tile.threads, TEENY_KERNEL_ORIGIN, tile.min_blocks);
   kernel.arch_specific = tile.wgmma();
   lowering.kernels.push_back(kernel);
   lowering.launches.push_back(launch);

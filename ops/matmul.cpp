@@ -66,14 +66,12 @@ Lowering lower_matmul(const OpContext& ctx) {
   launch.args = {input(0, "a", dtype), input(1, "b", dtype), output("c", dtype),
                  i32("M", m),          i32("N", n),          i32("K", k),
                  i32("lda", a.row_stride), i32("ldb", b.row_stride)};
-  std::string offsets;
+  // Per output batch dim, innermost first (tn_matmul_batch_offsets): its extent and the
+  // operands' strides.
   for (size_t i = out_batch.size(); i-- > 0;) {
     launch.args.push_back(i32(fmt::format("batch{}", i), out_batch[i]));
     launch.args.push_back(i64(fmt::format("a_stride{}", i), a_strides[i]));
     launch.args.push_back(i64(fmt::format("b_stride{}", i), b_strides[i]));
-    offsets += fmt::format(
-        "  {{\n    const long long idx = z % batch{0};\n    z /= batch{0};\n"
-        "    a_off += idx * a_stride{0};\n    b_off += idx * b_stride{0};\n  }}\n", i);
   }
   launch.block = {tile.threads, 1, 1};
   launch.grid = {gemm_tiles(tile, m, n) * batches, Expr(1), Expr(1)};
@@ -81,24 +79,10 @@ Lowering lower_matmul(const OpContext& ctx) {
   launch.bytes = (product(a.shape) + product(b.shape) + product(ctx.output.shape)) * elem;
   launch.flops = Expr(2) * batches * m * n * k;
 
-  KernelSource kernel;
-  kernel.name = gemm_kernel_name("matmul", dtype, GemmBLayout::kKN, false, tile) +
-                fmt::format("_b{}", out_batch.size());
-  kernel.source = gemm_device_source(dtype, GemmBLayout::kKN, false, tile) +
-                  bounded_kernel_entry(launch.args, tile.threads, tile.min_blocks) +
-                  fmt::format(
-                      " {{\n"
-                      "  const int tiles = ((M + kBM - 1) / kBM) * ((N + kBN - 1) / kBN);\n"
-                      "  long long z = blockIdx.x / tiles;\n"
-                      "  const int pid = blockIdx.x % tiles;\n"
-                      "  const long long c_off = z * M * (long long)N;\n"
-                      "  long long a_off = 0, b_off = 0;\n"
-                      "{}"
-                      "  tn_gemm_block(a + a_off, b + b_off, nullptr, c + c_off, M, N, K, lda, ldb, N, pid);\n"
-                      "}}\n",
-                      offsets);
-  kernel.file = __FILE__;
-  kernel.line = __LINE__;
+  KernelSource kernel = template_kernel(
+      gemm_kernel_name("matmul", dtype, GemmBLayout::kKN, false, tile) + fmt::format("_b{}", out_batch.size()),
+      "gemm.cuh", fmt::format("tn_matmul<{}>", gemm_kernel_class(dtype, GemmBLayout::kKN, false, tile)), launch.args,
+      tile.threads, TEENY_KERNEL_ORIGIN, tile.min_blocks);
   return Lowering{{kernel}, {launch}};
 }
 

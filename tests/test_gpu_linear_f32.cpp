@@ -1,4 +1,4 @@
-// f32 linear on sm_90 runs on tensor cores as 3xTF32 (ops/dense_gemm.cpp, kGemmWgmma): a
+// f32 linear on sm_90 runs on tensor cores as 3xTF32 (ops/kernels/gemm_wgmma.cuh): a
 // precision test the conformance tolerances (f32 atol 1e-4, rtol 1e-3) are too loose for,
 // since plain TF32 (10-bit mantissa products) passes those at small K.
 //
