@@ -14,78 +14,10 @@
 namespace teeny {
 namespace {
 
-// ---- C signature parsing -----------------------------------------------------------------
-
-// Comments become spaces (newlines kept) so positions and line structure survive.
-std::string strip_comments(const std::string& source) {
-  std::string out = source;
-  size_t i = 0;
-  const size_t n = out.size();
-  while (i < n) {
-    if (out[i] == '"' || out[i] == '\'') {
-      char quote = out[i++];
-      while (i < n && out[i] != quote && out[i] != '\n') i += out[i] == '\\' ? 2 : 1;
-      ++i;
-    } else if (out[i] == '/' && i + 1 < n && out[i + 1] == '/') {
-      while (i < n && out[i] != '\n') out[i++] = ' ';
-    } else if (out[i] == '/' && i + 1 < n && out[i + 1] == '*') {
-      size_t end = out.find("*/", i + 2);
-      end = end == std::string::npos ? n : end + 2;
-      for (; i < end; ++i) {
-        if (out[i] != '\n') out[i] = ' ';
-      }
-    } else {
-      ++i;
-    }
-  }
-  return out;
-}
-
-bool has_word(const std::string& text, const std::string& word) {
-  for (size_t at = text.find(word); at != std::string::npos; at = text.find(word, at + 1)) {
-    bool left = at == 0 || !is_identifier_char(text[at - 1]);
-    bool right = at + word.size() >= text.size() || !is_identifier_char(text[at + word.size()]);
-    if (left && right) return true;
-  }
-  return false;
-}
-
-// "const float * __restrict__ x" -> {"const float*", "x"}
-CParam parse_c_param(const std::string& text) {
-  std::vector<std::string> tokens;
-  for (size_t i = 0; i < text.size();) {
-    if (is_identifier_char(text[i])) {
-      size_t start = i;
-      while (i < text.size() && is_identifier_char(text[i])) ++i;
-      std::string word = text.substr(start, i - start);
-      if (word != "__restrict__" && word != "__restrict") tokens.push_back(word);
-    } else if (std::isspace(static_cast<unsigned char>(text[i]))) {
-      ++i;
-    } else {
-      tokens.push_back(std::string(1, text[i++]));
-    }
-  }
-  CParam param;
-  if (!tokens.empty() && is_identifier_char(tokens.back()[0]) && tokens.size() > 1) {
-    param.name = tokens.back();
-    tokens.pop_back();
-  }
-  for (const std::string& token : tokens) {
-    bool word = is_identifier_char(token[0]);
-    if (word && !param.type.empty() && is_identifier_char(param.type.back())) param.type += ' ';
-    if (word && !param.type.empty() && param.type.back() == '*') param.type += ' ';
-    param.type += token;
-  }
-  return param;
-}
-
 std::string join_params(const std::vector<std::string>& items) {
   return fmt::format("({})", fmt::join(items, ", "));
 }
 
-std::string describe(const CParam& param) {
-  return param.name.empty() ? param.type : fmt::format("{} {}", param.type, param.name);
-}
 std::string describe(const KernelArg& arg) { return fmt::format("{} {}", arg_c_type(arg), arg.name); }
 
 // ---- helpers -------------------------------------------------------------------------------
@@ -412,8 +344,7 @@ class GraphCompiler {
       throw node_error(node, fmt::format("kernel name '{}' (generated at {}:{}) is not a C identifier", kernel.name,
                                          kernel.file, kernel.line));
     }
-    const bool generated = !kernel.function.empty();
-    const std::string text = generated ? kernel_translation_unit(kernel, kEntryPlaceholder) : kernel.source;
+    const std::string text = kernel_translation_unit(kernel, kernel.name + "_entry_point");
     if (auto it = kernel_by_source_.find(text); it != kernel_by_source_.end()) return it->second;
     std::string name = kernel.name;
     if (used_names_.count(name)) name = fmt::format("{}_{}", kernel.name, sha256_hex(text).substr(0, 8));
@@ -422,11 +353,7 @@ class GraphCompiler {
     KernelSource unique = kernel;
     unique.name = name;
     std::string entry = name + "_entry_point";
-    try {
-      unique.source = generated ? kernel_translation_unit(kernel, entry) : substitute_entry(kernel.source, entry, name);
-    } catch (const Error& e) {
-      throw node_error(node, e.message());
-    }
+    unique.source = kernel_translation_unit(kernel, entry);
     int id = static_cast<int>(bundle_.kernels.size());
     BundleKernel out;
     out.name = name;
@@ -498,40 +425,6 @@ class GraphCompiler {
     }
   }
 
-  void check_legacy_signature(const Node& node, const std::string& where, const BundleKernel& kernel,
-                              const KernelSource& source, const Launch& launch) {
-    std::vector<CParam> signature;
-    try {
-      signature = parse_kernel_signature(source.source, kernel.entry);
-    } catch (const Error& e) {
-      throw node_error(node, fmt::format("{}: kernel '{}' (generated at {}:{}): {}", where, kernel.name,
-                                         kernel.source_file, kernel.source_line, e.message()));
-    }
-    std::vector<std::string> launch_text, signature_text;
-    for (const KernelArg& arg : launch.args) launch_text.push_back(describe(arg));
-    for (const CParam& param : signature) signature_text.push_back(describe(param));
-    for (size_t p = 0; p < std::max(launch.args.size(), signature.size()); ++p) {
-      std::string expected, found;
-      if (p >= launch.args.size()) {
-        expected = fmt::format("nothing (the launch passes {} arguments)", launch.args.size());
-        found = fmt::format("'{}'", signature_text[p]);
-      } else if (p >= signature.size()) {
-        expected = fmt::format("'{}'", launch_text[p]);
-        found = fmt::format("nothing (the kernel declares {} parameters)", signature.size());
-      } else if (launch_text[p] != signature_text[p]) {
-        expected = fmt::format("'{}'", launch_text[p]);
-        found = fmt::format("'{}'", signature_text[p]);
-      } else {
-        continue;
-      }
-      throw node_error(node, fmt::format("{}, argument {}: C signature mismatch with kernel '{}': expected {}, found {}",
-                                         where, p, kernel.entry, expected, found))
-          .note("launch arguments: " + join_params(launch_text))
-          .note(fmt::format("kernel signature ({}:{}): {}", kernel.source_file, kernel.source_line,
-                            join_params(signature_text)));
-    }
-  }
-
   void verify_launch(const PendingLaunch& pending) {
     const Node& node = *pending.node;
     const BundleKernel& kernel = bundle_.kernels[pending.kernel];
@@ -542,8 +435,7 @@ class GraphCompiler {
     std::vector<std::string> launch_text;
     for (const KernelArg& arg : launch.args) launch_text.push_back(describe(arg));
     const KernelSource& source = sources_[pending.kernel];
-    if (!source.function.empty()) check_launch_matches_params(node, where, kernel, source, launch_text);
-    else check_legacy_signature(node, where, kernel, source, launch);
+    check_launch_matches_params(node, where, kernel, source, launch_text);
 
     // (b) the PTX entry exists, and its parameters have the arguments' sizes and alignments.
     const PtxEntry* entry = find_visible_entry(entries_[pending.kernel], kernel.entry);
@@ -583,23 +475,8 @@ class GraphCompiler {
 
     // (c) the block against the PTX's launch-shape directives.
     const std::array<int, 3>& block = launch.block;
-    int64_t threads = int64_t{block[0]} * block[1] * block[2];
-    if (block[0] < 1 || block[1] < 1 || block[2] < 1 || threads > 1024 || block[2] > 64) {
-      throw node_error(node, fmt::format("{}: block {} is not a valid CUDA block (each dim >= 1, z <= 64, "
-                                         "at most 1024 threads)", where, block_str(block)));
-    }
-    if (entry->reqntid && *entry->reqntid != block) {
-      throw node_error(node, fmt::format("{}: block does not match '.reqntid {}' of '{}': expected {}, found {}",
-                                         where, ntid_str(*entry->reqntid), kernel.entry, block_str(*entry->reqntid),
-                                         block_str(block)));
-    }
-    if (entry->maxntid) {
-      int64_t limit = int64_t{(*entry->maxntid)[0]} * (*entry->maxntid)[1] * (*entry->maxntid)[2];
-      if (threads > limit) {
-        throw node_error(node, fmt::format("{}: block {} exceeds '.maxntid {}' of '{}': expected at most {} threads, "
-                                           "found {}", where, block_str(block), ntid_str(*entry->maxntid),
-                                           kernel.entry, limit, threads));
-      }
+    if (std::string problem = block_problem(block, *entry); !problem.empty()) {
+      throw node_error(node, fmt::format("{}: {}", where, problem));
     }
 
     BundleLaunch out;
@@ -652,59 +529,24 @@ class GraphCompiler {
 
 }  // namespace
 
-std::vector<CParam> parse_kernel_signature(const std::string& source, const std::string& entry) {
-  const std::string text = strip_comments(source);
-  for (size_t at = text.find(entry); at != std::string::npos; at = text.find(entry, at + 1)) {
-    size_t end = at + entry.size();
-    if ((at > 0 && is_identifier_char(text[at - 1])) || (end < text.size() && is_identifier_char(text[end]))) continue;
-    size_t open = end;
-    while (open < text.size() && std::isspace(static_cast<unsigned char>(text[open]))) ++open;
-    if (open >= text.size() || text[open] != '(') continue;
-    // The declaration runs back to the previous statement or block boundary.
-    size_t start = text.find_last_of(";{}", at);
-    std::string head = text.substr(start == std::string::npos ? 0 : start + 1, at - (start == std::string::npos ? 0 : start + 1));
-    if (!has_word(head, "__global__")) continue;
-
-    std::vector<CParam> params;
-    int depth = 0;
-    size_t item = open + 1;
-    for (size_t i = open + 1; i < text.size(); ++i) {
-      char c = text[i];
-      if (c == '(' || c == '<' || c == '[') {
-        ++depth;
-      } else if ((c == ')' || c == '>' || c == ']') && depth > 0) {
-        --depth;
-      } else if ((c == ',' && depth == 0) || c == ')') {
-        std::string piece = text.substr(item, i - item);
-        bool blank = piece.find_first_not_of(" \t\r\n") == std::string::npos;
-        if (!(c == ')' && params.empty() && (blank || parse_c_param(piece).type == "void"))) {
-          if (blank) throw Error(fmt::format("cannot read the parameter list of '{}': empty parameter", entry));
-          params.push_back(parse_c_param(piece));
-        }
-        if (c == ')') return params;
-        item = i + 1;
-      }
+std::string block_problem(const std::array<int, 3>& block, const PtxEntry& entry) {
+  const int64_t threads = int64_t{block[0]} * block[1] * block[2];
+  if (block[0] < 1 || block[1] < 1 || block[2] < 1 || threads > 1024 || block[2] > 64) {
+    return fmt::format("block {} is not a valid CUDA block (each dim >= 1, z <= 64, at most 1024 threads)",
+                       block_str(block));
+  }
+  if (entry.reqntid && *entry.reqntid != block) {
+    return fmt::format("block does not match '.reqntid {}' of '{}': expected {}, found {}", ntid_str(*entry.reqntid),
+                       entry.name, block_str(*entry.reqntid), block_str(block));
+  }
+  if (entry.maxntid) {
+    const int64_t limit = int64_t{(*entry.maxntid)[0]} * (*entry.maxntid)[1] * (*entry.maxntid)[2];
+    if (threads > limit) {
+      return fmt::format("block {} exceeds '.maxntid {}' of '{}': expected at most {} threads, found {}",
+                         block_str(block), ntid_str(*entry.maxntid), entry.name, limit, threads);
     }
-    throw Error(fmt::format("cannot read the parameter list of '{}': no closing ')'", entry));
   }
-  throw Error(fmt::format("no 'extern \"C\" __global__ void {}(...)' in the kernel source", entry));
-}
-
-std::string substitute_entry(const std::string& source, const std::string& entry, const std::string& kernel_name) {
-  const std::string placeholder = kEntryPlaceholder;
-  std::string out;
-  size_t copied = 0;
-  for (size_t at = source.find(placeholder); at != std::string::npos; at = source.find(placeholder, at + 1)) {
-    size_t end = at + placeholder.size();
-    if ((at > 0 && is_identifier_char(source[at - 1])) || (end < source.size() && is_identifier_char(source[end]))) continue;
-    out.append(source, copied, at - copied).append(entry);
-    copied = end;
-  }
-  if (copied == 0) {
-    throw Error(fmt::format("kernel '{}' source has no {}; write the entry as 'extern \"C\" __global__ void {}(...)'",
-                            kernel_name, placeholder, placeholder));
-  }
-  return out.append(source, copied, std::string::npos);
+  return "";
 }
 
 std::string kernel_translation_unit(const KernelSource& kernel, const std::string& entry) {

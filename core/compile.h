@@ -1,8 +1,8 @@
 // teeny compile: graph -> lowering -> deduplicated kernels -> NVRTC -> verification -> Bundle.
 //
 // Verification is the point of this file: every launch's argument list is checked against the
-// kernel's C signature (names, C types) and the PTX `.visible .entry` parameter list (count,
-// size, alignment); tensor-map arguments against the pointer they view and TMA's limits; the
+// kernel's parameters (from which compile generates the entry; NVRTC then checks the call into the
+// kernel's template) and the PTX `.visible .entry` parameter list (count, size, alignment); tensor-map arguments against the pointer they view and TMA's limits; the
 // block against `.reqntid` / `.maxntid`; host init bytes against shape × dtype size. A mismatch
 // is an error naming the op, node, launch, argument position, what was expected and what was
 // found.
@@ -43,22 +43,11 @@ Bundle compile_graph(const Graph& graph, const Registry& registry, const Compile
 
 // ---- pieces of verification, exposed for tests --------------------------------------------
 
-struct CParam {
-  std::string type;  // normalised: "const float*", "int", "long long"
-  std::string name;
-};
-
-// The parameters of `extern "C" __global__ void <entry>(...)` in `source` (comments ignored,
-// `__launch_bounds__(...)` / `__block_size__(...)` allowed before the name, `__restrict__`
-// dropped). Throws Error if the definition is not found or cannot be read.
-std::vector<CParam> parse_kernel_signature(const std::string& source, const std::string& entry);
+// Why `block` cannot launch `entry` (not a CUDA block, not its .reqntid, over its .maxntid), or "".
+std::string block_problem(const std::array<int, 3>& block, const PtxEntry& entry);
 
 // The translation unit compile generates for a kernel with a `function`: its header's #include and
 // an entry named `entry` taking `kernel.params` and forwarding them, in order, to the function.
 std::string kernel_translation_unit(const KernelSource& kernel, const std::string& entry);
-
-// Replaces every TEENY_ENTRY identifier in `source` by `entry`; throws if there is none.
-std::string substitute_entry(const std::string& source, const std::string& entry,
-                             const std::string& kernel_name);
 
 }  // namespace teeny

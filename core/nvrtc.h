@@ -49,7 +49,7 @@ std::vector<std::string> arch_specific_options(std::vector<std::string> options)
 // TEENY_CACHE_DIR, else $HOME/.cache/teeny.
 std::string default_cache_dir();
 
-// Compiles each source (TEENY_ENTRY already replaced), `config.jobs` at a time, consulting
+// Compiles each source (a whole translation unit), `config.jobs` at a time, consulting
 // and filling the cache. Results are in input order. If any kernel fails, throws the error of
 // the first failing kernel in input order (deterministic whatever the thread timing), with
 // NVRTC's log, the options, and the op's source file and line.

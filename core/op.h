@@ -151,7 +151,7 @@ std::string tensor_map_problem(const TensorMapSpec& spec, DType dtype);
 // NVRTC checks the call against the template.
 struct KernelSource {
   std::string name;      // base name, e.g. "linear_f32_bm64_bn64"
-  std::string source;    // legacy: a whole translation unit writing its entry as TEENY_ENTRY
+  std::string source;    // the translation unit: compile generates it (kernel_translation_unit)
   std::string file;      // op source file and line that generated it, for NVRTC errors
   int line = 0;
   // Uses instructions of the target's arch-specific variant only (sm_90a: wgmma, setmaxnreg):
@@ -170,7 +170,6 @@ struct KernelHeader {
   std::string text;
 };
 #define TEENY_KERNEL_ORIGIN __FILE__, __LINE__
-inline constexpr const char* kEntryPlaceholder = "TEENY_ENTRY";
 
 struct Launch {
   int kernel = 0;               // index into Lowering::kernels

@@ -6,11 +6,6 @@
 
 namespace teeny::ops {
 
-const std::string& kernel_prelude() {
-  static const std::string text = "#include \"prelude.cuh\"\n";
-  return text;
-}
-
 KernelSource template_kernel(std::string name, std::string header, std::string function,
                              std::vector<KernelArg> params, int max_threads, const char* file,
                              int line, int min_blocks) {
@@ -24,25 +19,6 @@ KernelSource template_kernel(std::string name, std::string header, std::string f
   kernel.file = file;
   kernel.line = line;
   return kernel;
-}
-
-std::string kernel_typedef(const std::string& alias, DType dtype) {
-  return fmt::format("typedef {} {};\n", dtype_c_type(dtype), alias);
-}
-
-std::string kernel_constant(const std::string& name, long long value) {
-  return fmt::format("constexpr int {} = {};\n", name, value);
-}
-
-std::string kernel_entry(const std::vector<KernelArg>& args, int max_threads) {
-  std::string params;
-  for (const KernelArg& arg : args) {
-    if (!params.empty()) params += ", ";
-    params += arg_c_type(arg) + " " + arg.name;
-  }
-  const std::string bounds =
-      max_threads > 0 ? fmt::format("__launch_bounds__({}) ", max_threads) : std::string();
-  return fmt::format("extern \"C\" __global__ void {}{}({})", bounds, kEntryPlaceholder, params);
 }
 
 RowPlan plan_rows(const Expr& cols, DType dtype) {

@@ -1,31 +1,5 @@
-// Shared pieces of generated CUDA C++ kernel source, reused by every op family.
-//
-// Kernels are self-contained translation units: they include no CUDA headers (NVRTC has no
-// default include path, and bundles must compile the same on any machine), so prelude()
-// provides the 16-bit float types, conversions, 16-byte vector access and warp/block
-// reductions. Device-side names start with `tn_`.
-//
-// Device API provided by prelude() (stable; other op families rely on it):
-//   __half, __nv_bfloat16            2-byte storage types (defined unless cuda_fp16.h /
-//                                    cuda_bf16.h were included first)
-//   float tn_f32(T v)                T in {float, __half, __nv_bfloat16, int} -> float
-//   T tn_cast<T>(float v)            float -> T, round to nearest even
-//   tn_pack<T>::kN                   elements of T per 16 bytes (4 for float, 8 for 16-bit)
-//   void tn_load16<T>(const T* p, float (&v)[tn_pack<T>::kN])   p must be 16-byte aligned
-//   void tn_store16<T>(T* p, const float (&v)[tn_pack<T>::kN])
-//   bool tn_aligned16(const void* p)
-//   float tn_warp_sum(float), tn_warp_max(float)         xor-shuffle, all lanes get the result
-//   float tn_block_sum<kThreads>(float, float* smem32), tn_block_max<kThreads>(...)
-//                                    smem32: __shared__ float[32]; every thread gets the result;
-//                                    safe to call repeatedly with the same smem32
-//   tn_row_load<T, kThreads, kItems>(row, n, vec, t, fill, float (&v)[kItems][kN])
-//   tn_row_store<T, kThreads, kItems>(row, n, vec, t, const float (&v)[kItems][kN])
-//                                    a group of kThreads owns a row; thread t holds packs
-//                                    starting at columns (it * kThreads + t) * kN; columns >= n
-//                                    read as `fill`, are never written; vec: row 16-B aligned
-//   float tn_group_sum<kThreads>(float, float* smem32), tn_group_max<kThreads>(...)
-//                                    warp shuffle when kThreads == 32, else block-wide
-//   float tn_neg_inf()
+// What the ops share when they lower to kernels: the kernel descriptor of a device template in
+// ops/kernels/ (template_kernel), row plans, attr schema helpers, dtype and stride helpers.
 #pragma once
 
 #include <string>
@@ -36,28 +10,12 @@
 
 namespace teeny::ops {
 
-// The device helpers listed above, as source text to put before a kernel.
-const std::string& kernel_prelude();
-
 // A kernel whose generated entry takes `params` and forwards them, in order, to `function` (a
 // device template in ops/kernels/<header>, with its template arguments), under
 // __launch_bounds__(max_threads[, min_blocks]). Pass TEENY_KERNEL_ORIGIN for file, line.
 KernelSource template_kernel(std::string name, std::string header, std::string function,
                              std::vector<KernelArg> params, int max_threads, const char* file,
                              int line, int min_blocks = 0);
-
-// `typedef <c type> <alias>;` for generated sources ("typedef __nv_bfloat16 T_IN;").
-std::string kernel_typedef(const std::string& alias, DType dtype);
-
-// `constexpr int <name> = <value>;` — how ops print their launch constants into the source.
-std::string kernel_constant(const std::string& name, long long value);
-
-// The entry declaration generated from the launch's argument list, so names and C types are
-// written once: `extern "C" __global__ void TEENY_ENTRY(const float* x, float* y, int n)`.
-// With `max_threads` > 0 (the launch's block size): `... void __launch_bounds__(256)
-// TEENY_ENTRY(...)`, which becomes the PTX .maxntid that compile checks the block against
-// and lets ptxas budget registers for that block.
-std::string kernel_entry(const std::vector<KernelArg>& args, int max_threads = 0);
 
 // How a row-wise kernel (softmax, norms) spreads rows over threads: a group of `threads`
 // (a warp, or a whole block) per row, `rows_per_block` groups per block, and `items` 16-byte

@@ -9,7 +9,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "core/compile.h"
 #include "core/graph.h"
+#include "core/nvrtc.h"
 #include "core/op.h"
 #include "core/registry.h"
 #include "ops/ops.h"
@@ -23,6 +25,14 @@ inline const Registry& registry() {
     return reg;
   }();
   return r;
+}
+
+// `kernels` compiled by NVRTC as compile does: each its generated translation unit (entry
+// `<name>_entry_point`), with the registry's kernel headers.
+inline std::vector<CompiledKernel> nvrtc_compile(std::vector<KernelSource> kernels, NvrtcConfig config) {
+  for (KernelSource& kernel : kernels) kernel.source = kernel_translation_unit(kernel, kernel.name + "_entry_point");
+  config.headers = registry().kernel_headers();
+  return compile_kernels(kernels, config);
 }
 
 inline const OpDef& op(const std::string& name) {

@@ -66,7 +66,9 @@ TEST(Bundle, RoundTripPreservesEverything) {
   const std::string path = dir.str("t.teeny");
   write_bundle(sample(), path);
   EXPECT_EQ(listing(path), (std::vector<std::string>{"kernels", "manifest.json", "params.bin"}));
-  EXPECT_EQ(listing(fs::path(path) / "kernels"), (std::vector<std::string>{"t_kernel.ptx", "t_kernel_1.ptx"}));
+  const Bundle b = sample();
+  EXPECT_EQ(listing(fs::path(path) / "kernels"),
+            (std::vector<std::string>{b.kernels[0].name + ".ptx", b.kernels[1].name + ".ptx"}));
 
   Bundle loaded = read_bundle(path);
   EXPECT_EQ(bundle_to_json(loaded), bundle_to_json(sample()));
@@ -176,13 +178,14 @@ TEST(Bundle, CorruptedPtxNamesTheFile) {
   ScratchDir dir;
   const std::string path = dir.str("t.teeny");
   write_bundle(sample(), path);
-  fs::path ptx = fs::path(path) / "kernels" / "t_kernel_1.ptx";
+  const std::string file = "kernels/" + sample().kernels[1].name + ".ptx";
+  fs::path ptx = fs::path(path) / file;
   std::string text = slurp(ptx);
   text[text.size() / 2] ^= 1;
   spit(ptx, text);
-  EXPECT_EQ(load_error(path), fmt::format("bundle '{}': kernels/t_kernel_1.ptx has been altered: its SHA-256 is {}, "
+  EXPECT_EQ(load_error(path), fmt::format("bundle '{}': {} has been altered: its SHA-256 is {}, "
                                           "the manifest says {}",
-                                          path, sha256_hex(text), sha256_hex(sample().kernels[1].ptx)));
+                                          path, file, sha256_hex(text), sha256_hex(sample().kernels[1].ptx)));
 }
 
 TEST(Bundle, TruncatedManifest) {
@@ -308,7 +311,7 @@ TEST(BundleWrite, FailureMidWriteLeavesNoTraceAndKeepsThePreviousBundle) {
       write_bundle(big, path);
       _exit(10);  // should have failed
     } catch (const Error& e) {
-      bool names_file = e.message().find("t_kernel_1.ptx") != std::string::npos &&
+      bool names_file = e.message().find(big.kernels[1].name + ".ptx") != std::string::npos &&
                         e.message().find("File too large") != std::string::npos;
       _exit(names_file ? 0 : 11);
     }

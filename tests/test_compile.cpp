@@ -6,6 +6,7 @@
 
 #include "core/compile.h"
 #include "core/nvrtc.h"
+#include "core/sha256.h"
 #include "tests/test_compile_util.h"
 
 namespace teeny {
@@ -103,7 +104,7 @@ TEST(CompileGraph, GoodOpLayoutMatchesCudaParamBufferRules) {
   EXPECT_EQ(b.nvrtc_options.at(1), "--gpu-architecture=sm_90");
 }
 
-TEST(CompileGraph, IdenticalSourcesShareAKernelAndCollidingNamesGetSuffixes) {
+TEST(CompileGraph, IdenticalKernelsShareOneAndCollidingNamesGetAHashSuffix) {
   Bundle b = compile_nodes(
       "  - {name: a, op: t.good, inputs: [x, z]}\n"
       "  - {name: b, op: t.variant, inputs: [a, z], attrs: {k: 1}}\n"
@@ -111,14 +112,38 @@ TEST(CompileGraph, IdenticalSourcesShareAKernelAndCollidingNamesGetSuffixes) {
       "  - {name: d, op: t.variant, inputs: [c, z], attrs: {k: 1}}\n"
       "  - {name: e, op: t.good, inputs: [d, z]}\n",
       "e");
-  std::vector<std::string> kernels;
-  for (const BundleKernel& k : b.kernels) kernels.push_back(k.name + "/" + k.entry);
-  EXPECT_EQ(kernels, (std::vector<std::string>{"t_kernel/t_kernel_entry_point", "t_kernel_1/t_kernel_1_entry_point",
-                                               "t_kernel_2/t_kernel_2_entry_point"}));
+  ASSERT_EQ(b.kernels.size(), 3u);
+  EXPECT_EQ(b.kernels[0].name, "t_kernel");
+  // The suffix is the first 8 hex digits of the SHA-256 of the kernel's translation unit (its entry
+  // named after the base name).
+  const Graph graph = testing::test_graph(test_ops(), "  - {name: a, op: t.variant, inputs: [x, z], attrs: {k: 1}}\n", "a");
+  for (int k : {1, 2}) {
+    KernelSource source = graph.nodes[0].op->lower(graph.nodes[0].ctx).kernels[0];
+    source.function = fmt::format("t_body<{}>", k);
+    const std::string name = "t_kernel_" + sha256_hex(kernel_translation_unit(source, "t_kernel_entry_point")).substr(0, 8);
+    EXPECT_EQ(b.kernels[k].name, name);
+    EXPECT_EQ(b.kernels[k].entry, name + "_entry_point");
+    EXPECT_NE(b.kernels[k].ptx.find(".visible .entry " + name + "_entry_point("), std::string::npos);
+  }
   std::vector<int> used;
   for (const BundleLaunch& l : b.launches) used.push_back(l.kernel);
   EXPECT_EQ(used, (std::vector<int>{0, 1, 2, 1, 0}));
-  EXPECT_NE(b.kernels[1].ptx.find(".visible .entry t_kernel_1_entry_point("), std::string::npos);
+}
+
+TEST(CompileGraph, TranslationUnitIncludesTheHeaderAndForwardsTheParams) {
+  KernelSource kernel;
+  kernel.header = "k.cuh";
+  kernel.function = "k_body<float, 4>";
+  kernel.params = {input(0, "x", DType::kBF16), output("y", DType::kF32), i64("n", Expr(8)), f32("alpha", 1.0)};
+  EXPECT_EQ(kernel_translation_unit(kernel, "k_entry"),
+            "#include \"k.cuh\"\n\n"
+            "extern \"C\" __global__ void k_entry(const __nv_bfloat16* x, float* y, long long n, float alpha) {\n"
+            "  k_body<float, 4>(x, y, n, alpha);\n}\n");
+  kernel.max_threads = 256;
+  EXPECT_NE(kernel_translation_unit(kernel, "k_entry").find("void __launch_bounds__(256) k_entry("), std::string::npos);
+  kernel.min_blocks = 2;
+  EXPECT_NE(kernel_translation_unit(kernel, "k_entry").find("void __launch_bounds__(256, 2) k_entry("),
+            std::string::npos);
 }
 
 TEST(CompileGraph, ViewsAliasTheirInputBufferAndHaveNoKernel) {
@@ -193,29 +218,29 @@ TEST(CompileGraph, StatsCountKernelsCompiledAndCached) {
 
 TEST(CompileVerify, SwappedArgumentNames) {
   EXPECT_EQ(compile_error("t.swapped_names"),
-            "node 't1': op 't.swapped_names', launch 0, argument 0: C signature mismatch with kernel "
-            "'t_kernel_entry_point': expected 'const float* z', found 'const float* x'");
+            "node 't1': op 't.swapped_names', launch 0, argument 0: does not match kernel 't_kernel': expected "
+            "'const float* x', found 'const float* z'");
 }
 
 TEST(CompileVerify, WrongArgumentType) {
   EXPECT_EQ(compile_error("t.wrong_type"),
-            "node 't1': op 't.wrong_type', launch 0, argument 6: C signature mismatch with kernel "
-            "'t_kernel_entry_point': expected 'int count', found 'long long count'");
+            "node 't1': op 't.wrong_type', launch 0, argument 6: does not match kernel 't_kernel': expected "
+            "'long long count', found 'int count'");
 }
 
 TEST(CompileVerify, MissingArgument) {
   EXPECT_EQ(compile_error("t.missing_arg"),
-            "node 't1': op 't.missing_arg', launch 0, argument 7: C signature mismatch with kernel "
-            "'t_kernel_entry_point': expected nothing (the launch passes 7 arguments), found 'float alpha'");
+            "node 't1': op 't.missing_arg', launch 0, argument 7: does not match kernel 't_kernel': expected "
+            "'float alpha', found nothing (the launch passes 7 arguments)");
 }
 
 TEST(CompileVerify, ExtraArgument) {
   EXPECT_EQ(compile_error("t.extra_arg"),
-            "node 't1': op 't.extra_arg', launch 0, argument 8: C signature mismatch with kernel "
-            "'t_kernel_entry_point': expected 'int extra', found nothing (the kernel declares 8 parameters)");
+            "node 't1': op 't.extra_arg', launch 0, argument 8: does not match kernel 't_kernel': expected nothing "
+            "(the kernel takes 8 parameters), found 'int extra'");
 }
 
-TEST(CompileVerify, SignatureMismatchNotesShowBothLists) {
+TEST(CompileVerify, MismatchNotesShowBothLists) {
   try {
     compile_nodes("  - {name: t1, op: t.extra_arg, inputs: [x, z]}\n", "t1");
     FAIL() << "expected an error";
@@ -224,7 +249,8 @@ TEST(CompileVerify, SignatureMismatchNotesShowBothLists) {
     EXPECT_EQ(e.notes()[0],
               "launch arguments: (const float* x, const float* z, const float* w, const float* table, float* y, "
               "int n, long long count, float alpha, int extra)");
-    EXPECT_NE(e.notes()[1].find("test_compile_util.cpp:"), std::string::npos) << e.notes()[1];
+    EXPECT_NE(e.notes()[1].find("kernel parameters (tests/test_compile_util.cpp:"), std::string::npos)
+        << e.notes()[1];
     EXPECT_NE(e.notes()[1].find(": (const float* x, const float* z, const float* w, const float* table, float* y, "
                                 "int n, long long count, float alpha)"),
               std::string::npos)
@@ -240,14 +266,13 @@ TEST(CompileVerify, BlockOverMaxntid) {
             "'t_kernel_entry_point': expected at most 128 threads, found 256");
 }
 
-TEST(CompileVerify, BlockVsReqntid) {
-  std::string message = compile_error("t.block_vs_reqntid");
-  if (message.find("NVRTC failed") != std::string::npos && message.find("__block_size__") != std::string::npos) {
-    GTEST_SKIP() << "this NVRTC has no __block_size__ (it emits .reqntid): " << message;
-  }
-  EXPECT_EQ(message,
-            "node 't1': op 't.block_vs_reqntid', launch 0: block does not match '.reqntid 64, 1, 1' of "
-            "'t_kernel_entry_point': expected [64, 1, 1], found [128, 1, 1]");
+TEST(CompileVerify, BlockMustEqualReqntid) {
+  const std::vector<PtxEntry> entries = parse_ptx_entries(
+      ".visible .entry k(\n\t.param .u32 k_param_0\n)\n.reqntid 64, 1, 1\n{\n\tret;\n}\n", "k.ptx");
+  ASSERT_EQ(entries.size(), 1u);
+  EXPECT_EQ(block_problem({64, 1, 1}, entries[0]), "");
+  EXPECT_EQ(block_problem({128, 1, 1}, entries[0]),
+            "block does not match '.reqntid 64, 1, 1' of 'k': expected [64, 1, 1], found [128, 1, 1]");
 }
 
 TEST(CompileVerify, WrongInitByteCount) {
@@ -269,26 +294,32 @@ TEST(CompileVerify, HostInitNeedsConcreteShape) {
 
 TEST(CompileVerify, EntryMissingFromPtx) {
   try {
-    compile_nodes("  - {name: t1, op: t.declared_only, inputs: [x, z]}\n", "t1");
+    compile_nodes("  - {name: t1, op: t.entry_renamed, inputs: [x, z]}\n", "t1");
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_EQ(e.message(),
-              "node 't1': op 't.declared_only', launch 0: kernel 't_kernel' has no '.visible .entry "
+              "node 't1': op 't.entry_renamed', launch 0: kernel 't_kernel' has no '.visible .entry "
               "t_kernel_entry_point' in its PTX");
-    EXPECT_EQ(e.notes(), std::vector<std::string>{"the PTX declares no entries"});
+    EXPECT_EQ(e.notes(), std::vector<std::string>{"the PTX declares: .visible .entry t_kernel_renamed"});
   }
 }
 
-TEST(CompileVerify, PtxParameterSizeDisagreesWithSourceText) {
-  EXPECT_EQ(compile_error("t.hidden_signature"),
-            "node 't1': op 't.hidden_signature', launch 0, argument 5: PTX parameter mismatch in '.visible .entry "
-            "t_kernel_entry_point': expected size 4 align 4 for 'int n', found .u64 size 8 align 8");
+TEST(CompileVerify, PtxParameterSizeDisagreesWithTheArgument) {
+  EXPECT_EQ(compile_error("t.param_type_changed"),
+            "node 't1': op 't.param_type_changed', launch 0, argument 7: PTX parameter mismatch in '.visible .entry "
+            "t_kernel_entry_point': expected size 4 align 4 for 'float alpha', found .f64 size 8 align 8");
 }
 
-TEST(CompileVerify, SourceWithoutPlaceholder) {
-  EXPECT_EQ(compile_error("t.no_placeholder"),
-            "node 't1': op 't.no_placeholder', kernel 't_kernel' source has no TEENY_ENTRY; write the entry as "
-            "'extern \"C\" __global__ void TEENY_ENTRY(...)'");
+TEST(CompileVerify, NvrtcChecksTheCallAgainstTheTemplate) {
+  try {
+    compile_nodes("  - {name: t1, op: t.template_mismatch, inputs: [x, z]}\n", "t1");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.message().rfind("NVRTC failed to compile kernel 't_kernel' (NVRTC_ERROR_COMPILATION)", 0), 0u)
+        << e.message();
+    ASSERT_FALSE(e.notes().empty());
+    EXPECT_NE(e.notes()[0].find("t_body"), std::string::npos) << e.notes()[0];
+  }
 }
 
 TEST(CompileVerify, ArgumentDtypeMustMatchTensor) {
@@ -314,8 +345,9 @@ TEST(CompileVerify, NvrtcFailureShowsLogOptionsAndOrigin) {
         << e.message();
     EXPECT_NE(e.message().find("test_compile_util.cpp:"), std::string::npos) << e.message();
     ASSERT_EQ(e.notes().size(), 2u);
-    EXPECT_EQ(e.notes()[0].rfind("NVRTC log:\n/teeny/t_kernel.cu(", 0), 0u) << e.notes()[0];
-    EXPECT_NE(e.notes()[0].find("error"), std::string::npos);
+    // The log points into the kernel header, by its include name.
+    EXPECT_EQ(e.notes()[0].rfind("NVRTC log:\nt_syntax_error.cuh(1): error: expected an expression", 0), 0u)
+        << e.notes()[0];
     EXPECT_EQ(e.notes()[1].rfind("options: -std=c++17 --gpu-architecture=sm_90 -default-device -lineinfo -I", 0), 0u)
         << e.notes()[1];
   }
@@ -410,38 +442,6 @@ TEST(CompileTensorMap, SpecProblemsNameTheRule) {
   spec.row_stride = Expr(100);
   EXPECT_EQ(problem(spec), "row stride 100 x 2 bytes of bf16 = 200 bytes is not a multiple of 16");
   EXPECT_EQ(problem(spec, DType::kF32), "box_cols 64 x 4 bytes of f32 = 256 bytes exceeds the 128-byte swizzle span");
-}
-
-// ---- the C signature parser -------------------------------------------------------------------------
-
-TEST(KernelSignature, ParsesAcrossCommentsBoundsAndRestrict) {
-  const std::string source =
-      "// extern \"C\" __global__ void k(int decoy)\n"
-      "__device__ float k_helper(float v) { return v; }\n"
-      "extern \"C\" __global__ void __launch_bounds__(256, 2)\n"
-      "k(const float* __restrict__ x, /* weights */ const __nv_bfloat16 *w,\n"
-      "  float*y, long long n, unsigned int flags) { }\n";
-  std::vector<CParam> params = parse_kernel_signature(source, "k");
-  std::vector<std::string> text;
-  for (const CParam& p : params) text.push_back(p.type + "|" + p.name);
-  EXPECT_EQ(text, (std::vector<std::string>{"const float*|x", "const __nv_bfloat16*|w", "float*|y", "long long|n",
-                                            "unsigned int|flags"}));
-  EXPECT_TRUE(parse_kernel_signature("extern \"C\" __global__ void k(void) {}", "k").empty());
-  EXPECT_TRUE(parse_kernel_signature("extern \"C\" __global__ void k() {}", "k").empty());
-}
-
-TEST(KernelSignature, MissingKernelIsAnError) {
-  try {
-    parse_kernel_signature("__device__ void k(int n) {}", "k");
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.message(), "no 'extern \"C\" __global__ void k(...)' in the kernel source");
-  }
-}
-
-TEST(KernelSignature, SubstituteEntryReplacesWholeIdentifiersOnly) {
-  EXPECT_EQ(substitute_entry("void TEENY_ENTRY(); // TEENY_ENTRY_X TEENY_ENTRY", "k_entry_point", "k"),
-            "void k_entry_point(); // TEENY_ENTRY_X k_entry_point");
 }
 
 }  // namespace

@@ -92,6 +92,27 @@ TEST(NvrtcCache, KeyCoversSourceOptionsAndArch) {
   EXPECT_EQ(stats.cached, 1);
 }
 
+// A source including an in-memory header; the headers are part of the key.
+TEST(NvrtcCache, InMemoryHeadersCompileAndChangingOneRecompiles) {
+  ScratchDir cache;
+  const KernelSource source{"h",
+                            "#include \"scale.cuh\"\n"
+                            "extern \"C\" __global__ void h_entry_point(float* y) { y[threadIdx.x] *= kScale; }\n",
+                            "test.cpp", 1};
+  NvrtcConfig config = config_in(cache);
+  config.headers = {{"scale.cuh", "constexpr float kScale = 3.0f;\n"}};
+  NvrtcStats stats;
+  const std::vector<CompiledKernel> three = compile_kernels({source}, config, &stats);
+  EXPECT_NE(three[0].ptx.find("0f40400000"), std::string::npos) << three[0].ptx;  // 3.0f
+  compile_kernels({source}, config, &stats);
+  EXPECT_EQ(stats.compiled, 1);
+  EXPECT_EQ(stats.cached, 1);
+  config.headers[0].text = "constexpr float kScale = 5.0f;\n";
+  const std::vector<CompiledKernel> five = compile_kernels({source}, config, &stats);
+  EXPECT_EQ(stats.compiled, 2);
+  EXPECT_NE(five[0].ptx.find("0f40A00000"), std::string::npos) << five[0].ptx;  // 5.0f
+}
+
 TEST(NvrtcCache, UnreadableEntriesAreRecompiledAndRewritten) {
   ScratchDir cache;
   compile_kernels({kernel("a", 2)}, config_in(cache));

@@ -5,59 +5,92 @@
 namespace teeny::testing {
 namespace {
 
-// The source of the test kernel: y = alpha*x + z*w[i%4] + table[i%4] + count, over n elements.
-std::string kernel_source(Fault fault, int64_t variant) {
-  std::string bounds = "__launch_bounds__(128)";
-  if (fault == Fault::kBlockVsReqntid) bounds = "__block_size__((64, 1, 1))";
-  std::string signature = fmt::format(
-      "extern \"C\" __global__ void {} TEENY_ENTRY(\n"
-      "    const float* __restrict__ x, const float* __restrict__ z,  // activations\n"
-      "    const float* w, const float* table,\n"
-      "    float* __restrict__ y, int n, long long count, float alpha)",
-      bounds);
-  const std::string body =
-      " {\n"
-      "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
-      "  if (i < n) y[i] = alpha * x[i] + z[i] * w[i % 4] + table[i % 4] + (float)count + VARIANT;\n"
-      "}\n";
-  std::string source = fmt::format("#define VARIANT {}\n", variant);
+// The test kernels' headers. t_kernel.cuh: y = alpha*x + z*w[i%4] + table[i%4] + count + kVariant
+// over n elements; the others are t_kernel.cuh with one thing wrong.
+const char* kKernelHeader = R"CUDA(#ifndef T_KERNEL_CUH
+#define T_KERNEL_CUH
+template <int kVariant>
+__device__ void t_body(const float* x, const float* z, const float* w, const float* table, float* y, int n,
+                       long long count, float alpha) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = alpha * x[i] + z[i] * w[i % 4] + table[i % 4] + (float)count + kVariant;
+}
+#endif
+)CUDA";
+
+// y = x + (a bit of the map, so it is used), over n elements; the map type as tma.cuh has it, or
+// without its 64-byte alignment.
+std::string map_header(bool aligned) {
+  return fmt::format(R"CUDA(struct {}tn_tensor_map {{ unsigned long long opaque[16]; }};
+__device__ void t_map_body(const float* x, const tn_tensor_map& x_map, float* y, int n) {{
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = x[i] + (float)(x_map.opaque[i % 16] & 1);
+}}
+)CUDA",
+                     aligned ? "__align__(64) " : "");
+}
+
+std::vector<KernelHeader> test_headers() {
+  return {
+      {"t_kernel.cuh", kKernelHeader},
+      // A macro renames the entry compile generates, so its PTX lacks the expected one.
+      {"t_renamed_entry.cuh", "#include \"t_kernel.cuh\"\n#define t_kernel_entry_point t_kernel_renamed\n"},
+      // A macro turns the entry's `float alpha` into a double: the PTX parameter is 8 bytes.
+      {"t_float_is_double.cuh", "#define float double\n#include \"t_kernel.cuh\"\n"},
+      {"t_syntax_error.cuh", "__device__ void t_body_broken() { int i = ; }\n"},
+      {"t_map.cuh", map_header(true)},
+      {"t_map_underaligned.cuh", map_header(false)},
+  };
+}
+
+std::string header_of(Fault fault) {
   switch (fault) {
-    case Fault::kDeclaredOnly:
-      return source + signature + ";\n";
-    case Fault::kHiddenSignature:
-      return source + "#if 0  // the old signature\n" + signature + "\n#else\n" +
-             "extern \"C\" __global__ void TEENY_ENTRY(const float* x, const float* z, const float* w,\n"
-             "    const float* table, float* y, long long n, long long count, float alpha)\n#endif\n" + body;
-    case Fault::kNoPlaceholder: {
-      std::string named = signature;
-      named.replace(named.find("TEENY_ENTRY"), 11, "my_kernel");
-      return source + named + body;
-    }
+    case Fault::kEntryRenamed:
+      return "t_renamed_entry.cuh";
+    case Fault::kParamTypeChanged:
+      return "t_float_is_double.cuh";
     case Fault::kSyntaxError:
-      return source + signature + " {\n  int i = ;\n}\n";
+      return "t_syntax_error.cuh";
     default:
-      return source + signature + body;
+      return "t_kernel.cuh";
   }
+}
+
+std::vector<KernelArg> kernel_params(const Expr& n) {
+  return {input(0, "x", DType::kF32),     input(1, "z", DType::kF32), param("weight", "w", DType::kF32),
+          param("table", "table", DType::kF32), output("y", DType::kF32), i32("n", n),
+          i64("count", n),                f32("alpha", 0.5)};
+}
+
+KernelSource test_kernel(std::string name, std::string header, std::string function, std::vector<KernelArg> params,
+                         int max_threads) {
+  KernelSource kernel;
+  kernel.name = std::move(name);
+  kernel.header = std::move(header);
+  kernel.function = std::move(function);
+  kernel.params = std::move(params);
+  kernel.max_threads = max_threads;
+  kernel.file = __FILE__;
+  kernel.line = __LINE__;
+  return kernel;
 }
 
 Lowering lower(const OpContext& ctx, Fault fault) {
   Expr n = product(ctx.output.shape);
   Lowering lowering;
   int64_t variant = ctx.attrs.has("k") ? ctx.attrs.i("k") : 0;
-  lowering.kernels.push_back({"t_kernel", kernel_source(fault, variant), TEENY_KERNEL_ORIGIN});
+  std::vector<KernelArg> params = kernel_params(n);
+  if (fault == Fault::kTemplateMismatch) params.push_back(i32("extra", 1));
+  lowering.kernels.push_back(
+      test_kernel("t_kernel", header_of(fault), fmt::format("t_body<{}>", variant), params, 128));
   Launch launch;
   launch.block = {fault == Fault::kBlockOverMaxntid ? 256 : 128, 1, 1};
   launch.grid = {ceil_div(n, 128), 1, 1};
-  KernelArg x = input(0, "x", fault == Fault::kWrongDtype ? DType::kF16 : DType::kF32);
-  KernelArg z = input(1, "z", DType::kF32);
-  if (fault == Fault::kSwappedNames) std::swap(x, z);
-  launch.args = {x, z,
-                 param("weight", "w", DType::kF32),
-                 param(fault == Fault::kUnknownSlot ? "tables" : "table", "table", DType::kF32),
-                 output("y", DType::kF32),
-                 i32("n", n),
-                 fault == Fault::kWrongType ? i32("count", n) : i64("count", n),
-                 f32("alpha", 0.5)};
+  launch.args = params;
+  if (fault == Fault::kWrongDtype) launch.args[0].dtype = DType::kF16;
+  if (fault == Fault::kSwappedNames) std::swap(launch.args[0], launch.args[1]);
+  if (fault == Fault::kUnknownSlot) launch.args[3].slot = "tables";
+  if (fault == Fault::kWrongType) launch.args[6] = i32("count", n);
   if (fault == Fault::kMissingArg) launch.args.pop_back();
   if (fault == Fault::kExtraArg) launch.args.push_back(i32("extra", 1));
   launch.bytes = n * 12 + 32;
@@ -66,18 +99,7 @@ Lowering lower(const OpContext& ctx, Fault fault) {
   return lowering;
 }
 
-// y = x + (a bit of the map, so it is used), over n elements.
 Lowering lower_tensor_map(const OpContext& ctx, Fault fault) {
-  const std::string map_type = fault == Fault::kMapUnderaligned
-                                   ? "struct tn_tensor_map { unsigned long long opaque[16]; };\n"
-                                   : tensor_map_c_type_definition();
-  const std::string source =
-      map_type +
-      "extern \"C\" __global__ void __launch_bounds__(128) TEENY_ENTRY(\n"
-      "    const float* x, const __grid_constant__ tn_tensor_map x_map, float* y, int n) {\n"
-      "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
-      "  if (i < n) y[i] = x[i] + (float)(x_map.opaque[i % 16] & 1);\n"
-      "}\n";
   const TensorType& x = ctx.inputs[0];
   TensorMapSpec spec{"x", x.shape.back(), x.shape[0], x.row_stride, 4, 8, 32};
   if (fault == Fault::kMapOfUnknown) spec.of = "xx";
@@ -85,13 +107,15 @@ Lowering lower_tensor_map(const OpContext& ctx, Fault fault) {
   if (fault == Fault::kMapUnalignedStride) spec.row_stride = Expr(5);
   Expr n = product(ctx.output.shape);
   Lowering lowering;
-  lowering.kernels.push_back({"t_map_kernel", source, TEENY_KERNEL_ORIGIN});
   Launch launch;
   launch.block = {128, 1, 1};
   launch.grid = {ceil_div(n, 128), 1, 1};
   launch.args = {input(0, "x", DType::kF32), tensor_map("x_map", spec), output("y", DType::kF32), i32("n", n)};
   launch.bytes = n * 8;
   launch.flops = n;
+  lowering.kernels.push_back(test_kernel("t_map_kernel",
+                                         fault == Fault::kMapUnderaligned ? "t_map_underaligned.cuh" : "t_map.cuh",
+                                         "t_map_body", launch.args, 128));
   lowering.launches.push_back(launch);
   return lowering;
 }
@@ -137,10 +161,10 @@ OpDef test_op(const std::string& name, Fault fault) {
 const std::vector<std::pair<const char*, Fault>> kFaults = {
     {"t.swapped_names", Fault::kSwappedNames},   {"t.wrong_type", Fault::kWrongType},
     {"t.missing_arg", Fault::kMissingArg},       {"t.extra_arg", Fault::kExtraArg},
-    {"t.block_over_maxntid", Fault::kBlockOverMaxntid}, {"t.block_vs_reqntid", Fault::kBlockVsReqntid},
+    {"t.block_over_maxntid", Fault::kBlockOverMaxntid},
     {"t.wrong_init_bytes", Fault::kWrongInitBytes}, {"t.symbolic_host_param", Fault::kSymbolicHostParam},
-    {"t.declared_only", Fault::kDeclaredOnly},   {"t.hidden_signature", Fault::kHiddenSignature},
-    {"t.no_placeholder", Fault::kNoPlaceholder}, {"t.syntax_error", Fault::kSyntaxError},
+    {"t.entry_renamed", Fault::kEntryRenamed},   {"t.param_type_changed", Fault::kParamTypeChanged},
+    {"t.template_mismatch", Fault::kTemplateMismatch}, {"t.syntax_error", Fault::kSyntaxError},
     {"t.wrong_dtype", Fault::kWrongDtype},       {"t.unknown_slot", Fault::kUnknownSlot},
 };
 
@@ -148,6 +172,7 @@ const std::vector<std::pair<const char*, Fault>> kFaults = {
 
 Registry test_registry() {
   Registry registry;
+  for (KernelHeader& header : test_headers()) registry.add_kernel_header(std::move(header));
   registry.add(test_op("t.good", Fault::kNone));
   for (const auto& [name, fault] : kFaults) registry.add(test_op(name, fault));
 

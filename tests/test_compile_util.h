@@ -19,13 +19,12 @@ enum class Fault {
   kMissingArg,        // launch omits `alpha`
   kExtraArg,          // launch adds `int extra`
   kBlockOverMaxntid,  // block 256, kernel has __launch_bounds__(128)
-  kBlockVsReqntid,    // block 128, kernel has __block_size__((64, 1, 1))
   kWrongInitBytes,    // 12 init bytes for a [4] f32 param
   kSymbolicHostParam, // host init bytes for a [B] param
-  kDeclaredOnly,      // the kernel is declared, never defined: no PTX entry
-  kHiddenSignature,   // the signature the text shows is in `#if 0`; the compiled one differs
-  kNoPlaceholder,     // the source names its entry itself instead of TEENY_ENTRY
-  kSyntaxError,       // NVRTC rejects the source
+  kEntryRenamed,      // a macro in the header renames the generated entry: no such PTX entry
+  kParamTypeChanged,  // a macro in the header makes `float alpha` a double: PTX param size 8
+  kTemplateMismatch,  // kernel and launch take `int extra`, which the template does not
+  kSyntaxError,       // NVRTC rejects the header
   kWrongDtype,        // launch declares x as f16, the tensor is f32
   kUnknownSlot,       // launch names a param slot the op does not have
   // t.tensor_map's faults:
@@ -35,8 +34,8 @@ enum class Fault {
   kMapUnderaligned,     // the kernel's tn_tensor_map lacks __align__(64)
 };
 
-// Registers t.good (no fault), t.<fault> for every fault, t.variant (attr k changes the
-// source, not the kernel name), t.view (no kernel), t.padded (rows padded to 8), and
+// Registers the test kernel headers, t.good (no fault), t.<fault> for every fault, t.variant (attr k
+// changes the template argument, not the kernel name), t.view (no kernel), t.padded (rows padded to 8), and
 // t.tensor_map: kernel t_map_kernel(const float* x, const __grid_constant__ tn_tensor_map x_map,
 // float* y, int n), x_map a view of x: cols 4, rows B, row stride 4, box [4, 8], swizzle 32
 // (t.map_* for its faults).

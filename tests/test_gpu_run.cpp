@@ -204,11 +204,9 @@ OpDef sub_op(const std::string& name, bool swapped) {
     launch.flops = n;
     KernelSource kernel;
     kernel.name = "test_sub";
-    kernel.source =
-        "extern \"C\" __global__ void TEENY_ENTRY(const float* a, const float* b, float* y, int n) {\n"
-        "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
-        "  if (i < n) y[i] = a[i] - b[i];\n"
-        "}\n";
+    kernel.header = "test_sub.cuh";
+    kernel.function = "test_sub";
+    kernel.params = launch.args;
     kernel.file = __FILE__;
     kernel.line = __LINE__;
     return Lowering{{kernel}, {launch}};
@@ -225,6 +223,11 @@ OpDef sub_op(const std::string& name, bool swapped) {
 TEST_F(GpuRun, CheckNamesTheNodeWithASwappedArgumentKernel) {
   TEENY_GPU_OR_SKIP(device);
   Registry registry;
+  registry.add_kernel_header({"test_sub.cuh",
+                              "__device__ void test_sub(const float* a, const float* b, float* y, int n) {\n"
+                              "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                              "  if (i < n) y[i] = a[i] - b[i];\n"
+                              "}\n"});
   registry.add(sub_op("test.sub", false));
   registry.add(sub_op("test.sub_swapped", true));
   const std::string spec =

@@ -312,18 +312,17 @@ std::vector<LowerCase> lowering_cases() {
   return cases;
 }
 
-TEST(GemmAttentionLowering, ArgumentsMatchTheGeneratedSignature) {
+TEST(GemmAttentionLowering, LaunchesPassTheirKernelsParams) {
   for (const LowerCase& c : lowering_cases()) {
     SCOPED_TRACE(c.op + " " + c.attrs.dump());
     const Lowering lowering = op(c.op).lower(context(c.op, c.attrs, c.inputs));
     ASSERT_FALSE(lowering.launches.empty());
     for (const Launch& launch : lowering.launches) {
       const KernelSource& kernel = lowering.kernels.at(launch.kernel);
-      const std::vector<CParam> params = parse_kernel_signature(kernel.source, kEntryPlaceholder);
-      ASSERT_EQ(params.size(), launch.args.size());
-      for (size_t i = 0; i < params.size(); ++i) {
-        EXPECT_EQ(params[i].name, launch.args[i].name) << "argument " << i;
-        EXPECT_EQ(params[i].type, arg_c_type(launch.args[i])) << "argument " << i;
+      ASSERT_EQ(kernel.params.size(), launch.args.size());
+      for (size_t i = 0; i < kernel.params.size(); ++i) {
+        EXPECT_EQ(kernel.params[i].name, launch.args[i].name) << "argument " << i;
+        EXPECT_EQ(arg_c_type(kernel.params[i]), arg_c_type(launch.args[i])) << "argument " << i;
       }
     }
   }
@@ -512,10 +511,9 @@ TEST(GemmAttentionLowering, WgmmaKernelsAssembleForSm90aWithoutSerialisation) {
     ASSERT_TRUE(kernel.arch_specific);
     const bool tma = in % 8 == 0;
     EXPECT_EQ(kernel.name.find("_tma") != std::string::npos, tma);
-    kernel.source = substitute_entry(kernel.source, kernel.name + "_entry_point", kernel.name);
     NvrtcConfig config;
     config.use_cache = false;
-    const std::vector<CompiledKernel> compiled = compile_kernels({kernel}, config);
+    const std::vector<CompiledKernel> compiled = op_testing::nvrtc_compile({kernel}, config);
     const std::string& text = compiled.at(0).ptx;
     EXPECT_NE(text.find(".target sm_90a"), std::string::npos);
     // TMA loads complete on the stage barrier, and TMA kernels store whole tiles by TMA from
@@ -561,13 +559,12 @@ TEST(GemmAttentionLowering, ResidualPrefetchAndTmaEpilogues) {
   std::vector<KernelSource> kernels;
   for (const Lowering& l : lowerings) {
     KernelSource entry = l.kernels.at(0);
-    entry.source = substitute_entry(entry.source, entry.name + "_entry_point", entry.name);
     kernels.push_back(entry);
   }
   EXPECT_EQ(kernels[0].name, "linear_bf16_nk_bias_128x128x64_wgmma_pp_res");
   EXPECT_EQ(kernels[1].name, "linear_bf16_nk_bias_128x128x64_wgmma_pp_tma_res");
   EXPECT_EQ(kernels[2].name, "linear_bf16_nk_bias_128x128x64_wgmma_pp_tma");
-  const std::vector<CompiledKernel> compiled = compile_kernels(kernels, config);
+  const std::vector<CompiledKernel> compiled = op_testing::nvrtc_compile(kernels, config);
   ASSERT_EQ(compiled.size(), 4u);
   const std::string prefetch = "prefetch.global.L2", tma_store = "cp.async.bulk.tensor.2d.global.shared::cta";
   const std::vector<bool> prefetches = {true, false, false, false}, tma = {false, true, true, false};
@@ -650,7 +647,7 @@ TEST(GemmAttentionLowering, SdpaHeadsSharesSdpasKernel) {
   const TensorType split = tensor(DType::kBF16, {B * Expr(12), S, 64});
   const Lowering plain = op("sdpa").lower(context("sdpa", {{"causal", true}}, {split, split, split}));
   EXPECT_EQ(fused.kernels.at(0).name, "sdpa_bf16_d64_causal_mma");
-  EXPECT_EQ(fused.kernels.at(0).source, plain.kernels.at(0).source);
+  EXPECT_EQ(kernel_translation_unit(fused.kernels.at(0), "e"), kernel_translation_unit(plain.kernels.at(0), "e"));
   const Launch& f = fused.launches.at(0);
   const Launch& p = plain.launches.at(0);
   const Bindings bind = {{"B", 2}, {"S", 130}};
@@ -676,9 +673,8 @@ TEST(GemmAttentionLowering, EveryKernelCompilesWithNvrtcForSm90) {
     const Lowering lowering = op(c.op).lower(context(c.op, c.attrs, c.inputs));
     for (const Launch& launch : lowering.launches) {
       const KernelSource& k = lowering.kernels.at(launch.kernel);
-      if (!seen.insert(k.source).second) continue;
+      if (!seen.insert(kernel_translation_unit(k, k.name)).second) continue;
       KernelSource entry = k;
-      entry.source = substitute_entry(k.source, k.name + "_entry_point", k.name);
       kernels.push_back(entry);
       launches.push_back(launch);
     }
@@ -686,7 +682,7 @@ TEST(GemmAttentionLowering, EveryKernelCompilesWithNvrtcForSm90) {
   NvrtcConfig config;
   config.arch = "sm_90";
   config.use_cache = false;
-  const std::vector<CompiledKernel> compiled = compile_kernels(kernels, config);
+  const std::vector<CompiledKernel> compiled = op_testing::nvrtc_compile(kernels, config);
   ASSERT_EQ(compiled.size(), kernels.size());
   for (size_t i = 0; i < kernels.size(); ++i) {
     SCOPED_TRACE(kernels[i].name);

@@ -380,7 +380,7 @@ std::vector<LowerCase> lowering_cases() {
   return cases;
 }
 
-TEST(MemoryBoundLowering, ArgumentsMatchTheGeneratedSignature) {
+TEST(MemoryBoundLowering, LaunchesPassTheirKernelsParams) {
   for (const LowerCase& c : lowering_cases()) {
     SCOPED_TRACE(c.op + " " + c.attrs.dump());
     const OpContext ctx = context(c.op, c.attrs, c.inputs);
@@ -388,15 +388,13 @@ TEST(MemoryBoundLowering, ArgumentsMatchTheGeneratedSignature) {
     ASSERT_FALSE(lowering.launches.empty());
     for (const Launch& launch : lowering.launches) {
       const KernelSource& kernel = lowering.kernels.at(launch.kernel);
-      const std::vector<CParam> params = parse_kernel_signature(kernel.source, kEntryPlaceholder);
-      ASSERT_EQ(params.size(), launch.args.size());
-      for (size_t i = 0; i < params.size(); ++i) {
-        EXPECT_EQ(params[i].name, launch.args[i].name) << "argument " << i;
-        EXPECT_EQ(params[i].type, arg_c_type(launch.args[i])) << "argument " << i;
+      ASSERT_EQ(kernel.params.size(), launch.args.size());
+      for (size_t i = 0; i < kernel.params.size(); ++i) {
+        EXPECT_EQ(kernel.params[i].name, launch.args[i].name) << "argument " << i;
+        EXPECT_EQ(arg_c_type(kernel.params[i]), arg_c_type(launch.args[i])) << "argument " << i;
       }
-      // The block printed into __launch_bounds__ is the launch's block.
-      const int threads = launch.block[0] * launch.block[1] * launch.block[2];
-      EXPECT_NE(kernel.source.find(fmt::format("__launch_bounds__({})", threads)), std::string::npos);
+      // The kernel's __launch_bounds__ is the launch's block.
+      EXPECT_EQ(kernel.max_threads, launch.block[0] * launch.block[1] * launch.block[2]);
     }
   }
 }
@@ -483,16 +481,15 @@ TEST(MemoryBoundLowering, EveryKernelCompilesWithNvrtcForSm90) {
   for (const LowerCase& c : lowering_cases()) {
     const Lowering lowering = op(c.op).lower(context(c.op, c.attrs, c.inputs));
     for (const KernelSource& k : lowering.kernels) {
-      if (!seen.insert(k.source).second) continue;
+      if (!seen.insert(kernel_translation_unit(k, k.name)).second) continue;
       KernelSource entry = k;
-      entry.source = substitute_entry(k.source, k.name + "_entry_point", k.name);
       kernels.push_back(entry);
     }
   }
   NvrtcConfig config;
   config.arch = "sm_90";
   config.use_cache = false;
-  const std::vector<CompiledKernel> compiled = compile_kernels(kernels, config);
+  const std::vector<CompiledKernel> compiled = op_testing::nvrtc_compile(kernels, config);
   ASSERT_EQ(compiled.size(), kernels.size());
   for (size_t i = 0; i < kernels.size(); ++i) {
     EXPECT_NE(compiled[i].ptx.find(".visible .entry " + kernels[i].name + "_entry_point"),
@@ -516,10 +513,9 @@ TEST(MemoryBoundLowering, GeluTanhTakesTanhApproxOnlyForBf16) {
                                                             {"activation", "gelu_tanh"}},
                                            {tensor(dtype, {Expr::dim("B"), Expr(64)})}))}) {
       KernelSource entry = lowering.kernels.at(0);
-      entry.source = substitute_entry(entry.source, entry.name + "_entry_point", entry.name);
       kernels.push_back(entry);
     }
-    for (const CompiledKernel& compiled : compile_kernels(kernels, config)) {
+    for (const CompiledKernel& compiled : op_testing::nvrtc_compile(kernels, config)) {
       const bool approx = compiled.ptx.find("tanh.approx.f32") != std::string::npos;
       const bool exp_form = compiled.ptx.find("ex2.approx") != std::string::npos;
       EXPECT_EQ(approx, dtype == DType::kBF16) << dtype_name(dtype);

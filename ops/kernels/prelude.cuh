@@ -1,7 +1,29 @@
 // The teeny kernel prelude: what every kernel header builds on (16-bit float types and
 // conversions, 16-byte vector access, warp/block reductions, row access). Kernels include no
 // CUDA headers (NVRTC has no default include path, and bundles must compile the same on any
-// machine). Device-side names start with `tn_`; the API is listed in ops/kernel_util.h.
+// machine). Device-side names start with `tn_`.
+//
+// The API (stable; every kernel header relies on it):
+//   __half, __nv_bfloat16            2-byte storage types (defined unless cuda_fp16.h /
+//                                    cuda_bf16.h were included first)
+//   float tn_f32(T v)                T in {float, __half, __nv_bfloat16, int} -> float
+//   T tn_cast<T>(float v)            float -> T, round to nearest even
+//   tn_pack<T>::kN                   elements of T per 16 bytes (4 for float, 8 for 16-bit)
+//   void tn_load16<T>(const T* p, float (&v)[tn_pack<T>::kN])   p must be 16-byte aligned
+//   void tn_store16<T>(T* p, const float (&v)[tn_pack<T>::kN])
+//   bool tn_aligned16(const void* p)
+//   float tn_warp_sum(float), tn_warp_max(float)         xor-shuffle, all lanes get the result
+//   float tn_block_sum<kThreads>(float, float* smem32), tn_block_max<kThreads>(...)
+//                                    smem32: __shared__ float[32]; every thread gets the result;
+//                                    safe to call repeatedly with the same smem32
+//   tn_row_load<T, kThreads, kItems>(row, n, vec, t, fill, float (&v)[kItems][kN])
+//   tn_row_store<T, kThreads, kItems>(row, n, vec, t, const float (&v)[kItems][kN])
+//                                    a group of kThreads owns a row; thread t holds packs
+//                                    starting at columns (it * kThreads + t) * kN; columns >= n
+//                                    read as `fill`, are never written; vec: row 16-B aligned
+//   float tn_group_sum<kThreads>(float, float* smem32), tn_group_max<kThreads>(...)
+//                                    warp shuffle when kThreads == 32, else block-wide
+//   float tn_neg_inf()
 #ifndef TEENY_PRELUDE_CUH
 #define TEENY_PRELUDE_CUH
 
