@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "ops/kernel_util.h"
+
 namespace teeny::testing {
 namespace {
 
@@ -62,19 +64,6 @@ std::vector<KernelArg> kernel_params(const Expr& n) {
           i64("count", n),                f32("alpha", 0.5)};
 }
 
-KernelSource test_kernel(std::string name, std::string header, std::string function, std::vector<KernelArg> params,
-                         int max_threads) {
-  KernelSource kernel;
-  kernel.name = std::move(name);
-  kernel.header = std::move(header);
-  kernel.function = std::move(function);
-  kernel.params = std::move(params);
-  kernel.max_threads = max_threads;
-  kernel.file = __FILE__;
-  kernel.line = __LINE__;
-  return kernel;
-}
-
 Lowering lower(const OpContext& ctx, Fault fault) {
   Expr n = product(ctx.output.shape);
   Lowering lowering;
@@ -82,7 +71,8 @@ Lowering lower(const OpContext& ctx, Fault fault) {
   std::vector<KernelArg> params = kernel_params(n);
   if (fault == Fault::kTemplateMismatch) params.push_back(i32("extra", 1));
   lowering.kernels.push_back(
-      test_kernel("t_kernel", header_of(fault), fmt::format("t_body<{}>", variant), params, 128));
+      ops::template_kernel("t_kernel", header_of(fault), fmt::format("t_body<{}>", variant), params, 128,
+                           TEENY_KERNEL_ORIGIN));
   Launch launch;
   launch.block = {fault == Fault::kBlockOverMaxntid ? 256 : 128, 1, 1};
   launch.grid = {ceil_div(n, 128), 1, 1};
@@ -113,9 +103,9 @@ Lowering lower_tensor_map(const OpContext& ctx, Fault fault) {
   launch.args = {input(0, "x", DType::kF32), tensor_map("x_map", spec), output("y", DType::kF32), i32("n", n)};
   launch.bytes = n * 8;
   launch.flops = n;
-  lowering.kernels.push_back(test_kernel("t_map_kernel",
-                                         fault == Fault::kMapUnderaligned ? "t_map_underaligned.cuh" : "t_map.cuh",
-                                         "t_map_body", launch.args, 128));
+  lowering.kernels.push_back(
+      ops::template_kernel("t_map_kernel", fault == Fault::kMapUnderaligned ? "t_map_underaligned.cuh" : "t_map.cuh",
+                           "t_map_body", launch.args, 128, TEENY_KERNEL_ORIGIN));
   lowering.launches.push_back(launch);
   return lowering;
 }

@@ -558,8 +558,7 @@ TEST(GemmAttentionLowering, ResidualPrefetchAndTmaEpilogues) {
                                            lower(DType::kBF16, 768, false), lower(DType::kF32, 768, true)};
   std::vector<KernelSource> kernels;
   for (const Lowering& l : lowerings) {
-    KernelSource entry = l.kernels.at(0);
-    kernels.push_back(entry);
+    kernels.push_back(l.kernels.at(0));
   }
   EXPECT_EQ(kernels[0].name, "linear_bf16_nk_bias_128x128x64_wgmma_pp_res");
   EXPECT_EQ(kernels[1].name, "linear_bf16_nk_bias_128x128x64_wgmma_pp_tma_res");
@@ -674,8 +673,7 @@ TEST(GemmAttentionLowering, EveryKernelCompilesWithNvrtcForSm90) {
     for (const Launch& launch : lowering.launches) {
       const KernelSource& k = lowering.kernels.at(launch.kernel);
       if (!seen.insert(kernel_translation_unit(k, k.name)).second) continue;
-      KernelSource entry = k;
-      kernels.push_back(entry);
+      kernels.push_back(k);
       launches.push_back(launch);
     }
   }

@@ -482,8 +482,7 @@ TEST(MemoryBoundLowering, EveryKernelCompilesWithNvrtcForSm90) {
     const Lowering lowering = op(c.op).lower(context(c.op, c.attrs, c.inputs));
     for (const KernelSource& k : lowering.kernels) {
       if (!seen.insert(kernel_translation_unit(k, k.name)).second) continue;
-      KernelSource entry = k;
-      kernels.push_back(entry);
+      kernels.push_back(k);
     }
   }
   NvrtcConfig config;
@@ -512,8 +511,7 @@ TEST(MemoryBoundLowering, GeluTanhTakesTanhApproxOnlyForBf16) {
           op("fused.linear").lower(context("fused.linear", {{"out_features", 96}, {"bias", true},
                                                             {"activation", "gelu_tanh"}},
                                            {tensor(dtype, {Expr::dim("B"), Expr(64)})}))}) {
-      KernelSource entry = lowering.kernels.at(0);
-      kernels.push_back(entry);
+      kernels.push_back(lowering.kernels.at(0));
     }
     for (const CompiledKernel& compiled : op_testing::nvrtc_compile(kernels, config)) {
       const bool approx = compiled.ptx.find("tanh.approx.f32") != std::string::npos;
