@@ -15,10 +15,10 @@ const nlohmann::json& Attrs::get(const std::string& name) const {
   return values_.at(name);
 }
 
-int64_t Attrs::i(const std::string& name) const { return get(name).get<int64_t>(); }
-double Attrs::f(const std::string& name) const { return get(name).get<double>(); }
-bool Attrs::b(const std::string& name) const { return get(name).get<bool>(); }
-std::string Attrs::s(const std::string& name) const { return get(name).get<std::string>(); }
+int64_t Attrs::integer(const std::string& name) const { return get(name).get<int64_t>(); }
+double Attrs::real(const std::string& name) const { return get(name).get<double>(); }
+bool Attrs::boolean(const std::string& name) const { return get(name).get<bool>(); }
+std::string Attrs::text(const std::string& name) const { return get(name).get<std::string>(); }
 
 std::pair<int64_t, int64_t> Attrs::pair(const std::string& name) const {
   const auto& v = get(name);

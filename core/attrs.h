@@ -44,10 +44,10 @@ class Attrs {
   explicit Attrs(nlohmann::json values) : values_(std::move(values)) {}
 
   bool has(const std::string& name) const;
-  int64_t i(const std::string& name) const;
-  double f(const std::string& name) const;
-  bool b(const std::string& name) const;
-  std::string s(const std::string& name) const;
+  int64_t integer(const std::string& name) const;
+  double real(const std::string& name) const;
+  bool boolean(const std::string& name) const;
+  std::string text(const std::string& name) const;
   std::pair<int64_t, int64_t> pair(const std::string& name) const;
   std::vector<int64_t> ints(const std::string& name) const;
   std::vector<std::vector<int64_t>> int_lists(const std::string& name) const;

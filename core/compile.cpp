@@ -125,7 +125,7 @@ class GraphCompiler {
       for (size_t i = 0; i < node.inputs.size() && !specs.empty(); ++i) {
         const std::string& attr = specs[std::min(i, specs.size() - 1)].id_bound_attr;  // variadic: the last repeats
         if (attr.empty() || !node.ctx.attrs.has(attr)) continue;
-        const int64_t bound = node.ctx.attrs.i(attr);
+        const int64_t bound = node.ctx.attrs.integer(attr);
         for (BundleTensor& tensor : bundle_.tensors) {
           if (tensor.name != node.inputs[i] || bound <= 0) continue;
           tensor.id_bound = tensor.id_bound == 0 ? bound : std::min(tensor.id_bound, bound);

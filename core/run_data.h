@@ -1,7 +1,7 @@
 // The host data of a run: inputs (random or .npy), params (weights, the bundle's init bytes, zero
 // or random), and packing tensors to and from their device layout.
 //
-// Conventions (documented for users in README "teeny run"):
+// Conventions (documented for users in docs/cli.md, "teeny run"):
 //   * random inputs (--seed N): floats uniform in [-1, 1); i32 inputs uniform integers in
 //     [0, n) with n the tensor's id bound (the smallest that its consumers declare, e.g. an
 //     embedding's num_embeddings; see InputSpec::id_bound_attr), or 8 without one. Each tensor

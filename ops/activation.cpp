@@ -36,7 +36,7 @@ const Activation& activation(const std::string& name) {
 }
 
 std::optional<std::string> activation_of_op(const std::string& op, const Attrs& attrs) {
-  if (op == "gelu") return attrs.s("approximate") == "tanh" ? "gelu_tanh" : "gelu";
+  if (op == "gelu") return attrs.text("approximate") == "tanh" ? "gelu_tanh" : "gelu";
   for (const Activation& a : activations())
     if (a.name == op) return op;
   return std::nullopt;

@@ -35,7 +35,7 @@ Lowering batchnorm2d_lower(const OpContext& ctx) {
                                  param("running_mean", "running_mean", DType::kF32),
                                  param("running_var", "running_var", DType::kF32),
                                  output("y", DType::kF32),
-                                 f32("eps", ctx.attrs.f("eps")),
+                                 f32("eps", ctx.attrs.real("eps")),
                                  i64("count", count),
                                  i32("plane", plane / Expr(vec)),
                                  i32("channels", shape[1])};
@@ -53,7 +53,7 @@ Lowering batchnorm2d_lower(const OpContext& ctx) {
 
 HostTensor batchnorm2d_reference(const RefContext& ref) {
   const HostTensor& x = ref.inputs.at(0);
-  const double eps = ref.op.attrs.f("eps");
+  const double eps = ref.op.attrs.real("eps");
   const int64_t channels = x.shape[1], plane = x.shape[2] * x.shape[3];
   HostTensor y{ref.op.output.dtype, ref.output_shape, std::vector<double>(x.data.size())};
   for (size_t i = 0; i < x.data.size(); ++i) {

@@ -26,7 +26,7 @@ ConcatGeometry geometry(const OpContext& ctx) {
   const size_t rank = first.shape.size();
   if (rank == 0) throw OpError("inputs", "concat needs inputs of rank >= 1");
   ConcatGeometry g;
-  g.axis = normalize_axis(ctx.attrs.i("axis"), rank, "attrs.axis");
+  g.axis = normalize_axis(ctx.attrs.integer("axis"), rank, "attrs.axis");
   g.outer = product(Shape(first.shape.begin(), first.shape.begin() + g.axis));
   g.inner = product(Shape(first.shape.begin() + g.axis + 1, first.shape.end()));
   Expr offset(0);
@@ -124,7 +124,7 @@ OpDef concat_op() {
 
   def.reference = [](const RefContext& ref) {
     const std::vector<int64_t>& out_shape = ref.output_shape;
-    const size_t axis = normalize_axis(ref.op.attrs.i("axis"), out_shape.size(), "attrs.axis");
+    const size_t axis = normalize_axis(ref.op.attrs.integer("axis"), out_shape.size(), "attrs.axis");
     int64_t outer = 1, inner = 1;
     for (size_t k = 0; k < axis; ++k) outer *= out_shape[k];
     for (size_t k = axis + 1; k < out_shape.size(); ++k) inner *= out_shape[k];

@@ -11,7 +11,7 @@ namespace {
 std::vector<ParamSpec> conv2d_params(const OpContext& ctx) {
   const ConvGeometry g = conv_geometry("conv2d", ctx);
   std::vector<ParamSpec> params = {{"weight", g.weight_shape(), DType::kF32, ParamInit::kTrained, {}}};
-  if (ctx.attrs.b("bias")) params.push_back({"bias", {Expr(g.a.out_channels)}, DType::kF32, ParamInit::kTrained, {}});
+  if (ctx.attrs.boolean("bias")) params.push_back({"bias", {Expr(g.a.out_channels)}, DType::kF32, ParamInit::kTrained, {}});
   return params;
 }
 
@@ -19,7 +19,7 @@ HostTensor conv2d_reference(const RefContext& ref) {
   const ConvAttrs a = conv_attrs(ref.op.attrs);
   HostTensor y{ref.op.output.dtype, ref.output_shape,
                conv_reference(a, ref.inputs.at(0), ref.params.at(0), ref.output_shape)};
-  if (ref.op.attrs.b("bias")) {
+  if (ref.op.attrs.boolean("bias")) {
     const std::vector<double>& bias = ref.params.at(1).data;
     const int64_t plane = ref.output_shape[2] * ref.output_shape[3];
     for (size_t i = 0; i < y.data.size(); ++i) y.data[i] += bias[(i / plane) % a.out_channels];
@@ -45,7 +45,7 @@ OpDef conv2d_op() {
   def.params = conv2d_params;
   def.param_slots = {"weight", "bias"};
   def.lower = [](const OpContext& ctx) {
-    const ConvEpilogue epilogue{ctx.attrs.b("bias") ? ConvEpilogue::kBias : ConvEpilogue::kNone, 0.0};
+    const ConvEpilogue epilogue{ctx.attrs.boolean("bias") ? ConvEpilogue::kBias : ConvEpilogue::kNone, 0.0};
     return lower_conv("conv2d", conv_geometry("conv2d", ctx), "weight", epilogue);
   };
   def.reference = conv2d_reference;

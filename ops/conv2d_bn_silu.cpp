@@ -27,7 +27,7 @@ std::vector<ParamSpec> conv2d_bn_silu_params(const OpContext& ctx) {
 
 HostTensor conv2d_bn_silu_reference(const RefContext& ref) {
   const ConvAttrs a = conv_attrs(ref.op.attrs);
-  const double eps = ref.op.attrs.f("eps");
+  const double eps = ref.op.attrs.real("eps");
   HostTensor y{ref.op.output.dtype, ref.output_shape,
                conv_reference(a, ref.inputs.at(0), ref.params.at(0), ref.output_shape)};
   const auto& gamma = ref.params.at(1).data;
@@ -62,7 +62,7 @@ OpDef conv2d_bn_silu_op() {
   def.param_slots = {"conv.weight", "bn.weight", "bn.bias", "bn.running_mean", "bn.running_var"};
   def.lower = [](const OpContext& ctx) {
     return lower_conv(kOp, conv_geometry(kOp, ctx), "conv.weight",
-                      ConvEpilogue{ConvEpilogue::kBnSilu, ctx.attrs.f("eps")});
+                      ConvEpilogue{ConvEpilogue::kBnSilu, ctx.attrs.real("eps")});
   };
   def.reference = conv2d_bn_silu_reference;
   def.conformance_cases = [] {

@@ -74,7 +74,7 @@ OpDef unary_op(const std::string& name, std::string doc, UnaryFn fn,
     std::vector<KernelArg> args = {
         input(0, "x", dtype), output("y", dtype), i64("rows", rows_of(x)),
         i32("cols", cols_of(x)), i32("x_stride", x.row_stride)};
-    if (has_value) args.push_back(f32("value", ctx.attrs.f("value")));
+    if (has_value) args.push_back(f32("value", ctx.attrs.real("value")));
 
     const auto [variant, functor] = fn.functor(ctx.attrs);
     Lowering lowering;
@@ -128,7 +128,7 @@ OpDef gelu_op() {
   UnaryFn fn;
   // Kernel names: gelu_<dtype> (erf) and gelu_tanh_<dtype>.
   fn.functor = [](const Attrs& attrs) {
-    const bool tanh_form = attrs.s("approximate") == "tanh";
+    const bool tanh_form = attrs.text("approximate") == "tanh";
     return std::make_pair(std::string(tanh_form ? "_tanh" : ""), activation(tanh_form ? "gelu_tanh" : "gelu").functor);
   };
   fn.host = [](double v, const Attrs& attrs) {
@@ -143,7 +143,7 @@ OpDef scale_op() {
   AttrSpec value = attr_spec("value", AttrType::kFloat, "the factor");
   UnaryFn fn;
   fn.functor = [](const Attrs&) { return std::make_pair(std::string(), std::string("tn_scale_by")); };
-  fn.host = [](double v, const Attrs& attrs) { return v * attrs.f("value"); };
+  fn.host = [](double v, const Attrs& attrs) { return v * attrs.real("value"); };
   return unary_op("scale", "y = x * value", fn, {value}, {{{"value", -2.5}}});
 }
 

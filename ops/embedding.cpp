@@ -36,13 +36,13 @@ OpDef embedding_op() {
     if (ids.dtype != DType::kI32)
       throw OpError("inputs", fmt::format("embedding ids must be i32, got {}", dtype_name(ids.dtype)));
     Shape shape = ids.shape;
-    shape.push_back(Expr(ctx.attrs.i("dim")));
-    return contiguous(output_float_dtype(meta, ctx, DType::kF32), shape);
+    shape.push_back(Expr(ctx.attrs.integer("dim")));
+    return contiguous(chosen_float_dtype(meta, ctx, DType::kF32), shape);
   };
   def.params = [](const OpContext& ctx) {
     ParamSpec weight;
     weight.slot = "weight";
-    weight.shape = {Expr(ctx.attrs.i("num_embeddings")), Expr(ctx.attrs.i("dim"))};
+    weight.shape = {Expr(ctx.attrs.integer("num_embeddings")), Expr(ctx.attrs.integer("dim"))};
     weight.dtype = ctx.output.dtype;
     return std::vector<ParamSpec>{weight};
   };
@@ -54,8 +54,8 @@ OpDef embedding_op() {
     launch.args = {input(0, "ids", DType::kI32), param("weight", "weight", dtype),
                    output("y", dtype), i64("count", count),
                    i32("ids_last", ids.shape.empty() ? Expr(1) : ids.shape.back()),
-                   i32("ids_stride", ids.row_stride), i32("num", ctx.attrs.i("num_embeddings")),
-                   i32("dim", ctx.attrs.i("dim"))};
+                   i32("ids_stride", ids.row_stride), i32("num", ctx.attrs.integer("num_embeddings")),
+                   i32("dim", ctx.attrs.integer("dim"))};
     Lowering lowering;
     lowering.kernels.push_back(template_kernel(
         fmt::format("embedding_{}", dtype_name(dtype)), "embedding.cuh",
@@ -64,7 +64,7 @@ OpDef embedding_op() {
     launch.block = {32 * kWarpsPerBlock, 1, 1};
     launch.grid[0] = ceil_div(count, Expr(kWarpsPerBlock));
     launch.bytes = count * Expr(4) +
-                   Expr(2) * count * Expr(ctx.attrs.i("dim")) * Expr(static_cast<int64_t>(dtype_size(dtype)));
+                   Expr(2) * count * Expr(ctx.attrs.integer("dim")) * Expr(static_cast<int64_t>(dtype_size(dtype)));
     launch.flops = Expr(0);
     lowering.launches.push_back(std::move(launch));
     return lowering;
@@ -83,8 +83,8 @@ OpDef embedding_op() {
     return cases;
   };
   def.reference = [](const RefContext& ref) {
-    const int64_t num = ref.op.attrs.i("num_embeddings");
-    const int64_t dim = ref.op.attrs.i("dim");
+    const int64_t num = ref.op.attrs.integer("num_embeddings");
+    const int64_t dim = ref.op.attrs.integer("dim");
     const std::vector<double>& weight = ref.params[0].data;
     HostTensor out;
     out.dtype = ref.op.output.dtype;

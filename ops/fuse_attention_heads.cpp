@@ -21,7 +21,7 @@ Node fuse(const std::array<const Node*, 3>& splits, const Node& sdpa, const Node
   node.pos = sdpa.pos;
   node.key_pos = sdpa.key_pos;
   nlohmann::json attrs = sdpa.ctx.attrs.json();  // causal, and scale when given
-  attrs["heads"] = merge.ctx.attrs.i("heads");
+  attrs["heads"] = merge.ctx.attrs.integer("heads");
   node.ctx.node = merge.name;
   node.ctx.attrs = Attrs(std::move(attrs));
   for (const Node* split : splits) {
@@ -40,13 +40,13 @@ Node fuse(const std::array<const Node*, 3>& splits, const Node& sdpa, const Node
 int fuse_attention_heads(Graph& graph, const Registry& registry) {
   const OpDef& fused = fused_op(registry, "fuse_attention_heads", "fused.sdpa_heads");
   return fuse_patterns(graph, "merge_heads", [&](const Node& merge, const GraphUses& uses) -> std::optional<Fusion> {
-    const int64_t heads = merge.ctx.attrs.i("heads");
+    const int64_t heads = merge.ctx.attrs.integer("heads");
     const Node* sdpa = uses.single_use_producer(merge.inputs.at(0), "sdpa");
     if (sdpa == nullptr) return std::nullopt;
     std::array<const Node*, 3> splits{};
     for (size_t i = 0; i < 3; ++i) {
       splits[i] = uses.single_use_producer(sdpa->inputs.at(i), "split_heads");
-      if (splits[i] == nullptr || splits[i]->ctx.attrs.i("heads") != heads ||
+      if (splits[i] == nullptr || splits[i]->ctx.attrs.integer("heads") != heads ||
           splits[i]->ctx.inputs.at(0).shape.size() != 3)
         return std::nullopt;
     }

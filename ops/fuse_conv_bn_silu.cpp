@@ -20,7 +20,7 @@ Node fuse(const Node& conv, const Node& bn, const Node& silu, const OpDef& fused
   node.key_pos = conv.key_pos;
   nlohmann::json attrs = conv.ctx.attrs.json();
   attrs.erase("bias");
-  attrs["eps"] = bn.ctx.attrs.f("eps");
+  attrs["eps"] = bn.ctx.attrs.real("eps");
   node.ctx.node = silu.name;
   node.ctx.attrs = Attrs(std::move(attrs));
   node.ctx.inputs = conv.ctx.inputs;
@@ -41,7 +41,7 @@ int fuse_conv_bn_silu(Graph& graph, const Registry& registry) {
     // silu and batchnorm2d have one input.
     const Node* bn = uses.single_use_producer(silu.inputs.at(0), "batchnorm2d");
     const Node* conv = bn ? uses.single_use_producer(bn->inputs.at(0), "conv2d") : nullptr;
-    if (conv == nullptr || conv->ctx.attrs.b("bias")) return std::nullopt;
+    if (conv == nullptr || conv->ctx.attrs.boolean("bias")) return std::nullopt;
     return Fusion{fuse(*conv, *bn, silu, fused), {conv, bn}};
   });
 }

@@ -34,7 +34,7 @@ bool can_extend(const Node& node, bool adds_activation) {
   if (adds_activation && node.ctx.output.dtype == DType::kF32) return false;
   if (node.op->name == "linear") return true;
   if (node.op->name != "fused.linear" || node.inputs.size() == 2) return false;  // already has a residual
-  return !adds_activation || node.ctx.attrs.s("activation") == "none";
+  return !adds_activation || node.ctx.attrs.text("activation") == "none";
 }
 
 Node fused_node(const Node& linear, const Node& consumer, const Rewrite& rewrite, const OpDef& fused) {
@@ -54,7 +54,7 @@ Node fused_node(const Node& linear, const Node& consumer, const Rewrite& rewrite
   if (rewrite.residual) node.ctx.inputs.push_back(consumer.ctx.inputs.at(consumer.inputs[0] == linear.name ? 1 : 0));
   node.ctx.output = fused.infer(node.ctx);
   node.param_names = {{"weight", param_name(linear, "weight")}};
-  if (linear.ctx.attrs.b("bias")) node.param_names["bias"] = param_name(linear, "bias");
+  if (linear.ctx.attrs.boolean("bias")) node.param_names["bias"] = param_name(linear, "bias");
   node.fused_from = fused_from({&linear, &consumer});
   return node;
 }

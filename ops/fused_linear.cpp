@@ -15,7 +15,7 @@ namespace teeny::ops {
 namespace {
 
 GemmEpilogue epilogue_of(const OpContext& ctx) {
-  const std::string& act = ctx.attrs.s("activation");
+  const std::string& act = ctx.attrs.text("activation");
   return {act == "none" ? "" : act, ctx.inputs.size() == 2};
 }
 
@@ -34,7 +34,7 @@ TensorType infer_fused_linear(const OpDef& meta, const OpContext& ctx) {
 
 HostTensor fused_linear_reference(const RefContext& ref) {
   HostTensor y = linear_reference(ref);
-  const std::string& act = ref.op.attrs.s("activation");
+  const std::string& act = ref.op.attrs.text("activation");
   if (act != "none")
     for (double& v : y.data) v = activation(act).host(v);
   if (ref.inputs.size() == 2)

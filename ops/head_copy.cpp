@@ -20,7 +20,7 @@ AttrSpec heads_attr_spec() {
 Lowering lower_head_copy(const OpContext& ctx, const std::string& op, const Expr& head_dim, const char* layout) {
   const TensorType& x = ctx.inputs.at(0);
   const DType dtype = x.dtype;
-  const Expr heads(ctx.attrs.i("heads"));
+  const Expr heads(ctx.attrs.integer("heads"));
   const int vec = vector_width(dtype);
   // 16-byte units never straddle a head or a row when both widths are multiples of them.
   const bool vectorised = head_dim.is_const() && *head_dim.const_value() % vec == 0 &&

@@ -63,13 +63,21 @@ Expr grid_stride_blocks(const Expr& blocks, int threads) {
 }
 
 DType output_float_dtype(const OpDef& def, const OpContext& ctx, DType input) {
-  if (!ctx.requested_dtype) return input;
+  if (ctx.requested_dtype && *ctx.requested_dtype != input)
+    throw OpError("dtype", fmt::format("op '{}' produces its inputs' dtype, {}; it cannot produce {} (there are "
+                                       "no implicit conversions)",
+                                       def.name, dtype_name(input), dtype_name(*ctx.requested_dtype)));
+  return input;
+}
+
+DType chosen_float_dtype(const OpDef& def, const OpContext& ctx, DType fallback) {
+  if (!ctx.requested_dtype) return fallback;
   const DType out = *ctx.requested_dtype;
   if (std::find(def.dtypes.begin(), def.dtypes.end(), out) == def.dtypes.end()) {
     std::vector<std::string> names;
     for (DType d : def.dtypes) names.push_back(dtype_name(d));
-    throw OpError("dtype", fmt::format("op '{}' cannot produce dtype {} (supported: {})",
-                                       def.name, dtype_name(out), fmt::join(names, ", ")));
+    throw OpError("dtype", fmt::format("op '{}' cannot produce dtype {} (supported: {})", def.name,
+                                       dtype_name(out), fmt::join(names, ", ")));
   }
   return out;
 }

@@ -43,9 +43,13 @@ int vector_width(DType dtype);
 // no block is left for a second wave.
 Expr grid_stride_blocks(const Expr& blocks, int threads);
 
-// Output dtype for a float op: the node's `dtype:` if given (must be one of `def.dtypes`),
-// else `input`. Throws OpError("dtype", ...).
+// Output dtype of an op whose inputs decide it: `input`. The node's `dtype:` may only repeat it,
+// since no kernel converts on the way out. Throws OpError("dtype", ...).
 DType output_float_dtype(const OpDef& def, const OpContext& ctx, DType input);
+
+// Output dtype of an op whose inputs do not decide it (embedding's table): the node's `dtype:`
+// if given (one of `def.dtypes`), else `fallback`. Throws OpError("dtype", ...).
+DType chosen_float_dtype(const OpDef& def, const OpContext& ctx, DType fallback);
 
 // Element strides of a tensor (row-major, honouring a padded row stride), as expressions.
 std::vector<Expr> element_strides(const TensorType& type);

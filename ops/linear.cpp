@@ -53,14 +53,14 @@ TensorType infer_linear(const OpDef& meta, const OpContext& ctx) {
   }
   const Expr& in = x.shape.back();
   if (ctx.attrs.has("in_features")) {
-    const int64_t expected = ctx.attrs.i("in_features");
+    const int64_t expected = ctx.attrs.integer("in_features");
     if (in != Expr(expected)) {
       throw OpError("inputs", fmt::format("in_features is {} but the input has {} features (shape {})",
                                           expected, in.str(), shape_str(x.shape)));
     }
   }
   Shape out_shape = x.shape;
-  out_shape.back() = Expr(ctx.attrs.i("out_features"));
+  out_shape.back() = Expr(ctx.attrs.integer("out_features"));
   TensorType out = contiguous(dtype, out_shape);
   out.row_stride = round_up(out_shape.back(), Expr(row_align(dtype)));
   return out;
@@ -72,14 +72,14 @@ std::vector<ParamSpec> linear_params(const OpContext& ctx) {
   const Expr in = ctx.inputs.at(0).shape.back();
   std::vector<ParamSpec> params;
   params.push_back({"weight", {out, in}, dtype, ParamInit::kTrained, {}});
-  if (ctx.attrs.b("bias")) params.push_back({"bias", {out}, dtype, ParamInit::kTrained, {}});
+  if (ctx.attrs.boolean("bias")) params.push_back({"bias", {out}, dtype, ParamInit::kTrained, {}});
   return params;
 }
 
 Lowering lower_linear(const OpContext& ctx, const GemmEpilogue& epilogue) {
   const TensorType& x = ctx.inputs.at(0);
   const DType dtype = ctx.output.dtype;
-  const bool has_bias = ctx.attrs.b("bias");
+  const bool has_bias = ctx.attrs.boolean("bias");
   const Expr k = x.shape.back();
   const Expr n = ctx.output.shape.back();
   const Expr m = product(Shape(x.shape.begin(), x.shape.end() - 1));
@@ -159,7 +159,7 @@ Lowering lower_linear(const OpContext& ctx, const GemmEpilogue& epilogue) {
 HostTensor linear_reference(const RefContext& ref) {
   const HostTensor& x = ref.inputs.at(0);
   const HostTensor& weight = ref.params.at(0);
-  const bool has_bias = ref.op.attrs.b("bias");
+  const bool has_bias = ref.op.attrs.boolean("bias");
   const int64_t in = x.shape.back();
   const int64_t out = weight.shape.at(0);
   const int64_t rows = in == 0 ? 0 : x.numel() / in;

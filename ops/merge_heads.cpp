@@ -15,10 +15,8 @@ TensorType infer_merge_heads(const OpDef& meta, const OpContext& ctx) {
   if (x.shape.size() != 3) {
     throw OpError("inputs", fmt::format("merge_heads needs x of shape [B*H, S, Dh]; got {}", shape_str(x.shape)));
   }
-  if (output_float_dtype(meta, ctx, x.dtype) != x.dtype) {
-    throw OpError("dtype", "merge_heads copies its input; it cannot change the dtype");
-  }
-  const int64_t heads = ctx.attrs.i("heads");
+  output_float_dtype(meta, ctx, x.dtype);
+  const int64_t heads = ctx.attrs.integer("heads");
   const auto rows = x.shape[0].const_value();
   if (rows && *rows % heads != 0) {
     throw OpError("attrs.heads", fmt::format("merge_heads: the first dim {} is not divisible by heads = {}",
@@ -33,7 +31,7 @@ Lowering lower_merge_heads(const OpContext& ctx) {
 
 HostTensor merge_heads_reference(const RefContext& ref) {
   const HostTensor& x = ref.inputs.at(0);
-  const int64_t heads = ref.op.attrs.i("heads");
+  const int64_t heads = ref.op.attrs.integer("heads");
   const int64_t batch = x.shape[0] / heads, seq = x.shape[1], head_dim = x.shape[2];
   const int64_t width = heads * head_dim;
   HostTensor y{ref.op.output.dtype, ref.output_shape, std::vector<double>(x.data.size())};

@@ -38,7 +38,7 @@ OpDef norm_op(const std::string& name, bool rms) {
     if (x.shape.empty()) throw OpError("inputs", meta.name + " needs an input of rank >= 1");
     return contiguous(output_float_dtype(meta, ctx, dtype), x.shape);
   };
-  const auto has_weight = [rms](const OpContext& ctx) { return rms || ctx.attrs.b("affine"); };
+  const auto has_weight = [rms](const OpContext& ctx) { return rms || ctx.attrs.boolean("affine"); };
   def.params = [rms, has_weight](const OpContext& ctx) {
     std::vector<ParamSpec> params;
     if (!has_weight(ctx)) return params;
@@ -70,7 +70,7 @@ OpDef norm_op(const std::string& name, bool rms) {
     if (weighted) launch.args.push_back(param("weight", "weight", dtype));
     if (affine) launch.args.push_back(param("bias", "bias", dtype));
     for (KernelArg arg : {output("y", dtype), i64("rows", rows), i32("cols", cols),
-                          i32("x_stride", x.row_stride), f32("eps", ctx.attrs.f("eps"))})
+                          i32("x_stride", x.row_stride), f32("eps", ctx.attrs.real("eps"))})
       launch.args.push_back(std::move(arg));
 
     // One template per argument list: layernorm with and without weight and bias, rmsnorm.
@@ -115,7 +115,7 @@ OpDef norm_op(const std::string& name, bool rms) {
     const std::vector<int64_t>& shape = ref.output_shape;
     const int64_t cols = shape.back();
     const int64_t rows = cols == 0 ? 0 : ref.inputs[0].numel() / cols;
-    const double eps = ref.op.attrs.f("eps");
+    const double eps = ref.op.attrs.real("eps");
     const bool weighted = has_weight(ref.op);
     const std::vector<double>& x = ref.inputs[0].data;
     HostTensor out;

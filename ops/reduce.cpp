@@ -49,9 +49,9 @@ OpDef reduce_op(const std::string& name, Reduction kind, std::string doc) {
     const DType dtype = common_float_dtype(meta, ctx);
     const TensorType& x = ctx.inputs[0];
     if (x.shape.empty()) throw OpError("inputs", meta.name + " needs an input of rank >= 1");
-    const size_t axis = normalize_axis(ctx.attrs.i("axis"), x.shape.size(), "attrs.axis");
+    const size_t axis = normalize_axis(ctx.attrs.integer("axis"), x.shape.size(), "attrs.axis");
     Shape shape = x.shape;
-    if (ctx.attrs.b("keepdim")) shape[axis] = Expr(1);
+    if (ctx.attrs.boolean("keepdim")) shape[axis] = Expr(1);
     else shape.erase(shape.begin() + axis);
     return contiguous(output_float_dtype(meta, ctx, dtype), shape);
   };
@@ -59,7 +59,7 @@ OpDef reduce_op(const std::string& name, Reduction kind, std::string doc) {
   def.lower = [name, kind](const OpContext& ctx) {
     const TensorType& x = ctx.inputs[0];
     const size_t rank = x.shape.size();
-    const size_t axis = normalize_axis(ctx.attrs.i("axis"), rank, "attrs.axis");
+    const size_t axis = normalize_axis(ctx.attrs.integer("axis"), rank, "attrs.axis");
     const DType dtype = x.dtype;
     const Expr len = x.shape[axis];
     const Expr out_numel = product(ctx.output.shape);
@@ -129,7 +129,7 @@ OpDef reduce_op(const std::string& name, Reduction kind, std::string doc) {
 
   def.reference = [kind](const RefContext& ref) {
     const std::vector<int64_t>& in_shape = ref.inputs[0].shape;
-    const size_t axis = normalize_axis(ref.op.attrs.i("axis"), in_shape.size(), "attrs.axis");
+    const size_t axis = normalize_axis(ref.op.attrs.integer("axis"), in_shape.size(), "attrs.axis");
     int64_t outer = 1, inner = 1;
     for (size_t k = 0; k < axis; ++k) outer *= in_shape[k];
     for (size_t k = axis + 1; k < in_shape.size(); ++k) inner *= in_shape[k];

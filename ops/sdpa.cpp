@@ -54,7 +54,7 @@ TensorType infer_sdpa(const OpDef& meta, const OpContext& ctx) {
 }
 
 double sdpa_scale(const OpContext& ctx, int64_t head_dim) {
-  return ctx.attrs.has("scale") ? ctx.attrs.f("scale") : 1.0 / std::sqrt(static_cast<double>(head_dim));
+  return ctx.attrs.has("scale") ? ctx.attrs.real("scale") : 1.0 / std::sqrt(static_cast<double>(head_dim));
 }
 
 // The tensor-core kernel: 16-bit storage, head dims in MMA steps, accumulators in registers.
@@ -87,9 +87,7 @@ DType check_attention_inputs(const OpDef& meta, const OpContext& ctx, const Atte
     }
   }
   const DType dtype = common_float_dtype(meta, ctx);
-  if (output_float_dtype(meta, ctx, dtype) != dtype) {
-    throw OpError("dtype", fmt::format("{} computes in its input dtype {}", op, dtype_name(dtype)));
-  }
+  output_float_dtype(meta, ctx, dtype);
   if (q.shape[0] != k.shape[0] || q.shape[0] != v.shape[0]) {
     throw OpError("inputs", fmt::format("{}: q, k, v must have the same first dim {}; got {}, {}, {}", op,
                                         layout.first, shape_str(q.shape), shape_str(k.shape), shape_str(v.shape)));
@@ -119,7 +117,7 @@ Lowering lower_attention(const OpContext& ctx, int64_t heads) {
   const TensorType& v = ctx.inputs.at(2);
   const DType dtype = ctx.output.dtype;
   const int64_t head_dim = *q.shape[2].const_value() / heads;
-  const bool causal = ctx.attrs.b("causal");
+  const bool causal = ctx.attrs.boolean("causal");
   const bool tensor_cores = use_tensor_cores(dtype, head_dim);
   const int tpq = threads_per_query(head_dim);
   const bool f32_tiled = use_f32_tiled(dtype, head_dim);
@@ -175,7 +173,7 @@ HostTensor attention_reference(const RefContext& ref, int64_t heads) {
   const HostTensor& v = ref.inputs.at(2);
   const int64_t batch = q.shape[0], sq = q.shape[1], width = q.shape[2], skv = k.shape[1];
   const int64_t dh = width / heads;
-  const bool causal = ref.op.attrs.b("causal");
+  const bool causal = ref.op.attrs.boolean("causal");
   const double scale = sdpa_scale(ref.op, dh);
   HostTensor out{ref.op.output.dtype, ref.output_shape, std::vector<double>(batch * sq * width, 0.0)};
   std::vector<double> scores(skv);

@@ -23,7 +23,7 @@ TensorType infer_sdpa_heads(const OpDef& meta, const OpContext& ctx) {
   if (!width) {
     throw OpError("inputs", fmt::format("{} needs a fixed width H*Dh; q is {}", kOp, shape_str(q.shape)));
   }
-  const int64_t heads = ctx.attrs.i("heads");
+  const int64_t heads = ctx.attrs.integer("heads");
   if (*width % heads != 0) {
     throw OpError("attrs.heads",
                   fmt::format("{}: the width {} is not divisible by heads = {}", kOp, *width, heads));
@@ -79,8 +79,8 @@ OpDef sdpa_heads_op() {
   def.dtypes = float_dtypes();
   const OpDef meta = def;
   def.infer = [meta](const OpContext& ctx) { return infer_sdpa_heads(meta, ctx); };
-  def.lower = [](const OpContext& ctx) { return lower_attention(ctx, ctx.attrs.i("heads")); };
-  def.reference = [](const RefContext& ref) { return attention_reference(ref, ref.op.attrs.i("heads")); };
+  def.lower = [](const OpContext& ctx) { return lower_attention(ctx, ctx.attrs.integer("heads")); };
+  def.reference = [](const RefContext& ref) { return attention_reference(ref, ref.op.attrs.integer("heads")); };
   def.conformance_cases = sdpa_heads_cases;
   def.source_file = TEENY_OP_FILE;
   return def;

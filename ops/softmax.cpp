@@ -38,14 +38,14 @@ OpDef softmax_family(const std::string& name, bool log_form) {
     const DType dtype = common_float_dtype(meta, ctx);
     const TensorType& x = ctx.inputs[0];
     if (x.shape.empty()) throw OpError("inputs", meta.name + " needs an input of rank >= 1");
-    normalize_axis(ctx.attrs.i("axis"), x.shape.size(), "attrs.axis");
+    normalize_axis(ctx.attrs.integer("axis"), x.shape.size(), "attrs.axis");
     return contiguous(output_float_dtype(meta, ctx, dtype), x.shape);
   };
 
   def.lower = [name, log_form](const OpContext& ctx) {
     const TensorType& x = ctx.inputs[0];
     const size_t rank = x.shape.size();
-    const size_t axis = normalize_axis(ctx.attrs.i("axis"), rank, "attrs.axis");
+    const size_t axis = normalize_axis(ctx.attrs.integer("axis"), rank, "attrs.axis");
     const DType dtype = x.dtype;
     const char* c_type = dtype_c_type(dtype);
     const Expr numel = product(x.shape);
@@ -110,7 +110,7 @@ OpDef softmax_family(const std::string& name, bool log_form) {
 
   def.reference = [log_form](const RefContext& ref) {
     const std::vector<int64_t>& shape = ref.output_shape;
-    const size_t axis = normalize_axis(ref.op.attrs.i("axis"), shape.size(), "attrs.axis");
+    const size_t axis = normalize_axis(ref.op.attrs.integer("axis"), shape.size(), "attrs.axis");
     int64_t outer = 1, inner = 1;
     for (size_t k = 0; k < axis; ++k) outer *= shape[k];
     for (size_t k = axis + 1; k < shape.size(); ++k) inner *= shape[k];

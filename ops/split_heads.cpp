@@ -15,10 +15,8 @@ TensorType infer_split_heads(const OpDef& meta, const OpContext& ctx) {
   if (x.shape.size() != 3) {
     throw OpError("inputs", fmt::format("split_heads needs x of shape [B, S, H*Dh]; got {}", shape_str(x.shape)));
   }
-  if (output_float_dtype(meta, ctx, x.dtype) != x.dtype) {
-    throw OpError("dtype", "split_heads copies its input; it cannot change the dtype");
-  }
-  const int64_t heads = ctx.attrs.i("heads");
+  output_float_dtype(meta, ctx, x.dtype);
+  const int64_t heads = ctx.attrs.integer("heads");
   const auto width = x.shape[2].const_value();
   if (width && *width % heads != 0) {
     throw OpError("attrs.heads", fmt::format("split_heads: the last dim {} is not divisible by heads = {}",
@@ -33,7 +31,7 @@ Lowering lower_split_heads(const OpContext& ctx) {
 
 HostTensor split_heads_reference(const RefContext& ref) {
   const HostTensor& x = ref.inputs.at(0);
-  const int64_t heads = ref.op.attrs.i("heads");
+  const int64_t heads = ref.op.attrs.integer("heads");
   const int64_t batch = x.shape[0], seq = x.shape[1], width = x.shape[2], head_dim = width / heads;
   HostTensor y{ref.op.output.dtype, ref.output_shape, std::vector<double>(x.data.size())};
   for (int64_t b = 0; b < batch; ++b)

@@ -12,7 +12,7 @@ constexpr int kThreads = 256;
 
 // ops/kernels/vision.cuh's tn_upsample_nearest2d: one input element per thread.
 Lowering upsample_lower(const OpContext& ctx) {
-  const int64_t scale = ctx.attrs.i("scale_factor");
+  const int64_t scale = ctx.attrs.integer("scale_factor");
   const Shape& in = ctx.inputs.at(0).shape;
   std::vector<KernelArg> args = {input(0, "x", DType::kF32), output("y", DType::kF32),
                                  i64("count", product(in)), i32("in_h", in[2]), i32("in_w", in[3])};
@@ -29,7 +29,7 @@ Lowering upsample_lower(const OpContext& ctx) {
 }
 
 HostTensor upsample_reference(const RefContext& ref) {
-  const int64_t s = ref.op.attrs.i("scale_factor");
+  const int64_t s = ref.op.attrs.integer("scale_factor");
   const HostTensor& x = ref.inputs.at(0);
   const int64_t planes = x.shape[0] * x.shape[1], in_h = x.shape[2], in_w = x.shape[3];
   const int64_t out_h = in_h * s, out_w = in_w * s;
@@ -54,7 +54,7 @@ OpDef upsample_nearest2d_op() {
     const DType dtype = output_float_dtype(meta, ctx, common_float_dtype(meta, ctx));
     const TensorType& x = ctx.inputs.at(0);
     check_nchw(meta.name, x);
-    const Expr s(ctx.attrs.i("scale_factor"));
+    const Expr s(ctx.attrs.integer("scale_factor"));
     return contiguous(dtype, {x.shape[0], x.shape[1], x.shape[2] * s, x.shape[3] * s});
   };
   def.lower = upsample_lower;

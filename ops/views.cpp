@@ -72,8 +72,8 @@ OpDef flatten_op() {
   def.infer = [meta](const OpContext& ctx) {
     const TensorType& x = ctx.inputs[0];
     const size_t rank = std::max<size_t>(x.shape.size(), 1);
-    const int start = normalize_axis(ctx.attrs.i("start_dim"), rank, "attrs.start_dim");
-    const int end = normalize_axis(ctx.attrs.i("end_dim"), rank, "attrs.end_dim");
+    const int start = normalize_axis(ctx.attrs.integer("start_dim"), rank, "attrs.start_dim");
+    const int end = normalize_axis(ctx.attrs.integer("end_dim"), rank, "attrs.end_dim");
     if (start > end)
       throw OpError("attrs.start_dim",
                     fmt::format("flatten: start_dim ({}) comes after end_dim ({})", start, end));

@@ -24,8 +24,8 @@ std::vector<AttrSpec> conv_attr_specs() {
 
 ConvAttrs conv_attrs(const Attrs& attrs) {
   ConvAttrs a;
-  a.out_channels = attrs.i("out_channels");
-  a.groups = attrs.i("groups");
+  a.out_channels = attrs.integer("out_channels");
+  a.groups = attrs.integer("groups");
   std::tie(a.kh, a.kw) = attrs.pair("kernel_size");
   std::tie(a.sh, a.sw) = attrs.pair("stride");
   std::tie(a.ph, a.pw) = attrs.pair("padding");

@@ -39,16 +39,16 @@ inline Registry spec_test_registry() {
        {"bias", AttrType::kBool, "add a bias", nlohmann::json(true), {}, false, std::nullopt}},
       [](const OpContext& ctx) {
         Shape shape = ctx.inputs.at(0).shape;
-        if (ctx.attrs.has("in_features") && shape.back() != Expr(ctx.attrs.i("in_features")))
+        if (ctx.attrs.has("in_features") && shape.back() != Expr(ctx.attrs.integer("in_features")))
           throw OpError("inputs", fmt::format("in_features is {} but the input has {} features",
-                                              ctx.attrs.i("in_features"), shape.back().str()));
-        shape.back() = Expr(ctx.attrs.i("out_features"));
+                                              ctx.attrs.integer("in_features"), shape.back().str()));
+        shape.back() = Expr(ctx.attrs.integer("out_features"));
         return contiguous(ctx.inputs.at(0).dtype, shape);
       });
   dense.params = [](const OpContext& ctx) {
     Expr out = ctx.output.shape.back(), in = ctx.inputs.at(0).shape.back();
     std::vector<ParamSpec> params{{"weight", {out, in}, ctx.output.dtype, ParamInit::kTrained, {}}};
-    if (ctx.attrs.b("bias")) params.push_back({"bias", {out}, ctx.output.dtype, ParamInit::kTrained, {}});
+    if (ctx.attrs.boolean("bias")) params.push_back({"bias", {out}, ctx.output.dtype, ParamInit::kTrained, {}});
     return params;
   };
   dense.param_slots = {"weight", "bias"};
@@ -58,7 +58,7 @@ inline Registry spec_test_registry() {
       "softmax", {{"x", ""}},
       {{"axis", AttrType::kInt, "axis", nlohmann::json(-1), {}, false, std::nullopt}},
       [](const OpContext& ctx) {
-        normalize_axis(ctx.attrs.i("axis"), ctx.inputs.at(0).shape.size(), "attrs.axis");
+        normalize_axis(ctx.attrs.integer("axis"), ctx.inputs.at(0).shape.size(), "attrs.axis");
         return same_as_input(ctx);
       }));
   registry.add(test_op(
@@ -78,7 +78,7 @@ inline Registry spec_test_registry() {
       {{"axis", AttrType::kInt, "axis", nlohmann::json(1), {}, false, std::nullopt}},
       [](const OpContext& ctx) {
         Shape shape = ctx.inputs.at(0).shape;
-        int axis = normalize_axis(ctx.attrs.i("axis"), shape.size(), "attrs.axis");
+        int axis = normalize_axis(ctx.attrs.integer("axis"), shape.size(), "attrs.axis");
         for (size_t i = 1; i < ctx.inputs.size(); ++i) shape[axis] = shape[axis] + ctx.inputs[i].shape[axis];
         return contiguous(ctx.inputs.at(0).dtype, shape);
       });

@@ -67,7 +67,7 @@ std::vector<KernelArg> kernel_params(const Expr& n) {
 Lowering lower(const OpContext& ctx, Fault fault) {
   Expr n = product(ctx.output.shape);
   Lowering lowering;
-  int64_t variant = ctx.attrs.has("k") ? ctx.attrs.i("k") : 0;
+  int64_t variant = ctx.attrs.has("k") ? ctx.attrs.integer("k") : 0;
   std::vector<KernelArg> params = kernel_params(n);
   if (fault == Fault::kTemplateMismatch) params.push_back(i32("extra", 1));
   lowering.kernels.push_back(
@@ -127,7 +127,7 @@ std::vector<ParamSpec> params(const OpContext& ctx, Fault fault) {
 HostTensor reference(const RefContext& ref) {
   HostTensor out{DType::kF32, ref.output_shape, {}};
   const int64_t n = out.numel();
-  const int64_t variant = ref.op.attrs.has("k") ? ref.op.attrs.i("k") : 0;
+  const int64_t variant = ref.op.attrs.has("k") ? ref.op.attrs.integer("k") : 0;
   for (int64_t i = 0; i < n; ++i) {
     out.data.push_back(0.5 * ref.inputs[0].data[i] + ref.inputs[1].data[i] * ref.params[0].data[i % 4] +
                        ref.params[1].data[i % 4] + static_cast<double>(n) + static_cast<double>(variant));

@@ -149,13 +149,13 @@ TEST(LinearEpilogueFusion, RewritesAnMlpWithResidual) {
   ASSERT_EQ(names(g), (std::vector<std::string>{"act:fused.linear", "out:fused.linear"}));
   const Node& act = g.nodes[0];
   EXPECT_EQ(act.inputs, std::vector<std::string>{"x"});
-  EXPECT_EQ(act.ctx.attrs.s("activation"), "gelu_tanh");
-  EXPECT_EQ(act.ctx.attrs.i("out_features"), 32);
+  EXPECT_EQ(act.ctx.attrs.text("activation"), "gelu_tanh");
+  EXPECT_EQ(act.ctx.attrs.integer("out_features"), 32);
   EXPECT_EQ(act.fused_from, (std::vector<std::string>{"fc", "act"}));
   EXPECT_EQ(act.param_names, (std::map<std::string, std::string>{{"weight", "fc.weight"}, {"bias", "fc.bias"}}));
   const Node& out = g.nodes[1];
   EXPECT_EQ(out.inputs, (std::vector<std::string>{"act", "x"}));  // x, then the residual
-  EXPECT_EQ(out.ctx.attrs.s("activation"), "none");
+  EXPECT_EQ(out.ctx.attrs.text("activation"), "none");
   EXPECT_EQ(out.fused_from, (std::vector<std::string>{"proj", "out"}));
   EXPECT_EQ(out.param_names.at("weight"), "proj.weight");
   EXPECT_EQ(out.ctx.output.shape, (Shape{Expr::dim("B"), Expr(16)}));
@@ -182,7 +182,7 @@ TEST(LinearEpilogueFusion, ActivationThenResidualBecomeOneNode) {
   EXPECT_EQ(epilogue_pass().apply(g, registry()), 2);
   ASSERT_EQ(names(g), std::vector<std::string>{"y:fused.linear"});
   EXPECT_EQ(g.nodes[0].inputs, (std::vector<std::string>{"x", "r"}));
-  EXPECT_EQ(g.nodes[0].ctx.attrs.s("activation"), "relu");
+  EXPECT_EQ(g.nodes[0].ctx.attrs.text("activation"), "relu");
   EXPECT_EQ(g.nodes[0].fused_from, (std::vector<std::string>{"l", "a", "y"}));
   EXPECT_EQ(g.nodes[0].param_names, (std::map<std::string, std::string>{{"weight", "l.weight"}}));
 }

@@ -746,9 +746,9 @@ TEST(AttentionHeadsFusion, RewritesSplitSdpaMerge) {
   EXPECT_EQ(fused.ctx.node, "merged");
   EXPECT_EQ(fused.inputs, (std::vector<std::string>{"q", "k", "v"}));
   EXPECT_EQ(fused.fused_from, (std::vector<std::string>{"vh", "qh", "kh", "attn", "merged"}));  // graph order
-  EXPECT_EQ(fused.ctx.attrs.i("heads"), 3);
-  EXPECT_TRUE(fused.ctx.attrs.b("causal"));
-  EXPECT_DOUBLE_EQ(fused.ctx.attrs.f("scale"), 0.5);
+  EXPECT_EQ(fused.ctx.attrs.integer("heads"), 3);
+  EXPECT_TRUE(fused.ctx.attrs.boolean("causal"));
+  EXPECT_DOUBLE_EQ(fused.ctx.attrs.real("scale"), 0.5);
   EXPECT_EQ(fused.ctx.output.shape, before.shape);
   EXPECT_EQ(fused.ctx.output.row_stride, before.row_stride);
   EXPECT_EQ(fused.ctx.output.dtype, DType::kBF16);
@@ -776,7 +776,7 @@ outputs: [out]
   const Node& fused = graph.nodes[0];
   EXPECT_EQ(fused.name, "out");
   EXPECT_EQ(fused.inputs, (std::vector<std::string>{"x", "x", "x"}));
-  EXPECT_FALSE(fused.ctx.attrs.b("causal"));
+  EXPECT_FALSE(fused.ctx.attrs.boolean("causal"));
   EXPECT_EQ(shape_str(fused.ctx.output.shape), "[B, S, 68]");
 }
 
@@ -828,8 +828,8 @@ TEST(AttentionHeadsFusion, BundledTransformerGraphs) {
   ASSERT_NE(merged, nullptr);
   EXPECT_EQ(merged->inputs, (std::vector<std::string>{"q", "k", "v"}));
   EXPECT_EQ(merged->fused_from, (std::vector<std::string>{"qh", "kh", "vh", "attn", "merged"}));
-  EXPECT_EQ(merged->ctx.attrs.i("heads"), 12);
-  EXPECT_TRUE(merged->ctx.attrs.b("causal"));
+  EXPECT_EQ(merged->ctx.attrs.integer("heads"), 12);
+  EXPECT_TRUE(merged->ctx.attrs.boolean("causal"));
   EXPECT_FALSE(merged->ctx.attrs.has("scale"));
 }
 

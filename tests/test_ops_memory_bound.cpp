@@ -97,17 +97,18 @@ TEST(MemoryBoundShape, UnaryRejectsI32) {
             "relu does not support i32 inputs (supported: f32, bf16, f16)");
 }
 
-TEST(MemoryBoundShape, RequestedDtypeMustBeSupported) {
+TEST(MemoryBoundShape, RequestedDtypeMustBeTheInputs) {
   OpContext ctx;
   ctx.node = "n";
-  ctx.inputs = {tensor(DType::kF32, {4})};
-  ctx.requested_dtype = DType::kI32;
+  ctx.inputs = {tensor(DType::kBF16, {4})};
+  ctx.requested_dtype = DType::kF32;
   try {
     op("relu").infer(ctx);
     FAIL() << "no error";
   } catch (const OpError& e) {
     EXPECT_EQ(e.key, "dtype");
-    EXPECT_EQ(e.message(), "op 'relu' cannot produce dtype i32 (supported: f32, bf16, f16)");
+    EXPECT_EQ(e.message(),
+              "op 'relu' produces its inputs' dtype, bf16; it cannot produce f32 (there are no implicit conversions)");
   }
 }
 

@@ -328,7 +328,7 @@ TEST(VisionFusion, RewritesConvBnSilu) {
                                                                     {"bn.bias", "bn1.bias"},
                                                                     {"bn.running_mean", "bn1.running_mean"},
                                                                     {"bn.running_var", "bn1.running_var"}}));
-  EXPECT_DOUBLE_EQ(fused.ctx.attrs.f("eps"), 0.002);  // the batch norm's eps, not the fused default
+  EXPECT_DOUBLE_EQ(fused.ctx.attrs.real("eps"), 0.002);  // the batch norm's eps, not the fused default
   EXPECT_EQ(fused.ctx.attrs.pair("stride"), (std::pair<int64_t, int64_t>{2, 2}));
   EXPECT_FALSE(fused.ctx.attrs.has("bias"));
   EXPECT_EQ(graph.nodes[1].name, "pool");  // the consumer still finds its input by name

@@ -32,7 +32,7 @@ nodes:
   - {name: g, op: gelu, inputs: [c], attrs: {approximate: tanh}}
   - {name: po, op: pool, inputs: [g], attrs: {kernel_size: 3, stride: [2, 1], levels: [[1, 2, 3]], perm: [0, 2, 1]}}
   - {name: r, op: reshape, inputs: [p], attrs: {shape: [B, "S * 64", 1]}}
-  - {name: s, op: scale, inputs: [a], attrs: {value: 0.5}, dtype: bf16}
+  - {name: s, op: scale, inputs: [a], attrs: {value: 0.5}, dtype: f32}
 outputs: [p, g, s]
 )";
 
@@ -110,8 +110,8 @@ TEST_F(Spec, InfersNodeTypesInSpecOrder) {
   EXPECT_EQ(shape_str(node("c").ctx.output.shape), "[B, S + S*2, 32]");
   EXPECT_EQ(node("c").ctx.inputs.size(), 2u);
   EXPECT_EQ(shape_str(node("r").ctx.output.shape), "[B, S*64, 1]");
-  EXPECT_EQ(node("s").ctx.output.dtype, DType::kBF16);
-  EXPECT_EQ(node("s").ctx.requested_dtype, DType::kBF16);
+  EXPECT_EQ(node("s").ctx.output.dtype, DType::kF32);
+  EXPECT_EQ(node("s").ctx.requested_dtype, DType::kF32);
   EXPECT_FALSE(node("a").ctx.requested_dtype.has_value());
   EXPECT_EQ(graph.find_tensor("y"), &graph.inputs[1].type);
   EXPECT_EQ(graph.find_tensor("g"), &node("g").ctx.output);
@@ -121,13 +121,13 @@ TEST_F(Spec, InfersNodeTypesInSpecOrder) {
 TEST_F(Spec, ValidatesAttrsAndFillsDefaults) {
   EXPECT_EQ(node("h").ctx.attrs.json(), (nlohmann::json{{"out_features", 64}, {"bias", true}}));
   EXPECT_EQ(node("p").ctx.attrs.json(), (nlohmann::json{{"axis", -1}}));
-  EXPECT_EQ(node("g").ctx.attrs.s("approximate"), "tanh");
+  EXPECT_EQ(node("g").ctx.attrs.text("approximate"), "tanh");
   EXPECT_EQ(node("po").ctx.attrs.json(),
             nlohmann::json::parse(R"({"kernel_size": [3, 3], "stride": [2, 1],
                                       "levels": [[1, 2, 3]], "perm": [0, 2, 1]})"));
   EXPECT_EQ(node("r").ctx.attrs.json(), nlohmann::json::parse(R"({"shape": ["B", "S*64", "1"]})"));
-  EXPECT_DOUBLE_EQ(node("s").ctx.attrs.f("value"), 0.5);
-  EXPECT_EQ(node("c").ctx.attrs.i("axis"), 1);
+  EXPECT_DOUBLE_EQ(node("s").ctx.attrs.real("value"), 0.5);
+  EXPECT_EQ(node("c").ctx.attrs.integer("axis"), 1);
 }
 
 TEST_F(Spec, KeepsOneBasedSourcePositions) {

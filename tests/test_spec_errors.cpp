@@ -542,5 +542,14 @@ TEST(SpecErrorRealOps, LinearMissingOutFeatures) {
             "      ^\n");
 }
 
+// A node's `dtype:` that differs from its inputs' would need a conversion no kernel does.
+TEST(SpecErrorRealOps, ReluCannotConvertDtype) {
+  EXPECT_EQ(mnist_error(8, "  - {name: act1, op: relu, inputs: [fc1], dtype: bf16}"),
+            "teeny: error: mnist_mlp.yaml:8:50: node 'act1': op 'relu' produces its inputs' dtype, f32; it cannot "
+            "produce bf16 (there are no implicit conversions)\n"
+            "    - {name: act1, op: relu, inputs: [fc1], dtype: bf16}\n"
+            "                                                   ^\n");
+}
+
 }  // namespace
 }  // namespace teeny
