@@ -18,9 +18,7 @@ struct CheckFlags {
   std::vector<std::string> binds;
 };
 
-std::string concrete(const std::vector<int64_t>& shape) {
-  return fmt::format("[{}]", fmt::join(shape, ", "));
-}
+std::string concrete(const std::vector<int64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
 
 std::string symbolic(const TensorType& type) {
   std::string text = shape_str(type.shape);
@@ -38,18 +36,15 @@ void run_check(const CheckFlags& flags) {
     std::vector<Row> rows{{"DIM", "RANGE", "DEFAULT", "BOUND"}};
     for (const DimDecl& dim : graph.dims) {
       int64_t bound = bindings.at(dim.name);
-      rows.push_back({dim.name, fmt::format("[{}, {}]", dim.min, dim.max),
-                      std::to_string(dim.default_value),
-                      bound == dim.default_value ? std::to_string(bound)
-                                                 : fmt::format("{} (--bind)", bound)});
+      rows.push_back({dim.name, fmt::format("[{}, {}]", dim.min, dim.max), std::to_string(dim.default_value),
+                      bound == dim.default_value ? std::to_string(bound) : fmt::format("{} (--bind)", bound)});
     }
     out += "\ndims\n" + format_table(rows, "  ");
   }
 
   std::vector<Row> inputs{{"INPUT", "DTYPE", "SHAPE", "BOUND"}};
   for (const GraphInput& input : graph.inputs)
-    inputs.push_back({input.name, dtype_name(input.type.dtype), symbolic(input.type),
-                      concrete(shapes.at(input.name))});
+    inputs.push_back({input.name, dtype_name(input.type.dtype), symbolic(input.type), concrete(shapes.at(input.name))});
   out += "\ninputs\n" + format_table(inputs, "  ");
 
   std::vector<Row> nodes{{"NODE", "OP", "INPUTS", "DTYPE", "SHAPE", "BOUND", "PARAMS"}};
@@ -59,8 +54,8 @@ void run_check(const CheckFlags& flags) {
       for (const ParamSpec& param : node.op->params(node.ctx))
         params.push_back(fmt::format("{} {}", param.slot, shape_str(param.shape)));
     nodes.push_back({node.name, node.op->name, fmt::format("{}", fmt::join(node.inputs, ", ")),
-                     dtype_name(node.ctx.output.dtype), symbolic(node.ctx.output),
-                     concrete(shapes.at(node.name)), fmt::format("{}", fmt::join(params, ", "))});
+                     dtype_name(node.ctx.output.dtype), symbolic(node.ctx.output), concrete(shapes.at(node.name)),
+                     fmt::format("{}", fmt::join(params, ", "))});
   }
   out += "\nnodes\n" + format_table(nodes, "  ");
 
@@ -77,8 +72,8 @@ void run_check(const CheckFlags& flags) {
 
 void add_check_command(CLI::App& app) {
   auto flags = std::make_shared<CheckFlags>();
-  CLI::App* cmd = app.add_subcommand(
-      "check", "Validate a graph spec and print every node's inferred output shape and dtype");
+  CLI::App* cmd =
+      app.add_subcommand("check", "Validate a graph spec and print every node's inferred output shape and dtype");
   cmd->add_option("GRAPH", flags->graph, "graph spec (.yaml)")->required();
   cmd->add_option("--bind", flags->binds, "bind a dim for the concrete shapes: D=N (repeatable)")
       ->allow_extra_args(false);

@@ -49,18 +49,18 @@ std::string format_check_report(const CheckReport& report) {
   std::string out = node_table(report.nodes);
   for (const NodeCheck& output : report.outputs) {
     if (!output.result.ok()) {
-      out += fmt::format("check: output '{}' of the full run differs from the node-by-node run: {}\n",
-                         output.node, describe_failure(output, "node-by-node"));
+      out += fmt::format("check: output '{}' of the full run differs from the node-by-node run: {}\n", output.node,
+                         describe_failure(output, "node-by-node"));
     }
   }
   if (report.first_failure >= 0) {
     const NodeCheck& first = report.nodes[report.first_failure];
     const auto failed = std::count_if(report.nodes.begin(), report.nodes.end(),
                                       [](const NodeCheck& check) { return !check.result.ok(); });
-    out += fmt::format("check: FAILED: {} of {} nodes differ from the host reference; first "
-                       "diverging node '{}' ({}): {}\n",
-                       failed, report.nodes.size(), first.node, first.op,
-                       describe_failure(first, "reference"));
+    out += fmt::format(
+        "check: FAILED: {} of {} nodes differ from the host reference; first "
+        "diverging node '{}' ({}): {}\n",
+        failed, report.nodes.size(), first.node, first.op, describe_failure(first, "reference"));
   } else if (report.ok()) {
     out += fmt::format("check: ok: all {} nodes match the host reference\n", report.nodes.size());
   }

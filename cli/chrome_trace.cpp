@@ -16,13 +16,14 @@ nlohmann::json chrome_trace(const ProfileReport& report) {
   for (size_t r = 0; r < report.runs.size(); ++r) {
     const ProfileRun& run = report.runs[r];
     const int pid = static_cast<int>(r);
-    events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", pid},
-                      {"args", {{"name", fmt::format("{} ({}) on {}{}", report.graph_name,
-                                                     bindings_text(run.bindings),
-                                                     report.environment.gpu_name,
-                                                     report.environment.cupti ? "" : " [CUDA events]")}}}});
-    events.push_back({{"ph", "M"}, {"name", "process_sort_index"}, {"pid", pid},
-                      {"args", {{"sort_index", pid}}}});
+    events.push_back(
+        {{"ph", "M"},
+         {"name", "process_name"},
+         {"pid", pid},
+         {"args",
+          {{"name", fmt::format("{} ({}) on {}{}", report.graph_name, bindings_text(run.bindings),
+                                report.environment.gpu_name, report.environment.cupti ? "" : " [CUDA events]")}}}});
+    events.push_back({{"ph", "M"}, {"name", "process_sort_index"}, {"pid", pid}, {"args", {{"sort_index", pid}}}});
     // Each run starts at 0 so runs of a sweep line up.
     uint64_t origin = std::numeric_limits<uint64_t>::max();
     std::set<uint32_t> streams;
@@ -31,7 +32,10 @@ nlohmann::json chrome_trace(const ProfileReport& report) {
       streams.insert(s.stream_id);
     }
     for (uint32_t stream : streams)
-      events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", pid}, {"tid", stream},
+      events.push_back({{"ph", "M"},
+                        {"name", "thread_name"},
+                        {"pid", pid},
+                        {"tid", stream},
                         {"args", {{"name", fmt::format("stream {}", stream)}}}});
     for (const TraceSlice& s : run.trace) {
       const LaunchFacts& f = run.launches.at(static_cast<size_t>(s.launch)).facts;

@@ -50,11 +50,12 @@ void run_compile(const CompileFlags& flags) {
     param_bytes += product(param.shape).eval(bindings) * static_cast<int64_t>(dtype_size(param.dtype));
   }
   std::string binding_text;
-  for (const auto& [name, value] : bindings) binding_text += fmt::format("{}{}={}", binding_text.empty() ? "" : ", ", name, value);
+  for (const auto& [name, value] : bindings)
+    binding_text += fmt::format("{}{}={}", binding_text.empty() ? "" : ", ", name, value);
 
   std::string out = fmt::format("compiled '{}' -> {} in {:.2f} s\n", flags.graph, path, seconds);
-  out += fmt::format("  {} nodes, {} kernels ({} compiled, {} cached), {} launches", bundle.nodes.size(),
-                     stats.kernels, stats.compiled, stats.cached, bundle.launches.size());
+  out += fmt::format("  {} nodes, {} kernels ({} compiled, {} cached), {} launches", bundle.nodes.size(), stats.kernels,
+                     stats.compiled, stats.cached, bundle.launches.size());
   if (stats.passes_applied > 0)
     out += fmt::format(", {} fusion rewrite{}", stats.passes_applied, stats.passes_applied == 1 ? "" : "s");
   out += fmt::format("\n  {} params: {} bytes{}, {} bytes of host init data\n", bundle.params.size(), param_bytes,

@@ -68,23 +68,31 @@ json shape_json(const InspectedShape& s) {
 }
 
 json tensor_json(const InspectedTensor& t) {
-  json out = {{"name", t.name}, {"dtype", t.dtype}, {"shape", shape_json(t.shape)}, {"row_stride", expr_json(t.row_stride)}};
+  json out = {
+      {"name", t.name}, {"dtype", t.dtype}, {"shape", shape_json(t.shape)}, {"row_stride", expr_json(t.row_stride)}};
   if (!t.alias_of.empty()) out["alias_of"] = t.alias_of;
   return out;
 }
 
 json param_json(const InspectedParam& p) {
-  json out = {{"name", p.name},  {"slot", p.slot},  {"dtype", p.dtype},          {"shape", shape_json(p.shape)},
-              {"bytes", expr_json(p.bytes)}, {"init", p.init}, {"init_bytes", p.init_bytes}};
+  json out = {{"name", p.name},
+              {"slot", p.slot},
+              {"dtype", p.dtype},
+              {"shape", shape_json(p.shape)},
+              {"bytes", expr_json(p.bytes)},
+              {"init", p.init},
+              {"init_bytes", p.init_bytes}};
   if (p.init_offset) out["init_offset"] = *p.init_offset;
   return out;
 }
 
 json arg_json(const InspectedArg& a) {
-  json out = {{"position", a.position}, {"name", a.name},   {"kind", a.kind},     {"c_type", a.c_type},
-              {"ptx_type", a.ptx_type}, {"size", a.size},   {"offset", a.offset}, {"bound_to", a.bound_to}};
+  json out = {{"position", a.position}, {"name", a.name}, {"kind", a.kind},     {"c_type", a.c_type},
+              {"ptx_type", a.ptx_type}, {"size", a.size}, {"offset", a.offset}, {"bound_to", a.bound_to}};
   if (a.scalar) {
-    out["value"] = a.scalar->value ? json(*a.scalar->value) : a.scalar->needs.empty() ? json(a.scalar->error) : json(nullptr);
+    out["value"] = a.scalar->value           ? json(*a.scalar->value)
+                   : a.scalar->needs.empty() ? json(a.scalar->error)
+                                             : json(nullptr);
     if (!a.scalar->needs.empty()) out["needs"] = a.scalar->needs;
   } else if (a.constant) {
     out["value"] = *a.constant;
@@ -125,8 +133,13 @@ json node_json(const InspectedNode& n) {
   json params = json::array(), launches = json::array();
   for (const InspectedParam& p : n.params) params.push_back(param_json(p));
   for (const InspectedLaunch& l : n.launches) launches.push_back(launch_json(l));
-  json out = {{"name", n.name},     {"op", n.op},         {"attrs", n.attrs},      {"inputs", n.inputs},
-              {"output", tensor_json(n.output)}, {"params", params}, {"launches", launches}};
+  json out = {{"name", n.name},
+              {"op", n.op},
+              {"attrs", n.attrs},
+              {"inputs", n.inputs},
+              {"output", tensor_json(n.output)},
+              {"params", params},
+              {"launches", launches}};
   if (!n.fused_from.empty()) out["fused_from"] = n.fused_from;
   return out;
 }
@@ -193,9 +206,10 @@ std::string device_line(const Inspection& view) {
     return fmt::format("device: {} ({})\n", bindings_text(view.device.symbols), view.device.source);
   }
   if (view.unbound_device_symbols.empty()) return "";
-  return fmt::format("device: none (no GPU found): expressions over {} stay symbolic; --device-sms N, "
-                     "--device-smem BYTES and --device-l2 BYTES evaluate them\n",
-                     fmt::join(view.unbound_device_symbols, ", "));
+  return fmt::format(
+      "device: none (no GPU found): expressions over {} stay symbolic; --device-sms N, "
+      "--device-smem BYTES and --device-l2 BYTES evaluate them\n",
+      fmt::join(view.unbound_device_symbols, ", "));
 }
 
 std::string header(const Inspection& view, const std::string& path) {
@@ -219,8 +233,8 @@ std::string launch_table(const InspectedLaunch& l) {
   std::string bounds;
   if (l.reqntid) bounds += fmt::format(", .reqntid [{}]", fmt::join(*l.reqntid, ", "));
   if (l.maxntid) bounds += fmt::format(", .maxntid [{}]", fmt::join(*l.maxntid, ", "));
-  std::string out = fmt::format("  launch {}: kernel {}, entry {}, {} ({})\n", l.index, l.kernel, l.entry, l.target,
-                                l.source);
+  std::string out =
+      fmt::format("  launch {}: kernel {}, entry {}, {} ({})\n", l.index, l.kernel, l.entry, l.target, l.source);
   std::vector<std::string> grid;
   for (const InspectedExpr& g : l.grid) grid.push_back(expr_text(g));
   out += fmt::format("    block [{}]{}  grid [{}]  dynamic smem {}\n", fmt::join(l.block, ", "), bounds,
@@ -239,8 +253,9 @@ std::string launch_table(const InspectedLaunch& l) {
 std::string node_table(const InspectedNode& node) {
   const InspectedTensor& o = node.output;
   std::string out = fmt::format("\nnode {} ({})  inputs: {}\n", node.name, node.op, fmt::join(node.inputs, ", "));
-  out += fmt::format("  output {} {} {}, row stride {}{}\n", o.name, o.dtype, shape_text(o.shape),
-                     expr_text(o.row_stride), o.alias_of.empty() ? "" : fmt::format(" (view: buffer of {})", o.alias_of));
+  out +=
+      fmt::format("  output {} {} {}, row stride {}{}\n", o.name, o.dtype, shape_text(o.shape), expr_text(o.row_stride),
+                  o.alias_of.empty() ? "" : fmt::format(" (view: buffer of {})", o.alias_of));
   if (!node.fused_from.empty()) out += fmt::format("  fused from [{}]\n", fmt::join(node.fused_from, ", "));
   if (!node.params.empty()) {
     std::vector<Row> rows{{"PARAM", "DTYPE", "SHAPE", "BYTES", "INIT", "INIT BYTES"}};

@@ -58,10 +58,9 @@ nlohmann::json op_json(const OpDef& op) {
     if (attr.min_value) entry["min"] = *attr.min_value;
     attrs.push_back(entry);
   }
-  nlohmann::json out = {{"name", op.name},     {"doc", op.doc},          {"inputs", inputs},
-                        {"variadic", op.variadic}, {"attrs", attrs},
-                        {"params", op.param_slots}, {"dtypes", dtype_list(op)},
-                        {"source", op.source_file}};
+  nlohmann::json out = {{"name", op.name},          {"doc", op.doc},           {"inputs", inputs},
+                        {"variadic", op.variadic},  {"attrs", attrs},          {"params", op.param_slots},
+                        {"dtypes", dtype_list(op)}, {"source", op.source_file}};
   if (op.variadic) out["min_inputs"] = op.min_inputs;
   if (op.optional_inputs > 0) out["optional_inputs"] = op.optional_inputs;
   return out;
@@ -73,10 +72,14 @@ std::string op_details(const OpDef& op) {
   out += fmt::format("  dtypes:  {}\n", fmt::join(dtype_list(op), ", "));
   std::vector<Row> inputs;
   for (const InputSpec& input : op.inputs) inputs.push_back({input.name, input.doc});
-  if (op.variadic) out += fmt::format("  inputs ({} or more; the last repeats):\n", op.min_inputs);
-  else if (op.optional_inputs == 1) out += "  inputs (the last one optional):\n";
-  else if (op.optional_inputs > 1) out += fmt::format("  inputs (the last {} optional):\n", op.optional_inputs);
-  else out += "  inputs:\n";
+  if (op.variadic)
+    out += fmt::format("  inputs ({} or more; the last repeats):\n", op.min_inputs);
+  else if (op.optional_inputs == 1)
+    out += "  inputs (the last one optional):\n";
+  else if (op.optional_inputs > 1)
+    out += fmt::format("  inputs (the last {} optional):\n", op.optional_inputs);
+  else
+    out += "  inputs:\n";
   out += format_table(inputs, "    ");
   if (op.attrs.empty()) {
     out += "  attrs:   none\n";
@@ -107,8 +110,7 @@ void run_ops(const OpsFlags& flags) {
   } else {
     const OpDef* op = ops.find(flags.name);
     if (!op)
-      throw Error(fmt::format("unknown op '{}'{}", flags.name,
-                              did_you_mean(flags.name, ops.names())))
+      throw Error(fmt::format("unknown op '{}'{}", flags.name, did_you_mean(flags.name, ops.names())))
           .note("`teeny ops` lists the registered ops");
     selected.push_back(op);
   }
@@ -125,8 +127,8 @@ void run_ops(const OpsFlags& flags) {
       std::vector<std::string> attrs;
       for (const AttrSpec& attr : op->attrs) attrs.push_back(attr_summary(attr));
       rows.push_back({op->name, fmt::format("{}", fmt::join(input_names(*op), ", ")),
-                      fmt::format("{}", fmt::join(attrs, ", ")),
-                      fmt::format("{}", fmt::join(op->param_slots, ", ")), first_line(op->doc)});
+                      fmt::format("{}", fmt::join(attrs, ", ")), fmt::format("{}", fmt::join(op->param_slots, ", ")),
+                      first_line(op->doc)});
     }
     std::cout << format_table(rows);
   }
@@ -138,8 +140,7 @@ void add_ops_command(CLI::App& app) {
   auto flags = std::make_shared<OpsFlags>();
   CLI::App* cmd = app.add_subcommand("ops", "List the registered ops, or show one");
   cmd->add_option("NAME", flags->name, "show only this op");
-  cmd->add_option("--format", flags->format, "output format")
-      ->check(CLI::IsMember({"table", "json"}));
+  cmd->add_option("--format", flags->format, "output format")->check(CLI::IsMember({"table", "json"}));
   cmd->callback([flags] { run_ops(*flags); });
 }
 

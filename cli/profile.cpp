@@ -60,9 +60,10 @@ void run_profile(ProfileFlags flags) {
   for (const ProfileRun& run : report.runs)
     if (!run.untrusted.empty()) untrusted.push_back(bindings_text(run.bindings));
   if (!untrusted.empty())
-    throw gpu_error(fmt::format("the kernel records of {} do not match the launches; those "
-                                "numbers are not trusted (reasons above)",
-                                fmt::join(untrusted, "; ")));
+    throw gpu_error(
+        fmt::format("the kernel records of {} do not match the launches; those "
+                    "numbers are not trusted (reasons above)",
+                    fmt::join(untrusted, "; ")));
 }
 
 }  // namespace
@@ -72,19 +73,18 @@ void add_profile_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "profile", "Time every kernel launch of a bundle on the GPU (CUPTI), with GB/s, GFLOP/s and traces");
   cmd->add_option("BUNDLE", flags->bundle, "bundle directory (from teeny compile)")->required();
-  cmd->add_option("--bind", flags->binds, "bind a dim: D=N (repeatable; default: the spec's)")
-      ->allow_extra_args(false);
+  cmd->add_option("--bind", flags->binds, "bind a dim: D=N (repeatable; default: the spec's)")->allow_extra_args(false);
   cmd->add_option("--sweep", flags->sweep, "profile each value of one dim in turn: D=a,b,c");
   cmd->add_option("--warmup", flags->options.warmup_iterations,
-                  fmt::format("warm-up iterations (default {}; and at least {} s)",
-                              flags->options.warmup_iterations, flags->options.warmup_min_seconds))
+                  fmt::format("warm-up iterations (default {}; and at least {} s)", flags->options.warmup_iterations,
+                              flags->options.warmup_min_seconds))
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--iterations", flags->options.iterations,
                   fmt::format("timed iterations, at least (default {})", flags->options.iterations))
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--min-time", flags->options.min_seconds,
-                  fmt::format("keep timing until this many seconds have passed (default {})",
-                              flags->options.min_seconds))
+  cmd->add_option(
+         "--min-time", flags->options.min_seconds,
+         fmt::format("keep timing until this many seconds have passed (default {})", flags->options.min_seconds))
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--mode", flags->mode,
                   "sequence (default: graph order, warm L2) or isolated (L2 flushed before each launch)")

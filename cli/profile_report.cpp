@@ -13,9 +13,7 @@ std::string dims3(const std::array<int64_t, 3>& v) { return fmt::format("{}x{}x{
 std::string dims3(const std::array<int, 3>& v) { return fmt::format("{}x{}x{}", v[0], v[1], v[2]); }
 
 // "13.0" from 13000.
-std::string cuda_version_str(int version) {
-  return fmt::format("{}.{}", version / 1000, (version % 1000) / 10);
-}
+std::string cuda_version_str(int version) { return fmt::format("{}.{}", version / 1000, (version % 1000) / 10); }
 
 std::string fixed(double value, int decimals) { return fmt::format("{:.{}f}", value, decimals); }
 
@@ -29,15 +27,14 @@ std::string environment_lines(const ProfileReport& report) {
                      e.gpu_name, e.cc_major, e.cc_minor, e.sm_count, e.sm_clock_mhz, e.memory_clock_mhz,
                      e.memory_bus_bits, fmt::format("{:.1f} MiB", static_cast<double>(e.l2_bytes) / (1 << 20)));
   out += fmt::format("versions: driver CUDA {}, built with CUDA headers {}, NVRTC {}, {}\n",
-                     cuda_version_str(e.driver_version), cuda_version_str(e.cuda_headers_version),
-                     e.nvrtc_version, e.cupti_version);
+                     cuda_version_str(e.driver_version), cuda_version_str(e.cuda_headers_version), e.nvrtc_version,
+                     e.cupti_version);
   const std::string tensor = e.peaks.tensor16_gflops > 0
                                  ? fmt::format(", {:.0f} GFLOP/s f16/bf16 tensor", e.peaks.tensor16_gflops)
                                  : ", f16/bf16 tensor peak unknown for this GPU";
-  out += fmt::format("peaks: {:.0f} GB/s, {:.0f} GFLOP/s FP32{} ({})\n", e.peaks.bandwidth_gbps,
-                     e.peaks.fp32_gflops, tensor, e.peaks.source);
-  out += fmt::format("timing: {}; mode: {}{}\n", e.timing_method, e.mode,
-                     e.cuda_graph ? ", CUDA graph replay" : "");
+  out += fmt::format("peaks: {:.0f} GB/s, {:.0f} GFLOP/s FP32{} ({})\n", e.peaks.bandwidth_gbps, e.peaks.fp32_gflops,
+                     tensor, e.peaks.source);
+  out += fmt::format("timing: {}; mode: {}{}\n", e.timing_method, e.mode, e.cuda_graph ? ", CUDA graph replay" : "");
   return out;
 }
 
@@ -62,8 +59,8 @@ std::string run_table(const ProfileReport& report, const ProfileRun& run) {
       "end-to-end GPU time per iteration (first kernel start to last kernel end): median {:.2f} us, "
       "min {:.2f}, p90 {:.2f}, max {:.2f}; sum of kernel medians {:.2f} us\n",
       g.median, g.min, g.p90, g.max, run.kernel_sum_us);
-  out += fmt::format("host enqueue time per iteration: median {:.2f} us, p90 {:.2f}\n",
-                     run.enqueue_us.median, run.enqueue_us.p90);
+  out += fmt::format("host enqueue time per iteration: median {:.2f} us, p90 {:.2f}\n", run.enqueue_us.median,
+                     run.enqueue_us.p90);
   out += fmt::format("noise: relative IQR {:.1f}% end-to-end\n", 100 * g.rel_iqr);
   if (run.excluded_records > 0)
     out += fmt::format("excluded: {} kernel records not launched by teeny (L2 flush)\n", run.excluded_records);
@@ -76,9 +73,8 @@ std::string run_table(const ProfileReport& report, const ProfileRun& run) {
 }
 
 nlohmann::json summary_json(const Summary& s) {
-  return {{"count", s.count},   {"min_us", s.min}, {"median_us", s.median}, {"mean_us", s.mean},
-          {"p90_us", s.p90},    {"max_us", s.max}, {"q1_us", s.q1},         {"q3_us", s.q3},
-          {"rel_iqr", s.rel_iqr}};
+  return {{"count", s.count}, {"min_us", s.min}, {"median_us", s.median}, {"mean_us", s.mean},   {"p90_us", s.p90},
+          {"max_us", s.max},  {"q1_us", s.q1},   {"q3_us", s.q3},         {"rel_iqr", s.rel_iqr}};
 }
 
 std::string csv_field(const std::string& text) {
@@ -211,12 +207,11 @@ std::string format_profile_csv(const ProfileReport& report) {
       out += fmt::format(
           "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.5f},"
           "{:.3f},{},{},{:.3f},{:.3f},{:.3f},{:.3f},{},{},{},{},{:.1f}\n",
-          csv_field(bindings_text(run.bindings)), run.untrusted.empty() ? "true" : "false",
-          csv_field(e.timing_method), e.mode, e.cuda_graph ? "true" : "false", f.index, csv_field(f.node),
-          csv_field(f.kernel), f.grid[0], f.grid[1], f.grid[2], f.block[0], f.block[1], f.block[2], d.count,
-          d.min, d.median, d.mean, d.p90, d.max, d.rel_iqr, 100 * l.share, f.bytes, f.flops, l.gbps, l.gflops,
-          l.pct_peak_bandwidth, l.pct_peak_compute, compute_unit(f), f.registers, f.static_smem_bytes, f.dynamic_smem_bytes,
-          100 * f.occupancy);
+          csv_field(bindings_text(run.bindings)), run.untrusted.empty() ? "true" : "false", csv_field(e.timing_method),
+          e.mode, e.cuda_graph ? "true" : "false", f.index, csv_field(f.node), csv_field(f.kernel), f.grid[0],
+          f.grid[1], f.grid[2], f.block[0], f.block[1], f.block[2], d.count, d.min, d.median, d.mean, d.p90, d.max,
+          d.rel_iqr, 100 * l.share, f.bytes, f.flops, l.gbps, l.gflops, l.pct_peak_bandwidth, l.pct_peak_compute,
+          compute_unit(f), f.registers, f.static_smem_bytes, f.dynamic_smem_bytes, 100 * f.occupancy);
     }
   }
   return out;

@@ -37,8 +37,8 @@ struct RunFlags {
 };
 
 // "NAME=VALUE" flags into a map; duplicates and malformed values are errors.
-std::map<std::string, std::string> parse_pairs(const std::vector<std::string>& values,
-                                               const char* flag, const char* example) {
+std::map<std::string, std::string> parse_pairs(const std::vector<std::string>& values, const char* flag,
+                                               const char* example) {
   std::map<std::string, std::string> pairs;
   for (const std::string& value : values) {
     const size_t eq = value.find('=');
@@ -60,8 +60,7 @@ std::string summary(const HostTensor& values) {
     high = std::max(high, v);
     sum += v;
   }
-  return fmt::format("min {:.6g}  max {:.6g}  mean {:.6g}", low, high,
-                     sum / static_cast<double>(values.data.size()));
+  return fmt::format("min {:.6g}  max {:.6g}  mean {:.6g}", low, high, sum / static_cast<double>(values.data.size()));
 }
 
 void run_bundle(const RunFlags& flags) {
@@ -112,20 +111,18 @@ void run_bundle(const RunFlags& flags) {
     RunTiming timing = executor.run(flags.iterations, flags.cuda_graph);
     for (const std::string& name : bundle.outputs) results[name] = executor.read(name);
     const MemoryPlan& plan = bound.plan;
-    out += fmt::format("device {} (sm_{}{}, {} SMs), driver {}.{}\n", device->name(),
-                       device->cc_major(), device->cc_minor(), device->sm_count(),
-                       driver.version() / 1000, driver.version() % 1000 / 10);
-    out += fmt::format("memory: activations {} planned by liveness (naive {}; {} of {} buffers "
-                       "share bytes), parameters {}\n",
-                       cuda::format_bytes(plan.arena_bytes), cuda::format_bytes(plan.naive_bytes),
-                       plan.shared, plan.buffers, cuda::format_bytes(executor.params_bytes()));
+    out += fmt::format("device {} (sm_{}{}, {} SMs), driver {}.{}\n", device->name(), device->cc_major(),
+                       device->cc_minor(), device->sm_count(), driver.version() / 1000, driver.version() % 1000 / 10);
+    out += fmt::format(
+        "memory: activations {} planned by liveness (naive {}; {} of {} buffers "
+        "share bytes), parameters {}\n",
+        cuda::format_bytes(plan.arena_bytes), cuda::format_bytes(plan.naive_bytes), plan.shared, plan.buffers,
+        cuda::format_bytes(executor.params_bytes()));
     out += fmt::format("ran {} launches x {} iteration(s){}: {:.3f} ms, {:.3f} ms per iteration\n",
-                       bound.launches.size(), timing.iterations,
-                       timing.cuda_graph ? " as one CUDA graph" : "", timing.total_ms,
-                       timing.total_ms / timing.iterations);
+                       bound.launches.size(), timing.iterations, timing.cuda_graph ? " as one CUDA graph" : "",
+                       timing.total_ms, timing.total_ms / timing.iterations);
     if (flags.check) {
-      report = std::make_unique<CheckReport>(
-          check_against_reference(executor, registry(), data, results));
+      report = std::make_unique<CheckReport>(check_against_reference(executor, registry(), data, results));
     }
   }
 
@@ -147,8 +144,8 @@ void run_bundle(const RunFlags& flags) {
     }
     std::string file = fmt::format("{}", fmt::join(files, ", "));
     if (!files.empty() && values.dtype != npy_storage_dtype(values.dtype)) file += " (bf16 stored as f32)";
-    rows.push_back({name, dtype_name(values.dtype), fmt::format("[{}]", fmt::join(values.shape, ", ")),
-                    summary(values), file});
+    rows.push_back(
+        {name, dtype_name(values.dtype), fmt::format("[{}]", fmt::join(values.shape, ", ")), summary(values), file});
   }
   out += "\n" + format_table(rows, "  ");
   if (report) out += "\n" + format_check_report(*report);
@@ -166,11 +163,11 @@ void run_bundle(const RunFlags& flags) {
 
 void add_run_command(CLI::App& app) {
   auto flags = std::make_shared<RunFlags>();
-  CLI::App* cmd = app.add_subcommand("run", "Run a compiled bundle on the GPU (or the host "
-                                            "reference), write outputs, check against the reference");
+  CLI::App* cmd = app.add_subcommand("run",
+                                     "Run a compiled bundle on the GPU (or the host "
+                                     "reference), write outputs, check against the reference");
   cmd->add_option("BUNDLE", flags->bundle, "bundle directory (from teeny compile)")->required();
-  cmd->add_option("--bind", flags->binds, "bind a dim: D=N (repeatable; default: the spec's)")
-      ->allow_extra_args(false);
+  cmd->add_option("--bind", flags->binds, "bind a dim: D=N (repeatable; default: the spec's)")->allow_extra_args(false);
   cmd->add_option("--device", flags->device, "gpu (default) or cpu (the host reference executor)")
       ->check(CLI::IsMember({"gpu", "cpu"}));
   cmd->add_option("--input", flags->inputs, "an input from a .npy file: NAME=FILE.npy (repeatable)")
@@ -179,8 +176,7 @@ void add_run_command(CLI::App& app) {
                   "seed for random inputs (floats uniform in [-1, 1), ids in [0, num_embeddings)) "
                   "and --init random");
   cmd->add_option("--weights", flags->weights, "trained parameters by <node>.<slot> (.safetensors)");
-  cmd->add_option("--init", flags->init,
-                  "trained parameters not in --weights: zero (default) or random")
+  cmd->add_option("--init", flags->init, "trained parameters not in --weights: zero (default) or random")
       ->check(CLI::IsMember({"zero", "random"}));
   cmd->add_option("--output", flags->outputs, "write a graph output: NAME=FILE.npy (repeatable)")
       ->allow_extra_args(false);

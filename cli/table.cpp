@@ -7,14 +7,12 @@ namespace {
 
 size_t display_width(const std::string& text) {
   // Count UTF-8 lead bytes only, so "Wᵀ" is two columns wide, not four.
-  return std::count_if(text.begin(), text.end(),
-                       [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; });
+  return std::count_if(text.begin(), text.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; });
 }
 
 }  // namespace
 
-std::string format_table(const std::vector<Row>& rows, const std::string& indent,
-                         const std::vector<Align>& align) {
+std::string format_table(const std::vector<Row>& rows, const std::string& indent, const std::vector<Align>& align) {
   std::vector<size_t> widths;
   for (const Row& row : rows) {
     if (widths.size() < row.size()) widths.resize(row.size(), 0);

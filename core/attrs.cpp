@@ -6,9 +6,7 @@
 
 namespace teeny {
 
-bool Attrs::has(const std::string& name) const {
-  return values_.contains(name) && !values_.at(name).is_null();
-}
+bool Attrs::has(const std::string& name) const { return values_.contains(name) && !values_.at(name).is_null(); }
 
 const nlohmann::json& Attrs::get(const std::string& name) const {
   if (!has(name)) throw Error(fmt::format("internal: attribute '{}' was not validated", name));
@@ -26,9 +24,7 @@ std::pair<int64_t, int64_t> Attrs::pair(const std::string& name) const {
   return {v.get<int64_t>(), v.get<int64_t>()};
 }
 
-std::vector<int64_t> Attrs::ints(const std::string& name) const {
-  return get(name).get<std::vector<int64_t>>();
-}
+std::vector<int64_t> Attrs::ints(const std::string& name) const { return get(name).get<std::vector<int64_t>>(); }
 
 std::vector<std::vector<int64_t>> Attrs::int_lists(const std::string& name) const {
   return get(name).get<std::vector<std::vector<int64_t>>>();
@@ -37,22 +33,32 @@ std::vector<std::vector<int64_t>> Attrs::int_lists(const std::string& name) cons
 Shape Attrs::shape(const std::string& name) const {
   Shape out;
   for (const auto& entry : get(name)) {
-    if (entry.is_number_integer()) out.push_back(Expr(entry.get<int64_t>()));
-    else out.push_back(Expr::parse(entry.get<std::string>()));
+    if (entry.is_number_integer())
+      out.push_back(Expr(entry.get<int64_t>()));
+    else
+      out.push_back(Expr::parse(entry.get<std::string>()));
   }
   return out;
 }
 
 std::string attr_type_name(AttrType type) {
   switch (type) {
-    case AttrType::kInt: return "int";
-    case AttrType::kFloat: return "float";
-    case AttrType::kBool: return "bool";
-    case AttrType::kEnum: return "enum";
-    case AttrType::kIntPair: return "int or [h, w]";
-    case AttrType::kIntList: return "list of ints";
-    case AttrType::kIntListList: return "list of int lists";
-    case AttrType::kShape: return "shape";
+    case AttrType::kInt:
+      return "int";
+    case AttrType::kFloat:
+      return "float";
+    case AttrType::kBool:
+      return "bool";
+    case AttrType::kEnum:
+      return "enum";
+    case AttrType::kIntPair:
+      return "int or [h, w]";
+    case AttrType::kIntList:
+      return "list of ints";
+    case AttrType::kIntListList:
+      return "list of int lists";
+    case AttrType::kShape:
+      return "shape";
   }
   return "?";
 }

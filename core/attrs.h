@@ -15,8 +15,8 @@
 namespace teeny {
 
 enum class AttrType {
-  kInt,          // 64-bit integer
-  kFloat,        // double; integers are accepted
+  kInt,    // 64-bit integer
+  kFloat,  // double; integers are accepted
   kBool,
   kEnum,         // a string from `choices`
   kIntPair,      // an int n (stored as [n, n]) or a list [h, w]
@@ -31,7 +31,7 @@ struct AttrSpec {
   std::string doc;
   std::optional<nlohmann::json> default_value;  // absent = required (unless `optional`)
   std::vector<std::string> choices;             // kEnum only
-  bool optional = false;  // may be absent with no default (e.g. sdpa's `scale`)
+  bool optional = false;                        // may be absent with no default (e.g. sdpa's `scale`)
   // Optional range check for kInt / kFloat: inclusive lower bound.
   std::optional<double> min_value;
 };

@@ -76,8 +76,8 @@ BoundTensor bind_tensor(const BundleTensor& tensor, const Evaluator& eval) {
   const int64_t last = t.shape.empty() ? 1 : t.shape.back();
   t.row_stride = t.shape.empty() ? 1 : eval(tensor.row_stride, fmt::format("row stride of '{}'", t.name));
   if (t.row_stride < last) {
-    throw eval.fail(fmt::format("tensor '{}' has row stride {} ('{}'), less than its last dim {}", t.name,
-                                t.row_stride, tensor.row_stride.str(), last));
+    throw eval.fail(fmt::format("tensor '{}' has row stride {} ('{}'), less than its last dim {}", t.name, t.row_stride,
+                                tensor.row_stride.str(), last));
   }
   t.rows = t.numel() / last;
   t.bytes = static_cast<uint64_t>(t.rows) * t.row_stride * dtype_size(t.dtype);
@@ -102,10 +102,11 @@ BoundParam bind_param(const BundleParam& param, const Bundle& bundle, const Eval
   }
   p.bytes = static_cast<uint64_t>(numel_of(p.shape)) * dtype_size(p.dtype);
   if (p.init == ParamInit::kHost && (param.size != p.bytes || param.offset + param.size > bundle.param_bytes.size())) {
-    throw eval.fail(fmt::format("parameter '{}' has {} init bytes at offset {} (params.bin holds {}), but {} {} "
-                                "needs {}",
-                                p.name, param.size, param.offset, bundle.param_bytes.size(), dtype_name(p.dtype),
-                                shape_text(p.shape), p.bytes));
+    throw eval.fail(
+        fmt::format("parameter '{}' has {} init bytes at offset {} (params.bin holds {}), but {} {} "
+                    "needs {}",
+                    p.name, param.size, param.offset, bundle.param_bytes.size(), dtype_name(p.dtype),
+                    shape_text(p.shape), p.bytes));
   }
   return p;
 }
@@ -172,8 +173,8 @@ BoundLaunch launch_frame(const BundleLaunch& launch, const Bundle& bundle,
   if (it == node_index.end()) throw eval.fail(fmt::format("launch '{}' names an unknown node", where));
   l.node_index = it->second;
   if (launch.kernel < 0 || launch.kernel >= static_cast<int>(bundle.kernels.size())) {
-    throw eval.fail(fmt::format("launch '{}' names kernel {}, but the bundle has {}", where, launch.kernel,
-                                bundle.kernels.size()));
+    throw eval.fail(
+        fmt::format("launch '{}' names kernel {}, but the bundle has {}", where, launch.kernel, bundle.kernels.size()));
   }
   for (int d = 0; d < 3; ++d) {
     if (l.block[d] <= 0) throw eval.fail(fmt::format("launch '{}' has block.{} = {}", where, kAxes[d], l.block[d]));
@@ -191,8 +192,8 @@ std::array<int64_t, 3> bind_grid(const BundleLaunch& launch, const std::string& 
     grid[d] = eval(launch.grid[d], fmt::format("grid.{} of launch '{}'", kAxes[d], where));
     const int64_t limit = d == 0 ? std::numeric_limits<int32_t>::max() : 65535;
     if (grid[d] <= 0 || grid[d] > limit) {
-      throw eval.fail(fmt::format("launch '{}' has grid.{} = {} ('{}') with {}; it must be in [1, {}]", where,
-                                  kAxes[d], grid[d], launch.grid[d].str(), eval.with(launch.grid[d]), limit));
+      throw eval.fail(fmt::format("launch '{}' has grid.{} = {} ('{}') with {}; it must be in [1, {}]", where, kAxes[d],
+                                  grid[d], launch.grid[d].str(), eval.with(launch.grid[d]), limit));
     }
   }
   return grid;
@@ -203,17 +204,17 @@ int64_t bind_shared_memory(const BundleLaunch& launch, const std::string& where,
   const int64_t bytes = eval(launch.dynamic_smem, fmt::format("dynamic shared memory of launch '{}'", where));
   if (bytes < 0) throw eval.fail(fmt::format("launch '{}' has negative shared memory", where));
   if (bytes > device.smem_per_block) {
-    throw eval.fail(fmt::format("launch '{}' needs {} bytes of dynamic shared memory; the device allows a block "
-                                "at most {} ({})",
-                                where, bytes, device.smem_per_block, kSmemPerBlockSymbol));
+    throw eval.fail(
+        fmt::format("launch '{}' needs {} bytes of dynamic shared memory; the device allows a block "
+                    "at most {} ({})",
+                    where, bytes, device.smem_per_block, kSmemPerBlockSymbol));
   }
   return bytes;
 }
 
 // One argument: its layout in the parameter buffer, what it points at, or its value. Tensor
 // maps get their extents here and their view in bind_tensor_maps.
-BoundArg bind_arg(const BundleArg& arg, const std::string& arg_where, const BoundBundle& bound,
-                  const Evaluator& eval) {
+BoundArg bind_arg(const BundleArg& arg, const std::string& arg_where, const BoundBundle& bound, const Evaluator& eval) {
   BoundArg b;
   b.kind = arg.kind;
   b.name = arg.name;
@@ -226,7 +227,8 @@ BoundArg bind_arg(const BundleArg& arg, const std::string& arg_where, const Boun
                                 arg_kind_name(arg.kind), arg.size, arg.offset, layout.size, layout.align));
   }
   const auto has_tensor = [&](const std::string& name) {
-    return std::any_of(bound.tensors.begin(), bound.tensors.end(), [&](const BoundTensor& t) { return t.name == name; });
+    return std::any_of(bound.tensors.begin(), bound.tensors.end(),
+                       [&](const BoundTensor& t) { return t.name == name; });
   };
   const auto has_param = [&](const std::string& name) {
     return std::any_of(bound.params.begin(), bound.params.end(), [&](const BoundParam& p) { return p.name == name; });
@@ -250,8 +252,12 @@ BoundArg bind_arg(const BundleArg& arg, const std::string& arg_where, const Boun
                                     arg.value.str(), eval.with(arg.value)));
       }
       break;
-    case ArgKind::kI64: b.ivalue = eval(arg.value, arg_where); break;
-    case ArgKind::kF32: b.fvalue = arg.fvalue; break;
+    case ArgKind::kI64:
+      b.ivalue = eval(arg.value, arg_where);
+      break;
+    case ArgKind::kF32:
+      b.fvalue = arg.fvalue;
+      break;
     case ArgKind::kTensorMap:
       b.map.cols = eval(arg.map.cols, "cols of " + arg_where);
       b.map.rows = eval(arg.map.rows, "rows of " + arg_where);
@@ -273,17 +279,16 @@ void bind_tensor_maps(const BundleLaunch& launch, BoundLaunch& l, const BoundBun
     if (arg.kind != ArgKind::kTensorMap) continue;
     const std::string arg_where =
         fmt::format("argument {} '{}' of launch '{}' (tensor map of '{}')", a, arg.name, l.label(), arg.map.of);
-    auto target = std::find_if(launch.args.begin(), launch.args.end(),
-                               [&](const BundleArg& t) { return t.name == arg.map.of; });
+    auto target =
+        std::find_if(launch.args.begin(), launch.args.end(), [&](const BundleArg& t) { return t.name == arg.map.of; });
     if (target == launch.args.end() || !is_pointer(target->kind)) {
-      throw eval.fail(fmt::format("{}: the launch has no input, param or output argument '{}'", arg_where,
-                                  arg.map.of));
+      throw eval.fail(fmt::format("{}: the launch has no input, param or output argument '{}'", arg_where, arg.map.of));
     }
     BoundTensorMap& map = l.args[a].map;
     map.of = static_cast<size_t>(target - launch.args.begin());
     map.dtype = target->dtype;
-    const TensorMapSpec concrete{arg.map.of,  Expr(map.cols),   Expr(map.rows), Expr(map.row_stride),
-                                 map.box_cols, map.box_rows, map.swizzle};
+    const TensorMapSpec concrete{arg.map.of,   Expr(map.cols), Expr(map.rows), Expr(map.row_stride),
+                                 map.box_cols, map.box_rows,   map.swizzle};
     if (std::string problem = tensor_map_problem(concrete, map.dtype); !problem.empty()) {
       throw eval.fail(fmt::format("{}: {} with {}", arg_where, problem, eval.dims_text()));
     }
@@ -351,7 +356,8 @@ std::vector<size_t> BoundBundle::node_launches(size_t node_index) const {
 
 std::vector<ParamShape> BoundBundle::param_shapes() const {
   std::vector<ParamShape> shapes;
-  for (const BoundParam& p : params) shapes.push_back({p.name, p.dtype, p.shape, p.init, unused_state_names(p.name, p.hints)});
+  for (const BoundParam& p : params)
+    shapes.push_back({p.name, p.dtype, p.shape, p.init, unused_state_names(p.name, p.hints)});
   return shapes;
 }
 
@@ -378,8 +384,7 @@ Bindings bundle_bindings(const Bundle& bundle, const std::vector<std::string>& b
       continue;
     }
     if (bind != fmt::format("{}={}", name, fixed->second)) {
-      throw Error(fmt::format("--bind {}: {} was fixed to {} when the bundle was compiled", bind, name,
-                              fixed->second));
+      throw Error(fmt::format("--bind {}: {} was fixed to {} when the bundle was compiled", bind, name, fixed->second));
     }
   }
   Bindings bindings = bind_dims(dims, free_binds);

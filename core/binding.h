@@ -33,11 +33,11 @@ struct BoundTensor {
 // A tensor map's evaluated view, checked against cuTensorMapEncodeTiled's rules and the size of
 // the buffer it views; only the global address is left to check when it is encoded.
 struct BoundTensorMap {
-  size_t of = 0;               // index in BoundLaunch::args of the pointer it views
-  DType dtype = DType::kF32;   // that pointer's element type
+  size_t of = 0;                               // index in BoundLaunch::args of the pointer it views
+  DType dtype = DType::kF32;                   // that pointer's element type
   int64_t cols = 0, rows = 0, row_stride = 0;  // elements
   int box_cols = 0, box_rows = 0;
-  int swizzle = 0;             // bytes
+  int swizzle = 0;  // bytes
 };
 
 struct BoundArg {
@@ -78,8 +78,8 @@ struct BoundParam {
 // `bundle`, which must outlive it.
 struct BoundBundle {
   const Bundle* bundle = nullptr;
-  std::string label;  // the bundle's path, for messages
-  Bindings bindings;  // the dims
+  std::string label;                 // the bundle's path, for messages
+  Bindings bindings;                 // the dims
   std::vector<BoundTensor> tensors;  // Bundle::tensors order
   std::vector<BoundParam> params;
   MemoryPlan plan;  // activations (graph inputs and node outputs)

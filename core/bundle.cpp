@@ -232,8 +232,8 @@ json bundle_to_json(const Bundle& bundle) {
 
   json nodes = json::array();
   for (const BundleNode& n : bundle.nodes) {
-    json node = {{"name", n.name}, {"op", n.op}, {"attrs", n.attrs}, {"inputs", n.inputs},
-                 {"fused_from", n.fused_from}};
+    json node = {
+        {"name", n.name}, {"op", n.op}, {"attrs", n.attrs}, {"inputs", n.inputs}, {"fused_from", n.fused_from}};
     node["dtype"] = n.requested_dtype ? json(dtype_name(*n.requested_dtype)) : json(nullptr);
     nodes.push_back(std::move(node));
   }
@@ -258,8 +258,8 @@ json bundle_to_json(const Bundle& bundle) {
   for (const BundleLaunch& l : bundle.launches) {
     json args = json::array();
     for (const BundleArg& a : l.args) {
-      json arg = {{"kind", arg_kind_name(a.kind)}, {"name", a.name},   {"c_type", a.c_type},
-                  {"ptx_type", a.ptx_type},        {"size", a.size},   {"offset", a.offset}};
+      json arg = {{"kind", arg_kind_name(a.kind)}, {"name", a.name}, {"c_type", a.c_type},
+                  {"ptx_type", a.ptx_type},        {"size", a.size}, {"offset", a.offset}};
       if (is_pointer(a.kind)) {
         arg["tensor"] = a.tensor;
         arg["dtype"] = dtype_name(a.dtype);
@@ -291,8 +291,12 @@ json bundle_to_json(const Bundle& bundle) {
 
   json params = json::array();
   for (const BundleParam& p : bundle.params) {
-    json param = {{"name", p.name},   {"node", p.node}, {"slot", p.slot}, {"dtype", dtype_name(p.dtype)},
-                  {"shape", shape_json(p.shape)}, {"init", param_init_name(p.init)}};
+    json param = {{"name", p.name},
+                  {"node", p.node},
+                  {"slot", p.slot},
+                  {"dtype", dtype_name(p.dtype)},
+                  {"shape", shape_json(p.shape)},
+                  {"init", param_init_name(p.init)}};
     if (p.init == ParamInit::kHost) {
       param["offset"] = p.offset;
       param["size"] = p.size;
@@ -314,9 +318,10 @@ Bundle bundle_from_json(const json& manifest) {
   Bundle b;
   b.format_version = static_cast<int>(root["format_version"].integer());
   if (b.format_version != kBundleFormatVersion) {
-    root["format_version"].fail(fmt::format("bundle format version {} is not supported (this teeny reads version "
-                                            "{}); recompile the graph with this teeny",
-                                            b.format_version, kBundleFormatVersion));
+    root["format_version"].fail(
+        fmt::format("bundle format version {} is not supported (this teeny reads version "
+                    "{}); recompile the graph with this teeny",
+                    b.format_version, kBundleFormatVersion));
   }
   b.teeny_version = root["teeny_version"].str();
   b.nvrtc_version = root["nvrtc_version"].str();
@@ -335,10 +340,15 @@ Bundle bundle_from_json(const json& manifest) {
 
   std::map<std::string, bool> tensor_names;
   for (const Field& t : root["tensors"].items()) {
-    BundleTensor tensor{t["name"].str(),     t["dtype"].dtype(),    t["shape"].shape(),
-                        t["row_stride"].expr(), t["producer"].str(), t["alias_of"].str(),
+    BundleTensor tensor{t["name"].str(),
+                        t["dtype"].dtype(),
+                        t["shape"].shape(),
+                        t["row_stride"].expr(),
+                        t["producer"].str(),
+                        t["alias_of"].str(),
                         t.has("id_bound") ? t["id_bound"].integer() : 0};
-    if (!tensor_names.emplace(tensor.name, true).second) t["name"].fail(fmt::format("duplicate tensor '{}'", tensor.name));
+    if (!tensor_names.emplace(tensor.name, true).second)
+      t["name"].fail(fmt::format("duplicate tensor '{}'", tensor.name));
     b.tensors.push_back(std::move(tensor));
   }
   auto check_tensor = [&](const Field& f) {
@@ -396,9 +406,12 @@ Bundle bundle_from_json(const json& manifest) {
     launch.dynamic_smem = l["dynamic_smem"].expr();
     for (const Field& a : l["args"].items()) {
       BundleArg arg;
-      arg.kind = parse_enum<ArgKind>(a["kind"], {{"input", ArgKind::kInput}, {"param", ArgKind::kParam},
-                                                 {"output", ArgKind::kOutput}, {"i32", ArgKind::kI32},
-                                                 {"i64", ArgKind::kI64}, {"f32", ArgKind::kF32},
+      arg.kind = parse_enum<ArgKind>(a["kind"], {{"input", ArgKind::kInput},
+                                                 {"param", ArgKind::kParam},
+                                                 {"output", ArgKind::kOutput},
+                                                 {"i32", ArgKind::kI32},
+                                                 {"i64", ArgKind::kI64},
+                                                 {"f32", ArgKind::kF32},
                                                  {"tensor_map", ArgKind::kTensorMap}});
       arg.name = a["name"].str();
       arg.c_type = a["c_type"].str();
@@ -439,12 +452,13 @@ Bundle bundle_from_json(const json& manifest) {
     param.slot = p["slot"].str();
     param.dtype = p["dtype"].dtype();
     param.shape = p["shape"].shape();
-    param.init = parse_enum<ParamInit>(p["init"], {{"trained", ParamInit::kTrained}, {"zero", ParamInit::kZero},
-                                                    {"host", ParamInit::kHost}});
+    param.init = parse_enum<ParamInit>(
+        p["init"], {{"trained", ParamInit::kTrained}, {"zero", ParamInit::kZero}, {"host", ParamInit::kHost}});
     if (param.init == ParamInit::kHost) {
       int64_t offset = p["offset"].integer(), size = p["size"].integer();
       if (offset < 0 || size < 0 || offset + size > params_size) {
-        p.fail(fmt::format("bytes [{}, {}) lie outside {} ({} bytes)", offset, offset + size, kParamsFile, params_size));
+        p.fail(
+            fmt::format("bytes [{}, {}) lie outside {} ({} bytes)", offset, offset + size, kParamsFile, params_size));
       }
       param.offset = static_cast<uint64_t>(offset);
       param.size = static_cast<uint64_t>(size);
@@ -455,8 +469,10 @@ Bundle bundle_from_json(const json& manifest) {
   for (const BundleLaunch& launch : b.launches) {
     for (const BundleArg& arg : launch.args) {
       if (arg.kind != ArgKind::kParam) continue;
-      bool known = std::any_of(b.params.begin(), b.params.end(), [&](const BundleParam& p) { return p.name == arg.tensor; });
-      if (!known) throw Error(fmt::format("{}: launch of node '{}' uses unknown param '{}'", kManifest, launch.node, arg.tensor));
+      bool known =
+          std::any_of(b.params.begin(), b.params.end(), [&](const BundleParam& p) { return p.name == arg.tensor; });
+      if (!known)
+        throw Error(fmt::format("{}: launch of node '{}' uses unknown param '{}'", kManifest, launch.node, arg.tensor));
     }
   }
   return b;

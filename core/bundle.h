@@ -28,12 +28,12 @@ struct BundleDim {
 };
 
 struct BundleTensor {
-  std::string name;       // graph input or node name
+  std::string name;  // graph input or node name
   DType dtype = DType::kF32;
   Shape shape;
-  Expr row_stride;        // elements
-  std::string producer;   // node name; empty for a graph input
-  std::string alias_of;   // views: the tensor whose buffer this one shares
+  Expr row_stride;       // elements
+  std::string producer;  // node name; empty for a graph input
+  std::string alias_of;  // views: the tensor whose buffer this one shares
   // Graph inputs of i32 ids: the smallest bound that their consumers declare
   // (InputSpec::id_bound_attr), which random inputs stay below; 0: none.
   int64_t id_bound = 0;
@@ -41,34 +41,34 @@ struct BundleTensor {
 
 struct BundleArg {
   ArgKind kind;
-  std::string name;       // C parameter name
-  std::string c_type;     // "const float*", "int", ...
-  std::string ptx_type;   // ".u64", ".u32", ".f32", ...
-  int size = 0;           // bytes in the param buffer
-  int offset = 0;         // bytes from the start of the param buffer
-  std::string tensor;     // kInput/kOutput: tensor name; kParam: param name "<node>.<slot>"
-  Expr value;             // kI32 / kI64
-  double fvalue = 0.0;    // kF32
+  std::string name;           // C parameter name
+  std::string c_type;         // "const float*", "int", ...
+  std::string ptx_type;       // ".u64", ".u32", ".f32", ...
+  int size = 0;               // bytes in the param buffer
+  int offset = 0;             // bytes from the start of the param buffer
+  std::string tensor;         // kInput/kOutput: tensor name; kParam: param name "<node>.<slot>"
+  Expr value;                 // kI32 / kI64
+  double fvalue = 0.0;        // kF32
   DType dtype = DType::kF32;  // pointers: the element type
-  TensorMapSpec map;      // kTensorMap
+  TensorMapSpec map;          // kTensorMap
 };
 
 struct BundleKernel {
-  std::string name;       // unique in the bundle; file kernels/<name>.ptx
-  std::string entry;      // "<name>_entry_point", present as `.visible .entry` in the PTX
-  std::string sha256;     // of the PTX file
-  std::string target;     // NVRTC's --gpu-architecture for it: the bundle's arch, or e.g. sm_90a
+  std::string name;    // unique in the bundle; file kernels/<name>.ptx
+  std::string entry;   // "<name>_entry_point", present as `.visible .entry` in the PTX
+  std::string sha256;  // of the PTX file
+  std::string target;  // NVRTC's --gpu-architecture for it: the bundle's arch, or e.g. sm_90a
   std::string source_file;
   int source_line = 0;
-  std::string ptx;        // loaded text (not stored in the manifest)
+  std::string ptx;  // loaded text (not stored in the manifest)
   std::optional<std::array<int, 3>> reqntid, maxntid;
   std::vector<std::string> ptx_params;  // PTX param types in order, e.g. ".u64"
 };
 
 struct BundleLaunch {
   std::string node;
-  int index = 0;          // launch index within the node
-  int kernel = 0;         // index into Bundle::kernels
+  int index = 0;   // launch index within the node
+  int kernel = 0;  // index into Bundle::kernels
   std::array<int, 3> block{1, 1, 1};
   std::array<Expr, 3> grid;
   Expr dynamic_smem;
@@ -77,7 +77,7 @@ struct BundleLaunch {
 };
 
 struct BundleParam {
-  std::string name;       // "<node>.<slot>"
+  std::string name;  // "<node>.<slot>"
   std::string node, slot;
   DType dtype = DType::kF32;
   Shape shape;
@@ -106,9 +106,9 @@ struct Bundle {
   std::vector<BundleTensor> tensors;  // graph inputs first, then node outputs in order
   std::vector<BundleNode> nodes;      // topological
   std::vector<BundleKernel> kernels;
-  std::vector<BundleLaunch> launches; // in execution order
+  std::vector<BundleLaunch> launches;  // in execution order
   std::vector<BundleParam> params;
-  std::vector<uint8_t> param_bytes;   // params.bin
+  std::vector<uint8_t> param_bytes;  // params.bin
 
   const BundleTensor& tensor(const std::string& name) const;  // throws if absent
   const BundleNode* find_node(const std::string& name) const;

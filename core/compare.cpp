@@ -11,10 +11,14 @@ namespace teeny {
 
 Tolerance tolerance_for(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return {1e-4, 1e-3};
-    case DType::kF16: return {1e-3, 5e-3};
-    case DType::kBF16: return {1e-2, 1.6e-2};
-    case DType::kI32: return {0, 0};
+    case DType::kF32:
+      return {1e-4, 1e-3};
+    case DType::kF16:
+      return {1e-3, 5e-3};
+    case DType::kBF16:
+      return {1e-2, 1.6e-2};
+    case DType::kI32:
+      return {0, 0};
   }
   return {0, 0};
 }
@@ -64,8 +68,7 @@ bool CheckReport::ok() const {
   return std::all_of(outputs.begin(), outputs.end(), [](const NodeCheck& c) { return c.result.ok(); });
 }
 
-CheckReport check_against_reference(GpuExecutor& executor, const Registry& registry,
-                                    const RunData& data,
+CheckReport check_against_reference(GpuExecutor& executor, const Registry& registry, const RunData& data,
                                     const std::map<std::string, HostTensor>& full_run_outputs) {
   const BoundBundle& bound = executor.bound();
   const Bundle& bundle = *bound.bundle;
@@ -74,14 +77,12 @@ CheckReport check_against_reference(GpuExecutor& executor, const Registry& regis
   for (size_t i = 0; i < bundle.nodes.size(); ++i) {
     const BundleNode& node = bundle.nodes[i];
     for (size_t launch : bound.node_launches(i)) executor.enqueue(launch);
-    executor.synchronize(fmt::format("running node '{}' of bundle {} for --check", node.name,
-                                     bound.label));
+    executor.synchronize(fmt::format("running node '{}' of bundle {} for --check", node.name, bound.label));
     std::vector<HostTensor> inputs;
     for (const std::string& input : node.inputs) inputs.push_back(executor.read(input));
     HostTensor gpu = executor.read(node.name);
     HostTensor reference = reference_node(bound, registry, i, inputs, data.params);
-    NodeCheck check{node.name, node.op, gpu.dtype, gpu.shape,
-                    compare_values(gpu, reference, tolerance_for(gpu.dtype))};
+    NodeCheck check{node.name, node.op, gpu.dtype, gpu.shape, compare_values(gpu, reference, tolerance_for(gpu.dtype))};
     if (!check.result.ok() && report.first_failure < 0) {
       report.first_failure = static_cast<int>(report.nodes.size());
     }
@@ -91,8 +92,8 @@ CheckReport check_against_reference(GpuExecutor& executor, const Registry& regis
   for (const auto& [name, values] : full_run_outputs) {
     auto it = node_by_node.find(name);
     if (it == node_by_node.end()) continue;  // a graph input passed straight through
-    report.outputs.push_back({name, "", values.dtype, values.shape,
-                              compare_values(values, it->second, tolerance_for(values.dtype))});
+    report.outputs.push_back(
+        {name, "", values.dtype, values.shape, compare_values(values, it->second, tolerance_for(values.dtype))});
   }
   return report;
 }

@@ -46,8 +46,8 @@ struct NodeCheck {
 };
 
 struct CheckReport {
-  std::vector<NodeCheck> nodes;    // in execution order
-  int first_failure = -1;          // index into nodes
+  std::vector<NodeCheck> nodes;  // in execution order
+  int first_failure = -1;        // index into nodes
   // The graph outputs of the full run (e.g. a CUDA-graph replay) against the node-by-node
   // run: they must agree, or the full run differs from what was checked.
   std::vector<NodeCheck> outputs;
@@ -57,8 +57,7 @@ struct CheckReport {
 // Runs the bound bundle node by node on `executor` (whose inputs and params are `data`),
 // synchronising after each node, and compares each output with its reference.
 // `full_run_outputs` are the graph outputs read after a normal run (may be empty).
-CheckReport check_against_reference(GpuExecutor& executor, const Registry& registry,
-                                    const RunData& data,
+CheckReport check_against_reference(GpuExecutor& executor, const Registry& registry, const RunData& data,
                                     const std::map<std::string, HostTensor>& full_run_outputs);
 
 }  // namespace teeny

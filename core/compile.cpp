@@ -14,9 +14,7 @@
 namespace teeny {
 namespace {
 
-std::string join_params(const std::vector<std::string>& items) {
-  return fmt::format("({})", fmt::join(items, ", "));
-}
+std::string join_params(const std::vector<std::string>& items) { return fmt::format("({})", fmt::join(items, ", ")); }
 
 std::string describe(const KernelArg& arg) { return fmt::format("{} {}", arg_c_type(arg), arg.name); }
 
@@ -29,16 +27,15 @@ std::string block_str(const std::array<int, 3>& block) {
 // A launch waiting for its kernel to be compiled and verified.
 struct PendingLaunch {
   const Node* node;
-  int index;            // within the node
-  int kernel;           // bundle kernel index
-  Launch launch;        // fixed dims substituted
+  int index;                                       // within the node
+  int kernel;                                      // bundle kernel index
+  Launch launch;                                   // fixed dims substituted
   std::map<std::string, std::string> param_names;  // slot -> full name
 };
 
 class GraphCompiler {
  public:
-  GraphCompiler(const Graph& graph, const Registry& registry, const CompileOptions& options,
-                CompileStats& stats)
+  GraphCompiler(const Graph& graph, const Registry& registry, const CompileOptions& options, CompileStats& stats)
       : graph_(graph), registry_(registry), options_(options), stats_(stats) {}
 
   Bundle run() {
@@ -173,8 +170,8 @@ class GraphCompiler {
       Launch launch = lowering.launches[i];
       std::string where = fmt::format("launch {}", i);
       if (launch.kernel < 0 || launch.kernel >= static_cast<int>(kernel_ids.size())) {
-        throw node_error(node, fmt::format("{}: kernel index {} is out of range (the lowering has {} kernels)",
-                                           where, launch.kernel, kernel_ids.size()));
+        throw node_error(node, fmt::format("{}: kernel index {} is out of range (the lowering has {} kernels)", where,
+                                           launch.kernel, kernel_ids.size()));
       }
       for (Expr& g : launch.grid) g = fixed(g);
       launch.dynamic_smem = fixed(launch.dynamic_smem);
@@ -209,16 +206,16 @@ class GraphCompiler {
     const TensorType& in = node.ctx.inputs.at(0);
     const TensorType& out = node.ctx.output;
     if (out.dtype != in.dtype) {
-      throw node_error(node, fmt::format("view output dtype {} differs from input dtype {}",
-                                         dtype_name(out.dtype), dtype_name(in.dtype)));
+      throw node_error(node, fmt::format("view output dtype {} differs from input dtype {}", dtype_name(out.dtype),
+                                         dtype_name(in.dtype)));
     }
     bool same_rows = !in.shape.empty() && !out.shape.empty() && in.shape.back() == out.shape.back() &&
                      in.row_stride == out.row_stride;
     if (is_padded(in) && !same_rows) {
-      throw node_error(node, fmt::format("cannot view '{}' as {}: its rows are padded (row stride {}, "
-                                         "last dim {}), so a view must keep the last dim and stride",
-                                         node.inputs[0], shape_str(out.shape), in.row_stride.str(),
-                                         in.shape.back().str()));
+      throw node_error(node,
+                       fmt::format("cannot view '{}' as {}: its rows are padded (row stride {}, "
+                                   "last dim {}), so a view must keep the last dim and stride",
+                                   node.inputs[0], shape_str(out.shape), in.row_stride.str(), in.shape.back().str()));
     }
     tensor.alias_of = buffer_of_.at(node.inputs[0]);
     buffer_of_[node.name] = tensor.alias_of;
@@ -263,9 +260,10 @@ class GraphCompiler {
     }
     uint64_t expected = static_cast<uint64_t>(*numel.const_value()) * dtype_size(spec.dtype);
     if (spec.host_bytes.size() != expected) {
-      throw node_error(node, fmt::format("param '{}' init bytes: expected {} ({} = {} elements x {} bytes of {}), found {}",
-                                         param.name, expected, shape_str(param.shape), *numel.const_value(),
-                                         dtype_size(spec.dtype), dtype_name(spec.dtype), spec.host_bytes.size()));
+      throw node_error(
+          node, fmt::format("param '{}' init bytes: expected {} ({} = {} elements x {} bytes of {}), found {}",
+                            param.name, expected, shape_str(param.shape), *numel.const_value(), dtype_size(spec.dtype),
+                            dtype_name(spec.dtype), spec.host_bytes.size()));
     }
     // 16-byte aligned ranges, so every param can be uploaded or mapped with vector loads.
     while (bundle_.param_bytes.size() % 16 != 0) bundle_.param_bytes.push_back(0);
@@ -281,8 +279,8 @@ class GraphCompiler {
     std::string where = fmt::format("launch {}, argument {} '{}'", launch, position, arg.name);
     auto check_dtype = [&](DType actual, const std::string& what) {
       if (arg.dtype != actual) {
-        throw node_error(node, fmt::format("{}: dtype mismatch: expected {} ({}), found {}", where,
-                                           dtype_name(actual), what, dtype_name(arg.dtype)));
+        throw node_error(node, fmt::format("{}: dtype mismatch: expected {} ({}), found {}", where, dtype_name(actual),
+                                           what, dtype_name(arg.dtype)));
       }
     };
     switch (arg.kind) {
@@ -299,7 +297,8 @@ class GraphCompiler {
         if (spec == specs.end()) {
           std::vector<std::string> slots;
           for (const ParamSpec& s : specs) slots.push_back(s.slot);
-          throw node_error(node, fmt::format("{}: no param slot '{}'{}", where, arg.slot, did_you_mean(arg.slot, slots)));
+          throw node_error(node,
+                           fmt::format("{}: no param slot '{}'{}", where, arg.slot, did_you_mean(arg.slot, slots)));
         }
         check_dtype(spec->dtype, fmt::format("param slot '{}'", arg.slot));
         break;
@@ -380,8 +379,7 @@ class GraphCompiler {
     std::vector<CompiledKernel> compiled = compile_kernels(sources_, config, &nvrtc_stats);
     stats_.compiled = nvrtc_stats.compiled;
     stats_.cached = nvrtc_stats.cached;
-    stats_.warnings.insert(stats_.warnings.end(), nvrtc_stats.cache_warnings.begin(),
-                           nvrtc_stats.cache_warnings.end());
+    stats_.warnings.insert(stats_.warnings.end(), nvrtc_stats.cache_warnings.begin(), nvrtc_stats.cache_warnings.end());
     for (size_t k = 0; k < compiled.size(); ++k) {
       BundleKernel& kernel = bundle_.kernels[k];
       kernel.ptx = std::move(compiled[k].ptx);
@@ -441,9 +439,10 @@ class GraphCompiler {
     const PtxEntry* entry = find_visible_entry(entries_[pending.kernel], kernel.entry);
     if (entry == nullptr) {
       std::vector<std::string> names;
-      for (const PtxEntry& e : entries_[pending.kernel]) names.push_back((e.visible ? ".visible .entry " : ".entry ") + e.name);
-      throw node_error(node, fmt::format("{}: kernel '{}' has no '.visible .entry {}' in its PTX", where, kernel.name,
-                                         kernel.entry))
+      for (const PtxEntry& e : entries_[pending.kernel])
+        names.push_back((e.visible ? ".visible .entry " : ".entry ") + e.name);
+      throw node_error(
+          node, fmt::format("{}: kernel '{}' has no '.visible .entry {}' in its PTX", where, kernel.name, kernel.entry))
           .note(names.empty() ? std::string("the PTX declares no entries")
                               : fmt::format("the PTX declares: {}", fmt::join(names, ", ")));
     }
@@ -451,12 +450,15 @@ class GraphCompiler {
     int offset = 0;
     for (size_t p = 0; p < std::max(launch.args.size(), entry->params.size()); ++p) {
       if (p >= entry->params.size() || p >= launch.args.size()) {
-        std::string expected = p < launch.args.size() ? fmt::format("a parameter for '{}'", launch_text[p])
-                                                      : fmt::format("nothing (the launch passes {} arguments)", launch.args.size());
-        std::string found = p < entry->params.size() ? fmt::format("{} {}", entry->params[p].type, entry->params[p].name)
-                                                     : fmt::format("nothing (the entry has {} parameters)", entry->params.size());
-        throw node_error(node, fmt::format("{}, argument {}: PTX parameter mismatch in '.visible .entry {}': expected {}, found {}",
-                                           where, p, kernel.entry, expected, found));
+        std::string expected = p < launch.args.size()
+                                   ? fmt::format("a parameter for '{}'", launch_text[p])
+                                   : fmt::format("nothing (the launch passes {} arguments)", launch.args.size());
+        std::string found = p < entry->params.size()
+                                ? fmt::format("{} {}", entry->params[p].type, entry->params[p].name)
+                                : fmt::format("nothing (the entry has {} parameters)", entry->params.size());
+        throw node_error(
+            node, fmt::format("{}, argument {}: PTX parameter mismatch in '.visible .entry {}': expected {}, found {}",
+                              where, p, kernel.entry, expected, found));
       }
       const KernelArg& arg = launch.args[p];
       const PtxParam& ptx = entry->params[p];
@@ -506,10 +508,17 @@ class GraphCompiler {
     out.dtype = arg.dtype;
     out.map = arg.map;
     switch (arg.kind) {
-      case ArgKind::kInput: out.tensor = node.inputs[arg.input_index]; break;
-      case ArgKind::kOutput: out.tensor = node.name; break;
-      case ArgKind::kParam: out.tensor = pending.param_names.at(arg.slot); break;
-      default: break;
+      case ArgKind::kInput:
+        out.tensor = node.inputs[arg.input_index];
+        break;
+      case ArgKind::kOutput:
+        out.tensor = node.name;
+        break;
+      case ArgKind::kParam:
+        out.tensor = pending.param_names.at(arg.slot);
+        break;
+      default:
+        break;
     }
     return out;
   }
@@ -522,8 +531,8 @@ class GraphCompiler {
   std::map<std::string, std::string> buffer_of_;  // tensor -> tensor owning its buffer
   std::map<std::string, int> kernel_by_source_;   // original source -> bundle kernel
   std::set<std::string> used_names_;
-  std::vector<KernelSource> sources_;             // per bundle kernel, entry substituted
-  std::vector<std::vector<PtxEntry>> entries_;    // per bundle kernel
+  std::vector<KernelSource> sources_;           // per bundle kernel, entry substituted
+  std::vector<std::vector<PtxEntry>> entries_;  // per bundle kernel
   std::vector<PendingLaunch> pending_;
 };
 
@@ -565,8 +574,7 @@ std::string kernel_translation_unit(const KernelSource& kernel, const std::strin
                      bounds, entry, fmt::join(params, ", "), kernel.function, fmt::join(names, ", "));
 }
 
-Bundle compile_graph(const Graph& graph, const Registry& registry, const CompileOptions& options,
-                     CompileStats* stats) {
+Bundle compile_graph(const Graph& graph, const Registry& registry, const CompileOptions& options, CompileStats* stats) {
   CompileStats local;
   CompileStats& out = stats != nullptr ? *stats : local;
   out = CompileStats{};

@@ -2,10 +2,10 @@
 //
 // Verification is the point of this file: every launch's argument list is checked against the
 // kernel's parameters (from which compile generates the entry; NVRTC then checks the call into the
-// kernel's template) and the PTX `.visible .entry` parameter list (count, size, alignment); tensor-map arguments against the pointer they view and TMA's limits; the
-// block against `.reqntid` / `.maxntid`; host init bytes against shape × dtype size. A mismatch
-// is an error naming the op, node, launch, argument position, what was expected and what was
-// found.
+// kernel's template) and the PTX `.visible .entry` parameter list (count, size, alignment); tensor-map arguments
+// against the pointer they view and TMA's limits; the block against `.reqntid` / `.maxntid`; host init bytes against
+// shape × dtype size. A mismatch is an error naming the op, node, launch, argument position, what was expected and what
+// was found.
 #pragma once
 
 #include <string>
@@ -23,18 +23,18 @@ struct CompileOptions {
   // Dims fixed at compile time (compile --bind): substituted into every shape before
   // lowering, so kernels may specialise on them. Must be declared dims, within range.
   Bindings fixed;
-  bool fuse = true;        // run registry.passes() (--no-fuse turns them off)
-  int jobs = 0;            // NVRTC threads; 0: one per hardware thread
+  bool fuse = true;  // run registry.passes() (--no-fuse turns them off)
+  int jobs = 0;      // NVRTC threads; 0: one per hardware thread
   bool use_cache = true;
-  std::string cache_dir;   // empty: TEENY_CACHE_DIR, else ~/.cache/teeny
+  std::string cache_dir;  // empty: TEENY_CACHE_DIR, else ~/.cache/teeny
   std::vector<std::string> extra_nvrtc_options;
 };
 
 struct CompileStats {
-  int passes_applied = 0;  // rewrites made by graph passes
-  int kernels = 0;         // unique kernels in the bundle
-  int compiled = 0;        // of those, compiled by NVRTC now
-  int cached = 0;          // of those, read from the kernel cache
+  int passes_applied = 0;             // rewrites made by graph passes
+  int kernels = 0;                    // unique kernels in the bundle
+  int compiled = 0;                   // of those, compiled by NVRTC now
+  int cached = 0;                     // of those, read from the kernel cache
   std::vector<std::string> warnings;  // e.g. a cache entry that could not be written
 };
 

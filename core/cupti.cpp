@@ -76,8 +76,8 @@ KernelRecord copy_kernel(const KernelActivity& k) {
   return r;
 }
 
-void CUPTIAPI on_buffer_completed(CUcontext context, uint32_t stream_id, uint8_t* buffer,
-                                  size_t /*size*/, size_t valid_size) {
+void CUPTIAPI on_buffer_completed(CUcontext context, uint32_t stream_id, uint8_t* buffer, size_t /*size*/,
+                                  size_t valid_size) {
   ActivityBatch local;
   std::string error;
   CUpti_Activity* record = nullptr;
@@ -99,23 +99,20 @@ void CUPTIAPI on_buffer_completed(CUcontext context, uint32_t stream_id, uint8_t
   size_t dropped = 0;
   const CUptiResult dropped_result = cuptiActivityGetNumDroppedRecords(context, stream_id, &dropped);
   if (dropped_result != CUPTI_SUCCESS && error.empty())
-    error = describe(dropped_result, "cuptiActivityGetNumDroppedRecords",
-                     "checking for dropped activity records");
+    error = describe(dropped_result, "cuptiActivityGetNumDroppedRecords", "checking for dropped activity records");
   std::free(buffer);
 
   CallbackState& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   for (auto& k : local.kernels) s.batch.kernels.push_back(std::move(k));
-  s.batch.correlations.insert(s.batch.correlations.end(), local.correlations.begin(),
-                              local.correlations.end());
+  s.batch.correlations.insert(s.batch.correlations.end(), local.correlations.begin(), local.correlations.end());
   s.batch.dropped += dropped;
   if (s.callback_error.empty()) s.callback_error = error;
 }
 
 // External-correlation records accompany driver API records, so driver API activity is enabled
 // too (its records are skipped), as in CUPTI's own external-correlation sample.
-const CUpti_ActivityKind kKinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
-                                     CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION,
+const CUpti_ActivityKind kKinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION,
                                      CUPTI_ACTIVITY_KIND_DRIVER};
 
 }  // namespace
@@ -140,8 +137,7 @@ std::unique_ptr<CuptiTracer> CuptiTracer::start(std::string* why_not) {
   for (size_t i = 0; i < std::size(kKinds); ++i) {
     result = cuptiActivityEnable(kKinds[i]);
     if (result != CUPTI_SUCCESS) {
-      static const char* const kWhat[] = {"enabling kernel activity records",
-                                          "enabling external correlation records",
+      static const char* const kWhat[] = {"enabling kernel activity records", "enabling external correlation records",
                                           "enabling driver API activity records"};
       *why_not = describe(result, "cuptiActivityEnable", kWhat[i]);
       for (size_t j = 0; j < i; ++j) cuptiActivityDisable(kKinds[j]);  // undo; result moot
@@ -174,9 +170,8 @@ void CuptiTracer::pop_external_id(uint64_t expected_id, const char* what) {
   check(cuptiActivityPopExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, &popped),
         "cuptiActivityPopExternalCorrelationId", fmt::format("untagging {}", what));
   if (popped != expected_id)
-    throw gpu_error(fmt::format(
-        "CUPTI external correlation stack out of step after {}: popped id {:#x}, pushed {:#x}",
-        what, popped, expected_id));
+    throw gpu_error(fmt::format("CUPTI external correlation stack out of step after {}: popped id {:#x}, pushed {:#x}",
+                                what, popped, expected_id));
 }
 
 ActivityBatch CuptiTracer::take() {

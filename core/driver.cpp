@@ -19,16 +19,15 @@ std::unique_ptr<Driver> Driver::load(const std::string& library) {
   driver->library_ = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!driver->library_) {
     const char* reason = dlerror();
-    throw gpu_error(fmt::format("no CUDA driver found ({}): {}", library,
-                                reason ? reason : "dlopen failed"));
+    throw gpu_error(fmt::format("no CUDA driver found ({}): {}", library, reason ? reason : "dlopen failed"));
   }
   // cuGetProcAddress itself is the one symbol taken with dlsym; in CUDA 12+ its ABI is _v2.
   auto get_proc = reinterpret_cast<GetProcAddressFn>(dlsym(driver->library_, "cuGetProcAddress_v2"));
   if (!get_proc) {
-    throw gpu_error(fmt::format(
-        "the CUDA driver in {} is too old: it has no cuGetProcAddress_v2 (CUDA 12.0 or newer is "
-        "needed)",
-        library));
+    throw gpu_error(
+        fmt::format("the CUDA driver in {} is too old: it has no cuGetProcAddress_v2 (CUDA 12.0 or newer is "
+                    "needed)",
+                    library));
   }
   auto resolve = [&](const char* symbol, void** slot) {
     CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
@@ -37,12 +36,11 @@ std::unique_ptr<Driver> Driver::load(const std::string& library) {
       const char* why = status == CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT
                             ? "the driver's version of it is older than CUDA "
                             : "not found for CUDA ";
-      throw gpu_error(fmt::format("cuGetProcAddress could not resolve {} in {} ({}{}.{})", symbol,
-                                  library, why, CUDA_VERSION / 1000, CUDA_VERSION % 1000 / 10));
+      throw gpu_error(fmt::format("cuGetProcAddress could not resolve {} in {} ({}{}.{})", symbol, library, why,
+                                  CUDA_VERSION / 1000, CUDA_VERSION % 1000 / 10));
     }
   };
-#define TEENY_CUDA_RESOLVE(member, cuda_name) \
-  resolve(#cuda_name, reinterpret_cast<void**>(&driver->api_.member));
+#define TEENY_CUDA_RESOLVE(member, cuda_name) resolve(#cuda_name, reinterpret_cast<void**>(&driver->api_.member));
   TEENY_CUDA_FUNCTIONS(TEENY_CUDA_RESOLVE)
 #undef TEENY_CUDA_RESOLVE
 
@@ -99,8 +97,7 @@ void Driver::check(CUresult result, const char* call, const std::string& what) c
   if (result == CUDA_SUCCESS) return;
   const char* description = nullptr;
   std::string text = error_name(result);
-  if (api_.GetErrorString && api_.GetErrorString(result, &description) == CUDA_SUCCESS &&
-      description) {
+  if (api_.GetErrorString && api_.GetErrorString(result, &description) == CUDA_SUCCESS && description) {
     text += fmt::format(" ({})", description);
   }
   throw gpu_error(fmt::format("{} failed with {} while {}", call, text, what));
@@ -141,14 +138,12 @@ Device::~Device() {
 
 int Device::attribute(CUdevice_attribute attribute, const char* what) const {
   int value = 0;
-  TEENY_CU(driver_, DeviceGetAttribute, fmt::format("querying the device's {}", what), &value,
-           attribute, device_);
+  TEENY_CU(driver_, DeviceGetAttribute, fmt::format("querying the device's {}", what), &value, attribute, device_);
   return value;
 }
 
 void Device::make_current() const {
-  TEENY_CU(driver_, CtxSetCurrent, fmt::format("making device {}'s context current", ordinal_),
-           context_);
+  TEENY_CU(driver_, CtxSetCurrent, fmt::format("making device {}'s context current", ordinal_), context_);
 }
 
 // ---- DeviceBuffer --------------------------------------------------------------------------
@@ -157,8 +152,7 @@ DeviceBuffer::DeviceBuffer(std::shared_ptr<Device> device, size_t bytes, const s
     : device_(std::move(device)), size_(bytes) {
   // cuMemAlloc refuses 0 bytes; a 0-byte buffer is legal (a graph with no activations).
   if (bytes == 0) return;
-  TEENY_CU(device_->driver(), MemAlloc,
-           fmt::format("allocating {} for {}", format_bytes(bytes), what), &ptr_, bytes);
+  TEENY_CU(device_->driver(), MemAlloc, fmt::format("allocating {} for {}", format_bytes(bytes), what), &ptr_, bytes);
 }
 
 DeviceBuffer::~DeviceBuffer() { release(); }
@@ -186,21 +180,19 @@ void DeviceBuffer::release() {
   ptr_ = 0;
 }
 
-void DeviceBuffer::upload(const void* data, size_t bytes, size_t offset,
-                          const std::string& what) const {
+void DeviceBuffer::upload(const void* data, size_t bytes, size_t offset, const std::string& what) const {
   if (offset + bytes > size_) {
-    throw gpu_error(fmt::format("upload of {} at offset {} overruns a {}-byte buffer while {}",
-                                bytes, offset, size_, what));
+    throw gpu_error(
+        fmt::format("upload of {} at offset {} overruns a {}-byte buffer while {}", bytes, offset, size_, what));
   }
   if (bytes == 0) return;
   TEENY_CU(device_->driver(), MemcpyHtoD, what, ptr_ + offset, data, bytes);
 }
 
-void DeviceBuffer::download(void* data, size_t bytes, size_t offset,
-                            const std::string& what) const {
+void DeviceBuffer::download(void* data, size_t bytes, size_t offset, const std::string& what) const {
   if (offset + bytes > size_) {
-    throw gpu_error(fmt::format("download of {} at offset {} overruns a {}-byte buffer while {}",
-                                bytes, offset, size_, what));
+    throw gpu_error(
+        fmt::format("download of {} at offset {} overruns a {}-byte buffer while {}", bytes, offset, size_, what));
   }
   if (bytes == 0) return;
   TEENY_CU(device_->driver(), MemcpyDtoH, what, data, ptr_ + offset, bytes);
@@ -217,10 +209,10 @@ Module::Module(std::shared_ptr<Device> device, const std::string& ptx, const std
     : device_(std::move(device)) {
   // The JIT writes its diagnostics into these buffers; the sizes come back as the used length.
   std::vector<char> error_log(16384, '\0'), info_log(16384, '\0');
-  CUjit_option options[] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
-                            CU_JIT_INFO_LOG_BUFFER, CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES};
-  void* values[] = {error_log.data(), reinterpret_cast<void*>(error_log.size() - 1),
-                    info_log.data(), reinterpret_cast<void*>(info_log.size() - 1)};
+  CUjit_option options[] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES, CU_JIT_INFO_LOG_BUFFER,
+                            CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES};
+  void* values[] = {error_log.data(), reinterpret_cast<void*>(error_log.size() - 1), info_log.data(),
+                    reinterpret_cast<void*>(info_log.size() - 1)};
   const Driver& driver = device_->driver();
   CUresult result = driver.api().ModuleLoadDataEx(&module_, ptx.c_str(), 4, options, values);
   info_log_ = info_log.data();
@@ -275,14 +267,11 @@ void Event::record(const Stream& stream) const {
   TEENY_CU(device_->driver(), EventRecord, "recording an event", event_, stream.handle());
 }
 
-void Event::synchronize() const {
-  TEENY_CU(device_->driver(), EventSynchronize, "waiting for an event", event_);
-}
+void Event::synchronize() const { TEENY_CU(device_->driver(), EventSynchronize, "waiting for an event", event_); }
 
 float Event::elapsed_ms_since(const Event& start) const {
   float ms = 0.0f;
-  TEENY_CU(device_->driver(), EventElapsedTime, "reading the time between two events", &ms,
-           start.handle(), event_);
+  TEENY_CU(device_->driver(), EventElapsedTime, "reading the time between two events", &ms, start.handle(), event_);
   return ms;
 }
 
@@ -296,8 +285,7 @@ void CudaGraph::begin(const Stream& stream) {
 void CudaGraph::end(const Stream& stream) {
   const Driver& driver = device_->driver();
   TEENY_CU(driver, StreamEndCapture, "ending CUDA graph capture", stream.handle(), &graph_);
-  TEENY_CU(driver, GraphInstantiateWithFlags, "instantiating the captured CUDA graph", &exec_,
-           graph_, 0ULL);
+  TEENY_CU(driver, GraphInstantiateWithFlags, "instantiating the captured CUDA graph", &exec_, graph_, 0ULL);
 }
 
 void CudaGraph::abandon(const Stream& stream) {

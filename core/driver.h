@@ -23,48 +23,47 @@ namespace teeny::cuda {
 // ABI: cuda.h 13.0 declares cuCtxSynchronize(void) but cuGetProcAddress(…, 13000) returns
 // cuCtxSynchronize_v2(CUcontext) (cudaTypedefs.h: PFN_cuCtxSynchronize_v13000), so functions
 // with a _v13000 typedef there must not be added to this table without their own version.
-#define TEENY_CUDA_FUNCTIONS(X)                                      \
-  X(GetErrorName, cuGetErrorName)                                    \
-  X(GetErrorString, cuGetErrorString)                                \
-  X(Init, cuInit)                                                    \
-  X(DriverGetVersion, cuDriverGetVersion)                            \
-  X(DeviceGetCount, cuDeviceGetCount)                                \
-  X(DeviceGet, cuDeviceGet)                                          \
-  X(DeviceGetName, cuDeviceGetName)                                  \
-  X(DeviceGetAttribute, cuDeviceGetAttribute)                        \
-  X(DeviceTotalMem, cuDeviceTotalMem)                                \
-  X(DevicePrimaryCtxRetain, cuDevicePrimaryCtxRetain)                \
-  X(DevicePrimaryCtxRelease, cuDevicePrimaryCtxRelease)              \
-  X(CtxSetCurrent, cuCtxSetCurrent)                                  \
-  X(ModuleLoadDataEx, cuModuleLoadDataEx)                            \
-  X(ModuleUnload, cuModuleUnload)                                    \
-  X(ModuleGetFunction, cuModuleGetFunction)                          \
-  X(FuncGetAttribute, cuFuncGetAttribute)                            \
-  X(FuncSetAttribute, cuFuncSetAttribute)                            \
-  X(OccupancyMaxActiveBlocksPerMultiprocessor,                       \
-    cuOccupancyMaxActiveBlocksPerMultiprocessor)                     \
-  X(MemGetInfo, cuMemGetInfo)                                        \
-  X(MemAlloc, cuMemAlloc)                                            \
-  X(MemFree, cuMemFree)                                              \
-  X(MemcpyHtoD, cuMemcpyHtoD)                                        \
-  X(MemcpyDtoH, cuMemcpyDtoH)                                        \
-  X(MemsetD8, cuMemsetD8)                                            \
-  X(MemsetD8Async, cuMemsetD8Async)                                  \
-  X(StreamCreate, cuStreamCreate)                                    \
-  X(StreamDestroy, cuStreamDestroy)                                  \
-  X(StreamSynchronize, cuStreamSynchronize)                          \
-  X(EventCreate, cuEventCreate)                                      \
-  X(EventDestroy, cuEventDestroy)                                    \
-  X(EventRecord, cuEventRecord)                                      \
-  X(EventSynchronize, cuEventSynchronize)                            \
-  X(EventElapsedTime, cuEventElapsedTime)                            \
-  X(LaunchKernel, cuLaunchKernel)                                    \
-  X(StreamBeginCapture, cuStreamBeginCapture)                        \
-  X(StreamEndCapture, cuStreamEndCapture)                            \
-  X(GraphInstantiateWithFlags, cuGraphInstantiateWithFlags)          \
-  X(GraphLaunch, cuGraphLaunch)                                      \
-  X(GraphDestroy, cuGraphDestroy)                                    \
-  X(GraphExecDestroy, cuGraphExecDestroy)                            \
+#define TEENY_CUDA_FUNCTIONS(X)                                                             \
+  X(GetErrorName, cuGetErrorName)                                                           \
+  X(GetErrorString, cuGetErrorString)                                                       \
+  X(Init, cuInit)                                                                           \
+  X(DriverGetVersion, cuDriverGetVersion)                                                   \
+  X(DeviceGetCount, cuDeviceGetCount)                                                       \
+  X(DeviceGet, cuDeviceGet)                                                                 \
+  X(DeviceGetName, cuDeviceGetName)                                                         \
+  X(DeviceGetAttribute, cuDeviceGetAttribute)                                               \
+  X(DeviceTotalMem, cuDeviceTotalMem)                                                       \
+  X(DevicePrimaryCtxRetain, cuDevicePrimaryCtxRetain)                                       \
+  X(DevicePrimaryCtxRelease, cuDevicePrimaryCtxRelease)                                     \
+  X(CtxSetCurrent, cuCtxSetCurrent)                                                         \
+  X(ModuleLoadDataEx, cuModuleLoadDataEx)                                                   \
+  X(ModuleUnload, cuModuleUnload)                                                           \
+  X(ModuleGetFunction, cuModuleGetFunction)                                                 \
+  X(FuncGetAttribute, cuFuncGetAttribute)                                                   \
+  X(FuncSetAttribute, cuFuncSetAttribute)                                                   \
+  X(OccupancyMaxActiveBlocksPerMultiprocessor, cuOccupancyMaxActiveBlocksPerMultiprocessor) \
+  X(MemGetInfo, cuMemGetInfo)                                                               \
+  X(MemAlloc, cuMemAlloc)                                                                   \
+  X(MemFree, cuMemFree)                                                                     \
+  X(MemcpyHtoD, cuMemcpyHtoD)                                                               \
+  X(MemcpyDtoH, cuMemcpyDtoH)                                                               \
+  X(MemsetD8, cuMemsetD8)                                                                   \
+  X(MemsetD8Async, cuMemsetD8Async)                                                         \
+  X(StreamCreate, cuStreamCreate)                                                           \
+  X(StreamDestroy, cuStreamDestroy)                                                         \
+  X(StreamSynchronize, cuStreamSynchronize)                                                 \
+  X(EventCreate, cuEventCreate)                                                             \
+  X(EventDestroy, cuEventDestroy)                                                           \
+  X(EventRecord, cuEventRecord)                                                             \
+  X(EventSynchronize, cuEventSynchronize)                                                   \
+  X(EventElapsedTime, cuEventElapsedTime)                                                   \
+  X(LaunchKernel, cuLaunchKernel)                                                           \
+  X(StreamBeginCapture, cuStreamBeginCapture)                                               \
+  X(StreamEndCapture, cuStreamEndCapture)                                                   \
+  X(GraphInstantiateWithFlags, cuGraphInstantiateWithFlags)                                 \
+  X(GraphLaunch, cuGraphLaunch)                                                             \
+  X(GraphDestroy, cuGraphDestroy)                                                           \
+  X(GraphExecDestroy, cuGraphExecDestroy)                                                   \
   X(TensorMapEncodeTiled, cuTensorMapEncodeTiled)
 
 struct DriverApi {
@@ -105,8 +104,7 @@ class Driver {
 };
 
 // Calls api().member(args...) and checks it, naming the CUDA function and what was being done.
-#define TEENY_CU(driver, member, what, ...) \
-  (driver).check((driver).api().member(__VA_ARGS__), "cu" #member, (what))
+#define TEENY_CU(driver, member, what, ...) (driver).check((driver).api().member(__VA_ARGS__), "cu" #member, (what))
 
 // ---- RAII handles --------------------------------------------------------------------------
 // Each owns one driver object and releases it in its destructor (errors there are ignored:
@@ -225,8 +223,7 @@ class Event {
 class CudaGraph {
  public:
   template <typename Enqueue>
-  static std::unique_ptr<CudaGraph> capture(std::shared_ptr<Device> device, const Stream& stream,
-                                            Enqueue&& enqueue) {
+  static std::unique_ptr<CudaGraph> capture(std::shared_ptr<Device> device, const Stream& stream, Enqueue&& enqueue) {
     std::unique_ptr<CudaGraph> graph(new CudaGraph(std::move(device)));
     graph->begin(stream);
     try {

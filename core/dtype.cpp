@@ -9,30 +9,42 @@ namespace teeny {
 
 size_t dtype_size(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return 4;
-    case DType::kF16: return 2;
-    case DType::kBF16: return 2;
-    case DType::kI32: return 4;
+    case DType::kF32:
+      return 4;
+    case DType::kF16:
+      return 2;
+    case DType::kBF16:
+      return 2;
+    case DType::kI32:
+      return 4;
   }
   return 0;
 }
 
 const char* dtype_name(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return "f32";
-    case DType::kF16: return "f16";
-    case DType::kBF16: return "bf16";
-    case DType::kI32: return "i32";
+    case DType::kF32:
+      return "f32";
+    case DType::kF16:
+      return "f16";
+    case DType::kBF16:
+      return "bf16";
+    case DType::kI32:
+      return "i32";
   }
   return "?";
 }
 
 const char* dtype_c_type(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return "float";
-    case DType::kF16: return "__half";
-    case DType::kBF16: return "__nv_bfloat16";
-    case DType::kI32: return "int";
+    case DType::kF32:
+      return "float";
+    case DType::kF16:
+      return "__half";
+    case DType::kBF16:
+      return "__nv_bfloat16";
+    case DType::kI32:
+      return "int";
   }
   return "?";
 }
@@ -56,7 +68,7 @@ uint16_t float_to_bf16_bits(float value) {
   uint32_t bits;
   std::memcpy(&bits, &value, 4);
   if (std::isnan(value)) return static_cast<uint16_t>((bits >> 16) | 0x40);  // quiet NaN
-  uint32_t rounding = 0x7FFF + ((bits >> 16) & 1);  // round to nearest, ties to even
+  uint32_t rounding = 0x7FFF + ((bits >> 16) & 1);                           // round to nearest, ties to even
   return static_cast<uint16_t>((bits + rounding) >> 16);
 }
 
@@ -177,10 +189,14 @@ double read_element(const uint8_t* data, DType dtype, size_t index) {
 
 double round_to_dtype(double value, DType dtype) {
   switch (dtype) {
-    case DType::kF32: return static_cast<float>(value);
-    case DType::kF16: return f16_bits_to_float(float_to_f16_bits(static_cast<float>(value)));
-    case DType::kBF16: return bf16_bits_to_float(float_to_bf16_bits(static_cast<float>(value)));
-    case DType::kI32: return static_cast<double>(static_cast<int32_t>(std::llround(value)));
+    case DType::kF32:
+      return static_cast<float>(value);
+    case DType::kF16:
+      return f16_bits_to_float(float_to_f16_bits(static_cast<float>(value)));
+    case DType::kBF16:
+      return bf16_bits_to_float(float_to_bf16_bits(static_cast<float>(value)));
+    case DType::kI32:
+      return static_cast<double>(static_cast<int32_t>(std::llround(value)));
   }
   return value;
 }

@@ -73,8 +73,7 @@ size_t edit_distance(const std::string& a, const std::string& b) {
 
 }  // namespace
 
-std::optional<std::string> nearest_name(const std::string& wrong,
-                                        const std::vector<std::string>& candidates) {
+std::optional<std::string> nearest_name(const std::string& wrong, const std::vector<std::string>& candidates) {
   // Close enough = at most a third of the longer name differs (ninja uses a similar bound).
   std::optional<std::string> best;
   size_t best_distance = 0;

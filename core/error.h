@@ -30,7 +30,7 @@ class Error : public std::exception {
 
   // Builder-style helpers so call sites read as one expression.
   Error& at(SourceLocation location);
-  Error& note(std::string text);  // appended; rendered as "note: ..." lines
+  Error& note(std::string text);     // appended; rendered as "note: ..." lines
   Error& context(std::string text);  // prepended to the message: "<text>: <message>"
   Error& with_code(ExitCode code);
 
@@ -58,8 +58,7 @@ class Error : public std::exception {
 inline Error gpu_error(std::string message) { return Error(std::move(message), ExitCode::kGpu); }
 
 // "did you mean" support: the nearest candidate by edit distance, if close enough.
-std::optional<std::string> nearest_name(const std::string& wrong,
-                                        const std::vector<std::string>& candidates);
+std::optional<std::string> nearest_name(const std::string& wrong, const std::vector<std::string>& candidates);
 // " (did you mean 'x'?)" or "" — for appending to messages.
 std::string did_you_mean(const std::string& wrong, const std::vector<std::string>& candidates);
 

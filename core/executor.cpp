@@ -10,20 +10,28 @@ namespace {
 
 CUtensorMapDataType tensor_map_data_type(DType dtype, const std::string& what) {
   switch (dtype) {
-    case DType::kF32: return CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
-    case DType::kF16: return CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-    case DType::kBF16: return CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-    case DType::kI32: return CU_TENSOR_MAP_DATA_TYPE_INT32;
+    case DType::kF32:
+      return CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
+    case DType::kF16:
+      return CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+    case DType::kBF16:
+      return CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+    case DType::kI32:
+      return CU_TENSOR_MAP_DATA_TYPE_INT32;
   }
   throw gpu_error(fmt::format("{}: tensor maps of {} elements are not supported", what, dtype_name(dtype)));
 }
 
 CUtensorMapSwizzle tensor_map_swizzle(int bytes, const std::string& what) {
   switch (bytes) {
-    case 0: return CU_TENSOR_MAP_SWIZZLE_NONE;
-    case 32: return CU_TENSOR_MAP_SWIZZLE_32B;
-    case 64: return CU_TENSOR_MAP_SWIZZLE_64B;
-    case 128: return CU_TENSOR_MAP_SWIZZLE_128B;
+    case 0:
+      return CU_TENSOR_MAP_SWIZZLE_NONE;
+    case 32:
+      return CU_TENSOR_MAP_SWIZZLE_32B;
+    case 64:
+      return CU_TENSOR_MAP_SWIZZLE_64B;
+    case 128:
+      return CU_TENSOR_MAP_SWIZZLE_128B;
   }
   throw gpu_error(fmt::format("{}: swizzle {} is not 0, 32, 64 or 128 bytes", what, bytes));
 }
@@ -62,12 +70,12 @@ void GpuExecutor::load_modules() {
   const Bundle& bundle = *bound_.bundle;
   if (modules_.empty()) {
     for (const BundleKernel& kernel : bundle.kernels) {
-      modules_.push_back(std::make_shared<cuda::Module>(
-          device_, kernel.ptx, loading(fmt::format("loading kernel '{}'", kernel.name))));
+      modules_.push_back(std::make_shared<cuda::Module>(device_, kernel.ptx,
+                                                        loading(fmt::format("loading kernel '{}'", kernel.name))));
     }
   } else if (modules_.size() != bundle.kernels.size()) {
-    throw gpu_error(loading(fmt::format("reusing {} loaded modules for {} kernels", modules_.size(),
-                                        bundle.kernels.size())));
+    throw gpu_error(
+        loading(fmt::format("reusing {} loaded modules for {} kernels", modules_.size(), bundle.kernels.size())));
   }
 }
 
@@ -80,10 +88,10 @@ void GpuExecutor::resolve_functions() {
         kernel.entry, loading(fmt::format("finding entry '{}' of kernel '{}'", kernel.entry, kernel.name)));
     // Above the default 48 KiB a kernel must opt in to more dynamic shared memory.
     if (launch.dynamic_smem > 48 * 1024) {
-      TEENY_CU(device_->driver(), FuncSetAttribute,
-               loading(fmt::format("allowing {} bytes of shared memory for kernel '{}'", launch.dynamic_smem,
-                                   kernel.name)),
-               function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(launch.dynamic_smem));
+      TEENY_CU(
+          device_->driver(), FuncSetAttribute,
+          loading(fmt::format("allowing {} bytes of shared memory for kernel '{}'", launch.dynamic_smem, kernel.name)),
+          function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(launch.dynamic_smem));
     }
     functions_.push_back(function);
   }
@@ -162,8 +170,8 @@ CUtensorMap GpuExecutor::encode_tensor_map(const BoundLaunch& launch, const Boun
   // known only now.
   const CUdeviceptr address = arg_ptr(of);
   if (address % 16 != 0) {
-    throw gpu_error(fmt::format("{}: the global address 0x{:x} of '{}' is not 16-byte aligned", what, address,
-                                of.target));
+    throw gpu_error(
+        fmt::format("{}: the global address 0x{:x} of '{}' is not 16-byte aligned", what, address, of.target));
   }
   const CUtensorMapDataType type = tensor_map_data_type(m.dtype, what);
   const CUtensorMapSwizzle swizzle = tensor_map_swizzle(m.swizzle, what);
@@ -194,8 +202,7 @@ void GpuExecutor::set_param(const std::string& name, const HostTensor& values) {
   const BoundParam& param = bound_.param(name);
   const int64_t numel = static_cast<int64_t>(param.bytes / dtype_size(param.dtype));
   if (static_cast<int64_t>(values.data.size()) != numel) {
-    throw Error(fmt::format("parameter '{}' needs {} values, got {}", name, numel,
-                            values.data.size()));
+    throw Error(fmt::format("parameter '{}' needs {} values, got {}", name, numel, values.data.size()));
   }
   std::vector<uint8_t> bytes;
   bytes.reserve(param.bytes);
@@ -210,16 +217,15 @@ void GpuExecutor::enqueue(size_t launch_index) const {
   void** args = const_cast<void**>(arg_pointers_[launch_index].data());
   const cuda::Driver& driver = device_->driver();
   CUresult result = driver.api().LaunchKernel(
-      functions_[launch_index], static_cast<unsigned>(launch.grid[0]),
-      static_cast<unsigned>(launch.grid[1]), static_cast<unsigned>(launch.grid[2]),
-      static_cast<unsigned>(launch.block[0]), static_cast<unsigned>(launch.block[1]),
-      static_cast<unsigned>(launch.block[2]), static_cast<unsigned>(launch.dynamic_smem),
-      stream_->handle(), args, nullptr);
+      functions_[launch_index], static_cast<unsigned>(launch.grid[0]), static_cast<unsigned>(launch.grid[1]),
+      static_cast<unsigned>(launch.grid[2]), static_cast<unsigned>(launch.block[0]),
+      static_cast<unsigned>(launch.block[1]), static_cast<unsigned>(launch.block[2]),
+      static_cast<unsigned>(launch.dynamic_smem), stream_->handle(), args, nullptr);
   if (result != CUDA_SUCCESS) {
     // Formatted only on failure: enqueueing is on the profiled path.
     driver.check(result, "cuLaunchKernel",
-                 loading(fmt::format("launching kernel '{}' for node '{}'",
-                                     bound_.bundle->kernels[launch.kernel].name, launch.label())));
+                 loading(fmt::format("launching kernel '{}' for node '{}'", bound_.bundle->kernels[launch.kernel].name,
+                                     launch.label())));
   }
 }
 
@@ -246,9 +252,10 @@ RunTiming GpuExecutor::run(int iterations, bool cuda_graph) {
     }
   }
   end.record(*stream_);
-  synchronize(loading(fmt::format("running {} iteration(s) (an asynchronous kernel failure shows "
-                                  "here; --check runs node by node and names the node)",
-                                  iterations)));
+  synchronize(
+      loading(fmt::format("running {} iteration(s) (an asynchronous kernel failure shows "
+                          "here; --check runs node by node and names the node)",
+                          iterations)));
   timing.total_ms = end.elapsed_ms_since(start);
   return timing;
 }

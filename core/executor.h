@@ -65,10 +65,10 @@ class GpuExecutor {
 
   std::shared_ptr<cuda::Device> device_;
   const BoundBundle& bound_;
-  Modules modules_;                                     // per bundle kernel
-  std::vector<CUfunction> functions_;                   // per launch
-  std::vector<std::vector<uint8_t>> param_buffers_;     // per launch: the packed arguments
-  std::vector<std::vector<void*>> arg_pointers_;        // per launch: each argument in its buffer
+  Modules modules_;                                  // per bundle kernel
+  std::vector<CUfunction> functions_;                // per launch
+  std::vector<std::vector<uint8_t>> param_buffers_;  // per launch: the packed arguments
+  std::vector<std::vector<void*>> arg_pointers_;     // per launch: each argument in its buffer
   cuda::DeviceBuffer arena_, params_;
   std::map<std::string, uint64_t> param_offsets_;
   std::unique_ptr<cuda::Stream> stream_;

@@ -32,17 +32,21 @@ int64_t floor_div(int64_t a, int64_t b) {
 int64_t floor_mod(int64_t a, int64_t b) { return a - floor_div(a, b) * b; }
 
 bool commutative(Expr::Kind k) {
-  return k == Expr::Kind::kAdd || k == Expr::Kind::kMul || k == Expr::Kind::kMin ||
-         k == Expr::Kind::kMax;
+  return k == Expr::Kind::kAdd || k == Expr::Kind::kMul || k == Expr::Kind::kMin || k == Expr::Kind::kMax;
 }
 
 const char* function_name(Expr::Kind k) {
   switch (k) {
-    case Expr::Kind::kCeilDiv: return "ceil_div";
-    case Expr::Kind::kMin: return "min";
-    case Expr::Kind::kMax: return "max";
-    case Expr::Kind::kRoundUp: return "round_up";
-    default: return nullptr;
+    case Expr::Kind::kCeilDiv:
+      return "ceil_div";
+    case Expr::Kind::kMin:
+      return "min";
+    case Expr::Kind::kMax:
+      return "max";
+    case Expr::Kind::kRoundUp:
+      return "round_up";
+    default:
+      return nullptr;
   }
 }
 
@@ -51,16 +55,30 @@ int64_t apply(Expr::Kind k, int64_t a, int64_t b, const char* what) {
     if (b == 0) throw Error(fmt::format("division by zero in {}", what));
   };
   switch (k) {
-    case Expr::Kind::kAdd: return a + b;
-    case Expr::Kind::kSub: return a - b;
-    case Expr::Kind::kMul: return a * b;
-    case Expr::Kind::kFloorDiv: need_nonzero(); return floor_div(a, b);
-    case Expr::Kind::kMod: need_nonzero(); return floor_mod(a, b);
-    case Expr::Kind::kCeilDiv: need_nonzero(); return -floor_div(-a, b);
-    case Expr::Kind::kMin: return std::min(a, b);
-    case Expr::Kind::kMax: return std::max(a, b);
-    case Expr::Kind::kRoundUp: need_nonzero(); return -floor_div(-a, b) * b;
-    default: return 0;
+    case Expr::Kind::kAdd:
+      return a + b;
+    case Expr::Kind::kSub:
+      return a - b;
+    case Expr::Kind::kMul:
+      return a * b;
+    case Expr::Kind::kFloorDiv:
+      need_nonzero();
+      return floor_div(a, b);
+    case Expr::Kind::kMod:
+      need_nonzero();
+      return floor_mod(a, b);
+    case Expr::Kind::kCeilDiv:
+      need_nonzero();
+      return -floor_div(-a, b);
+    case Expr::Kind::kMin:
+      return std::min(a, b);
+    case Expr::Kind::kMax:
+      return std::max(a, b);
+    case Expr::Kind::kRoundUp:
+      need_nonzero();
+      return -floor_div(-a, b) * b;
+    default:
+      return 0;
   }
 }
 
@@ -70,9 +88,7 @@ Expr::Expr() : Expr(int64_t{0}) {}
 Expr::Expr(int64_t value) : node_(std::make_shared<const Node>(Kind::kConst, value, "")) {}
 Expr::Expr(std::shared_ptr<const Node> node) : node_(std::move(node)) {}
 
-Expr Expr::dim(const std::string& name) {
-  return Expr(std::make_shared<const Node>(Kind::kDim, 0, name));
-}
+Expr Expr::dim(const std::string& name) { return Expr(std::make_shared<const Node>(Kind::kDim, 0, name)); }
 
 Expr::Kind Expr::kind() const { return node_->kind; }
 std::optional<int64_t> Expr::const_value() const {
@@ -147,29 +163,34 @@ bool operator==(const Expr& a, const Expr& b) {
   if (a.node_ == b.node_) return true;
   if (a.kind() != b.kind()) return false;
   switch (a.kind()) {
-    case Expr::Kind::kConst: return a.node_->value == b.node_->value;
-    case Expr::Kind::kDim: return a.node_->name == b.node_->name;
-    default: return a.lhs() == b.lhs() && a.rhs() == b.rhs();
+    case Expr::Kind::kConst:
+      return a.node_->value == b.node_->value;
+    case Expr::Kind::kDim:
+      return a.node_->name == b.node_->name;
+    default:
+      return a.lhs() == b.lhs() && a.rhs() == b.rhs();
   }
 }
 
 int64_t Expr::eval(const Bindings& bindings) const {
   switch (kind()) {
-    case Kind::kConst: return node_->value;
+    case Kind::kConst:
+      return node_->value;
     case Kind::kDim: {
       auto it = bindings.find(node_->name);
       if (it != bindings.end()) return it->second;
       if (is_device_symbol(node_->name)) {
-        throw Error(fmt::format("device symbol '{}' is not bound (it is bound on a GPU; inspect takes "
-                                "--device-sms, --device-smem and --device-l2)",
-                                node_->name));
+        throw Error(
+            fmt::format("device symbol '{}' is not bound (it is bound on a GPU; inspect takes "
+                        "--device-sms, --device-smem and --device-l2)",
+                        node_->name));
       }
       throw Error(fmt::format("dim '{}' is not bound", node_->name));
     }
     default: {
       int64_t b = rhs().eval(bindings);
-      if (b == 0 && (kind() == Kind::kFloorDiv || kind() == Kind::kMod ||
-                     kind() == Kind::kCeilDiv || kind() == Kind::kRoundUp))
+      if (b == 0 &&
+          (kind() == Kind::kFloorDiv || kind() == Kind::kMod || kind() == Kind::kCeilDiv || kind() == Kind::kRoundUp))
         throw Error(fmt::format("division by zero evaluating '{}'", str()));
       return apply(kind(), lhs().eval(bindings), b, "expression");
     }
@@ -178,12 +199,14 @@ int64_t Expr::eval(const Bindings& bindings) const {
 
 Expr Expr::substitute(const Bindings& bindings) const {
   switch (kind()) {
-    case Kind::kConst: return *this;
+    case Kind::kConst:
+      return *this;
     case Kind::kDim: {
       auto it = bindings.find(node_->name);
       return it == bindings.end() ? *this : Expr(it->second);
     }
-    default: return make(kind(), lhs().substitute(bindings), rhs().substitute(bindings));
+    default:
+      return make(kind(), lhs().substitute(bindings), rhs().substitute(bindings));
   }
 }
 
@@ -207,11 +230,14 @@ namespace {
 int precedence(Expr::Kind k) {
   switch (k) {
     case Expr::Kind::kAdd:
-    case Expr::Kind::kSub: return 1;
+    case Expr::Kind::kSub:
+      return 1;
     case Expr::Kind::kMul:
     case Expr::Kind::kFloorDiv:
-    case Expr::Kind::kMod: return 2;
-    default: return 3;  // atoms and function calls
+    case Expr::Kind::kMod:
+      return 2;
+    default:
+      return 3;  // atoms and function calls
   }
 }
 
@@ -219,12 +245,14 @@ int precedence(Expr::Kind k) {
 
 std::string Expr::str() const {
   switch (kind()) {
-    case Kind::kConst: return std::to_string(node_->value);
-    case Kind::kDim: return node_->name;
-    default: break;
+    case Kind::kConst:
+      return std::to_string(node_->value);
+    case Kind::kDim:
+      return node_->name;
+    default:
+      break;
   }
-  if (const char* fn = function_name(kind()))
-    return fmt::format("{}({}, {})", fn, lhs().str(), rhs().str());
+  if (const char* fn = function_name(kind())) return fmt::format("{}({}, {})", fn, lhs().str(), rhs().str());
   int p = precedence(kind());
   auto operand = [&](const Expr& e, bool right) {
     int q = precedence(e.kind());
@@ -234,8 +262,11 @@ std::string Expr::str() const {
   };
   if (kind() == Kind::kAdd && rhs().is_const() && *rhs().const_value() < 0)
     return fmt::format("{} - {}", operand(lhs(), false), -*rhs().const_value());
-  const char* op = kind() == Kind::kAdd ? " + " : kind() == Kind::kSub ? " - "
-                 : kind() == Kind::kMul ? "*" : kind() == Kind::kFloorDiv ? "/" : "%";
+  const char* op = kind() == Kind::kAdd        ? " + "
+                   : kind() == Kind::kSub      ? " - "
+                   : kind() == Kind::kMul      ? "*"
+                   : kind() == Kind::kFloorDiv ? "/"
+                                               : "%";
   return operand(lhs(), false) + op + operand(rhs(), true);
 }
 
@@ -271,24 +302,32 @@ class Parser {
     return false;
   }
   void expect(char c) {
-    if (!accept(c)) fail(pos_ < text_.size() ? fmt::format("expected '{}' but found '{}'", c, text_[pos_])
-                                             : fmt::format("expected '{}' at the end", c));
+    if (!accept(c))
+      fail(pos_ < text_.size() ? fmt::format("expected '{}' but found '{}'", c, text_[pos_])
+                               : fmt::format("expected '{}' at the end", c));
   }
   Expr expr() {
     Expr e = term();
     for (;;) {
-      if (accept('+')) e = e + term();
-      else if (accept('-')) e = e - term();
-      else return e;
+      if (accept('+'))
+        e = e + term();
+      else if (accept('-'))
+        e = e - term();
+      else
+        return e;
     }
   }
   Expr term() {
     Expr e = unary();
     for (;;) {
-      if (accept('*')) e = e * unary();
-      else if (accept('/')) e = e / unary();
-      else if (accept('%')) e = e % unary();
-      else return e;
+      if (accept('*'))
+        e = e * unary();
+      else if (accept('/'))
+        e = e / unary();
+      else if (accept('%'))
+        e = e % unary();
+      else
+        return e;
     }
   }
   Expr unary() {

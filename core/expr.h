@@ -26,8 +26,8 @@ class Expr {
  public:
   enum class Kind { kConst, kDim, kAdd, kSub, kMul, kFloorDiv, kMod, kCeilDiv, kMin, kMax, kRoundUp };
 
-  Expr();                        // the constant 0
-  Expr(int64_t value);           // NOLINT: implicit from integers is the point
+  Expr();                                                 // the constant 0
+  Expr(int64_t value);                                    // NOLINT: implicit from integers is the point
   Expr(int value) : Expr(static_cast<int64_t>(value)) {}  // NOLINT
   static Expr dim(const std::string& name);
   // Parses the grammar above. Throws teeny::Error naming the column on bad input.
@@ -87,9 +87,9 @@ using Shape = std::vector<Expr>;
 // like dims are bound from --bind, so that a grid or split count that depends on the GPU is an
 // expression (`min(ceil_div(n, 256), SMS*8)`) and a bundle compiled for an arch fills every GPU
 // of that arch. Spec dims may not take these names.
-inline constexpr const char* kSmsSymbol = "SMS";                     // multiprocessors
+inline constexpr const char* kSmsSymbol = "SMS";                      // multiprocessors
 inline constexpr const char* kSmemPerBlockSymbol = "SMEM_PER_BLOCK";  // max opt-in shared memory a block, bytes
-inline constexpr const char* kL2BytesSymbol = "L2_BYTES";            // L2 cache, bytes
+inline constexpr const char* kL2BytesSymbol = "L2_BYTES";             // L2 cache, bytes
 
 Expr device_sms();
 Expr device_smem_per_block();
@@ -107,10 +107,10 @@ struct DeviceFacts {
 };
 Bindings device_bindings(const DeviceFacts& facts);  // {SMS: ..., SMEM_PER_BLOCK: ..., L2_BYTES: ...}
 
-Expr product(const Shape& shape);  // 1 for a scalar shape
-std::string shape_str(const Shape& shape);  // "[B, 784]"
+Expr product(const Shape& shape);                           // 1 for a scalar shape
+std::string shape_str(const Shape& shape);                  // "[B, 784]"
 std::string shape_text(const std::vector<int64_t>& shape);  // "[64, 784]"
-std::string bindings_text(const Bindings& bindings);         // "B=64, S=128", or "no dims"
+std::string bindings_text(const Bindings& bindings);        // "B=64, S=128", or "no dims"
 std::vector<int64_t> eval_shape(const Shape& shape, const Bindings& bindings);
 
 }  // namespace teeny

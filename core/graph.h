@@ -45,9 +45,9 @@ struct GraphInput {
 struct Node {
   std::string name;
   const OpDef* op = nullptr;
-  std::vector<std::string> inputs;  // graph-input or earlier node names
-  OpContext ctx;                    // attrs, input types, output type
-  Position pos;                     // the node's map
+  std::vector<std::string> inputs;          // graph-input or earlier node names
+  OpContext ctx;                            // attrs, input types, output type
+  Position pos;                             // the node's map
   std::map<std::string, Position> key_pos;  // "op", "inputs", "inputs.0", "attrs", "attrs.k", "dtype"
   // Graph passes (fusion) may rename param buffers: slot -> full dotted name, so a fused
   // node's params keep the names of the nodes it replaced. Absent slot: "<node>.<slot>".
@@ -83,7 +83,6 @@ Bindings bind_dims(const std::vector<DimDecl>& dims, const std::vector<std::stri
 
 // Every graph input's and node's concrete shape under `bindings`. Throws Error at the input
 // or node whose shape cannot be evaluated or has a size <= 0.
-std::map<std::string, std::vector<int64_t>> bind_shapes(const Graph& graph,
-                                                        const Bindings& bindings);
+std::map<std::string, std::vector<int64_t>> bind_shapes(const Graph& graph, const Bindings& bindings);
 
 }  // namespace teeny

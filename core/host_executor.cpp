@@ -13,19 +13,17 @@ TensorType symbolic_type(const BundleTensor& tensor) {
 }  // namespace
 
 HostTensor reference_node(const BoundBundle& bound, const Registry& registry, size_t node_index,
-                          const std::vector<HostTensor>& inputs,
-                          const std::map<std::string, HostTensor>& params) {
+                          const std::vector<HostTensor>& inputs, const std::map<std::string, HostTensor>& params) {
   const Bundle& bundle = *bound.bundle;
   const BundleNode& node = bundle.nodes.at(node_index);
   const OpDef* def = registry.find(node.op);
   if (!def) {
-    throw Error(fmt::format("bundle {}: node '{}' uses op '{}', which this teeny does not know",
-                            bound.label, node.name, node.op));
+    throw Error(fmt::format("bundle {}: node '{}' uses op '{}', which this teeny does not know", bound.label, node.name,
+                            node.op));
   }
   const std::string where = fmt::format("host reference of node '{}' ({})", node.name, node.op);
   if (inputs.size() != node.inputs.size()) {
-    throw Error(fmt::format("{}: {} inputs given, the node has {}", where, inputs.size(),
-                            node.inputs.size()));
+    throw Error(fmt::format("{}: {} inputs given, the node has {}", where, inputs.size(), node.inputs.size()));
   }
 
   OpContext ctx;
@@ -64,16 +62,14 @@ HostTensor reference_node(const BoundBundle& bound, const Registry& registry, si
   }
   if (result.shape != output.shape || static_cast<int64_t>(result.data.size()) != output.numel()) {
     throw Error(fmt::format("{}: returned shape [{}] with {} values; expected [{}]", where,
-                            fmt::join(result.shape, ", "), result.data.size(),
-                            fmt::join(output.shape, ", ")));
+                            fmt::join(result.shape, ", "), result.data.size(), fmt::join(output.shape, ", ")));
   }
   result.dtype = output.dtype;
   for (double& value : result.data) value = round_to_dtype(value, output.dtype);
   return result;
 }
 
-std::map<std::string, HostTensor> run_host(const BoundBundle& bound, const Registry& registry,
-                                           const RunData& data) {
+std::map<std::string, HostTensor> run_host(const BoundBundle& bound, const Registry& registry, const RunData& data) {
   const Bundle& bundle = *bound.bundle;
   std::map<std::string, HostTensor> values;
   for (const std::string& input : bundle.inputs) values[input] = data.inputs.at(input);

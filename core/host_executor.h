@@ -17,11 +17,9 @@ namespace teeny {
 // and the run's params (by name). Throws Error when the registry lacks the op or the reference
 // returns the wrong shape.
 HostTensor reference_node(const BoundBundle& bound, const Registry& registry, size_t node_index,
-                          const std::vector<HostTensor>& inputs,
-                          const std::map<std::string, HostTensor>& params);
+                          const std::vector<HostTensor>& inputs, const std::map<std::string, HostTensor>& params);
 
 // Runs every node in order; returns the value of every tensor (graph inputs included).
-std::map<std::string, HostTensor> run_host(const BoundBundle& bound, const Registry& registry,
-                                           const RunData& data);
+std::map<std::string, HostTensor> run_host(const BoundBundle& bound, const Registry& registry, const RunData& data);
 
 }  // namespace teeny

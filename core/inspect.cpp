@@ -48,7 +48,8 @@ class Inspector {
   // "f32 [64, 784]" (with the row stride when padded) or the evaluation error.
   std::string tensor_value(const BundleTensor& tensor) const {
     try {
-      std::string text = fmt::format("{} {}", dtype_name(tensor.dtype), shape_text(eval_shape(tensor.shape, bindings_)));
+      std::string text =
+          fmt::format("{} {}", dtype_name(tensor.dtype), shape_text(eval_shape(tensor.shape, bindings_)));
       if (!tensor.shape.empty() && tensor.row_stride != tensor.shape.back()) {
         text += fmt::format(" row stride {}", tensor.row_stride.eval(bindings_));
       }
@@ -120,7 +121,8 @@ class Inspector {
       case ArgKind::kTensorMap: {
         const TensorMapSpec& m = a.map;
         out.bound_to = "map of " + m.of;
-        out.map = InspectedTensorMap{m.of, expr(m.cols), expr(m.rows), expr(m.row_stride), m.box_cols, m.box_rows, m.swizzle};
+        out.map =
+            InspectedTensorMap{m.of, expr(m.cols), expr(m.rows), expr(m.row_stride), m.box_cols, m.box_rows, m.swizzle};
         out.value = tensor_map_value(l, m);
         break;
       }
@@ -260,11 +262,13 @@ std::string bundle_ptx(const Bundle& bundle, const std::string& name) {
     std::vector<std::string> names;
     for (const BundleNode& n : bundle.nodes) names.push_back(n.name);
     for (const BundleKernel& k : bundle.kernels) names.push_back(k.name);
-    throw Error(fmt::format("--ptx {}: the bundle has no node or kernel '{}'{}", name, name, did_you_mean(name, names)));
+    throw Error(
+        fmt::format("--ptx {}: the bundle has no node or kernel '{}'{}", name, name, did_you_mean(name, names)));
   }
   std::vector<int> kernels;
   for (const BundleLaunch& l : bundle.launches) {
-    if (l.node == name && std::find(kernels.begin(), kernels.end(), l.kernel) == kernels.end()) kernels.push_back(l.kernel);
+    if (l.node == name && std::find(kernels.begin(), kernels.end(), l.kernel) == kernels.end())
+      kernels.push_back(l.kernel);
   }
   if (kernels.empty()) {
     const BundleTensor& t = bundle.tensor(name);

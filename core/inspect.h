@@ -41,8 +41,8 @@ struct InspectedParam {
   std::string name, slot, dtype;
   InspectedShape shape;
   InspectedExpr bytes;
-  std::string init;                   // "trained", "zero", "host"
-  uint64_t init_bytes = 0;            // host: bytes in params.bin
+  std::string init;         // "trained", "zero", "host"
+  uint64_t init_bytes = 0;  // host: bytes in params.bin
   std::optional<uint64_t> init_offset;
 };
 
@@ -56,7 +56,7 @@ struct InspectedArg {
   size_t position = 0;
   std::string name, kind, c_type, ptx_type;
   int size = 0, offset = 0;
-  std::string bound_to;      // a tensor, a param, an expression, "constant", "map of <arg>"
+  std::string bound_to;  // a tensor, a param, an expression, "constant", "map of <arg>"
   // What it is bound to: "f32 [64, 784]" for tensors, params and tensor maps, the number for
   // scalars (an expression's error text, or empty while it needs device symbols).
   std::string value;

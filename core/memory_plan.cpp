@@ -10,9 +10,7 @@ namespace teeny {
 
 namespace {
 
-uint64_t align_up(uint64_t value, uint64_t alignment) {
-  return (value + alignment - 1) / alignment * alignment;
-}
+uint64_t align_up(uint64_t value, uint64_t alignment) { return (value + alignment - 1) / alignment * alignment; }
 
 struct Root {
   std::string name;
@@ -39,13 +37,13 @@ MemoryPlan plan_memory(const std::vector<PlanEntry>& entries, uint64_t alignment
     }
     auto source = root_of_entry.find(entry.alias_of);
     if (source == root_of_entry.end()) {
-      throw Error(fmt::format("memory plan: view '{}' aliases '{}', which is not an earlier tensor",
-                              entry.name, entry.alias_of));
+      throw Error(fmt::format("memory plan: view '{}' aliases '{}', which is not an earlier tensor", entry.name,
+                              entry.alias_of));
     }
     Root& root = roots[source->second];
     if (entry.bytes > root.bytes) {
-      throw Error(fmt::format("memory plan: view '{}' ({} bytes) is larger than '{}' ({} bytes)",
-                              entry.name, entry.bytes, root.name, root.bytes));
+      throw Error(fmt::format("memory plan: view '{}' ({} bytes) is larger than '{}' ({} bytes)", entry.name,
+                              entry.bytes, root.name, root.bytes));
     }
     root.first = std::min(root.first, entry.first_step);
     root.last = std::max(root.last, entry.last_step);

@@ -25,15 +25,14 @@ struct PlanEntry {
 
 struct MemoryPlan {
   std::map<std::string, uint64_t> offsets;  // every entry, views included
-  uint64_t arena_bytes = 0;  // planned: the highest end offset
-  uint64_t naive_bytes = 0;  // one aligned buffer per non-view tensor, no reuse
-  int buffers = 0;           // non-view tensors
-  int shared = 0;            // non-view tensors placed over bytes another one also uses
+  uint64_t arena_bytes = 0;                 // planned: the highest end offset
+  uint64_t naive_bytes = 0;                 // one aligned buffer per non-view tensor, no reuse
+  int buffers = 0;                          // non-view tensors
+  int shared = 0;                           // non-view tensors placed over bytes another one also uses
 };
 
 // Greedy by size: the largest tensor first, each at the lowest aligned offset that does not
 // overlap a placed tensor with an overlapping lifetime. Throws Error on an unknown alias.
-MemoryPlan plan_memory(const std::vector<PlanEntry>& entries,
-                       uint64_t alignment = kArenaAlignment);
+MemoryPlan plan_memory(const std::vector<PlanEntry>& entries, uint64_t alignment = kArenaAlignment);
 
 }  // namespace teeny

@@ -59,8 +59,7 @@ class HeaderParser {
 
  private:
   [[noreturn]] void fail(const std::string& what) {
-    throw npy_error(path_, fmt::format("malformed header at character {}: {} in \"{}\"", pos_ + 1,
-                                       what, text_));
+    throw npy_error(path_, fmt::format("malformed header at character {}: {} in \"{}\"", pos_ + 1, what, text_));
   }
   void skip_space() {
     while (pos_ < text_.size() && std::isspace(static_cast<unsigned char>(text_[pos_]))) ++pos_;
@@ -103,8 +102,10 @@ class HeaderParser {
         if (start == pos_) fail("expected a non-negative integer in the shape");
         value.ints.push_back(std::stoll(text_.substr(start, pos_ - start)));
         skip_space();
-        if (peek() == ',') ++pos_;
-        else if (peek() != ')') fail("expected ',' or ')' in the shape");
+        if (peek() == ',')
+          ++pos_;
+        else if (peek() != ')')
+          fail("expected ',' or ')' in the shape");
       }
       ++pos_;
     } else {
@@ -136,10 +137,14 @@ std::optional<Descr> parse_descr(const std::string& descr) {
 
 const char* npy_descr(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return "<f4";
-    case DType::kF16: return "<f2";
-    case DType::kI32: return "<i4";
-    case DType::kBF16: return "<f4";
+    case DType::kF32:
+      return "<f4";
+    case DType::kF16:
+      return "<f2";
+    case DType::kI32:
+      return "<i4";
+    case DType::kBF16:
+      return "<f4";
   }
   return "<f4";
 }
@@ -159,8 +164,8 @@ HostTensor read_npy(const std::string& path) {
   const int major = static_cast<unsigned char>(bytes[6]);
   size_t header_length = 0, header_start = 0;
   if (major == 1) {
-    header_length = static_cast<unsigned char>(bytes[8]) |
-                    (static_cast<size_t>(static_cast<unsigned char>(bytes[9])) << 8);
+    header_length =
+        static_cast<unsigned char>(bytes[8]) | (static_cast<size_t>(static_cast<unsigned char>(bytes[9])) << 8);
     header_start = 10;
   } else if (major == 2 || major == 3) {
     if (bytes.size() < 12) throw npy_error(path, "truncated header");
@@ -169,8 +174,7 @@ HostTensor read_npy(const std::string& path) {
     }
     header_start = 12;
   } else {
-    throw npy_error(path, fmt::format("unsupported .npy format version {} (1, 2 and 3 are read)",
-                                      major));
+    throw npy_error(path, fmt::format("unsupported .npy format version {} (1, 2 and 3 are read)", major));
   }
   if (header_start + header_length > bytes.size()) throw npy_error(path, "truncated header");
   std::string header = bytes.substr(header_start, header_length);
@@ -213,9 +217,8 @@ HostTensor read_npy(const std::string& path) {
   const size_t data_start = header_start + header_length;
   const size_t expected = numel * descr->stored_size;
   if (bytes.size() - data_start != expected) {
-    throw npy_error(path, fmt::format("data is {} bytes, but shape ({}) of '{}' needs {}",
-                                      bytes.size() - data_start, fmt::join(tensor.shape, ", "),
-                                      descr_value.text, expected));
+    throw npy_error(path, fmt::format("data is {} bytes, but shape ({}) of '{}' needs {}", bytes.size() - data_start,
+                                      fmt::join(tensor.shape, ", "), descr_value.text, expected));
   }
   const auto* data = reinterpret_cast<const uint8_t*>(bytes.data() + data_start);
   tensor.data.resize(numel);
@@ -240,8 +243,8 @@ HostTensor read_npy(const std::string& path) {
 
 void write_npy(const std::string& path, const HostTensor& tensor) {
   if (static_cast<int64_t>(tensor.data.size()) != tensor.numel()) {
-    throw Error(fmt::format("writing {}: {} values for shape [{}]", path, tensor.data.size(),
-                            fmt::join(tensor.shape, ", ")));
+    throw Error(
+        fmt::format("writing {}: {} values for shape [{}]", path, tensor.data.size(), fmt::join(tensor.shape, ", ")));
   }
   const DType stored = npy_storage_dtype(tensor.dtype);
   std::string shape;
@@ -249,8 +252,8 @@ void write_npy(const std::string& path, const HostTensor& tensor) {
   // Python tuple syntax: (), (3,), (2, 3).
   if (tensor.shape.size() == 1) shape.pop_back();
   if (tensor.shape.size() > 1) shape.resize(shape.size() - 2);
-  std::string header = fmt::format("{{'descr': '{}', 'fortran_order': False, 'shape': ({}), }}",
-                                   npy_descr(stored), shape);
+  std::string header =
+      fmt::format("{{'descr': '{}', 'fortran_order': False, 'shape': ({}), }}", npy_descr(stored), shape);
   // Magic, version and length, then the header padded with spaces to a multiple of 64 bytes
   // and ended by a newline, as NumPy does. Version 2 only when the header needs 4 length bytes.
   const bool v2 = header.size() + 11 > 65535;

@@ -13,8 +13,8 @@
 #include <thread>
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 #include <nvrtc.h>
+#include <nlohmann/json.hpp>
 
 #include "core/atomic_file.h"
 #include "core/sha256.h"
@@ -27,8 +27,7 @@ std::atomic<uint64_t> g_compile_count{0};
 
 void check_nvrtc(nvrtcResult result, const char* call, const std::string& doing) {
   if (result != NVRTC_SUCCESS) {
-    throw gpu_error(fmt::format("NVRTC error {} from {} while {}", nvrtcGetErrorString(result),
-                                call, doing));
+    throw gpu_error(fmt::format("NVRTC error {} from {} while {}", nvrtcGetErrorString(result), call, doing));
   }
 }
 
@@ -75,9 +74,8 @@ CompiledKernel run_nvrtc(const KernelSource& kernel, const std::vector<std::stri
   while (!out.log.empty() && (out.log.back() == '\0' || out.log.back() == '\n')) out.log.pop_back();
 
   if (compiled != NVRTC_SUCCESS) {
-    Error error = gpu_error(fmt::format("NVRTC failed to compile kernel '{}' ({}), generated at {}:{}",
-                                        kernel.name, nvrtcGetErrorString(compiled), kernel.file,
-                                        kernel.line));
+    Error error = gpu_error(fmt::format("NVRTC failed to compile kernel '{}' ({}), generated at {}:{}", kernel.name,
+                                        nvrtcGetErrorString(compiled), kernel.file, kernel.line));
     error.note("NVRTC log:\n" + out.log);
     std::string joined;
     for (const std::string& option : options) joined += (joined.empty() ? "" : " ") + option;
@@ -96,9 +94,8 @@ CompiledKernel run_nvrtc(const KernelSource& kernel, const std::vector<std::stri
 
 // Every header is part of the key (not only those the source includes): a header edit recompiles
 // all kernels, which is rare and always correct.
-std::string cache_key(const KernelSource& kernel, const std::vector<std::string>& options,
-                      const std::string& version, const std::string& arch,
-                      const std::vector<KernelHeader>& headers) {
+std::string cache_key(const KernelSource& kernel, const std::vector<std::string>& options, const std::string& version,
+                      const std::string& arch, const std::vector<KernelHeader>& headers) {
   Sha256 hash;
   hash.part("teeny nvrtc cache v2").part(kernel.source).part(version).part(arch);
   for (const std::string& option : options) hash.part(option);
@@ -139,8 +136,8 @@ std::optional<CompiledKernel> read_cache(const fs::path& file, const std::string
 // Atomic, so concurrent teeny processes and interrupted writes never leave a partial entry under
 // the final name. Returns a warning, or "" on success.
 std::string write_cache(const fs::path& file, const std::string& key, const CompiledKernel& kernel) {
-  nlohmann::json entry = {{"key", key}, {"ptx", kernel.ptx}, {"ptx_sha256", sha256_hex(kernel.ptx)},
-                          {"log", kernel.log}};
+  nlohmann::json entry = {
+      {"key", key}, {"ptx", kernel.ptx}, {"ptx_sha256", sha256_hex(kernel.ptx)}, {"log", kernel.log}};
   std::error_code ec;
   fs::create_directories(file.parent_path(), ec);
   if (ec) return fmt::format("cannot create kernel cache directory {}: {}", file.parent_path().string(), ec.message());
@@ -210,8 +207,8 @@ std::vector<std::string> nvrtc_options(const NvrtcConfig& config) {
         .note("supported: " + list);
   }
 
-  std::vector<std::string> options = {"-std=c++17", "--gpu-architecture=" + config.arch,
-                                      "-default-device", "-lineinfo"};
+  std::vector<std::string> options = {"-std=c++17", "--gpu-architecture=" + config.arch, "-default-device",
+                                      "-lineinfo"};
   // CMake's include-dir list (cuda_fp16.h, cuda_bf16.h) may hold several ';'-separated paths.
   std::stringstream dirs(TEENY_CUDA_INCLUDE_DIR);
   for (std::string dir; std::getline(dirs, dir, ';');) {
@@ -221,8 +218,8 @@ std::vector<std::string> nvrtc_options(const NvrtcConfig& config) {
   return options;
 }
 
-std::vector<CompiledKernel> compile_kernels(const std::vector<KernelSource>& kernels,
-                                            const NvrtcConfig& config, NvrtcStats* stats) {
+std::vector<CompiledKernel> compile_kernels(const std::vector<KernelSource>& kernels, const NvrtcConfig& config,
+                                            NvrtcStats* stats) {
   const std::vector<std::string> plain_options = nvrtc_options(config);
   const std::vector<std::string> specific_options = arch_specific_options(plain_options);
   const std::string version = nvrtc_version();
@@ -255,8 +252,8 @@ std::vector<CompiledKernel> compile_kernels(const std::vector<KernelSource>& ker
     }
   };
 
-  size_t threads = config.jobs > 0 ? static_cast<size_t>(config.jobs)
-                                   : std::max(1u, std::thread::hardware_concurrency());
+  size_t threads =
+      config.jobs > 0 ? static_cast<size_t>(config.jobs) : std::max(1u, std::thread::hardware_concurrency());
   threads = std::min(threads, kernels.size());
   if (threads <= 1) {
     worker();

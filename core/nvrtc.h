@@ -29,8 +29,8 @@ struct CompiledKernel {
 };
 
 struct NvrtcStats {
-  int compiled = 0;  // kernels NVRTC compiled in this call
-  int cached = 0;    // kernels read from the cache
+  int compiled = 0;                         // kernels NVRTC compiled in this call
+  int cached = 0;                           // kernels read from the cache
   std::vector<std::string> cache_warnings;  // cache entries that could not be written
 };
 
@@ -53,8 +53,8 @@ std::string default_cache_dir();
 // and filling the cache. Results are in input order. If any kernel fails, throws the error of
 // the first failing kernel in input order (deterministic whatever the thread timing), with
 // NVRTC's log, the options, and the op's source file and line.
-std::vector<CompiledKernel> compile_kernels(const std::vector<KernelSource>& kernels,
-                                            const NvrtcConfig& config, NvrtcStats* stats = nullptr);
+std::vector<CompiledKernel> compile_kernels(const std::vector<KernelSource>& kernels, const NvrtcConfig& config,
+                                            NvrtcStats* stats = nullptr);
 
 // Process-wide number of nvrtcCompileProgram calls so far (tests use it to see cache hits).
 uint64_t nvrtc_compile_count();

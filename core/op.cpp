@@ -9,9 +9,7 @@ TensorType contiguous(DType dtype, Shape shape) {
   return TensorType{dtype, std::move(shape), stride};
 }
 
-bool is_padded(const TensorType& type) {
-  return !type.shape.empty() && type.row_stride != type.shape.back();
-}
+bool is_padded(const TensorType& type) { return !type.shape.empty() && type.row_stride != type.shape.back(); }
 
 namespace {
 
@@ -70,30 +68,38 @@ KernelArg tensor_map(std::string name, TensorMapSpec spec) {
 
 const char* arg_kind_name(ArgKind kind) {
   switch (kind) {
-    case ArgKind::kInput: return "input";
-    case ArgKind::kParam: return "param";
-    case ArgKind::kOutput: return "output";
-    case ArgKind::kI32: return "i32";
-    case ArgKind::kI64: return "i64";
-    case ArgKind::kF32: return "f32";
-    case ArgKind::kTensorMap: return "tensor_map";
+    case ArgKind::kInput:
+      return "input";
+    case ArgKind::kParam:
+      return "param";
+    case ArgKind::kOutput:
+      return "output";
+    case ArgKind::kI32:
+      return "i32";
+    case ArgKind::kI64:
+      return "i64";
+    case ArgKind::kF32:
+      return "f32";
+    case ArgKind::kTensorMap:
+      return "tensor_map";
   }
   return "?";
 }
 
-bool is_pointer(ArgKind kind) {
-  return kind == ArgKind::kInput || kind == ArgKind::kParam || kind == ArgKind::kOutput;
-}
+bool is_pointer(ArgKind kind) { return kind == ArgKind::kInput || kind == ArgKind::kParam || kind == ArgKind::kOutput; }
 
 ArgLayout arg_layout(ArgKind kind) {
   switch (kind) {
     case ArgKind::kInput:
     case ArgKind::kParam:
     case ArgKind::kOutput:
-    case ArgKind::kI64: return {8, 8};
+    case ArgKind::kI64:
+      return {8, 8};
     case ArgKind::kI32:
-    case ArgKind::kF32: return {4, 4};
-    case ArgKind::kTensorMap: return {128, 64};
+    case ArgKind::kF32:
+      return {4, 4};
+    case ArgKind::kTensorMap:
+      return {128, 64};
   }
   return {0, 0};
 }
@@ -138,9 +144,12 @@ std::string tensor_map_problem(const TensorMapSpec& spec, DType dtype) {
 
 const char* param_init_name(ParamInit init) {
   switch (init) {
-    case ParamInit::kTrained: return "trained";
-    case ParamInit::kZero: return "zero";
-    case ParamInit::kHost: return "host";
+    case ParamInit::kTrained:
+      return "trained";
+    case ParamInit::kZero:
+      return "zero";
+    case ParamInit::kHost:
+      return "host";
   }
   return "?";
 }
@@ -156,12 +165,18 @@ std::vector<std::string> unused_state_names(const std::string& param_name, const
 std::string arg_c_type(const KernelArg& arg) {
   switch (arg.kind) {
     case ArgKind::kInput:
-    case ArgKind::kParam: return fmt::format("const {}*", dtype_c_type(arg.dtype));
-    case ArgKind::kOutput: return fmt::format("{}*", dtype_c_type(arg.dtype));
-    case ArgKind::kI32: return "int";
-    case ArgKind::kI64: return "long long";
-    case ArgKind::kF32: return "float";
-    case ArgKind::kTensorMap: return "const __grid_constant__ tn_tensor_map";
+    case ArgKind::kParam:
+      return fmt::format("const {}*", dtype_c_type(arg.dtype));
+    case ArgKind::kOutput:
+      return fmt::format("{}*", dtype_c_type(arg.dtype));
+    case ArgKind::kI32:
+      return "int";
+    case ArgKind::kI64:
+      return "long long";
+    case ArgKind::kF32:
+      return "float";
+    case ArgKind::kTensorMap:
+      return "const __grid_constant__ tn_tensor_map";
   }
   return "?";
 }
@@ -175,8 +190,8 @@ int64_t HostTensor::numel() const {
 int normalize_axis(int64_t axis, size_t rank, const std::string& key) {
   int64_t r = static_cast<int64_t>(rank);
   if (axis < -r || axis >= r)
-    throw OpError(key, fmt::format("axis {} is out of range for a rank-{} input (valid: {}..{})",
-                                   axis, rank, -r, r - 1));
+    throw OpError(key,
+                  fmt::format("axis {} is out of range for a rank-{} input (valid: {}..{})", axis, rank, -r, r - 1));
   return static_cast<int>(axis < 0 ? axis + r : axis);
 }
 
@@ -187,14 +202,19 @@ Shape broadcast_shapes(const Shape& a, const Shape& b) {
     // Align from the right, as NumPy does.
     const Expr* da = i < rank - a.size() ? nullptr : &a[i - (rank - a.size())];
     const Expr* db = i < rank - b.size() ? nullptr : &b[i - (rank - b.size())];
-    if (!da) out[i] = *db;
-    else if (!db) out[i] = *da;
-    else if (*da == *db) out[i] = *da;
-    else if (da->const_value() == 1) out[i] = *db;
-    else if (db->const_value() == 1) out[i] = *da;
+    if (!da)
+      out[i] = *db;
+    else if (!db)
+      out[i] = *da;
+    else if (*da == *db)
+      out[i] = *da;
+    else if (da->const_value() == 1)
+      out[i] = *db;
+    else if (db->const_value() == 1)
+      out[i] = *da;
     else
-      throw OpError("inputs", fmt::format("shapes {} and {} do not broadcast: dim {} is {} vs {}",
-                                          shape_str(a), shape_str(b), i, da->str(), db->str()));
+      throw OpError("inputs", fmt::format("shapes {} and {} do not broadcast: dim {} is {} vs {}", shape_str(a),
+                                          shape_str(b), i, da->str(), db->str()));
   }
   return out;
 }
@@ -210,8 +230,8 @@ DType common_float_dtype(const OpDef& def, const OpContext& ctx) {
   if (!supported) {
     std::string list;
     for (DType d : def.dtypes) list += (list.empty() ? "" : ", ") + std::string(dtype_name(d));
-    throw OpError("inputs", fmt::format("{} does not support {} inputs (supported: {})", def.name,
-                                        dtype_name(dtype), list));
+    throw OpError("inputs",
+                  fmt::format("{} does not support {} inputs (supported: {})", def.name, dtype_name(dtype), list));
   }
   return dtype;
 }

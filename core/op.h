@@ -37,7 +37,7 @@ struct OpContext {
   Attrs attrs;
   std::vector<TensorType> inputs;
   std::optional<DType> requested_dtype;  // the node's optional `dtype:` key
-  TensorType output;  // filled in after infer(); valid in params/lower/cost
+  TensorType output;                     // filled in after infer(); valid in params/lower/cost
   // The compile target's SM number (--arch sm_90 -> 90): lower may pick kernels that need it.
   int target_sm = 90;
 };
@@ -45,8 +45,7 @@ struct OpContext {
 // An error from an op's shape rule or attr checks, pointing at a key of the node
 // ("inputs", "attrs.out_features", ...). core adds file:line:col and the node name.
 struct OpError : Error {
-  OpError(std::string key, std::string message)
-      : Error(std::move(message)), key(std::move(key)) {}
+  OpError(std::string key, std::string message) : Error(std::move(message)), key(std::move(key)) {}
   std::string key;
 };
 
@@ -96,9 +95,9 @@ std::vector<std::string> unused_state_names(const std::string& param_name, const
 // Out-of-bounds reads of a box fill zeros. ops/kernels/tma.cuh defines the C type.
 enum class ArgKind { kInput, kParam, kOutput, kI32, kI64, kF32, kTensorMap };
 struct TensorMapSpec {
-  std::string of;          // name of the pointer arg in the same launch
-  Expr cols, rows;         // extents in elements; cols is the contiguous one
-  Expr row_stride;         // elements between consecutive rows (>= cols)
+  std::string of;                  // name of the pointer arg in the same launch
+  Expr cols, rows;                 // extents in elements; cols is the contiguous one
+  Expr row_stride;                 // elements between consecutive rows (>= cols)
   int box_cols = 0, box_rows = 0;  // the tile one TMA copy moves (each 1..256)
   // Shared-memory swizzle in bytes: 0, 32, 64 or 128 (box_cols * elem bytes must be <= it when
   // nonzero).
@@ -107,12 +106,12 @@ struct TensorMapSpec {
 struct KernelArg {
   ArgKind kind = ArgKind::kInput;
   std::string name;
-  int input_index = -1;  // kInput: which node input
-  std::string slot;      // kParam: which param slot
-  Expr value;            // kI32 / kI64: symbolic value
-  double fvalue = 0.0;   // kF32
+  int input_index = -1;       // kInput: which node input
+  std::string slot;           // kParam: which param slot
+  Expr value;                 // kI32 / kI64: symbolic value
+  double fvalue = 0.0;        // kF32
   DType dtype = DType::kF32;  // pointee type for pointers
-  TensorMapSpec map;     // kTensorMap
+  TensorMapSpec map;          // kTensorMap
 };
 KernelArg input(int index, std::string name, DType dtype);
 KernelArg param(std::string slot, std::string name, DType dtype);
@@ -150,9 +149,9 @@ std::string tensor_map_problem(const TensorMapSpec& spec, DType dtype);
 // and checks that every launch of the kernel passes exactly `params` (kinds, dtypes, names);
 // NVRTC checks the call against the template.
 struct KernelSource {
-  std::string name;      // base name, e.g. "linear_f32_bm64_bn64"
-  std::string source;    // the translation unit: compile generates it (kernel_translation_unit)
-  std::string file;      // op source file and line that generated it, for NVRTC errors
+  std::string name;    // base name, e.g. "linear_f32_bm64_bn64"
+  std::string source;  // the translation unit: compile generates it (kernel_translation_unit)
+  std::string file;    // op source file and line that generated it, for NVRTC errors
   int line = 0;
   // Uses instructions of the target's arch-specific variant only (sm_90a: wgmma, setmaxnreg):
   // compiled for `<arch>a`, whose PTX loads only on exactly that SM version.
@@ -160,8 +159,8 @@ struct KernelSource {
   std::string header;    // e.g. "elementwise.cuh"
   std::string function;  // the template the entry calls, e.g. "tn_unary<float, 256, 4, tn_relu>"
   std::vector<KernelArg> params;
-  int max_threads = 0;   // __launch_bounds__ (the PTX .maxntid compile checks the block against)
-  int min_blocks = 0;    // __launch_bounds__'s second argument; 0: none
+  int max_threads = 0;  // __launch_bounds__ (the PTX .maxntid compile checks the block against)
+  int min_blocks = 0;   // __launch_bounds__'s second argument; 0: none
 };
 
 // A kernel header by its include name ("elementwise.cuh") and text; the registry holds them.
@@ -172,13 +171,13 @@ struct KernelHeader {
 #define TEENY_KERNEL_ORIGIN __FILE__, __LINE__
 
 struct Launch {
-  int kernel = 0;               // index into Lowering::kernels
+  int kernel = 0;                     // index into Lowering::kernels
   std::array<int, 3> block{1, 1, 1};  // concrete: generated from the kernel's own constants
   std::array<Expr, 3> grid{Expr(1), Expr(1), Expr(1)};
-  Expr dynamic_smem;            // bytes
+  Expr dynamic_smem;  // bytes
   std::vector<KernelArg> args;
-  Expr bytes;                   // cost: bytes moved by this launch
-  Expr flops;                   // cost: floating-point operations
+  Expr bytes;  // cost: bytes moved by this launch
+  Expr flops;  // cost: floating-point operations
 };
 
 struct Lowering {
@@ -196,10 +195,10 @@ struct HostTensor {
 };
 
 struct RefContext {
-  const OpContext& op;  // symbolic view (attrs etc.)
-  std::vector<HostTensor> inputs;            // concrete, values already in their dtype
-  std::vector<HostTensor> params;            // in ParamSpec order
-  std::vector<int64_t> output_shape;         // concrete
+  const OpContext& op;                // symbolic view (attrs etc.)
+  std::vector<HostTensor> inputs;     // concrete, values already in their dtype
+  std::vector<HostTensor> params;     // in ParamSpec order
+  std::vector<int64_t> output_shape;  // concrete
 };
 // Returns the output (dtype = op.output.dtype, shape = output_shape), computed in double;
 // core rounds it to the output dtype.

@@ -20,9 +20,7 @@
 
 namespace teeny {
 
-const char* profile_mode_name(ProfileMode mode) {
-  return mode == ProfileMode::kIsolated ? "isolated" : "sequence";
-}
+const char* profile_mode_name(ProfileMode mode) { return mode == ProfileMode::kIsolated ? "isolated" : "sequence"; }
 
 namespace {
 
@@ -48,19 +46,17 @@ std::string where(uint32_t iteration, const LaunchFacts& launch) {
 }
 
 LaunchTiming timing_of(const KernelRecord& record) {
-  return {record.start_ns, record.end_ns, record.device_id, record.stream_id,
-          record.graph_node_id};
+  return {record.start_ns, record.end_ns, record.device_id, record.stream_id, record.graph_node_id};
 }
 
 }  // namespace
 
-MatchedRecords match_records(const ActivityBatch& batch, const std::vector<LaunchFacts>& launches,
-                             uint32_t iterations, bool cuda_graph) {
+MatchedRecords match_records(const ActivityBatch& batch, const std::vector<LaunchFacts>& launches, uint32_t iterations,
+                             bool cuda_graph) {
   MatchedRecords out;
   const size_t n = launches.size();
   out.timings.assign(iterations, std::vector<LaunchTiming>(n));
-  if (batch.dropped > 0)
-    out.problems.push_back(fmt::format("CUPTI dropped {} activity records", batch.dropped));
+  if (batch.dropped > 0) out.problems.push_back(fmt::format("CUPTI dropped {} activity records", batch.dropped));
 
   std::unordered_map<uint32_t, uint64_t> external_of;
   for (const ExternalCorrelation& c : batch.correlations) external_of[c.correlation_id] = c.external_id;
@@ -75,8 +71,7 @@ MatchedRecords match_records(const ActivityBatch& batch, const std::vector<Launc
 
   auto check_record = [&](const KernelRecord& record, uint32_t iteration, const LaunchFacts& launch) {
     if (record.name != launch.entry)
-      wrong_kernel.add(fmt::format("{}: expected {}, found {}", where(iteration, launch),
-                                   launch.entry, record.name));
+      wrong_kernel.add(fmt::format("{}: expected {}, found {}", where(iteration, launch), launch.entry, record.name));
     if (record.end_ns <= record.start_ns) not_positive.add(where(iteration, launch));
   };
 
@@ -131,14 +126,13 @@ MatchedRecords match_records(const ActivityBatch& batch, const std::vector<Launc
       }
     }
   }
-  for (const Tally* t : {&missing, &duplicate, &wrong_kernel, &not_positive, &stray, &wrong_count,
-                         &node_mismatch})
+  for (const Tally* t : {&missing, &duplicate, &wrong_kernel, &not_positive, &stray, &wrong_count, &node_mismatch})
     t->report(out.problems);
   // What arrived, to tell missing kernel records from missing correlation records.
   if (!out.problems.empty())
-    out.problems.push_back(fmt::format(
-        "received {} kernel records ({} without a teeny tag) and {} external-correlation records",
-        batch.kernels.size(), out.excluded_records, batch.correlations.size()));
+    out.problems.push_back(
+        fmt::format("received {} kernel records ({} without a teeny tag) and {} external-correlation records",
+                    batch.kernels.size(), out.excluded_records, batch.correlations.size()));
   return out;
 }
 
@@ -165,8 +159,8 @@ DevicePeaks peaks_from_attributes(int cc_major, int cc_minor, int sm_count, doub
 }
 
 ProfileRun summarize_run(const Bindings& bindings, const std::vector<LaunchFacts>& launches,
-                         const MatchedRecords& matched, const std::vector<double>& enqueue_us,
-                         const DevicePeaks& peaks, bool keep_trace) {
+                         const MatchedRecords& matched, const std::vector<double>& enqueue_us, const DevicePeaks& peaks,
+                         bool keep_trace) {
   ProfileRun run;
   run.bindings = bindings;
   run.iterations = static_cast<int>(matched.timings.size());
@@ -185,8 +179,7 @@ ProfileRun summarize_run(const Bindings& bindings, const std::vector<LaunchFacts
       first = std::min(first, t.start_ns);
       last = std::max(last, t.end_ns);
       if (keep_trace)
-        run.trace.push_back({static_cast<int>(i), static_cast<int>(l), t.device_id, t.stream_id,
-                             t.start_ns, t.end_ns});
+        run.trace.push_back({static_cast<int>(i), static_cast<int>(l), t.device_id, t.stream_id, t.start_ns, t.end_ns});
     }
     if (last > first) gpu_time.push_back(static_cast<double>(last - first) / 1e3);
   }
@@ -212,21 +205,20 @@ ProfileRun summarize_run(const Bindings& bindings, const std::vector<LaunchFacts
     run.kernel_sum_us += median;
     run.launches.push_back(std::move(stats));
   }
-  for (LaunchStats& stats : run.launches)
-    stats.share = mean_sum > 0 ? stats.duration_us.mean / mean_sum : 0;
+  for (LaunchStats& stats : run.launches) stats.share = mean_sum > 0 ? stats.duration_us.mean / mean_sum : 0;
 
   if (run.gpu_time_us.rel_iqr > kNoisyEndToEnd)
-    run.warnings.push_back(fmt::format(
-        "noisy: end-to-end GPU time varies by {:.1f}% (relative IQR, above {:.0f}%); other GPU "
-        "work or clock changes may be interfering, try a longer --min-time",
-        100 * run.gpu_time_us.rel_iqr, 100 * kNoisyEndToEnd));
+    run.warnings.push_back(
+        fmt::format("noisy: end-to-end GPU time varies by {:.1f}% (relative IQR, above {:.0f}%); other GPU "
+                    "work or clock changes may be interfering, try a longer --min-time",
+                    100 * run.gpu_time_us.rel_iqr, 100 * kNoisyEndToEnd));
   std::vector<std::string> noisy;
   for (const LaunchStats& stats : run.launches)
     if (stats.duration_us.rel_iqr > kNoisyLaunch)
       noisy.push_back(fmt::format("{} ({:.1f}%)", stats.facts.node, 100 * stats.duration_us.rel_iqr));
   if (!noisy.empty())
-    run.warnings.push_back(fmt::format("noisy launches (relative IQR above {:.0f}%): {}",
-                                       100 * kNoisyLaunch, fmt::join(noisy, ", ")));
+    run.warnings.push_back(
+        fmt::format("noisy launches (relative IQR above {:.0f}%): {}", 100 * kNoisyLaunch, fmt::join(noisy, ", ")));
   return run;
 }
 
@@ -240,9 +232,9 @@ std::pair<std::string, std::vector<int64_t>> parse_sweep(const std::string& text
   while (pos <= text.size()) {
     const size_t comma = std::min(text.find(',', pos), text.size());
     const std::string item = text.substr(pos, comma - pos);
-    const bool digits = !item.empty() && item.size() <= 18 &&
-                        std::all_of(item.begin(), item.end(),
-                                    [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
+    const bool digits = !item.empty() && item.size() <= 18 && std::all_of(item.begin(), item.end(), [](char c) {
+      return std::isdigit(static_cast<unsigned char>(c));
+    });
     if (!digits || std::stoll(item) <= 0)
       throw Error(fmt::format("--sweep '{}': '{}' is not a positive integer", text, item));
     const int64_t value = std::stoll(item);
@@ -260,9 +252,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 // Warm-up iterations are tagged from here on, so a late warm-up record can never pass for a
 // timed one (it shows up as a stray tag instead).
@@ -271,8 +261,7 @@ constexpr uint32_t kWarmupTagBase = 0x80000000u;
 std::vector<LaunchFacts> launch_facts(const cuda::Device& device, const GpuExecutor& executor) {
   const cuda::Driver& driver = device.driver();
   const BoundBundle& bound = executor.bound();
-  const int max_threads_per_sm =
-      device.attribute(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, "threads per SM");
+  const int max_threads_per_sm = device.attribute(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, "threads per SM");
   std::vector<LaunchFacts> facts;
   for (size_t i = 0; i < bound.launches.size(); ++i) {
     const BoundLaunch& launch = bound.launches[i];
@@ -291,12 +280,11 @@ std::vector<LaunchFacts> launch_facts(const cuda::Device& device, const GpuExecu
     const CUfunction function = executor.function(i);
     const std::string what = fmt::format("querying kernel '{}' for node '{}'", kernel.name, f.node);
     TEENY_CU(driver, FuncGetAttribute, what, &f.registers, CU_FUNC_ATTRIBUTE_NUM_REGS, function);
-    TEENY_CU(driver, FuncGetAttribute, what, &f.static_smem_bytes, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
-             function);
+    TEENY_CU(driver, FuncGetAttribute, what, &f.static_smem_bytes, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, function);
     const int threads = launch.block[0] * launch.block[1] * launch.block[2];
     TEENY_CU(driver, OccupancyMaxActiveBlocksPerMultiprocessor,
-             fmt::format("computing the theoretical occupancy of kernel '{}'", kernel.name),
-             &f.active_blocks_per_sm, function, threads, static_cast<size_t>(launch.dynamic_smem));
+             fmt::format("computing the theoretical occupancy of kernel '{}'", kernel.name), &f.active_blocks_per_sm,
+             function, threads, static_cast<size_t>(launch.dynamic_smem));
     const int warps = (threads + 31) / 32;
     f.occupancy = static_cast<double>(f.active_blocks_per_sm * warps) / (max_threads_per_sm / 32);
     facts.push_back(std::move(f));
@@ -329,8 +317,7 @@ class Session {
  public:
   Session(std::shared_ptr<cuda::Device> device, GpuExecutor& executor, CuptiTracer* tracer,
           const ProfileOptions& options, int64_t l2_bytes)
-      : device_(std::move(device)), executor_(executor), tracer_(tracer),
-        launches_(executor.bound().launches.size()) {
+      : device_(std::move(device)), executor_(executor), tracer_(tracer), launches_(executor.bound().launches.size()) {
     if (options.mode == ProfileMode::kIsolated)
       flush_ = std::make_unique<cuda::DeviceBuffer>(device_, static_cast<size_t>(2 * l2_bytes),
                                                     "the L2 flush buffer (2x the L2 size)");
@@ -376,8 +363,9 @@ class Session {
         if (tracer_) tracer_->pop_external_id(id, "a kernel launch");
       }
     }
-    executor_.synchronize("profiling (an asynchronous kernel failure shows here; `teeny run --check` "
-                          "names the node)");
+    executor_.synchronize(
+        "profiling (an asynchronous kernel failure shows here; `teeny run --check` "
+        "names the node)");
     if (!tracer_) read_events();
     return enqueue_s * 1e6;
   }
@@ -396,8 +384,7 @@ class Session {
         for (const LaunchTiming& t : row) not_positive += t.end_ns <= t.start_ns ? 1 : 0;
       if (not_positive > 0)
         m.problems.push_back(fmt::format(
-            "CUDA events measured {} launch durations as zero or negative (below their resolution)",
-            not_positive));
+            "CUDA events measured {} launch durations as zero or negative (below their resolution)", not_positive));
     }
     event_timings_.clear();
     event_end_to_end_.clear();
@@ -407,9 +394,8 @@ class Session {
  private:
   void flush_l2(uint32_t tag) {
     if (!flush_) return;
-    TEENY_CU(device_->driver(), MemsetD8Async, "flushing the L2 cache before a launch (isolated mode)",
-             flush_->ptr(), static_cast<unsigned char>(tag & 0xFF), flush_->size(),
-             executor_.stream().handle());
+    TEENY_CU(device_->driver(), MemsetD8Async, "flushing the L2 cache before a launch (isolated mode)", flush_->ptr(),
+             static_cast<unsigned char>(tag & 0xFF), flush_->size(), executor_.stream().handle());
   }
 
   void read_events() {
@@ -417,8 +403,8 @@ class Session {
       event_end_to_end_.push_back(1e3 * ends_[0]->elapsed_ms_since(*starts_[0]));
       return;
     }
-    const uint64_t origin = static_cast<uint64_t>(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - created_).count());
+    const uint64_t origin =
+        static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - created_).count());
     std::vector<LaunchTiming> row(launches_);
     for (size_t i = 0; i < launches_; ++i) {
       // Event offsets from the first launch's start; ms with about 0.5 us resolution.
@@ -442,10 +428,9 @@ class Session {
   Clock::time_point created_ = Clock::now();
 };
 
-ProfileRun profile_one(const Bundle& bundle, const std::string& bundle_path,
-                       const std::vector<std::string>& binds, std::shared_ptr<cuda::Device> device,
-                       CuptiTracer* tracer, const ProfileOptions& options, const Environment& env,
-                       std::vector<std::string>& notes, GpuExecutor::Modules& modules) {
+ProfileRun profile_one(const Bundle& bundle, const std::string& bundle_path, const std::vector<std::string>& binds,
+                       std::shared_ptr<cuda::Device> device, CuptiTracer* tracer, const ProfileOptions& options,
+                       const Environment& env, std::vector<std::string>& notes, GpuExecutor::Modules& modules) {
   BoundBundle bound = bind_bundle(bundle, bundle_bindings(bundle, binds), bundle_path);
   bind_launches(bound, device->facts());
   DataOptions data_options;
@@ -479,8 +464,7 @@ ProfileRun profile_one(const Bundle& bundle, const std::string& bundle_path,
   std::vector<double> enqueue_us;
   const auto timed_start = Clock::now();
   bool capped = false;
-  while (static_cast<int>(enqueue_us.size()) < options.iterations ||
-         seconds_since(timed_start) < options.min_seconds) {
+  while (static_cast<int>(enqueue_us.size()) < options.iterations || seconds_since(timed_start) < options.min_seconds) {
     if (static_cast<int>(enqueue_us.size()) >= options.max_iterations) {
       capped = true;
       break;
@@ -488,8 +472,8 @@ ProfileRun profile_one(const Bundle& bundle, const std::string& bundle_path,
     enqueue_us.push_back(session.iteration(static_cast<uint32_t>(enqueue_us.size())));
   }
   const uint32_t iterations = static_cast<uint32_t>(enqueue_us.size());
-  const MatchedRecords matched = tracer ? match_records(tracer->take(), facts, iterations, options.cuda_graph)
-                                        : session.take_event_timings();
+  const MatchedRecords matched =
+      tracer ? match_records(tracer->take(), facts, iterations, options.cuda_graph) : session.take_event_timings();
   run = summarize_run(bound.bindings, facts, matched, enqueue_us, env.peaks, options.keep_trace);
   run.warmup_iterations = warmup;
   run.warmup_seconds = warmup_seconds;
@@ -505,11 +489,9 @@ ProfileRun profile_one(const Bundle& bundle, const std::string& bundle_path,
 
 }  // namespace
 
-ProfileReport profile_bundle(const std::string& bundle_path,
-                             const std::vector<std::vector<std::string>>& bind_sets,
+ProfileReport profile_bundle(const std::string& bundle_path, const std::vector<std::vector<std::string>>& bind_sets,
                              const std::string& sweep_dim, const ProfileOptions& options) {
-  if (options.iterations < 1)
-    throw Error(fmt::format("--iterations must be at least 1, got {}", options.iterations));
+  if (options.iterations < 1) throw Error(fmt::format("--iterations must be at least 1, got {}", options.iterations));
   if (options.warmup_iterations < 0)
     throw Error(fmt::format("--warmup must be 0 or more, got {}", options.warmup_iterations));
   if (!(options.min_seconds >= 0))
@@ -543,8 +525,7 @@ ProfileReport profile_bundle(const std::string& bundle_path,
   env.cupti = tracer != nullptr;
   env.timing_method =
       tracer ? "CUPTI activity records (CONCURRENT_KERNEL, joined by external correlation id)"
-             : fmt::format("CUDA events around each launch, about 0.5 us resolution (CUPTI unavailable: {})",
-                           why_not);
+             : fmt::format("CUDA events around each launch, about 0.5 us resolution (CUPTI unavailable: {})", why_not);
 
   GpuExecutor::Modules modules;  // loaded by the first binding's executor, reused by the rest
   for (const std::vector<std::string>& binds : bind_sets)

@@ -31,13 +31,13 @@ struct ProfileOptions {
   int warmup_iterations = 10;
   double warmup_min_seconds = 0.2;  // and at least this long, so clocks settle
   int iterations = 100;
-  double min_seconds = 0.5;         // timed iterations continue until both are met...
-  int max_iterations = 100000;      // ...but never beyond this (records are kept in memory)
+  double min_seconds = 0.5;     // timed iterations continue until both are met...
+  int max_iterations = 100000;  // ...but never beyond this (records are kept in memory)
   ProfileMode mode = ProfileMode::kSequence;
   bool cuda_graph = false;
-  bool keep_trace = false;          // keep per-record timings for --trace
-  std::string weights_path;         // safetensors; empty: trained params random (see profile_bundle)
-  uint64_t seed = 0;                // random inputs and params
+  bool keep_trace = false;   // keep per-record timings for --trace
+  std::string weights_path;  // safetensors; empty: trained params random (see profile_bundle)
+  uint64_t seed = 0;         // random inputs and params
 };
 
 // What is known about one launch of the bundle once dims are bound.
@@ -47,12 +47,12 @@ struct LaunchFacts {
   std::array<int64_t, 3> grid{1, 1, 1};
   std::array<int, 3> block{1, 1, 1};
   int64_t dynamic_smem_bytes = 0;
-  int static_smem_bytes = 0;      // cuFuncGetAttribute(SHARED_SIZE_BYTES)
-  int registers = 0;              // cuFuncGetAttribute(NUM_REGS)
-  int active_blocks_per_sm = 0;   // cuOccupancyMaxActiveBlocksPerMultiprocessor
-  double occupancy = 0;           // theoretical: active warps / max warps per SM
-  int64_t bytes = 0, flops = 0;   // the op's cost expressions, evaluated
-  bool tensor_cores = false;      // its PTX issues f16/bf16 MMAs: % of the tensor-core ceiling
+  int static_smem_bytes = 0;     // cuFuncGetAttribute(SHARED_SIZE_BYTES)
+  int registers = 0;             // cuFuncGetAttribute(NUM_REGS)
+  int active_blocks_per_sm = 0;  // cuOccupancyMaxActiveBlocksPerMultiprocessor
+  double occupancy = 0;          // theoretical: active warps / max warps per SM
+  int64_t bytes = 0, flops = 0;  // the op's cost expressions, evaluated
+  bool tensor_cores = false;     // its PTX issues f16/bf16 MMAs: % of the tensor-core ceiling
 };
 
 // The GPU interval of one launch in one iteration (ns; CUPTI's clock or event offsets).
@@ -77,8 +77,8 @@ struct MatchedRecords {
 // iteration shares the replay's correlation id, so records are ordered by start time (the
 // captured graph is a chain) and their names and graph node ids checked against the launch
 // order and against iteration 0.
-MatchedRecords match_records(const ActivityBatch& batch, const std::vector<LaunchFacts>& launches,
-                             uint32_t iterations, bool cuda_graph);
+MatchedRecords match_records(const ActivityBatch& batch, const std::vector<LaunchFacts>& launches, uint32_t iterations,
+                             bool cuda_graph);
 
 // The device's ceilings used for "% of peak".
 struct DevicePeaks {
@@ -87,21 +87,21 @@ struct DevicePeaks {
   // Dense f16/bf16 MMA with f32 accumulation: SMs * FLOP per clock per SM * SM clock, for the
   // archs whose rate is known (sm_80: 2048, sm_90: 4096); 0 otherwise.
   double tensor16_gflops = 0;
-  std::string source;         // how they were obtained, e.g. "from device attributes"
+  std::string source;  // how they were obtained, e.g. "from device attributes"
 };
 
 struct Environment {
   std::string gpu_name;
   int cc_major = 0, cc_minor = 0, sm_count = 0;
-  int driver_version = 0;          // cuDriverGetVersion, e.g. 13000
-  int cuda_headers_version = 0;    // CUDA_VERSION teeny was built with
-  std::string nvrtc_version;       // the NVRTC that compiled the bundle
+  int driver_version = 0;        // cuDriverGetVersion, e.g. 13000
+  int cuda_headers_version = 0;  // CUDA_VERSION teeny was built with
+  std::string nvrtc_version;     // the NVRTC that compiled the bundle
   std::string cupti_version;
   double sm_clock_mhz = 0, memory_clock_mhz = 0;
   int memory_bus_bits = 0;
   int64_t l2_bytes = 0;
   DevicePeaks peaks;
-  std::string timing_method;       // "CUPTI activity records" or "CUDA events (...why...)"
+  std::string timing_method;  // "CUPTI activity records" or "CUDA events (...why...)"
   bool cupti = false;
   std::string mode;
   bool cuda_graph = false;
@@ -110,8 +110,8 @@ struct Environment {
 struct LaunchStats {
   LaunchFacts facts;
   Summary duration_us;
-  double share = 0;  // of the summed mean kernel time of an iteration, in [0, 1]
-  double gbps = 0, gflops = 0;                       // at the median duration
+  double share = 0;             // of the summed mean kernel time of an iteration, in [0, 1]
+  double gbps = 0, gflops = 0;  // at the median duration
   // In %, against Environment::peaks: bandwidth, and compute against the ceiling of the
   // kernel's arithmetic (tensor16 for tensor-core kernels, else fp32; 0 when it is unknown).
   double pct_peak_bandwidth = 0, pct_peak_compute = 0;
@@ -130,13 +130,13 @@ struct ProfileRun {
   double warmup_seconds = 0;
   int iterations = 0;
   std::vector<LaunchStats> launches;
-  Summary gpu_time_us;      // per iteration: first kernel start to last kernel end
-  Summary enqueue_us;       // per iteration: host time to enqueue all launches
-  double kernel_sum_us = 0; // sum of the per-launch median durations
+  Summary gpu_time_us;                 // per iteration: first kernel start to last kernel end
+  Summary enqueue_us;                  // per iteration: host time to enqueue all launches
+  double kernel_sum_us = 0;            // sum of the per-launch median durations
   std::vector<std::string> untrusted;  // why the numbers are not trusted; empty: trusted
   std::vector<std::string> warnings;   // noise, iteration cap, ...
   size_t excluded_records = 0;
-  std::vector<TraceSlice> trace;       // when ProfileOptions::keep_trace
+  std::vector<TraceSlice> trace;  // when ProfileOptions::keep_trace
 };
 
 struct ProfileReport {
@@ -155,8 +155,8 @@ inline constexpr double kNoisyLaunch = 0.10;
 // profile_bundle and by tests with synthetic timings). `enqueue_us` has one entry per
 // iteration.
 ProfileRun summarize_run(const Bindings& bindings, const std::vector<LaunchFacts>& launches,
-                         const MatchedRecords& matched, const std::vector<double>& enqueue_us,
-                         const DevicePeaks& peaks, bool keep_trace);
+                         const MatchedRecords& matched, const std::vector<double>& enqueue_us, const DevicePeaks& peaks,
+                         bool keep_trace);
 
 // Peak figures from device attributes: memory clock in kHz, bus width in bits, SM clock in
 // kHz. FP32 lanes per SM follow the compute capability (64 on sm_80, 128 on sm_86 and later).
@@ -172,8 +172,7 @@ std::pair<std::string, std::vector<int64_t>> parse_sweep(const std::string& text
 // random, so kernels see realistic data. Setting TEENY_PROFILE_NO_CUPTI=1 forces the
 // CUDA-event fallback (to measure CUPTI's overhead). Throws Error (exit code 3) for a missing
 // driver/device or a CUDA/CUPTI failure.
-ProfileReport profile_bundle(const std::string& bundle_path,
-                             const std::vector<std::vector<std::string>>& bind_sets,
+ProfileReport profile_bundle(const std::string& bundle_path, const std::vector<std::vector<std::string>>& bind_sets,
                              const std::string& sweep_dim, const ProfileOptions& options);
 
 }  // namespace teeny

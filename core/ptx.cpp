@@ -69,8 +69,7 @@ bool is_integer(const std::string& text) {
 
 class EntryParser {
  public:
-  EntryParser(const std::vector<Token>& tokens, const std::string& what)
-      : tokens_(tokens), what_(what) {}
+  EntryParser(const std::vector<Token>& tokens, const std::string& what) : tokens_(tokens), what_(what) {}
 
   std::vector<PtxEntry> parse() {
     std::vector<PtxEntry> entries;
@@ -80,8 +79,10 @@ class EntryParser {
       entry.line = tokens_[pos_].line;
       for (size_t back = pos_; back > 0; --back) {
         const std::string& prev = tokens_[back - 1].text;
-        if (prev == ".visible") entry.visible = true;
-        else if (prev != ".weak" && prev != ".extern") break;
+        if (prev == ".visible")
+          entry.visible = true;
+        else if (prev != ".weak" && prev != ".extern")
+          break;
       }
       ++pos_;
       entry.name = expect_word("an entry name");
@@ -101,8 +102,8 @@ class EntryParser {
   [[noreturn]] void fail(const std::string& expected) const {
     int line = pos_ < tokens_.size() ? tokens_[pos_].line : (tokens_.empty() ? 0 : tokens_.back().line);
     std::string found = pos_ < tokens_.size() ? fmt::format("'{}'", tokens_[pos_].text) : "end of file";
-    throw Error(fmt::format("{}:{}: cannot read PTX entry declaration: expected {}, found {}", what_,
-                            line, expected, found));
+    throw Error(
+        fmt::format("{}:{}: cannot read PTX entry declaration: expected {}, found {}", what_, line, expected, found));
   }
 
   std::string expect_word(const std::string& what) {
@@ -199,10 +200,9 @@ class EntryParser {
 
 int ptx_type_size(const std::string& type) {
   static const std::map<std::string, int> sizes = {
-      {".b8", 1},  {".u8", 1},  {".s8", 1},    {".b16", 2},  {".u16", 2},    {".s16", 2},
-      {".f16", 2}, {".bf16", 2}, {".b32", 4},  {".u32", 4},  {".s32", 4},    {".f32", 4},
-      {".f16x2", 4}, {".bf16x2", 4}, {".b64", 8}, {".u64", 8}, {".s64", 8},  {".f64", 8},
-      {".b128", 16},
+      {".b8", 1},   {".u8", 1},  {".s8", 1},  {".b16", 2}, {".u16", 2},   {".s16", 2},   {".f16", 2},
+      {".bf16", 2}, {".b32", 4}, {".u32", 4}, {".s32", 4}, {".f32", 4},   {".f16x2", 4}, {".bf16x2", 4},
+      {".b64", 8},  {".u64", 8}, {".s64", 8}, {".f64", 8}, {".b128", 16},
   };
   auto it = sizes.find(type);
   return it == sizes.end() ? 0 : it->second;
@@ -232,8 +232,6 @@ bool ptx_uses_f16_mma(const std::string& ptx) {
   return false;
 }
 
-std::string ntid_str(const std::array<int, 3>& ntid) {
-  return fmt::format("{}, {}, {}", ntid[0], ntid[1], ntid[2]);
-}
+std::string ntid_str(const std::array<int, 3>& ntid) { return fmt::format("{}, {}, {}", ntid[0], ntid[1], ntid[2]); }
 
 }  // namespace teeny

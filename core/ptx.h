@@ -10,12 +10,12 @@
 namespace teeny {
 
 struct PtxParam {
-  std::string type;   // ".u64", ".u32", ".s32", ".f32", ".b8", ...
-  std::string name;   // "<entry>_param_<i>"
-  int size = 0;       // bytes: element size × array length
-  int align = 0;      // bytes: `.align N` when given, else the element size
-  bool is_pointer = false;    // `.ptr` attribute present (older NVRTC marks pointers this way)
-  int pointee_align = 0;      // `.ptr .align N`: alignment of the pointed-to data, 0 if absent
+  std::string type;         // ".u64", ".u32", ".s32", ".f32", ".b8", ...
+  std::string name;         // "<entry>_param_<i>"
+  int size = 0;             // bytes: element size × array length
+  int align = 0;            // bytes: `.align N` when given, else the element size
+  bool is_pointer = false;  // `.ptr` attribute present (older NVRTC marks pointers this way)
+  int pointee_align = 0;    // `.ptr .align N`: alignment of the pointed-to data, 0 if absent
 };
 
 struct PtxEntry {
@@ -23,7 +23,7 @@ struct PtxEntry {
   bool visible = false;  // `.visible` linkage (callable from the host)
   std::vector<PtxParam> params;
   std::optional<std::array<int, 3>> reqntid, maxntid;  // missing dimensions are 1
-  int line = 0;  // 1-based line of `.entry` in the PTX
+  int line = 0;                                        // 1-based line of `.entry` in the PTX
 };
 
 // Parses every `.entry` in `ptx` (comments ignored). Throws teeny::Error naming `what`

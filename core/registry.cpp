@@ -31,8 +31,7 @@ void Registry::add_pass(GraphPass pass) {
 
 void Registry::add_kernel_header(KernelHeader header) {
   for (const KernelHeader& existing : kernel_headers_)
-    if (existing.name == header.name)
-      throw Error(fmt::format("kernel header '{}' is registered twice", header.name));
+    if (existing.name == header.name) throw Error(fmt::format("kernel header '{}' is registered twice", header.name));
   kernel_headers_.push_back(std::move(header));
 }
 

@@ -27,7 +27,7 @@ class Registry {
   // Throws teeny::Error on a duplicate name or an op missing infer/reference.
   void add(OpDef def);
   const OpDef* find(const std::string& name) const;  // nullptr if unknown
-  std::vector<std::string> names() const;             // sorted
+  std::vector<std::string> names() const;            // sorted
   const std::vector<OpDef>& ops() const { return ops_; }
 
   void add_pass(GraphPass pass);

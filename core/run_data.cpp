@@ -69,8 +69,8 @@ void check_input_files_exist(const BoundBundle& bound, const std::map<std::strin
       const BoundTensor& t = bound.tensor(input);
       described.push_back(fmt::format("{} {} {}", input, shape_text(t.shape), dtype_name(t.dtype)));
     }
-    throw Error(fmt::format("--input {}={}: the bundle has no input '{}'{}", name, path, name,
-                            did_you_mean(name, inputs)))
+    throw Error(
+        fmt::format("--input {}={}: the bundle has no input '{}'{}", name, path, name, did_you_mean(name, inputs)))
         .note(fmt::format("the bundle's inputs: {}", fmt::join(described, ", ")));
   }
 }
@@ -167,15 +167,19 @@ RunData prepare_data(const BoundBundle& bound, const DataOptions& options) {
   for (const BoundParam& param : bound.params) {
     HostTensor values;
     switch (param.init) {
-      case ParamInit::kHost: values = host_init_values(param, bundle); break;
-      case ParamInit::kZero: values = zeros(param.dtype, param.shape); break;
+      case ParamInit::kHost:
+        values = host_init_values(param, bundle);
+        break;
+      case ParamInit::kZero:
+        values = zeros(param.dtype, param.shape);
+        break;
       case ParamInit::kTrained:
         if (auto it = weights.tensors.find(param.name); it != weights.tensors.end()) {
           values = std::move(it->second);
         } else {
           filled.push_back(param.name);
-          values = options.fill == ParamFill::kRandom ? random_param(param, options.seed)
-                                                      : zeros(param.dtype, param.shape);
+          values =
+              options.fill == ParamFill::kRandom ? random_param(param, options.seed) : zeros(param.dtype, param.shape);
         }
         break;
     }

@@ -40,7 +40,7 @@ struct DataOptions {
 struct RunData {
   std::map<std::string, HostTensor> inputs;  // every graph input
   std::map<std::string, HostTensor> params;  // every param
-  std::vector<std::string> notes;  // for stderr: "4 trained parameters are zero: ..."
+  std::vector<std::string> notes;            // for stderr: "4 trained parameters are zero: ..."
 };
 
 // Inputs (random or from .npy, shape- and dtype-checked) and params (weights, bundle init

@@ -37,10 +37,14 @@ std::optional<StoredDType> stored_dtype(const std::string& name) {
 
 const char* safetensors_dtype(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return "F32";
-    case DType::kF16: return "F16";
-    case DType::kBF16: return "BF16";
-    case DType::kI32: return "I32";
+    case DType::kF32:
+      return "F32";
+    case DType::kF16:
+      return "F16";
+    case DType::kBF16:
+      return "BF16";
+    case DType::kI32:
+      return "I32";
   }
   return "F32";
 }
@@ -65,8 +69,8 @@ std::vector<SafetensorsEntry> read_safetensors(const std::string& path) {
     header_length |= static_cast<uint64_t>(static_cast<unsigned char>(bytes[i])) << (8 * i);
   }
   if (header_length > bytes.size() - 8) {
-    throw file_error(path, fmt::format("header length {} exceeds the file's {} remaining bytes",
-                                       header_length, bytes.size() - 8));
+    throw file_error(
+        path, fmt::format("header length {} exceeds the file's {} remaining bytes", header_length, bytes.size() - 8));
   }
   nlohmann::json header;
   try {
@@ -81,11 +85,8 @@ std::vector<SafetensorsEntry> read_safetensors(const std::string& path) {
   std::vector<SafetensorsEntry> entries;
   for (const auto& [name, info] : header.items()) {
     if (name == "__metadata__") continue;
-    auto bad = [&](const std::string& what) {
-      return file_error(path, fmt::format("tensor '{}': {}", name, what));
-    };
-    if (!info.is_object() || !info.contains("dtype") || !info.contains("shape") ||
-        !info.contains("data_offsets")) {
+    auto bad = [&](const std::string& what) { return file_error(path, fmt::format("tensor '{}': {}", name, what)); };
+    if (!info.is_object() || !info.contains("dtype") || !info.contains("shape") || !info.contains("data_offsets")) {
       throw bad("needs \"dtype\", \"shape\" and \"data_offsets\"");
     }
     if (!info["dtype"].is_string()) throw bad("\"dtype\" is not a string");
@@ -94,8 +95,7 @@ std::vector<SafetensorsEntry> read_safetensors(const std::string& path) {
     entry.dtype = info["dtype"].get<std::string>();
     auto stored = stored_dtype(entry.dtype);
     if (!stored) {
-      throw bad(fmt::format("unsupported dtype {} (supported: F32, F16, BF16, I32, I64)",
-                            entry.dtype));
+      throw bad(fmt::format("unsupported dtype {} (supported: F32, F16, BF16, I32, I64)", entry.dtype));
     }
     if (!info["shape"].is_array()) throw bad("\"shape\" is not a list");
     uint64_t numel = 1;
@@ -115,13 +115,11 @@ std::vector<SafetensorsEntry> read_safetensors(const std::string& path) {
     }
     const uint64_t begin = offsets[0].get<uint64_t>(), end = offsets[1].get<uint64_t>();
     if (begin > end || end > data_size) {
-      throw bad(fmt::format("data_offsets [{}, {}] are outside the {}-byte data section", begin,
-                            end, data_size));
+      throw bad(fmt::format("data_offsets [{}, {}] are outside the {}-byte data section", begin, end, data_size));
     }
     if (end - begin != numel * stored->size) {
-      throw bad(fmt::format("data_offsets [{}, {}] hold {} bytes, but {} {} needs {}", begin, end,
-                            end - begin, entry.dtype, shape_text(entry.shape),
-                            numel * stored->size));
+      throw bad(fmt::format("data_offsets [{}, {}] hold {} bytes, but {} {} needs {}", begin, end, end - begin,
+                            entry.dtype, shape_text(entry.shape), numel * stored->size));
     }
     const auto* data = reinterpret_cast<const uint8_t*>(bytes.data() + data_start + begin);
     entry.tensor.dtype = stored->dtype;
@@ -131,8 +129,7 @@ std::vector<SafetensorsEntry> read_safetensors(const std::string& path) {
       if (stored->is_int64) {
         int64_t value;
         std::memcpy(&value, data + i * 8, 8);
-        if (value < std::numeric_limits<int32_t>::min() ||
-            value > std::numeric_limits<int32_t>::max()) {
+        if (value < std::numeric_limits<int32_t>::min() || value > std::numeric_limits<int32_t>::max()) {
           throw bad(fmt::format("element {} = {} does not fit in i32", i, value));
         }
         entry.tensor.data[i] = static_cast<double>(value);
@@ -150,14 +147,13 @@ void write_safetensors(const std::string& path, const std::map<std::string, Host
   std::vector<uint8_t> data;
   for (const auto& [name, tensor] : tensors) {
     if (static_cast<int64_t>(tensor.data.size()) != tensor.numel()) {
-      throw Error(fmt::format("writing {}: tensor '{}' has {} values for shape {}", path, name,
-                              tensor.data.size(), shape_text(tensor.shape)));
+      throw Error(fmt::format("writing {}: tensor '{}' has {} values for shape {}", path, name, tensor.data.size(),
+                              shape_text(tensor.shape)));
     }
     const size_t begin = data.size();
     for (double value : tensor.data) append_element(data, tensor.dtype, value);
-    header[name] = {{"dtype", safetensors_dtype(tensor.dtype)},
-                    {"shape", tensor.shape},
-                    {"data_offsets", {begin, data.size()}}};
+    header[name] = {
+        {"dtype", safetensors_dtype(tensor.dtype)}, {"shape", tensor.shape}, {"data_offsets", {begin, data.size()}}};
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // the format pads the header with spaces
@@ -209,14 +205,14 @@ LoadedWeights load_weights(const std::string& path, const std::vector<ParamShape
     const ParamShape& param = *it->second;
     seen.insert(param.name);
     if (entry.shape != param.shape) {
-      mismatched.push_back(fmt::format("'{}' is {} {}, expected {}", entry.name, entry.dtype,
-                                       shape_text(entry.shape), describe(param)));
+      mismatched.push_back(
+          fmt::format("'{}' is {} {}, expected {}", entry.name, entry.dtype, shape_text(entry.shape), describe(param)));
       continue;
     }
     const bool file_is_float = is_float(entry.tensor.dtype);
     if (file_is_float != is_float(param.dtype)) {
-      mismatched.push_back(fmt::format("'{}' is {} {}, expected {}", entry.name, entry.dtype,
-                                       shape_text(entry.shape), describe(param)));
+      mismatched.push_back(
+          fmt::format("'{}' is {} {}, expected {}", entry.name, entry.dtype, shape_text(entry.shape), describe(param)));
       continue;
     }
     if (entry.tensor.dtype != param.dtype) {
@@ -239,8 +235,7 @@ LoadedWeights load_weights(const std::string& path, const std::vector<ParamShape
         .note(expected_note());
   }
   if (converted > 0) {
-    loaded.notes.push_back(fmt::format("converted {} tensor(s) from {} to the parameters' dtypes",
-                                       converted, path));
+    loaded.notes.push_back(fmt::format("converted {} tensor(s) from {} to the parameters' dtypes", converted, path));
   }
   return loaded;
 }

@@ -107,10 +107,14 @@ Position position(const YAML::Node& node) {
 // What a YAML value is, for "got ..." in messages.
 std::string describe(const YAML::Node& node) {
   switch (node.Type()) {
-    case YAML::NodeType::Scalar: return fmt::format("'{}'", node.Scalar());
-    case YAML::NodeType::Sequence: return node.size() ? "a list" : "an empty list";
-    case YAML::NodeType::Map: return node.size() ? "a map" : "an empty map";
-    default: return "nothing";
+    case YAML::NodeType::Scalar:
+      return fmt::format("'{}'", node.Scalar());
+    case YAML::NodeType::Sequence:
+      return node.size() ? "a list" : "an empty list";
+    case YAML::NodeType::Map:
+      return node.size() ? "a map" : "an empty map";
+    default:
+      return "nothing";
   }
 }
 
@@ -139,8 +143,7 @@ class SpecParser {
   Graph parse(const YAML::Node& root) {
     if (!root.IsMap())
       throw error(position(root).line ? position(root) : Position{1, 1},
-                  fmt::format("a graph spec must be a map with keys {}, got {}", join(kTopKeys),
-                              describe(root)));
+                  fmt::format("a graph spec must be a map with keys {}, got {}", join(kTopKeys), describe(root)));
     Fields top = fields(root, kTopKeys, "", "top-level ");
     Position root_pos = position(root);
 
@@ -161,8 +164,8 @@ class SpecParser {
 
   // The entries of a map with string keys; unknown keys (when `allowed` is non-empty) and
   // duplicate keys are errors. `what` prefixes messages ("node 'fc1': ").
-  Fields fields(const YAML::Node& map, const std::vector<std::string>& allowed,
-                const std::string& what, const std::string& key_kind = "") const {
+  Fields fields(const YAML::Node& map, const std::vector<std::string>& allowed, const std::string& what,
+                const std::string& key_kind = "") const {
     Fields out;
     for (const auto& entry : map) {
       Position key_pos = position(entry.first);
@@ -170,12 +173,11 @@ class SpecParser {
         throw error(key_pos, fmt::format("{}keys must be names, got {}", what, describe(entry.first)));
       const std::string& key = entry.first.Scalar();
       if (!allowed.empty() && std::find(allowed.begin(), allowed.end(), key) == allowed.end())
-        throw error(key_pos, fmt::format("{}unknown {}key '{}'{}", what, key_kind, key,
-                                         did_you_mean(key, allowed)))
+        throw error(key_pos, fmt::format("{}unknown {}key '{}'{}", what, key_kind, key, did_you_mean(key, allowed)))
             .note(fmt::format("valid keys: {}", join(allowed)));
       if (auto it = out.find(key); it != out.end())
-        throw error(key_pos, fmt::format("{}duplicate key '{}' (first at line {}, column {})", what,
-                                         key, it->second.key_pos.line, it->second.key_pos.column));
+        throw error(key_pos, fmt::format("{}duplicate key '{}' (first at line {}, column {})", what, key,
+                                         it->second.key_pos.line, it->second.key_pos.column));
       Position value_pos = position(entry.second);
       if (entry.second.IsNull() || value_pos.line == 0) value_pos = key_pos;
       out[key] = Field{entry.first, entry.second, key_pos, value_pos};
@@ -184,40 +186,34 @@ class SpecParser {
   }
 
   // A key that must be present with a value; absent keys point at the enclosing map.
-  const Field& require(const Fields& map, const std::string& key, Position map_pos,
-                       const std::string& what, const std::string& key_kind = "") const {
+  const Field& require(const Fields& map, const std::string& key, Position map_pos, const std::string& what,
+                       const std::string& key_kind = "") const {
     auto it = map.find(key);
-    if (it == map.end())
-      throw error(map_pos, fmt::format("{}missing {}key '{}'", what, key_kind, key));
-    if (it->second.value.IsNull())
-      throw error(it->second.key_pos, fmt::format("{}key '{}' has no value", what, key));
+    if (it == map.end()) throw error(map_pos, fmt::format("{}missing {}key '{}'", what, key_kind, key));
+    if (it->second.value.IsNull()) throw error(it->second.key_pos, fmt::format("{}key '{}' has no value", what, key));
     return it->second;
   }
 
-  std::string scalar(const Field& field, const std::string& what, const std::string& key,
-                     const char* expected) const {
+  std::string scalar(const Field& field, const std::string& what, const std::string& key, const char* expected) const {
     if (!field.value.IsScalar())
-      throw error(field.value_pos, fmt::format("{}'{}' must be {}, got {}", what, key, expected,
-                                               describe(field.value)));
+      throw error(field.value_pos,
+                  fmt::format("{}'{}' must be {}, got {}", what, key, expected, describe(field.value)));
     return field.value.Scalar();
   }
 
   std::string identifier(const Field& field, const std::string& kind) const {
     std::string text = scalar(field, "", "name", "a name");
     if (!is_identifier(text))
-      throw error(field.value_pos,
-                  fmt::format("{} '{}' is not an identifier (letters, digits and '_', not "
-                              "starting with a digit)",
-                              kind, text));
+      throw error(field.value_pos, fmt::format("{} '{}' is not an identifier (letters, digits and '_', not "
+                                               "starting with a digit)",
+                                               kind, text));
     return text;
   }
 
   int64_t integer(const Field& field, const std::string& what, const std::string& key) const {
     std::string text = scalar(field, what, key, "an integer");
     std::optional<int64_t> value = parse_int(text);
-    if (!value)
-      throw error(field.value_pos,
-                  fmt::format("{}'{}' must be an integer, got '{}'", what, key, text));
+    if (!value) throw error(field.value_pos, fmt::format("{}'{}' must be an integer, got '{}'", what, key, text));
     return *value;
   }
 
@@ -229,13 +225,12 @@ class SpecParser {
                               describe(dims_field.value)));
     for (const auto& [name, field] : ordered(fields(dims_field.value, {}, "dims: "))) {
       if (!is_identifier(name))
-        throw error(field.key_pos,
-                    fmt::format("dim name '{}' is not an identifier (letters, digits and '_', "
-                                "not starting with a digit)",
-                                name));
+        throw error(field.key_pos, fmt::format("dim name '{}' is not an identifier (letters, digits and '_', "
+                                               "not starting with a digit)",
+                                               name));
       if (std::find(kExprFunctions.begin(), kExprFunctions.end(), name) != kExprFunctions.end())
-        throw error(field.key_pos, fmt::format("dim name '{}' is an expression function ({})",
-                                               name, join(kExprFunctions)));
+        throw error(field.key_pos,
+                    fmt::format("dim name '{}' is an expression function ({})", name, join(kExprFunctions)));
       if (is_device_symbol(name))
         throw error(field.key_pos, fmt::format("dim name '{}' is a device symbol ({}), bound from the GPU "
                                                "at run time",
@@ -243,8 +238,7 @@ class SpecParser {
       std::string what = fmt::format("dim '{}': ", name);
       if (!field.value.IsMap())
         throw error(field.value_pos,
-                    fmt::format("{}expected a map {{min, max, default}}, got {}", what,
-                                describe(field.value)));
+                    fmt::format("{}expected a map {{min, max, default}}, got {}", what, describe(field.value)));
       Fields keys = fields(field.value, kDimKeys, what);
       DimDecl dim;
       dim.name = name;
@@ -253,8 +247,7 @@ class SpecParser {
       if (auto it = keys.find("min"); it != keys.end()) {
         dim.min = integer(it->second, what, "min");
         if (dim.min < 1)
-          throw error(it->second.value_pos,
-                      fmt::format("{}min must be at least 1, got {}", what, dim.min));
+          throw error(it->second.value_pos, fmt::format("{}min must be at least 1, got {}", what, dim.min));
       }
       const Field& max_field = require(keys, "max", map_pos, what);
       dim.max = integer(max_field, what, "max");
@@ -265,8 +258,7 @@ class SpecParser {
       dim.default_value = integer(default_field, what, "default");
       if (dim.default_value < dim.min || dim.default_value > dim.max)
         throw error(default_field.value_pos,
-                    fmt::format("{}default {} is outside [{}, {}]", what, dim.default_value,
-                                dim.min, dim.max));
+                    fmt::format("{}default {} is outside [{}, {}]", what, dim.default_value, dim.min, dim.max));
       graph_.dims.push_back(dim);
     }
   }
@@ -293,11 +285,9 @@ class SpecParser {
     return names;
   }
 
-  Error unknown_dim(Position pos, const std::string& what, const std::string& dim,
-                    const std::string& entry) const {
+  Error unknown_dim(Position pos, const std::string& what, const std::string& dim, const std::string& entry) const {
     std::string where = entry == dim ? "" : fmt::format(" in '{}'", entry);
-    Error e = error(pos, fmt::format("{}unknown dim '{}'{}{}", what, dim, where,
-                                     did_you_mean(dim, dim_names())));
+    Error e = error(pos, fmt::format("{}unknown dim '{}'{}{}", what, dim, where, did_you_mean(dim, dim_names())));
     if (graph_.dims.empty())
       e.note("the graph declares no dims; declare them under 'dims:'");
     else
@@ -306,8 +296,7 @@ class SpecParser {
   }
 
   // One shape entry: an int, a dim name or an expression string over declared dims.
-  Expr shape_entry(const YAML::Node& entry, const std::string& what,
-                   bool allow_negative_one = false) const {
+  Expr shape_entry(const YAML::Node& entry, const std::string& what, bool allow_negative_one = false) const {
     Position pos = position(entry);
     if (!entry.IsScalar())
       throw error(pos, fmt::format("{}a shape entry must be an int, a dim name or an "
@@ -322,8 +311,7 @@ class SpecParser {
     }
     for (const std::string& dim : expr.dims())
       if (!graph_.find_dim(dim)) throw unknown_dim(pos, what, dim, text);
-    if (auto value = expr.const_value(); value && *value <= 0 &&
-                                        !(allow_negative_one && *value == -1))
+    if (auto value = expr.const_value(); value && *value <= 0 && !(allow_negative_one && *value == -1))
       throw error(pos, fmt::format("{}shape entry '{}' must be positive", what, text));
     return expr;
   }
@@ -331,8 +319,7 @@ class SpecParser {
   Shape shape(const Field& field, const std::string& what) const {
     if (!field.value.IsSequence())
       throw error(field.value_pos,
-                  fmt::format("{}'shape' must be a list like [B, 784], got {}", what,
-                              describe(field.value)));
+                  fmt::format("{}'shape' must be a list like [B, 784], got {}", what, describe(field.value)));
     Shape out;
     for (const auto& entry : field.value) out.push_back(shape_entry(entry, what));
     return out;
@@ -342,8 +329,7 @@ class SpecParser {
     std::string text = scalar(field, what, "dtype", "a dtype name");
     std::optional<DType> parsed = parse_dtype(text);
     if (!parsed)
-      throw error(field.value_pos, fmt::format("{}unknown dtype '{}'{}", what, text,
-                                               did_you_mean(text, dtype_names())))
+      throw error(field.value_pos, fmt::format("{}unknown dtype '{}'{}", what, text, did_you_mean(text, dtype_names())))
           .note(fmt::format("dtypes: {}", join(dtype_names())));
     return *parsed;
   }
@@ -352,27 +338,24 @@ class SpecParser {
   void claim_name(const std::string& name, Position pos, const std::string& what) {
     auto [it, inserted] = defined_.emplace(name, pos);
     if (!inserted)
-      throw error(pos, fmt::format("{}duplicate name '{}' (first defined on line {})", what,
-                                   name, it->second.line))
+      throw error(pos, fmt::format("{}duplicate name '{}' (first defined on line {})", what, name, it->second.line))
           .note("graph input and node names must be unique");
   }
 
   void parse_inputs(const Field& inputs_field) {
     if (!inputs_field.value.IsMap() || inputs_field.value.size() == 0)
-      throw error(inputs_field.value_pos,
-                  fmt::format("'inputs' must be a non-empty map of input names to {{dtype, "
-                              "shape}}, got {}",
-                              describe(inputs_field.value)));
+      throw error(inputs_field.value_pos, fmt::format("'inputs' must be a non-empty map of input names to {{dtype, "
+                                                      "shape}}, got {}",
+                                                      describe(inputs_field.value)));
     for (const auto& [name, field] : ordered(fields(inputs_field.value, {}, "inputs: "))) {
       if (!is_identifier(name))
-        throw error(field.key_pos,
-                    fmt::format("input name '{}' is not an identifier (letters, digits and "
-                                "'_', not starting with a digit)",
-                                name));
+        throw error(field.key_pos, fmt::format("input name '{}' is not an identifier (letters, digits and "
+                                               "'_', not starting with a digit)",
+                                               name));
       std::string what = fmt::format("input '{}': ", name);
       if (!field.value.IsMap())
-        throw error(field.value_pos, fmt::format("{}expected a map {{dtype, shape}}, got {}",
-                                                 what, describe(field.value)));
+        throw error(field.value_pos,
+                    fmt::format("{}expected a map {{dtype, shape}}, got {}", what, describe(field.value)));
       Fields keys = fields(field.value, kInputKeys, what);
       claim_name(name, field.key_pos, "");
       GraphInput input;
@@ -380,8 +363,7 @@ class SpecParser {
       input.pos = field.key_pos;
       DType type = DType::kF32;
       if (auto it = keys.find("dtype"); it != keys.end()) type = dtype(it->second, what);
-      input.type = contiguous(type, shape(require(keys, "shape", position(field.value), what),
-                                          what));
+      input.type = contiguous(type, shape(require(keys, "shape", position(field.value), what), what));
       graph_.inputs.push_back(std::move(input));
     }
   }
@@ -396,8 +378,7 @@ class SpecParser {
       if (node.IsMap()) {
         for (const auto& entry : node) {
           if (!entry.first.IsScalar()) continue;
-          if (entry.first.Scalar() == "name" && entry.second.IsScalar())
-            sketch.name = entry.second.Scalar();
+          if (entry.first.Scalar() == "name" && entry.second.IsScalar()) sketch.name = entry.second.Scalar();
           if (entry.first.Scalar() == "inputs" && entry.second.IsSequence())
             for (const auto& input : entry.second)
               if (input.IsScalar()) sketch.inputs.push_back(input.Scalar());
@@ -409,25 +390,24 @@ class SpecParser {
   }
 
   // The path from `from` back to `target` through inputs of sketched nodes, if any.
-  std::optional<std::vector<std::string>> path_to(const std::vector<Sketch>& sketches,
-                                                  const std::string& from,
+  std::optional<std::vector<std::string>> path_to(const std::vector<Sketch>& sketches, const std::string& from,
                                                   const std::string& target) const {
     std::set<std::string> seen;
-    std::function<bool(const std::string&, std::vector<std::string>&)> walk =
-        [&](const std::string& name, std::vector<std::string>& path) {
-          path.push_back(name);
-          if (name == target) return true;
-          if (seen.insert(name).second) {
-            for (const Sketch& sketch : sketches)
-              if (sketch.name == name) {
-                for (const std::string& input : sketch.inputs)
-                  if (walk(input, path)) return true;
-                break;
-              }
+    std::function<bool(const std::string&, std::vector<std::string>&)> walk = [&](const std::string& name,
+                                                                                  std::vector<std::string>& path) {
+      path.push_back(name);
+      if (name == target) return true;
+      if (seen.insert(name).second) {
+        for (const Sketch& sketch : sketches)
+          if (sketch.name == name) {
+            for (const std::string& input : sketch.inputs)
+              if (walk(input, path)) return true;
+            break;
           }
-          path.pop_back();
-          return false;
-        };
+      }
+      path.pop_back();
+      return false;
+    };
     std::vector<std::string> path;
     if (walk(from, path)) return path;
     return std::nullopt;
@@ -436,8 +416,7 @@ class SpecParser {
   void parse_nodes(const Field& nodes_field) {
     if (!nodes_field.value.IsSequence() || nodes_field.value.size() == 0)
       throw error(nodes_field.value_pos,
-                  fmt::format("'nodes' must be a non-empty list of nodes, got {}",
-                              describe(nodes_field.value)));
+                  fmt::format("'nodes' must be a non-empty list of nodes, got {}", describe(nodes_field.value)));
     std::vector<Sketch> sketches = sketch_nodes(nodes_field.value);
     size_t index = 0;
     for (const auto& yaml_node : nodes_field.value) parse_node(yaml_node, index++, sketches);
@@ -447,8 +426,8 @@ class SpecParser {
     Position node_pos = position(yaml_node);
     std::string anon = fmt::format("node #{}: ", index + 1);
     if (!yaml_node.IsMap())
-      throw error(node_pos, fmt::format("{}expected a map {{name, op, inputs, attrs}}, got {}",
-                                        anon, describe(yaml_node)));
+      throw error(node_pos,
+                  fmt::format("{}expected a map {{name, op, inputs, attrs}}, got {}", anon, describe(yaml_node)));
     // Keys are checked before the name is known to be usable, so name the node by its
     // name when it has a plain one.
     std::string what = anon;
@@ -467,8 +446,8 @@ class SpecParser {
     std::string op_name = scalar(op_field, what, "op", "an op name");
     node.op = registry_.find(op_name);
     if (!node.op)
-      throw error(op_field.value_pos, fmt::format("{}unknown op '{}'{}", what, op_name,
-                                                  did_you_mean(op_name, registry_.names())))
+      throw error(op_field.value_pos,
+                  fmt::format("{}unknown op '{}'{}", what, op_name, did_you_mean(op_name, registry_.names())))
           .note("`teeny ops` lists the registered ops");
     const OpDef& op = *node.op;
 
@@ -488,21 +467,19 @@ class SpecParser {
     graph_.nodes.push_back(std::move(node));
   }
 
-  Error unsupported_dtype(const Node& node, const std::string& key, DType type,
-                          const std::string& whose) const {
+  Error unsupported_dtype(const Node& node, const std::string& key, DType type, const std::string& whose) const {
     std::vector<std::string> supported;
     for (DType t : node.op->dtypes) supported.push_back(dtype_name(t));
     return graph_.error_at(node, key,
-                           fmt::format("op '{}' does not support dtype {}{}; it supports {}",
-                                       node.op->name, dtype_name(type), whose,
-                                       join(supported)));
+                           fmt::format("op '{}' does not support dtype {}{}; it supports {}", node.op->name,
+                                       dtype_name(type), whose, join(supported)));
   }
 
   void parse_node_inputs(Node& node, const Field& field, const std::string& what, size_t index,
                          const std::vector<Sketch>& sketches) {
     if (!field.value.IsSequence())
-      throw error(field.value_pos, fmt::format("{}'inputs' must be a list of names, got {}",
-                                               what, describe(field.value)));
+      throw error(field.value_pos,
+                  fmt::format("{}'inputs' must be a list of names, got {}", what, describe(field.value)));
     const OpDef& op = *node.op;
     size_t i = 0;
     for (const auto& entry : field.value) {
@@ -510,11 +487,9 @@ class SpecParser {
       Position pos = position(entry);
       node.key_pos[key] = pos;
       if (!entry.IsScalar())
-        throw error(pos, fmt::format("{}input entries must be names, got {}", what,
-                                     describe(entry)));
+        throw error(pos, fmt::format("{}input entries must be names, got {}", what, describe(entry)));
       const std::string& input = entry.Scalar();
-      if (input == node.name)
-        throw error(pos, fmt::format("{}cycle: {} -> {}", what, node.name, node.name));
+      if (input == node.name) throw error(pos, fmt::format("{}cycle: {} -> {}", what, node.name, node.name));
       const TensorType* type = graph_.find_tensor(input);
       if (!type) throw undefined_input(pos, what, node.name, input, index, sketches);
       node.inputs.push_back(input);
@@ -528,9 +503,8 @@ class SpecParser {
       size_t min_inputs = static_cast<size_t>(std::max(op.min_inputs, 1));
       if (count < min_inputs)
         throw graph_.error_at(node, "inputs",
-                              fmt::format("op '{}' takes at least {} input{} ({}...), got {}",
-                                          op.name, min_inputs, min_inputs == 1 ? "" : "s",
-                                          join(names), count));
+                              fmt::format("op '{}' takes at least {} input{} ({}...), got {}", op.name, min_inputs,
+                                          min_inputs == 1 ? "" : "s", join(names), count));
     } else if (op.optional_inputs > 0) {
       const size_t required = op.inputs.size() - static_cast<size_t>(op.optional_inputs);
       if (count < required || count > op.inputs.size()) {
@@ -541,38 +515,32 @@ class SpecParser {
       }
     } else if (count != op.inputs.size()) {
       throw graph_.error_at(node, "inputs",
-                            fmt::format("op '{}' takes {} input{} ({}), got {}", op.name,
-                                        op.inputs.size(), op.inputs.size() == 1 ? "" : "s",
-                                        join(names), count));
+                            fmt::format("op '{}' takes {} input{} ({}), got {}", op.name, op.inputs.size(),
+                                        op.inputs.size() == 1 ? "" : "s", join(names), count));
     }
     // Float inputs must be in the op's dtypes; integer inputs (ids) are the op's own check.
     for (size_t k = 0; k < count; ++k) {
       DType type = node.ctx.inputs[k].dtype;
-      if (is_float(type) &&
-          std::find(op.dtypes.begin(), op.dtypes.end(), type) == op.dtypes.end())
-        throw unsupported_dtype(node, fmt::format("inputs.{}", k), type,
-                                fmt::format(" (input '{}')", node.inputs[k]));
+      if (is_float(type) && std::find(op.dtypes.begin(), op.dtypes.end(), type) == op.dtypes.end())
+        throw unsupported_dtype(node, fmt::format("inputs.{}", k), type, fmt::format(" (input '{}')", node.inputs[k]));
     }
   }
 
-  Error undefined_input(Position pos, const std::string& what, const std::string& node_name,
-                        const std::string& input, size_t index,
-                        const std::vector<Sketch>& sketches) const {
+  Error undefined_input(Position pos, const std::string& what, const std::string& node_name, const std::string& input,
+                        size_t index, const std::vector<Sketch>& sketches) const {
     for (size_t later = index + 1; later < sketches.size(); ++later) {
       if (sketches[later].name != input) continue;
       if (auto cycle = path_to(sketches, input, node_name)) {
         return error(pos, fmt::format("{}cycle: {} -> {}", what, node_name, join(*cycle, " -> ")))
             .note("a node's inputs must be graph inputs or earlier nodes");
       }
-      return error(pos, fmt::format("{}input '{}' is defined later, on line {}", what, input,
-                                    sketches[later].pos.line))
+      return error(pos, fmt::format("{}input '{}' is defined later, on line {}", what, input, sketches[later].pos.line))
           .note("a node's inputs must be graph inputs or earlier nodes; move it up");
     }
     std::vector<std::string> known;
     for (const GraphInput& graph_input : graph_.inputs) known.push_back(graph_input.name);
     for (const Node& earlier : graph_.nodes) known.push_back(earlier.name);
-    return error(pos, fmt::format("{}undefined input '{}'{}", what, input,
-                                  did_you_mean(input, known)));
+    return error(pos, fmt::format("{}undefined input '{}'{}", what, input, did_you_mean(input, known)));
   }
 
   // ---- attrs ---------------------------------------------------------------------------
@@ -593,8 +561,8 @@ class SpecParser {
       for (const auto& [name, attr] : given) {
         node.key_pos["attrs." + name] = attr.value_pos;
         if (std::find(names.begin(), names.end(), name) == names.end()) {
-          Error e = error(attr.key_pos, fmt::format("{}unknown attr '{}' for op '{}'{}", what,
-                                                    name, op.name, did_you_mean(name, names)));
+          Error e = error(attr.key_pos, fmt::format("{}unknown attr '{}' for op '{}'{}", what, name, op.name,
+                                                    did_you_mean(name, names)));
           e.note(names.empty() ? fmt::format("op '{}' takes no attrs", op.name)
                                : fmt::format("op '{}' attrs: {}", op.name, join(names)));
           throw e;
@@ -609,8 +577,8 @@ class SpecParser {
         if (spec.default_value)
           values[spec.name] = normalize_default(spec);
         else if (!spec.optional)
-          throw graph_.error_at(node, "attrs", fmt::format("missing required attr '{}' for op '{}'",
-                                                           spec.name, op.name));
+          throw graph_.error_at(node, "attrs",
+                                fmt::format("missing required attr '{}' for op '{}'", spec.name, op.name));
         continue;
       }
       values[spec.name] = attr_value(spec, it->second, what);
@@ -620,21 +588,28 @@ class SpecParser {
 
   static nlohmann::json normalize_default(const AttrSpec& spec) {
     const nlohmann::json& value = *spec.default_value;
-    if (spec.type == AttrType::kIntPair && value.is_number_integer())
-      return nlohmann::json::array({value, value});
+    if (spec.type == AttrType::kIntPair && value.is_number_integer()) return nlohmann::json::array({value, value});
     return value;
   }
 
   static const char* expected_text(AttrType type) {
     switch (type) {
-      case AttrType::kInt: return "an integer";
-      case AttrType::kFloat: return "a number";
-      case AttrType::kBool: return "true or false";
-      case AttrType::kEnum: return "a name";
-      case AttrType::kIntPair: return "an integer or a list [h, w] of two integers";
-      case AttrType::kIntList: return "a list of integers";
-      case AttrType::kIntListList: return "a list of lists of integers";
-      case AttrType::kShape: return "a list of ints, dim names or expression strings";
+      case AttrType::kInt:
+        return "an integer";
+      case AttrType::kFloat:
+        return "a number";
+      case AttrType::kBool:
+        return "true or false";
+      case AttrType::kEnum:
+        return "a name";
+      case AttrType::kIntPair:
+        return "an integer or a list [h, w] of two integers";
+      case AttrType::kIntList:
+        return "a list of integers";
+      case AttrType::kIntListList:
+        return "a list of lists of integers";
+      case AttrType::kShape:
+        return "a list of ints, dim names or expression strings";
     }
     return "";
   }
@@ -642,9 +617,8 @@ class SpecParser {
   nlohmann::json attr_value(const AttrSpec& spec, const Field& field, const std::string& what) {
     const YAML::Node& value = field.value;
     auto bad = [&]() {
-      return error(field.value_pos, fmt::format("{}attr '{}' must be {}, got {}", what,
-                                                spec.name, expected_text(spec.type),
-                                                describe(value)));
+      return error(field.value_pos, fmt::format("{}attr '{}' must be {}, got {}", what, spec.name,
+                                                expected_text(spec.type), describe(value)));
     };
     auto int_of = [&](const YAML::Node& item) {
       if (!item.IsScalar()) throw bad();
@@ -660,8 +634,8 @@ class SpecParser {
     };
     auto check_min = [&](double number) {
       if (spec.min_value && number < *spec.min_value)
-        throw error(field.value_pos, fmt::format("{}attr '{}' must be at least {}, got {}", what,
-                                                 spec.name, *spec.min_value, value.Scalar()));
+        throw error(field.value_pos, fmt::format("{}attr '{}' must be at least {}, got {}", what, spec.name,
+                                                 *spec.min_value, value.Scalar()));
     };
 
     switch (spec.type) {
@@ -686,9 +660,8 @@ class SpecParser {
         if (!value.IsScalar()) throw bad();
         const std::string& text = value.Scalar();
         if (std::find(spec.choices.begin(), spec.choices.end(), text) == spec.choices.end())
-          throw error(field.value_pos,
-                      fmt::format("{}attr '{}' must be one of {}; got '{}'{}", what, spec.name,
-                                  join(spec.choices), text, did_you_mean(text, spec.choices)));
+          throw error(field.value_pos, fmt::format("{}attr '{}' must be one of {}; got '{}'{}", what, spec.name,
+                                                   join(spec.choices), text, did_you_mean(text, spec.choices)));
         return text;
       }
       case AttrType::kIntPair: {
@@ -700,7 +673,8 @@ class SpecParser {
         if (pair.size() != 2) throw bad();
         return pair;
       }
-      case AttrType::kIntList: return int_list(value);
+      case AttrType::kIntList:
+        return int_list(value);
       case AttrType::kIntListList: {
         if (!value.IsSequence()) throw bad();
         nlohmann::json lists = nlohmann::json::array();
@@ -725,9 +699,8 @@ class SpecParser {
     try {
       node.ctx.output = op.infer(node.ctx);
       if (node.ctx.requested_dtype && node.ctx.output.dtype != *node.ctx.requested_dtype)
-        throw OpError("dtype", fmt::format("op '{}' produces {} here, not the requested {}",
-                                           op.name, dtype_name(node.ctx.output.dtype),
-                                           dtype_name(*node.ctx.requested_dtype)));
+        throw OpError("dtype", fmt::format("op '{}' produces {} here, not the requested {}", op.name,
+                                           dtype_name(node.ctx.output.dtype), dtype_name(*node.ctx.requested_dtype)));
       if (op.params) op.params(node.ctx);
     } catch (const OpError& e) {
       throw relocate(node, e.key, e);
@@ -754,8 +727,7 @@ class SpecParser {
     for (const Node& node : graph_.nodes) known.push_back(node.name);
     for (const auto& entry : field.value) {
       Position pos = position(entry);
-      if (!entry.IsScalar())
-        throw error(pos, fmt::format("output entries must be names, got {}", describe(entry)));
+      if (!entry.IsScalar()) throw error(pos, fmt::format("output entries must be names, got {}", describe(entry)));
       const std::string& name = entry.Scalar();
       if (!graph_.find_tensor(name))
         throw error(pos, fmt::format("undefined output '{}'{}", name, did_you_mean(name, known)));
@@ -801,8 +773,7 @@ Graph parse_graph(const std::string& text, const std::string& path, const Regist
 
 Graph load_graph(const std::string& path, const Registry& registry) {
   std::ifstream file(path, std::ios::binary);
-  if (!file)
-    throw Error(fmt::format("cannot read graph spec '{}': {}", path, std::strerror(errno)));
+  if (!file) throw Error(fmt::format("cannot read graph spec '{}': {}", path, std::strerror(errno)));
   std::ostringstream text;
   text << file.rdbuf();
   return parse_graph(text.str(), path, registry);
@@ -816,34 +787,27 @@ Bindings bind_dims(const std::vector<DimDecl>& dims, const std::vector<std::stri
   for (const std::string& bind : binds) {
     size_t eq = bind.find('=');
     std::string name = eq == std::string::npos ? "" : bind.substr(0, eq);
-    std::optional<int64_t> value =
-        eq == std::string::npos ? std::nullopt : parse_int(bind.substr(eq + 1));
+    std::optional<int64_t> value = eq == std::string::npos ? std::nullopt : parse_int(bind.substr(eq + 1));
     if (name.empty() || !value)
       throw Error(fmt::format("malformed --bind '{}': expected DIM=N, e.g. --bind B=64", bind));
-    auto it = std::find_if(dims.begin(), dims.end(),
-                           [&](const DimDecl& dim) { return dim.name == name; });
+    auto it = std::find_if(dims.begin(), dims.end(), [&](const DimDecl& dim) { return dim.name == name; });
     if (it == dims.end())
-      throw Error(fmt::format("--bind {}: unknown dim '{}'{}", bind, name,
-                              did_you_mean(name, names)))
-          .note(names.empty() ? "the graph declares no dims"
-                              : fmt::format("declared dims: {}", join(names)));
+      throw Error(fmt::format("--bind {}: unknown dim '{}'{}", bind, name, did_you_mean(name, names)))
+          .note(names.empty() ? "the graph declares no dims" : fmt::format("declared dims: {}", join(names)));
     if (*value < it->min || *value > it->max)
       throw Error(fmt::format("--bind {}: {} must be in [{}, {}]", bind, name, it->min, it->max));
-    if (!bound.insert(name).second)
-      throw Error(fmt::format("--bind {}: dim '{}' is bound more than once", bind, name));
+    if (!bound.insert(name).second) throw Error(fmt::format("--bind {}: dim '{}' is bound more than once", bind, name));
     bindings[name] = *value;
   }
   for (const DimDecl& dim : dims) bindings.emplace(dim.name, dim.default_value);
   return bindings;
 }
 
-std::map<std::string, std::vector<int64_t>> bind_shapes(const Graph& graph,
-                                                        const Bindings& bindings) {
+std::map<std::string, std::vector<int64_t>> bind_shapes(const Graph& graph, const Bindings& bindings) {
   auto bindings_text = [&](const Shape& shape) {
     std::vector<std::string> parts;
     for (const std::string& dim : product(shape).dims())
-      if (auto it = bindings.find(dim); it != bindings.end())
-        parts.push_back(fmt::format("{}={}", dim, it->second));
+      if (auto it = bindings.find(dim); it != bindings.end()) parts.push_back(fmt::format("{}={}", dim, it->second));
     return join(parts);
   };
   // Evaluates one shape; a failure or a size <= 0 is reported by `fail`.
@@ -852,28 +816,25 @@ std::map<std::string, std::vector<int64_t>> bind_shapes(const Graph& graph,
     try {
       concrete = eval_shape(shape, bindings);
     } catch (const Error& e) {
-      throw fail(fmt::format("cannot evaluate shape {} with {}: {}", shape_str(shape),
-                             bindings_text(shape), e.message()));
+      throw fail(
+          fmt::format("cannot evaluate shape {} with {}: {}", shape_str(shape), bindings_text(shape), e.message()));
     }
     for (int64_t size : concrete)
       if (size <= 0)
-        throw fail(fmt::format("shape {} is [{}] with {}; sizes must be positive",
-                               shape_str(shape), fmt::join(concrete, ", "),
-                               bindings_text(shape)));
+        throw fail(fmt::format("shape {} is [{}] with {}; sizes must be positive", shape_str(shape),
+                               fmt::join(concrete, ", "), bindings_text(shape)));
     return concrete;
   };
   std::map<std::string, std::vector<int64_t>> shapes;
   for (const GraphInput& input : graph.inputs)
     shapes[input.name] = evaluate(input.type.shape, [&](std::string message) {
       Error e(fmt::format("input '{}': {}", input.name, message));
-      if (graph.source && input.pos.line > 0)
-        e.at(graph.source->location(input.pos.line, input.pos.column));
+      if (graph.source && input.pos.line > 0) e.at(graph.source->location(input.pos.line, input.pos.column));
       return e;
     });
   for (const Node& node : graph.nodes)
-    shapes[node.name] = evaluate(node.ctx.output.shape, [&](std::string message) {
-      return graph.error_at(node, "op", std::move(message));
-    });
+    shapes[node.name] = evaluate(node.ctx.output.shape,
+                                 [&](std::string message) { return graph.error_at(node, "op", std::move(message)); });
   return shapes;
 }
 

@@ -23,8 +23,8 @@ const std::vector<Activation>& activations() {
       {"tanh", [](double v) { return std::tanh(v); }, 5, "tn_act_tanh"},
       {"gelu", [](double v) { return 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0))); }, 8, "tn_act_gelu"},
       {"gelu_tanh",
-       [](double v) { return 0.5 * v * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v))); },
-       8, "tn_act_gelu_tanh"},
+       [](double v) { return 0.5 * v * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v))); }, 8,
+       "tn_act_gelu_tanh"},
   };
   return table;
 }

@@ -13,9 +13,9 @@
 namespace teeny::ops {
 
 struct Activation {
-  std::string name;            // "relu", "gelu" (erf form), "gelu_tanh", ...: also kernel-name parts
-  double (*host)(double);      // the double-precision reference
-  int flops = 1;               // per element, for cost
+  std::string name;        // "relu", "gelu" (erf form), "gelu_tanh", ...: also kernel-name parts
+  double (*host)(double);  // the double-precision reference
+  int flops = 1;           // per element, for cost
   // The functor template in ops/kernels/activation.cuh ("tn_act_relu"), applied as Op<T>.
   std::string functor;
 };

@@ -5,8 +5,8 @@
 #include <cmath>
 
 #include "ops/kernel_util.h"
-#include "ops/vision_common.h"
 #include "ops/ops.h"
+#include "ops/vision_common.h"
 
 namespace teeny::ops {
 namespace {
@@ -39,9 +39,9 @@ Lowering batchnorm2d_lower(const OpContext& ctx) {
                                  i64("count", count),
                                  i32("plane", plane / Expr(vec)),
                                  i32("channels", shape[1])};
-  KernelSource kernel = template_kernel(fmt::format("batchnorm2d_v{}", vec), "vision.cuh",
-                                        fmt::format("tn_batchnorm2d<{}, {}>", kThreads, vec), args, kThreads,
-                                        TEENY_KERNEL_ORIGIN);
+  KernelSource kernel =
+      template_kernel(fmt::format("batchnorm2d_v{}", vec), "vision.cuh",
+                      fmt::format("tn_batchnorm2d<{}, {}>", kThreads, vec), args, kThreads, TEENY_KERNEL_ORIGIN);
   Launch launch;
   launch.block = {kThreads, 1, 1};
   launch.grid = {ceil_div(count, Expr(kThreads)), Expr(1), Expr(1)};
@@ -58,8 +58,8 @@ HostTensor batchnorm2d_reference(const RefContext& ref) {
   HostTensor y{ref.op.output.dtype, ref.output_shape, std::vector<double>(x.data.size())};
   for (size_t i = 0; i < x.data.size(); ++i) {
     const size_t c = (i / plane) % channels;
-    y.data[i] = (x.data[i] - ref.params[2].data[c]) / std::sqrt(ref.params[3].data[c] + eps) *
-                    ref.params[0].data[c] + ref.params[1].data[c];
+    y.data[i] = (x.data[i] - ref.params[2].data[c]) / std::sqrt(ref.params[3].data[c] + eps) * ref.params[0].data[c] +
+                ref.params[1].data[c];
   }
   return y;
 }
@@ -69,8 +69,9 @@ HostTensor batchnorm2d_reference(const RefContext& ref) {
 OpDef batchnorm2d_op() {
   OpDef def;
   def.name = "batchnorm2d";
-  def.doc = "inference batch norm over x [B, C, H, W]: (x - running_mean) / sqrt(running_var + eps) * "
-            "weight + bias; params [C]";
+  def.doc =
+      "inference batch norm over x [B, C, H, W]: (x - running_mean) / sqrt(running_var + eps) * "
+      "weight + bias; params [C]";
   def.inputs = {{"x", "[B, C, H, W]"}};
   def.attrs = {{"eps", AttrType::kFloat, "added to the variance", nlohmann::json(1e-5), {}, false, 0.0}};
   const OpDef meta = def;

@@ -44,15 +44,13 @@ std::vector<CollapsedDim> collapse(const TensorType& a, const TensorType& b, con
   }
   // Merge from the inside out: dim j folds into its inner neighbour when each operand's
   // stride across j equals its stride across the neighbour times the neighbour's size.
-  auto mergeable = [](const std::optional<Expr>& outer, const std::optional<Expr>& inner,
-                      const Expr& inner_size) {
+  auto mergeable = [](const std::optional<Expr>& outer, const std::optional<Expr>& inner, const Expr& inner_size) {
     if (!outer || !inner) return !outer && !inner;
     return *outer == *inner * inner_size;
   };
   std::vector<CollapsedDim> merged;
   for (size_t k = dims.size(); k-- > 0;) {
-    if (!merged.empty() &&
-        mergeable(dims[k].stride_a, merged.back().stride_a, merged.back().size) &&
+    if (!merged.empty() && mergeable(dims[k].stride_a, merged.back().stride_a, merged.back().size) &&
         mergeable(dims[k].stride_b, merged.back().stride_b, merged.back().size)) {
       merged.back().size = merged.back().size * dims[k].size;
     } else {
@@ -80,8 +78,7 @@ OpDef binary_op(const std::string& name, std::string doc, BinaryFn fn) {
 
   def.infer = [meta](const OpContext& ctx) {
     const DType dtype = common_float_dtype(meta, ctx);
-    return contiguous(output_float_dtype(meta, ctx, dtype),
-                      broadcast_shapes(ctx.inputs[0].shape, ctx.inputs[1].shape));
+    return contiguous(output_float_dtype(meta, ctx, dtype), broadcast_shapes(ctx.inputs[0].shape, ctx.inputs[1].shape));
   };
 
   def.lower = [name, fn](const OpContext& ctx) {
@@ -92,8 +89,7 @@ OpDef binary_op(const std::string& name, std::string doc, BinaryFn fn) {
     const int rank = static_cast<int>(dims.size());
     const Expr n = product(ctx.output.shape);
 
-    std::vector<KernelArg> args = {input(0, "a", dtype), input(1, "b", dtype),
-                                   output("y", dtype), i64("n", n)};
+    std::vector<KernelArg> args = {input(0, "a", dtype), input(1, "b", dtype), output("y", dtype), i64("n", n)};
     std::string pattern;
     for (int j = 0; j < rank; ++j) {
       args.push_back(i64(fmt::format("d{}", j), dims[j].size));
@@ -105,10 +101,10 @@ OpDef binary_op(const std::string& name, std::string doc, BinaryFn fn) {
     for (char who : pattern) broadcast += fmt::format(", '{}'", who);
 
     Lowering lowering;
-    lowering.kernels.push_back(template_kernel(
-        fmt::format("{}_{}_{}", name, dtype_name(dtype), pattern), "binary.cuh",
-        fmt::format("tn_binary<{}, {}, {}{}>", dtype_c_type(dtype), kBlock, fn.functor, broadcast), args, kBlock,
-        TEENY_KERNEL_ORIGIN));
+    lowering.kernels.push_back(
+        template_kernel(fmt::format("{}_{}_{}", name, dtype_name(dtype), pattern), "binary.cuh",
+                        fmt::format("tn_binary<{}, {}, {}{}>", dtype_c_type(dtype), kBlock, fn.functor, broadcast),
+                        args, kBlock, TEENY_KERNEL_ORIGIN));
     Launch launch;
     launch.block = {kBlock, 1, 1};
     launch.grid[0] = grid_stride_blocks(ceil_div(n, Expr(kBlock * vector_width(dtype))), kBlock);
@@ -124,23 +120,21 @@ OpDef binary_op(const std::string& name, std::string doc, BinaryFn fn) {
     std::vector<ConformanceCase> cases;
     for (DType dtype : float_dtypes()) {
       const std::string dt = dtype_name(dtype);
-      cases.push_back({"same shape " + dt,
-                       case_graph({"B", "W"}, {{"a", dtype, "[B, W]"}, {"b", dtype, "[B, W]"}},
-                                  {{"y", name, {"a", "b"}}}),
-                       awkward_rows()});
+      cases.push_back(
+          {"same shape " + dt,
+           case_graph({"B", "W"}, {{"a", dtype, "[B, W]"}, {"b", dtype, "[B, W]"}}, {{"y", name, {"a", "b"}}}),
+           awkward_rows()});
       cases.push_back({"row vector b " + dt,
-                       case_graph({"B", "W"}, {{"a", dtype, "[B, W]"}, {"b", dtype, "[W]"}},
-                                  {{"y", name, {"a", "b"}}}),
+                       case_graph({"B", "W"}, {{"a", dtype, "[B, W]"}, {"b", dtype, "[W]"}}, {{"y", name, {"a", "b"}}}),
                        awkward_rows()});
-      cases.push_back({"column a, outer broadcast " + dt,
-                       case_graph({"B", "W"}, {{"a", dtype, "[B, 1]"}, {"b", dtype, "[3, 1, W]"}},
-                                  {{"y", name, {"a", "b"}}}),
-                       awkward_rows()});
+      cases.push_back(
+          {"column a, outer broadcast " + dt,
+           case_graph({"B", "W"}, {{"a", dtype, "[B, 1]"}, {"b", dtype, "[3, 1, W]"}}, {{"y", name, {"a", "b"}}}),
+           awkward_rows()});
     }
     cases.push_back({"padded a rows (linear, 17 of 20)",
                      case_graph({"B"}, {{"x", DType::kF32, "[B, 8]"}, {"b", DType::kF32, "[B, 17]"}},
-                                {{"p", "linear", {"x"}, {{"out_features", 17}}},
-                                 {"y", name, {"p", "b"}}}),
+                                {{"p", "linear", {"x"}, {{"out_features", 17}}}, {"y", name, {"p", "b"}}}),
                      {{{"B", 1}}, {{"B", 999}}}});
     return cases;
   };
@@ -152,8 +146,7 @@ OpDef binary_op(const std::string& name, std::string doc, BinaryFn fn) {
     auto strides_for = [&](const HostTensor& t) {
       std::vector<int64_t> natural = host_strides(t.shape), result(rank, 0);
       const size_t lead = rank - t.shape.size();
-      for (size_t k = lead; k < rank; ++k)
-        result[k] = t.shape[k - lead] == 1 ? 0 : natural[k - lead];
+      for (size_t k = lead; k < rank; ++k) result[k] = t.shape[k - lead] == 1 ? 0 : natural[k - lead];
       return result;
     };
     const std::vector<int64_t> sa = strides_for(ref.inputs[0]), sb = strides_for(ref.inputs[1]);
@@ -190,8 +183,7 @@ OpDef mul_op() {
   return binary_op("mul", "a * b", {"tn_mul", [](double p, double q) { return p * q; }});
 }
 OpDef div_op() {
-  return binary_op("div", "a / b (IEEE: x/0 is inf or nan)",
-                   {"tn_div", [](double p, double q) { return p / q; }});
+  return binary_op("div", "a / b (IEEE: x/0 is inf or nan)", {"tn_div", [](double p, double q) { return p / q; }});
 }
 
 }  // namespace teeny::ops

@@ -76,9 +76,13 @@ OpDef concat_op() {
       const TensorType& x = ctx.inputs[i];
       const Expr cols = x.shape[g.axis] * g.inner;
       Launch launch;
-      launch.args = {input(static_cast<int>(i), "x", dtype), output("y", dtype),
-                     i64("outer", g.outer), i32("cols", cols), i32("last", x.shape.back()),
-                     i32("x_stride", x.row_stride), i64("out_cols", g.total * g.inner),
+      launch.args = {input(static_cast<int>(i), "x", dtype),
+                     output("y", dtype),
+                     i64("outer", g.outer),
+                     i32("cols", cols),
+                     i32("last", x.shape.back()),
+                     i32("x_stride", x.row_stride),
+                     i64("out_cols", g.total * g.inner),
                      i64("col_offset", g.offsets[i] * g.inner)};
       if (i == 0)
         lowering.kernels.push_back(template_kernel(fmt::format("concat_{}", dtype_name(dtype)), "concat.cuh",
@@ -100,8 +104,7 @@ OpDef concat_op() {
     for (DType dtype : float_dtypes()) {
       const std::string dt = dtype_name(dtype);
       cases.push_back({"axis 1: [B, W] [B, 8] [B, 1] " + dt,
-                       case_graph({"B", "W"},
-                                  {{"a", dtype, "[B, W]"}, {"b", dtype, "[B, 8]"}, {"c", dtype, "[B, 1]"}},
+                       case_graph({"B", "W"}, {{"a", dtype, "[B, W]"}, {"b", dtype, "[B, 8]"}, {"c", dtype, "[B, 1]"}},
                                   {{"y", "concat", {"a", "b", "c"}, {{"axis", 1}}}}),
                        awkward_rows()});
       cases.push_back({"axis 0: [B, W] [2, W] " + dt,

@@ -21,8 +21,11 @@ struct CaseInput {
 struct CaseNode {
   CaseNode(std::string name, std::string op, std::vector<std::string> inputs,
            nlohmann::json attrs = nlohmann::json::object(), std::string dtype = "")
-      : name(std::move(name)), op(std::move(op)), inputs(std::move(inputs)),
-        attrs(std::move(attrs)), dtype(std::move(dtype)) {}
+      : name(std::move(name)),
+        op(std::move(op)),
+        inputs(std::move(inputs)),
+        attrs(std::move(attrs)),
+        dtype(std::move(dtype)) {}
   std::string name, op;
   std::vector<std::string> inputs;
   nlohmann::json attrs;

@@ -5,9 +5,9 @@
 // three nodes: ops/fuse_conv_bn_silu.cpp.
 #include <cmath>
 
-#include "ops/vision_common.h"
 #include "ops/kernel_util.h"
 #include "ops/ops.h"
+#include "ops/vision_common.h"
 
 namespace teeny::ops {
 namespace {
@@ -48,8 +48,9 @@ HostTensor conv2d_bn_silu_reference(const RefContext& ref) {
 OpDef conv2d_bn_silu_op() {
   OpDef def;
   def.name = kOp;
-  def.doc = "fused conv2d (no bias) -> batchnorm2d -> silu in one kernel (Ultralytics Conv block); "
-            "params conv.weight [Co, C/groups, kH, kW], bn.weight/bias/running_mean/running_var [Co]";
+  def.doc =
+      "fused conv2d (no bias) -> batchnorm2d -> silu in one kernel (Ultralytics Conv block); "
+      "params conv.weight [Co, C/groups, kH, kW], bn.weight/bias/running_mean/running_var [Co]";
   def.inputs = {{"x", "[B, C, H, W]"}};
   def.attrs = conv_attr_specs();
   def.attrs.push_back({"eps", AttrType::kFloat, "batch-norm epsilon", nlohmann::json(1e-3), {}, false, 0.0});
@@ -68,9 +69,11 @@ OpDef conv2d_bn_silu_op() {
   def.conformance_cases = [] {
     return vision_cases(
         kOp, {{"3x3 p1 Co 64, odd 15x13", "[B, 8, 15, 13]", {{"out_channels", 64}, {"kernel_size", 3}, {"padding", 1}}},
-              {"3x3 s2 p1 3 -> 16 (stem), odd 33x31", "[B, 3, 33, 31]",
+              {"3x3 s2 p1 3 -> 16 (stem), odd 33x31",
+               "[B, 3, 33, 31]",
                {{"out_channels", 16}, {"kernel_size", 3}, {"stride", 2}, {"padding", 1}}},
-              {"depthwise 3x3 p1", "[B, 8, 15, 13]",
+              {"depthwise 3x3 p1",
+               "[B, 8, 15, 13]",
                {{"out_channels", 8}, {"kernel_size", 3}, {"padding", 1}, {"groups", 8}}},
               {"1x1, eps 1e-5", "[B, 16, 8, 8]", {{"out_channels", 16}, {"kernel_size", 1}, {"eps", 1e-5}}}});
   };

@@ -49,8 +49,7 @@ GemmTile wgmma_tile(DType dtype, int bn, int stages, WgmmaSchedule schedule,
 
 }  // namespace
 
-GemmTile choose_gemm_tile(DType dtype, GemmBLayout layout, const Expr& n, const Expr& k, int target_sm,
-                          bool tma_ok) {
+GemmTile choose_gemm_tile(DType dtype, GemmBLayout layout, const Expr& n, const Expr& k, int target_sm, bool tma_ok) {
   const bool narrow = n.is_const() && *n.const_value() < 512;
   if (dtype == DType::kF32) {
     // 3xTF32 stages are 64 KiB (f32 high and low parts of both 128-row tiles): three fit. Its
@@ -96,7 +95,8 @@ int64_t gemm_dynamic_smem(const GemmTile& tile, const GemmEpilogue& epilogue) {
   // TMA: store buffers of 32 columns (16-bit), two a consumer, or a whole tile's and an
   // 8-byte residual mbarrier with a residual.
   const int64_t buffers = epilogue.residual ? tile.bn / kTmaStoreBox : 2;
-  const int64_t store_bytes = tile.tma ? consumers * (buffers * tile.bm * kTmaStoreBox * 2 + (epilogue.residual ? 8 : 0)) : 0;
+  const int64_t store_bytes =
+      tile.tma ? consumers * (buffers * tile.bm * kTmaStoreBox * 2 + (epilogue.residual ? 8 : 0)) : 0;
   return int64_t{tile.stages} * (stage_bytes + 16) + (tile.pingpong ? 16 : 0) + store_bytes + 1024;
 }
 
@@ -104,9 +104,7 @@ Expr gemm_tiles(const GemmTile& tile, const Expr& m, const Expr& n) {
   return ceil_div(m, Expr(tile.bm)) * ceil_div(n, Expr(tile.bn));
 }
 
-Expr gemm_grid(const GemmTile& tile, const Expr& units) {
-  return tile.wgmma() ? min(units, device_sms()) : units;
-}
+Expr gemm_grid(const GemmTile& tile, const Expr& units) { return tile.wgmma() ? min(units, device_sms()) : units; }
 
 GemmTile fit_gemm_epilogue(GemmTile tile, const GemmEpilogue& epilogue) {
   while (tile.stages > 2 && gemm_dynamic_smem(tile, epilogue) > kMaxBlockSmem) --tile.stages;
@@ -125,9 +123,9 @@ std::vector<KernelArg> gemm_tensor_maps(const GemmTile& tile, const GemmOperands
 
 std::string gemm_kernel_name(const std::string& op, DType dtype, GemmBLayout layout, bool has_bias,
                              const GemmTile& tile) {
-  return fmt::format("{}_{}_{}{}_{}x{}x{}{}{}", op, dtype_name(dtype), layout_name(layout),
-                     has_bias ? "_bias" : "", tile.bm, tile.bn, tile.bk,
-                     tile.wgmma() ? (tile.pingpong ? "_wgmma_pp" : "_wgmma") : "", tile.tma ? "_tma" : "");
+  return fmt::format("{}_{}_{}{}_{}x{}x{}{}{}", op, dtype_name(dtype), layout_name(layout), has_bias ? "_bias" : "",
+                     tile.bm, tile.bn, tile.bk, tile.wgmma() ? (tile.pingpong ? "_wgmma_pp" : "_wgmma") : "",
+                     tile.tma ? "_tma" : "");
 }
 
 std::string GemmEpilogue::suffix() const {

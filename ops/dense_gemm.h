@@ -28,7 +28,7 @@ struct GemmTile {
   int bm = 0, bn = 0, bk = 0;  // block tile
   int threads = 0;             // threads per block (1-D)
   int min_blocks = 0;          // __launch_bounds__ occupancy hint (caps registers)
-  int stages = 0;  // wgmma path only: shared-memory pipeline depth (0: the other paths)
+  int stages = 0;              // wgmma path only: shared-memory pipeline depth (0: the other paths)
   // wgmma path only: each MMA warpgroup computes whole tiles, alternately (see
   // ops/kernels/gemm_wgmma.cuh), instead of all of them splitting each tile's rows.
   bool pingpong = false;

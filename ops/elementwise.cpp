@@ -6,7 +6,6 @@
 // contiguous. Compute is in f32 for every storage dtype.
 #include <fmt/format.h>
 
-
 #include "ops/activation.h"
 #include "ops/conformance.h"
 #include "ops/kernel_util.h"
@@ -16,7 +15,7 @@ namespace teeny::ops {
 namespace {
 
 constexpr int kBlock = 256;
-constexpr int kUnroll = 4;            // independent 16-byte loads in flight per thread
+constexpr int kUnroll = 4;  // independent 16-byte loads in flight per thread
 
 struct UnaryFn {
   // Kernel name suffix and the functor template (ops/kernels/) applied to each value, per attrs.
@@ -29,30 +28,24 @@ Expr rows_of(const TensorType& type) {
   if (type.shape.empty()) return Expr(1);
   return product(Shape(type.shape.begin(), type.shape.end() - 1));
 }
-Expr cols_of(const TensorType& type) {
-  return type.shape.empty() ? Expr(1) : type.shape.back();
-}
+Expr cols_of(const TensorType& type) { return type.shape.empty() ? Expr(1) : type.shape.back(); }
 
 // Every dtype over awkward (B, W), once per attr set; and f32 input rows padded by linear.
-std::vector<ConformanceCase> unary_cases(const std::string& name,
-                                         const std::vector<nlohmann::json>& attr_sets) {
+std::vector<ConformanceCase> unary_cases(const std::string& name, const std::vector<nlohmann::json>& attr_sets) {
   std::vector<ConformanceCase> cases;
   for (const nlohmann::json& attrs : attr_sets) {
     for (DType dtype : float_dtypes())
       cases.push_back({fmt::format("[B, W] {} {}", dtype_name(dtype), attrs.dump()),
-                       case_graph({"B", "W"}, {{"x", dtype, "[B, W]"}}, {{"y", name, {"x"}, attrs}}),
-                       awkward_rows()});
+                       case_graph({"B", "W"}, {{"x", dtype, "[B, W]"}}, {{"y", name, {"x"}, attrs}}), awkward_rows()});
     cases.push_back({"padded input rows (linear, 17 of 20) " + attrs.dump(),
                      case_graph({"B"}, {{"x", DType::kF32, "[B, 8]"}},
-                                {{"p", "linear", {"x"}, {{"out_features", 17}}},
-                                 {"y", name, {"p"}, attrs}}),
+                                {{"p", "linear", {"x"}, {{"out_features", 17}}}, {"y", name, {"p"}, attrs}}),
                      {{{"B", 1}}, {{"B", 999}}}});
   }
   return cases;
 }
 
-OpDef unary_op(const std::string& name, std::string doc, UnaryFn fn,
-               std::vector<AttrSpec> attrs = {},
+OpDef unary_op(const std::string& name, std::string doc, UnaryFn fn, std::vector<AttrSpec> attrs = {},
                std::vector<nlohmann::json> case_attrs = {nlohmann::json::object()}) {
   OpDef def;
   def.name = name;
@@ -71,17 +64,16 @@ OpDef unary_op(const std::string& name, std::string doc, UnaryFn fn,
   def.lower = [name, fn, has_value](const OpContext& ctx) {
     const TensorType& x = ctx.inputs[0];
     const DType dtype = x.dtype;
-    std::vector<KernelArg> args = {
-        input(0, "x", dtype), output("y", dtype), i64("rows", rows_of(x)),
-        i32("cols", cols_of(x)), i32("x_stride", x.row_stride)};
+    std::vector<KernelArg> args = {input(0, "x", dtype), output("y", dtype), i64("rows", rows_of(x)),
+                                   i32("cols", cols_of(x)), i32("x_stride", x.row_stride)};
     if (has_value) args.push_back(f32("value", ctx.attrs.real("value")));
 
     const auto [variant, functor] = fn.functor(ctx.attrs);
     Lowering lowering;
-    lowering.kernels.push_back(template_kernel(
-        fmt::format("{}{}_{}", name, variant, dtype_name(dtype)), "elementwise.cuh",
-        fmt::format("tn_unary<{}, {}, {}, {}>", dtype_c_type(dtype), kBlock, kUnroll, functor), args,
-        kBlock, TEENY_KERNEL_ORIGIN));
+    lowering.kernels.push_back(
+        template_kernel(fmt::format("{}{}_{}", name, variant, dtype_name(dtype)), "elementwise.cuh",
+                        fmt::format("tn_unary<{}, {}, {}, {}>", dtype_c_type(dtype), kBlock, kUnroll, functor), args,
+                        kBlock, TEENY_KERNEL_ORIGIN));
     Launch launch;
     launch.block = {kBlock, 1, 1};
     const Expr n = product(x.shape);
@@ -122,18 +114,16 @@ OpDef sigmoid_op() { return unary_op("sigmoid", "1 / (1 + exp(-x))", from_activa
 OpDef tanh_op() { return unary_op("tanh", "hyperbolic tangent", from_activation("tanh")); }
 
 OpDef gelu_op() {
-  AttrSpec approximate = attr_spec("approximate", AttrType::kEnum,
-                                   "none: x * Phi(x) with erf; tanh: the tanh approximation",
-                                   nlohmann::json("none"), {"none", "tanh"});
+  AttrSpec approximate =
+      attr_spec("approximate", AttrType::kEnum, "none: x * Phi(x) with erf; tanh: the tanh approximation",
+                nlohmann::json("none"), {"none", "tanh"});
   UnaryFn fn;
   // Kernel names: gelu_<dtype> (erf) and gelu_tanh_<dtype>.
   fn.functor = [](const Attrs& attrs) {
     const bool tanh_form = attrs.text("approximate") == "tanh";
     return std::make_pair(std::string(tanh_form ? "_tanh" : ""), activation(tanh_form ? "gelu_tanh" : "gelu").functor);
   };
-  fn.host = [](double v, const Attrs& attrs) {
-    return activation(*activation_of_op("gelu", attrs)).host(v);
-  };
+  fn.host = [](double v, const Attrs& attrs) { return activation(*activation_of_op("gelu", attrs)).host(v); };
   fn.flops_per_element = activation("gelu").flops;
   return unary_op("gelu", "Gaussian error linear unit (PyTorch nn.GELU)", fn, {approximate},
                   {{{"approximate", "none"}}, {{"approximate", "tanh"}}});

@@ -51,16 +51,18 @@ OpDef embedding_op() {
     const DType dtype = ctx.output.dtype;
     const Expr count = product(ids.shape);
     Launch launch;
-    launch.args = {input(0, "ids", DType::kI32), param("weight", "weight", dtype),
-                   output("y", dtype), i64("count", count),
+    launch.args = {input(0, "ids", DType::kI32),
+                   param("weight", "weight", dtype),
+                   output("y", dtype),
+                   i64("count", count),
                    i32("ids_last", ids.shape.empty() ? Expr(1) : ids.shape.back()),
-                   i32("ids_stride", ids.row_stride), i32("num", ctx.attrs.integer("num_embeddings")),
+                   i32("ids_stride", ids.row_stride),
+                   i32("num", ctx.attrs.integer("num_embeddings")),
                    i32("dim", ctx.attrs.integer("dim"))};
     Lowering lowering;
-    lowering.kernels.push_back(template_kernel(
-        fmt::format("embedding_{}", dtype_name(dtype)), "embedding.cuh",
-        fmt::format("tn_embedding<{}, {}>", dtype_c_type(dtype), kWarpsPerBlock), launch.args,
-        32 * kWarpsPerBlock, TEENY_KERNEL_ORIGIN));
+    lowering.kernels.push_back(template_kernel(fmt::format("embedding_{}", dtype_name(dtype)), "embedding.cuh",
+                                               fmt::format("tn_embedding<{}, {}>", dtype_c_type(dtype), kWarpsPerBlock),
+                                               launch.args, 32 * kWarpsPerBlock, TEENY_KERNEL_ORIGIN));
     launch.block = {32 * kWarpsPerBlock, 1, 1};
     launch.grid[0] = ceil_div(count, Expr(kWarpsPerBlock));
     launch.bytes = count * Expr(4) +

@@ -16,7 +16,7 @@ Node fuse(const Node& conv, const Node& bn, const Node& silu, const OpDef& fused
   node.name = silu.name;
   node.op = &fused;
   node.inputs = conv.inputs;
-  node.pos = conv.pos;          // errors about the conv attrs point at the conv node
+  node.pos = conv.pos;  // errors about the conv attrs point at the conv node
   node.key_pos = conv.key_pos;
   nlohmann::json attrs = conv.ctx.attrs.json();
   attrs.erase("bias");

@@ -23,7 +23,7 @@ bool same_type(const TensorType& a, const TensorType& b) {
 // The rewrite of `consumer` (an activation or an add reading `linear`) into a fused.linear.
 struct Rewrite {
   size_t linear, consumer;
-  std::string activation;        // set for an activation consumer
+  std::string activation;               // set for an activation consumer
   std::optional<std::string> residual;  // set for an add consumer
 };
 
@@ -46,8 +46,10 @@ Node fused_node(const Node& linear, const Node& consumer, const Rewrite& rewrite
   node.pos = linear.pos;  // errors about the linear's attrs point at the linear
   node.key_pos = linear.key_pos;
   nlohmann::json attrs = linear.ctx.attrs.json();
-  if (!rewrite.activation.empty()) attrs["activation"] = rewrite.activation;
-  else if (!attrs.contains("activation")) attrs["activation"] = "none";
+  if (!rewrite.activation.empty())
+    attrs["activation"] = rewrite.activation;
+  else if (!attrs.contains("activation"))
+    attrs["activation"] = "none";
   node.ctx = linear.ctx;
   node.ctx.node = consumer.name;
   node.ctx.attrs = Attrs(std::move(attrs));

@@ -24,9 +24,9 @@ TensorType infer_fused_linear(const OpDef& meta, const OpContext& ctx) {
   if (ctx.inputs.size() == 2) {
     const TensorType& residual = ctx.inputs[1];
     if (residual.shape != out.shape || residual.dtype != out.dtype) {
-      throw OpError("inputs", fmt::format("the residual must match the linear's output {} {}; got {} {}",
-                                          dtype_name(out.dtype), shape_str(out.shape), dtype_name(residual.dtype),
-                                          shape_str(residual.shape)));
+      throw OpError("inputs",
+                    fmt::format("the residual must match the linear's output {} {}; got {} {}", dtype_name(out.dtype),
+                                shape_str(out.shape), dtype_name(residual.dtype), shape_str(residual.shape)));
     }
   }
   return out;
@@ -51,9 +51,10 @@ std::vector<ConformanceCase> fused_linear_cases() {
   for (DType dtype : float_dtypes()) {
     const std::string dt = dtype_name(dtype);
     // Narrow (64-wide tiles) over awkward K and batch, every activation once across dtypes.
-    cases.push_back({"[B, W] -> 17 relu + residual " + dt,
-                     case_graph({"B", "W"}, {{"x", dtype, "[B, W]"}, {"r", dtype, "[B, 17]"}}, {node(17, "relu", true)}),
-                     awkward_rows()});
+    cases.push_back(
+        {"[B, W] -> 17 relu + residual " + dt,
+         case_graph({"B", "W"}, {{"x", dtype, "[B, W]"}, {"r", dtype, "[B, 17]"}}, {node(17, "relu", true)}),
+         awkward_rows()});
     cases.push_back({"[B, W] -> 600 silu " + dt,
                      case_graph({"B", "W"}, {{"x", dtype, "[B, W]"}}, {node(600, "silu", false)}),
                      {{{"B", 3}, {"W", 17}}, {{"B", 300}, {"W", 1000}}}});
@@ -62,13 +63,14 @@ std::vector<ConformanceCase> fused_linear_cases() {
     cases.push_back({"[B, 768] -> 3072 gelu_tanh " + dt,
                      case_graph({"B"}, {{"x", dtype, "[B, 768]"}}, {node(3072, "gelu_tanh", false)}),
                      {{{"B", 1}}, {{"B", 300}}}});
-    cases.push_back({"[B, 3072] -> 768 + residual " + dt,
-                     case_graph({"B"}, {{"x", dtype, "[B, 3072]"}, {"r", dtype, "[B, 768]"}},
-                                {node(768, "none", true)}),
-                     {{{"B", 1}}, {{"B", 300}}}});
-    cases.push_back({"[B, 200] -> 1000 gelu + residual " + dt,
-                     case_graph({"B"}, {{"x", dtype, "[B, 200]"}, {"r", dtype, "[B, 1000]"}}, {node(1000, "gelu", true)}),
-                     {{{"B", 1100}}}});
+    cases.push_back(
+        {"[B, 3072] -> 768 + residual " + dt,
+         case_graph({"B"}, {{"x", dtype, "[B, 3072]"}, {"r", dtype, "[B, 768]"}}, {node(768, "none", true)}),
+         {{{"B", 1}}, {{"B", 300}}}});
+    cases.push_back(
+        {"[B, 200] -> 1000 gelu + residual " + dt,
+         case_graph({"B"}, {{"x", dtype, "[B, 200]"}, {"r", dtype, "[B, 1000]"}}, {node(1000, "gelu", true)}),
+         {{{"B", 1100}}}});
   }
   // A padded residual (a linear's 17 of 20 columns) and a padded output read by a linear.
   cases.push_back({"padded residual -> sigmoid, tanh f32",
@@ -85,15 +87,17 @@ std::vector<ConformanceCase> fused_linear_cases() {
 OpDef fused_linear_op() {
   OpDef def;
   def.name = "fused.linear";
-  def.doc = "y = activation(x Wᵀ + b) + residual in one GEMM (the epilogue applies both); made by the "
-            "fuse_linear_epilogue pass from linear -> activation and linear -> add";
+  def.doc =
+      "y = activation(x Wᵀ + b) + residual in one GEMM (the epilogue applies both); made by the "
+      "fuse_linear_epilogue pass from linear -> activation and linear -> add";
   def.inputs = {{"x", "[..., in]"}, {"residual", "optional, the output's shape and dtype: added last"}};
   def.optional_inputs = 1;
   std::vector<std::string> names = {"none"};
   for (const Activation& a : activations()) names.push_back(a.name);
   def.attrs = linear_attr_specs();
-  def.attrs.push_back(attr_spec("activation", AttrType::kEnum, "applied to x Wᵀ + b, before the residual (gelu: erf form)",
-                nlohmann::json("none"), names));
+  def.attrs.push_back(attr_spec("activation", AttrType::kEnum,
+                                "applied to x Wᵀ + b, before the residual (gelu: erf form)", nlohmann::json("none"),
+                                names));
   def.dtypes = float_dtypes();
   const OpDef meta = def;
   def.infer = [meta](const OpContext& ctx) { return infer_fused_linear(meta, ctx); };

@@ -23,24 +23,22 @@ Lowering lower_head_copy(const OpContext& ctx, const std::string& op, const Expr
   const Expr heads(ctx.attrs.integer("heads"));
   const int vec = vector_width(dtype);
   // 16-byte units never straddle a head or a row when both widths are multiples of them.
-  const bool vectorised = head_dim.is_const() && *head_dim.const_value() % vec == 0 &&
-                          x.row_stride.is_const() && *x.row_stride.const_value() % vec == 0;
+  const bool vectorised = head_dim.is_const() && *head_dim.const_value() % vec == 0 && x.row_stride.is_const() &&
+                          *x.row_stride.const_value() % vec == 0;
   const int unit = vectorised ? vec : 1;
   const Expr units = product(ctx.output.shape) / Expr(unit);
 
   Launch launch;
-  launch.args = {input(0, "x", dtype),          output("y", dtype),   i64("units", units),
-                 i32("S", x.shape[1]),           i32("heads", heads), i32("head_dim", head_dim),
-                 i32("ldx", x.row_stride)};
+  launch.args = {input(0, "x", dtype), output("y", dtype),        i64("units", units),     i32("S", x.shape[1]),
+                 i32("heads", heads),  i32("head_dim", head_dim), i32("ldx", x.row_stride)};
   launch.block = {kThreads, 1, 1};
   launch.grid = {ceil_div(units, Expr(kThreads)), Expr(1), Expr(1)};
   launch.bytes = Expr(2) * product(ctx.output.shape) * Expr(static_cast<int64_t>(dtype_size(dtype)));
   launch.flops = Expr(0);
 
-  KernelSource kernel = template_kernel(
-      fmt::format("{}_{}_u{}", op, dtype_name(dtype), unit), "head_copy.cuh",
-      fmt::format("tn_head_copy<{}, {}, {}>", dtype_c_type(dtype), unit, layout), launch.args, kThreads,
-      TEENY_KERNEL_ORIGIN);
+  KernelSource kernel = template_kernel(fmt::format("{}_{}_u{}", op, dtype_name(dtype), unit), "head_copy.cuh",
+                                        fmt::format("tn_head_copy<{}, {}, {}>", dtype_c_type(dtype), unit, layout),
+                                        launch.args, kThreads, TEENY_KERNEL_ORIGIN);
   return Lowering{{kernel}, {launch}};
 }
 

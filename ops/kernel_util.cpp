@@ -6,9 +6,8 @@
 
 namespace teeny::ops {
 
-KernelSource template_kernel(std::string name, std::string header, std::string function,
-                             std::vector<KernelArg> params, int max_threads, const char* file,
-                             int line, int min_blocks) {
+KernelSource template_kernel(std::string name, std::string header, std::string function, std::vector<KernelArg> params,
+                             int max_threads, const char* file, int line, int min_blocks) {
   KernelSource kernel;
   kernel.name = std::move(name);
   kernel.header = std::move(header);
@@ -44,8 +43,8 @@ RowPlan plan_rows(const Expr& cols, DType dtype) {
   return plan;
 }
 
-AttrSpec attr_spec(std::string name, AttrType type, std::string doc,
-                   std::optional<nlohmann::json> default_value, std::vector<std::string> choices) {
+AttrSpec attr_spec(std::string name, AttrType type, std::string doc, std::optional<nlohmann::json> default_value,
+                   std::vector<std::string> choices) {
   AttrSpec spec;
   spec.name = std::move(name);
   spec.type = type;
@@ -76,8 +75,8 @@ DType chosen_float_dtype(const OpDef& def, const OpContext& ctx, DType fallback)
   if (std::find(def.dtypes.begin(), def.dtypes.end(), out) == def.dtypes.end()) {
     std::vector<std::string> names;
     for (DType d : def.dtypes) names.push_back(dtype_name(d));
-    throw OpError("dtype", fmt::format("op '{}' cannot produce dtype {} (supported: {})", def.name,
-                                       dtype_name(out), fmt::join(names, ", ")));
+    throw OpError("dtype", fmt::format("op '{}' cannot produce dtype {} (supported: {})", def.name, dtype_name(out),
+                                       fmt::join(names, ", ")));
   }
   return out;
 }

@@ -13,9 +13,8 @@ namespace teeny::ops {
 // A kernel whose generated entry takes `params` and forwards them, in order, to `function` (a
 // device template in ops/kernels/<header>, with its template arguments), under
 // __launch_bounds__(max_threads[, min_blocks]). Pass TEENY_KERNEL_ORIGIN for file, line.
-KernelSource template_kernel(std::string name, std::string header, std::string function,
-                             std::vector<KernelArg> params, int max_threads, const char* file,
-                             int line, int min_blocks = 0);
+KernelSource template_kernel(std::string name, std::string header, std::string function, std::vector<KernelArg> params,
+                             int max_threads, const char* file, int line, int min_blocks = 0);
 
 // How a row-wise kernel (softmax, norms) spreads rows over threads: a group of `threads`
 // (a warp, or a whole block) per row, `rows_per_block` groups per block, and `items` 16-byte
@@ -31,8 +30,7 @@ RowPlan plan_rows(const Expr& cols, DType dtype);
 
 // An attr schema entry without the aggregate's missing-initializer noise.
 AttrSpec attr_spec(std::string name, AttrType type, std::string doc,
-                   std::optional<nlohmann::json> default_value = std::nullopt,
-                   std::vector<std::string> choices = {});
+                   std::optional<nlohmann::json> default_value = std::nullopt, std::vector<std::string> choices = {});
 
 // Elements of `dtype` per 16-byte vector.
 int vector_width(DType dtype);

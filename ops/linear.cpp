@@ -48,15 +48,15 @@ TensorType infer_linear(const OpDef& meta, const OpContext& ctx) {
   }
   const DType dtype = output_float_dtype(meta, ctx, common_float_dtype(meta, ctx));
   if (dtype != x.dtype) {
-    throw OpError("dtype", fmt::format("linear computes in its input dtype {}; got dtype {}",
-                                       dtype_name(x.dtype), dtype_name(dtype)));
+    throw OpError("dtype", fmt::format("linear computes in its input dtype {}; got dtype {}", dtype_name(x.dtype),
+                                       dtype_name(dtype)));
   }
   const Expr& in = x.shape.back();
   if (ctx.attrs.has("in_features")) {
     const int64_t expected = ctx.attrs.integer("in_features");
     if (in != Expr(expected)) {
-      throw OpError("inputs", fmt::format("in_features is {} but the input has {} features (shape {})",
-                                          expected, in.str(), shape_str(x.shape)));
+      throw OpError("inputs", fmt::format("in_features is {} but the input has {} features (shape {})", expected,
+                                          in.str(), shape_str(x.shape)));
     }
   }
   Shape out_shape = x.shape;
@@ -92,12 +92,14 @@ Lowering lower_linear(const OpContext& ctx, const GemmEpilogue& epilogue) {
   };
   const bool tma_ok = dtype != DType::kF32 && is_16_byte_multiple(k) && is_16_byte_multiple(x.row_stride) &&
                       is_16_byte_multiple(ldy) && (!epilogue.residual || is_16_byte_multiple(ldr));
-  const GemmTile tile = fit_gemm_epilogue(choose_gemm_tile(dtype, GemmBLayout::kNK, n, k, ctx.target_sm, tma_ok), epilogue);
+  const GemmTile tile =
+      fit_gemm_epilogue(choose_gemm_tile(dtype, GemmBLayout::kNK, n, k, ctx.target_sm, tma_ok), epilogue);
   const bool split_k = dtype == DType::kF32 && epilogue.activation.empty();
   const Expr resident = tile.wgmma() ? device_sms() : device_sms() * Expr(kCudaCoreBlocksPerSm);
   const Expr tiles = gemm_tiles(tile, m, n);
-  const Expr splits = split_k ? max(Expr(1), min(ceil_div(resident * Expr(3) / Expr(2), tiles), ceil_div(k, Expr(kMinSplitK))))
-                              : Expr(1);
+  const Expr splits =
+      split_k ? max(Expr(1), min(ceil_div(resident * Expr(3) / Expr(2), tiles), ceil_div(k, Expr(kMinSplitK))))
+              : Expr(1);
   const Expr elem(static_cast<int64_t>(dtype_size(dtype)));
 
   Lowering lowering;
@@ -132,8 +134,7 @@ Lowering lower_linear(const OpContext& ctx, const GemmEpilogue& epilogue) {
   if (split_k) launch.args.push_back(i32("splits", splits));
   if (tile.tma) {
     GemmOperands operands{"x", "weight", "y", epilogue.residual ? "residual" : "", m, n, k, x.row_stride, k, ldy, ldr};
-    for (KernelArg& map : gemm_tensor_maps(tile, operands))
-      launch.args.push_back(std::move(map));
+    for (KernelArg& map : gemm_tensor_maps(tile, operands)) launch.args.push_back(std::move(map));
   }
   launch.block = {tile.threads, 1, 1};
   launch.grid = {gemm_grid(tile, split_k ? tiles * splits : tiles), Expr(1), Expr(1)};
@@ -177,8 +178,9 @@ HostTensor linear_reference(const RefContext& ref) {
 OpDef linear_op() {
   OpDef def;
   def.name = "linear";
-  def.doc = "y = x Wᵀ + b over all leading dims; weight [out, in], bias [out]; output rows padded "
-            "to 16 bytes";
+  def.doc =
+      "y = x Wᵀ + b over all leading dims; weight [out, in], bias [out]; output rows padded "
+      "to 16 bytes";
   def.inputs = {{"x", "[..., in]"}};
   def.attrs = linear_attr_specs();
   def.dtypes = float_dtypes();
@@ -195,40 +197,42 @@ OpDef linear_op() {
       const std::string dt = dtype_name(dtype);
       // 17 outputs use the 64-wide tile, 600 the 128-wide one; K = W sweeps awkward widths.
       for (int out : {17, 600}) {
-        cases.push_back({fmt::format("[B, W] -> {} {}", out, dt),
-                         case_graph({"B", "W"}, {{"x", dtype, "[B, W]"}},
-                                    {{"y", "linear", {"x"}, {{"out_features", out}}}}),
-                         awkward_rows()});
+        cases.push_back(
+            {fmt::format("[B, W] -> {} {}", out, dt),
+             case_graph({"B", "W"}, {{"x", dtype, "[B, W]"}}, {{"y", "linear", {"x"}, {{"out_features", out}}}}),
+             awkward_rows()});
       }
       // Aligned rows over many K tiles (deeper than the wgmma pipeline), ragged M and N tiles;
       // 16-bit: the pingpong wgmma kernel (K <= 1024).
       for (int out : {1000, 4100}) {
-        cases.push_back({fmt::format("[B, 768] -> {} {}", out, dt),
-                         case_graph({"B"}, {{"x", dtype, "[B, 768]"}},
-                                    {{"y", "linear", {"x"}, {{"out_features", out}}}}),
-                         {{{"B", 1}}, {{"B", 260}}}});
+        cases.push_back(
+            {fmt::format("[B, 768] -> {} {}", out, dt),
+             case_graph({"B"}, {{"x", dtype, "[B, 768]"}}, {{"y", "linear", {"x"}, {{"out_features", out}}}}),
+             {{{"B", 1}}, {{"B", 260}}}});
       }
       // Over 2 x 132 output tiles (297 of 128x128, 153 of 128x256), so persistent wgmma blocks
       // compute several and the ring wraps from tile to tile (pingpong: consumer to consumer);
       // K = 200 is four k-steps, fewer than the stages, the last one ragged.
-      cases.push_back({"[B, 200] -> 4100 " + dt,
-                       case_graph({"B"}, {{"x", dtype, "[B, 200]"}}, {{"y", "linear", {"x"}, {{"out_features", 4100}}}}),
-                       {{{"B", 1100}}}});
+      cases.push_back(
+          {"[B, 200] -> 4100 " + dt,
+           case_graph({"B"}, {{"x", dtype, "[B, 200]"}}, {{"y", "linear", {"x"}, {{"out_features", 4100}}}}),
+           {{{"B", 1100}}}});
       // Cooperative wgmma (K > 1024): 153 tiles of 128x256, ragged in M, N and K (1100 = 17
       // k-steps + 12); the [B, W] cases above take its 128x192 tile with unaligned rows.
-      cases.push_back({"[B, 1100] -> 4100 " + dt,
-                       case_graph({"B"}, {{"x", dtype, "[B, 1100]"}}, {{"y", "linear", {"x"}, {{"out_features", 4100}}}}),
-                       {{{"B", 1100}}}});
+      cases.push_back(
+          {"[B, 1100] -> 4100 " + dt,
+           case_graph({"B"}, {{"x", dtype, "[B, 1100]"}}, {{"y", "linear", {"x"}, {{"out_features", 4100}}}}),
+           {{{"B", 1100}}}});
       cases.push_back({"[B, 5, W] -> 130, no bias " + dt,
                        case_graph({"B", "W"}, {{"x", dtype, "[B, 5, W]"}},
                                   {{"y", "linear", {"x"}, {{"out_features", 130}, {"bias", false}}}}),
                        few});
       // The first linear's rows are padded (17 of 20 or 24): the second reads a padded stride.
-      cases.push_back({"padded input (linear 17 -> linear 40) " + dt,
-                       case_graph({"B"}, {{"x", dtype, "[B, 8]"}},
-                                  {{"p", "linear", {"x"}, {{"out_features", 17}}},
-                                   {"y", "linear", {"p"}, {{"out_features", 40}}}}),
-                       {{{"B", 1}}, {{"B", 999}}}});
+      cases.push_back(
+          {"padded input (linear 17 -> linear 40) " + dt,
+           case_graph({"B"}, {{"x", dtype, "[B, 8]"}},
+                      {{"p", "linear", {"x"}, {{"out_features", 17}}}, {"y", "linear", {"p"}, {{"out_features", 40}}}}),
+           {{{"B", 1}}, {{"B", 999}}}});
     }
     return cases;
   };

@@ -18,7 +18,8 @@ TensorType infer_matmul(const OpDef& meta, const OpContext& ctx) {
   const TensorType& b = ctx.inputs.at(1);
   if (a.shape.size() < 2 || b.shape.size() < 2) {
     throw OpError("inputs", fmt::format("matmul needs inputs of rank >= 2 ([..., M, K] and [..., K, N]); "
-                                        "got {} and {}", shape_str(a.shape), shape_str(b.shape)));
+                                        "got {} and {}",
+                                        shape_str(a.shape), shape_str(b.shape)));
   }
   const DType dtype = common_float_dtype(meta, ctx);
   output_float_dtype(meta, ctx, dtype);
@@ -26,8 +27,8 @@ TensorType infer_matmul(const OpDef& meta, const OpContext& ctx) {
   const Expr& kb = b.shape[b.shape.size() - 2];
   if (ka != kb) {
     throw OpError("inputs", fmt::format("matmul: a's last dim ({}) must equal b's second-to-last dim ({}); "
-                                        "a is {}, b is {}", ka.str(), kb.str(), shape_str(a.shape),
-                                        shape_str(b.shape)));
+                                        "a is {}, b is {}",
+                                        ka.str(), kb.str(), shape_str(a.shape), shape_str(b.shape)));
   }
   Shape out = broadcast_shapes(batch_dims(a.shape), batch_dims(b.shape));
   out.push_back(a.shape[a.shape.size() - 2]);
@@ -61,9 +62,8 @@ Lowering lower_matmul(const OpContext& ctx) {
   const std::vector<Expr> b_strides = batch_strides(b, out_batch);
 
   Launch launch;
-  launch.args = {input(0, "a", dtype), input(1, "b", dtype), output("c", dtype),
-                 i32("M", m),          i32("N", n),          i32("K", k),
-                 i32("lda", a.row_stride), i32("ldb", b.row_stride)};
+  launch.args = {input(0, "a", dtype), input(1, "b", dtype), output("c", dtype),       i32("M", m),
+                 i32("N", n),          i32("K", k),          i32("lda", a.row_stride), i32("ldb", b.row_stride)};
   // Per output batch dim, innermost first (tn_matmul_batch_offsets): its extent and the
   // operands' strides.
   for (size_t i = out_batch.size(); i-- > 0;) {
@@ -142,10 +142,10 @@ OpDef matmul_op() {
     std::vector<ConformanceCase> cases;
     for (DType dtype : float_dtypes()) {
       const std::string dt = dtype_name(dtype);
-      cases.push_back({"[B, 19, W] @ [W, 33] " + dt,
-                       case_graph({"B", "W"}, {{"a", dtype, "[B, 19, W]"}, {"b", dtype, "[W, 33]"}},
-                                  {{"c", "matmul", {"a", "b"}}}),
-                       awkward_rows()});
+      cases.push_back(
+          {"[B, 19, W] @ [W, 33] " + dt,
+           case_graph({"B", "W"}, {{"a", dtype, "[B, 19, W]"}, {"b", dtype, "[W, 33]"}}, {{"c", "matmul", {"a", "b"}}}),
+           awkward_rows()});
       cases.push_back({"[B, 1, 20, 17] @ [3, 17, 600] (broadcast both ways) " + dt,
                        case_graph({"B"}, {{"a", dtype, "[B, 1, 20, 17]"}, {"b", dtype, "[3, 17, 600]"}},
                                   {{"c", "matmul", {"a", "b"}}}),
@@ -156,8 +156,7 @@ OpDef matmul_op() {
                        {{{"B", 1}, {"S", 1}}, {{"B", 3}, {"S", 130}}, {{"B", 2}, {"S", 257}}}});
       cases.push_back({"padded a (linear 17 of 20/24) @ [17, 70] " + dt,
                        case_graph({"B"}, {{"x", dtype, "[B, 8]"}, {"b", dtype, "[17, 70]"}},
-                                  {{"p", "linear", {"x"}, {{"out_features", 17}}},
-                                   {"c", "matmul", {"p", "b"}}}),
+                                  {{"p", "linear", {"x"}, {{"out_features", 17}}}, {"c", "matmul", {"p", "b"}}}),
                        {{{"B", 1}}, {{"B", 300}}}});
     }
     return cases;

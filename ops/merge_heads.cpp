@@ -19,8 +19,8 @@ TensorType infer_merge_heads(const OpDef& meta, const OpContext& ctx) {
   const int64_t heads = ctx.attrs.integer("heads");
   const auto rows = x.shape[0].const_value();
   if (rows && *rows % heads != 0) {
-    throw OpError("attrs.heads", fmt::format("merge_heads: the first dim {} is not divisible by heads = {}",
-                                             *rows, heads));
+    throw OpError("attrs.heads",
+                  fmt::format("merge_heads: the first dim {} is not divisible by heads = {}", *rows, heads));
   }
   return contiguous(x.dtype, {x.shape[0] / Expr(heads), x.shape[1], x.shape[2] * Expr(heads)});
 }
@@ -56,7 +56,9 @@ OpDef merge_heads_op() {
   def.infer = [meta](const OpContext& ctx) { return infer_merge_heads(meta, ctx); };
   def.lower = lower_merge_heads;
   def.reference = merge_heads_reference;
-  def.conformance_cases = [] { return head_copy_cases("merge_heads", {"[B*12, S, 64]", "[B*12, S, 3]"}, "[B*2, S, 8]"); };
+  def.conformance_cases = [] {
+    return head_copy_cases("merge_heads", {"[B*12, S, 64]", "[B*12, S, 3]"}, "[B*2, S, 8]");
+  };
   def.source_file = TEENY_OP_FILE;
   return def;
 }

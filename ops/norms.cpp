@@ -21,14 +21,11 @@ OpDef norm_op(const std::string& name, bool rms) {
   def.doc = rms ? "y = x / sqrt(mean(x^2) + eps) * weight, over the last dim"
                 : "y = (x - mean) / sqrt(var + eps) * weight + bias, over the last dim (biased var)";
   def.inputs = {{"x", "input [..., D]"}};
-  def.attrs.push_back(attr_spec("eps", AttrType::kFloat, "added to the variance",
-                                nlohmann::json(rms ? 1e-6 : 1e-5)));
+  def.attrs.push_back(attr_spec("eps", AttrType::kFloat, "added to the variance", nlohmann::json(rms ? 1e-6 : 1e-5)));
   if (!rms)
-    def.attrs.push_back(attr_spec("affine", AttrType::kBool, "learnable weight and bias",
-                                  nlohmann::json(true)));
+    def.attrs.push_back(attr_spec("affine", AttrType::kBool, "learnable weight and bias", nlohmann::json(true)));
   def.dtypes = float_dtypes();
-  def.param_slots = rms ? std::vector<std::string>{"weight"}
-                        : std::vector<std::string>{"weight", "bias"};
+  def.param_slots = rms ? std::vector<std::string>{"weight"} : std::vector<std::string>{"weight", "bias"};
   def.source_file = TEENY_OP_FILE;
   const OpDef meta = def;
 
@@ -69,8 +66,8 @@ OpDef norm_op(const std::string& name, bool rms) {
     launch.args = {input(0, "x", dtype)};
     if (weighted) launch.args.push_back(param("weight", "weight", dtype));
     if (affine) launch.args.push_back(param("bias", "bias", dtype));
-    for (KernelArg arg : {output("y", dtype), i64("rows", rows), i32("cols", cols),
-                          i32("x_stride", x.row_stride), f32("eps", ctx.attrs.real("eps"))})
+    for (KernelArg arg : {output("y", dtype), i64("rows", rows), i32("cols", cols), i32("x_stride", x.row_stride),
+                          f32("eps", ctx.attrs.real("eps"))})
       launch.args.push_back(std::move(arg));
 
     // One template per argument list: layernorm with and without weight and bias, rmsnorm.
@@ -79,8 +76,7 @@ OpDef norm_op(const std::string& name, bool rms) {
     lowering.kernels.push_back(template_kernel(
         fmt::format("{}{}_{}_t{}_i{}", name, weighted ? "" : "_plain", dtype_name(dtype), plan.threads, plan.items),
         "norms.cuh",
-        fmt::format("{}<{}, {}, {}, {}>", function, dtype_c_type(dtype), plan.threads, plan.rows_per_block,
-                    plan.items),
+        fmt::format("{}<{}, {}, {}, {}>", function, dtype_c_type(dtype), plan.threads, plan.rows_per_block, plan.items),
         launch.args, plan.block(), TEENY_KERNEL_ORIGIN));
     launch.block = {plan.block(), 1, 1};
     launch.grid[0] = ceil_div(rows, Expr(plan.rows_per_block));
@@ -99,14 +95,13 @@ OpDef norm_op(const std::string& name, bool rms) {
       cases.insert(cases.end(), rows.begin(), rows.end());
     }
     if (!rms)
-      cases.push_back({"no affine [B, W] f32",
-                       case_graph({"B", "W"}, {{"x", DType::kF32, "[B, W]"}},
-                                  {{"y", name, {"x"}, {{"affine", false}}}}),
-                       awkward_rows()});
+      cases.push_back(
+          {"no affine [B, W] f32",
+           case_graph({"B", "W"}, {{"x", DType::kF32, "[B, W]"}}, {{"y", name, {"x"}, {{"affine", false}}}}),
+           awkward_rows()});
     cases.push_back({"padded rows (linear, 17 of 20)",
                      case_graph({"B"}, {{"x", DType::kF32, "[B, 8]"}},
-                                {{"p", "linear", {"x"}, {{"out_features", 17}}},
-                                 {"y", name, {"p"}}}),
+                                {{"p", "linear", {"x"}, {{"out_features", 17}}}, {"y", name, {"p"}}}),
                      {{{"B", 1}}, {{"B", 999}}}});
     return cases;
   };

@@ -29,8 +29,10 @@ std::string param_name(const Node& node, const std::string& slot) {
 std::vector<std::string> fused_from(const std::vector<const Node*>& originals) {
   std::vector<std::string> names;
   for (const Node* original : originals) {
-    if (original->fused_from.empty()) names.push_back(original->name);
-    else names.insert(names.end(), original->fused_from.begin(), original->fused_from.end());
+    if (original->fused_from.empty())
+      names.push_back(original->name);
+    else
+      names.insert(names.end(), original->fused_from.begin(), original->fused_from.end());
   }
   return names;
 }

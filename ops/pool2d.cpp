@@ -26,8 +26,13 @@ std::vector<AttrSpec> pool_attr_specs() {
   return {
       {"kernel_size", AttrType::kIntPair, "window: n or [kH, kW]", std::nullopt, {}, false, {}},
       {"stride", AttrType::kIntPair, "step: n or [sH, sW]; default = kernel_size", std::nullopt, {}, true, {}},
-      {"padding", AttrType::kIntPair, "implicit padding: n or [pH, pW], at most half the kernel",
-       nlohmann::json(0), {}, false, {}},
+      {"padding",
+       AttrType::kIntPair,
+       "implicit padding: n or [pH, pW], at most half the kernel",
+       nlohmann::json(0),
+       {},
+       false,
+       {}},
   };
 }
 
@@ -41,8 +46,8 @@ TensorType infer_pool(const OpDef& meta, const OpContext& ctx) {
   require_at_least("padding", p.ph, p.pw, 0);
   // PyTorch's rule: a window must always overlap the input.
   if (2 * p.ph > p.kh || 2 * p.pw > p.kw)
-    throw OpError("attrs.padding", fmt::format("padding [{}, {}] must be at most half the kernel [{}, {}]", p.ph,
-                                               p.pw, p.kh, p.kw));
+    throw OpError("attrs.padding",
+                  fmt::format("padding [{}, {}] must be at most half the kernel [{}, {}]", p.ph, p.pw, p.kh, p.kw));
   return contiguous(dtype, {x.shape[0], x.shape[1], window_extent("height", x.shape[2], p.kh, p.sh, p.ph, 1),
                             window_extent("width", x.shape[3], p.kw, p.sw, p.pw, 1)});
 }
@@ -52,9 +57,8 @@ Lowering lower_window_pool(const std::string& op, bool is_max, const OpContext& 
   const Window2d p = pool_window(ctx.attrs);
   const Shape& in = ctx.inputs.at(0).shape;
   const Shape& out = ctx.output.shape;
-  std::vector<KernelArg> args = {input(0, "x", DType::kF32), output("y", DType::kF32),
-                                 i64("count", product(out)),  i32("in_h", in[2]),
-                                 i32("in_w", in[3]),          i32("out_h", out[2]),
+  std::vector<KernelArg> args = {input(0, "x", DType::kF32), output("y", DType::kF32), i64("count", product(out)),
+                                 i32("in_h", in[2]),         i32("in_w", in[3]),       i32("out_h", out[2]),
                                  i32("out_w", out[3])};
   KernelSource kernel = template_kernel(
       fmt::format("{}_{}", op, window_name(p)), "pool2d.cuh",
@@ -102,10 +106,11 @@ OpDef window_pool_op(const std::string& name, bool is_max, const std::string& do
   def.lower = [name, is_max](const OpContext& ctx) { return lower_window_pool(name, is_max, ctx); };
   def.reference = [is_max](const RefContext& ref) { return window_pool_reference(is_max, ref); };
   def.conformance_cases = [name] {
-    return vision_cases(name, {{"k3 s2 p1, odd 15x13", "[B, 8, 15, 13]", {{"kernel_size", 3}, {"stride", 2}, {"padding", 1}}},
-                               {"k5 s1 p2 (SPPF)", "[B, 16, 8, 8]", {{"kernel_size", 5}, {"stride", 1}, {"padding", 2}}},
-                               {"k2, default stride", "[B, 6, 28, 28]", {{"kernel_size", 2}}},
-                               {"k[2,3] s[1,2], odd 15x13", "[B, 8, 15, 13]", {{"kernel_size", {2, 3}}, {"stride", {1, 2}}}}});
+    return vision_cases(
+        name, {{"k3 s2 p1, odd 15x13", "[B, 8, 15, 13]", {{"kernel_size", 3}, {"stride", 2}, {"padding", 1}}},
+               {"k5 s1 p2 (SPPF)", "[B, 16, 8, 8]", {{"kernel_size", 5}, {"stride", 1}, {"padding", 2}}},
+               {"k2, default stride", "[B, 6, 28, 28]", {{"kernel_size", 2}}},
+               {"k[2,3] s[1,2], odd 15x13", "[B, 8, 15, 13]", {{"kernel_size", {2, 3}}, {"stride", {1, 2}}}}});
   };
   def.source_file = TEENY_OP_FILE;
   return def;

@@ -22,9 +22,12 @@ enum class Reduction { kSum, kMean, kMax };
 // The reduction's functor type in ops/kernels/reduce.cuh.
 const char* reduction_functor(Reduction kind) {
   switch (kind) {
-    case Reduction::kSum: return "tn_reduce_sum";
-    case Reduction::kMean: return "tn_reduce_mean";
-    case Reduction::kMax: return "tn_reduce_max";
+    case Reduction::kSum:
+      return "tn_reduce_sum";
+    case Reduction::kMean:
+      return "tn_reduce_mean";
+    case Reduction::kMax:
+      return "tn_reduce_max";
   }
   return "";
 }
@@ -39,8 +42,7 @@ OpDef reduce_op(const std::string& name, Reduction kind, std::string doc) {
   def.doc = std::move(doc);
   def.inputs = {{"x", "input tensor (rank >= 1)"}};
   def.attrs = {attr_spec("axis", AttrType::kInt, "the axis to reduce (negative counts from the end)"),
-               attr_spec("keepdim", AttrType::kBool, "keep the reduced axis with extent 1",
-                         nlohmann::json(false))};
+               attr_spec("keepdim", AttrType::kBool, "keep the reduced axis with extent 1", nlohmann::json(false))};
   def.dtypes = float_dtypes();
   def.source_file = TEENY_OP_FILE;
   const OpDef meta = def;
@@ -51,8 +53,10 @@ OpDef reduce_op(const std::string& name, Reduction kind, std::string doc) {
     if (x.shape.empty()) throw OpError("inputs", meta.name + " needs an input of rank >= 1");
     const size_t axis = normalize_axis(ctx.attrs.integer("axis"), x.shape.size(), "attrs.axis");
     Shape shape = x.shape;
-    if (ctx.attrs.boolean("keepdim")) shape[axis] = Expr(1);
-    else shape.erase(shape.begin() + axis);
+    if (ctx.attrs.boolean("keepdim"))
+      shape[axis] = Expr(1);
+    else
+      shape.erase(shape.begin() + axis);
     return contiguous(output_float_dtype(meta, ctx, dtype), shape);
   };
 
@@ -69,8 +73,8 @@ OpDef reduce_op(const std::string& name, Reduction kind, std::string doc) {
     Launch launch;
     if (axis + 1 == rank) {
       const RowPlan plan = plan_rows(len, dtype);
-      launch.args = {input(0, "x", dtype), output("y", dtype), i64("rows", out_numel),
-                     i32("len", len), i32("x_stride", x.row_stride)};
+      launch.args = {input(0, "x", dtype), output("y", dtype), i64("rows", out_numel), i32("len", len),
+                     i32("x_stride", x.row_stride)};
       lowering.kernels.push_back(template_kernel(
           fmt::format("{}_rows_{}_t{}_i{}", name, dtype_name(dtype), plan.threads, plan.items), "reduce.cuh",
           fmt::format("tn_reduce_rows<{}, {}, {}, {}, {}>", c_type, functor, plan.threads, plan.rows_per_block,
@@ -79,14 +83,17 @@ OpDef reduce_op(const std::string& name, Reduction kind, std::string doc) {
       launch.block = {plan.block(), 1, 1};
       launch.grid[0] = ceil_div(out_numel, Expr(plan.rows_per_block));
     } else {
-      launch.args = {input(0, "x", dtype), output("y", dtype),
-                     i64("outer", product_range(x.shape, 0, axis)), i32("len", len),
+      launch.args = {input(0, "x", dtype),
+                     output("y", dtype),
+                     i64("outer", product_range(x.shape, 0, axis)),
+                     i32("len", len),
                      i64("inner", product_range(x.shape, axis + 1, rank)),
-                     i32("last", x.shape.back()), i32("x_stride", x.row_stride)};
-      lowering.kernels.push_back(template_kernel(
-          fmt::format("{}_columns_{}", name, dtype_name(dtype)), "reduce.cuh",
-          fmt::format("tn_reduce_columns<{}, {}, {}>", c_type, functor, kColumnBlock), launch.args,
-          kColumnBlock, TEENY_KERNEL_ORIGIN));
+                     i32("last", x.shape.back()),
+                     i32("x_stride", x.row_stride)};
+      lowering.kernels.push_back(
+          template_kernel(fmt::format("{}_columns_{}", name, dtype_name(dtype)), "reduce.cuh",
+                          fmt::format("tn_reduce_columns<{}, {}, {}>", c_type, functor, kColumnBlock), launch.args,
+                          kColumnBlock, TEENY_KERNEL_ORIGIN));
       launch.block = {kColumnBlock, 1, 1};
       launch.grid[0] = ceil_div(out_numel, Expr(kColumnBlock));
     }
@@ -102,20 +109,17 @@ OpDef reduce_op(const std::string& name, Reduction kind, std::string doc) {
     for (DType dtype : float_dtypes()) {
       const std::string dt = dtype_name(dtype);
       cases.push_back({"last axis [B, W] " + dt,
-                       case_graph({"B", "W"}, {{"x", dtype, "[B, W]"}},
-                                  {{"y", name, {"x"}, {{"axis", -1}}}}),
+                       case_graph({"B", "W"}, {{"x", dtype, "[B, W]"}}, {{"y", name, {"x"}, {{"axis", -1}}}}),
                        awkward_rows()});
-      cases.push_back({"first axis, keepdim [B, W] " + dt,
-                       case_graph({"B", "W"}, {{"x", dtype, "[B, W]"}},
-                                  {{"y", name, {"x"}, {{"axis", 0}, {"keepdim", true}}}}),
-                       awkward_rows()});
+      cases.push_back(
+          {"first axis, keepdim [B, W] " + dt,
+           case_graph({"B", "W"}, {{"x", dtype, "[B, W]"}}, {{"y", name, {"x"}, {{"axis", 0}, {"keepdim", true}}}}),
+           awkward_rows()});
       cases.push_back({"middle axis [3, B, W] " + dt,
-                       case_graph({"B", "W"}, {{"x", dtype, "[3, B, W]"}},
-                                  {{"y", name, {"x"}, {{"axis", 1}}}}),
+                       case_graph({"B", "W"}, {{"x", dtype, "[3, B, W]"}}, {{"y", name, {"x"}, {{"axis", 1}}}}),
                        awkward_rows()});
       cases.push_back({"last axis [B, 17] " + dt,
-                       case_graph({"B"}, {{"x", dtype, "[B, 17]"}},
-                                  {{"y", name, {"x"}, {{"axis", -1}}}}),
+                       case_graph({"B"}, {{"x", dtype, "[B, 17]"}}, {{"y", name, {"x"}, {{"axis", -1}}}}),
                        {{{"B", 1}}, {{"B", 5000}}}});
     }
     cases.push_back({"padded rows (linear, 17 of 20), both axes",

@@ -89,12 +89,12 @@ DType check_attention_inputs(const OpDef& meta, const OpContext& ctx, const Atte
   const DType dtype = common_float_dtype(meta, ctx);
   output_float_dtype(meta, ctx, dtype);
   if (q.shape[0] != k.shape[0] || q.shape[0] != v.shape[0]) {
-    throw OpError("inputs", fmt::format("{}: q, k, v must have the same first dim {}; got {}, {}, {}", op,
-                                        layout.first, shape_str(q.shape), shape_str(k.shape), shape_str(v.shape)));
+    throw OpError("inputs", fmt::format("{}: q, k, v must have the same first dim {}; got {}, {}, {}", op, layout.first,
+                                        shape_str(q.shape), shape_str(k.shape), shape_str(v.shape)));
   }
   if (k.shape[1] != v.shape[1]) {
-    throw OpError("inputs", fmt::format("{}: k and v must have the same length; got {} and {}", op,
-                                        shape_str(k.shape), shape_str(v.shape)));
+    throw OpError("inputs", fmt::format("{}: k and v must have the same length; got {} and {}", op, shape_str(k.shape),
+                                        shape_str(v.shape)));
   }
   if (q.shape[2] != k.shape[2] || q.shape[2] != v.shape[2]) {
     throw OpError("inputs", fmt::format("{}: q, k, v must have the same {}; got {}, {}, {}", op, layout.last,
@@ -125,10 +125,19 @@ Lowering lower_attention(const OpContext& ctx, int64_t heads) {
   const Expr n = q.shape[0] * Expr(heads), sq = q.shape[1], skv = k.shape[1];
 
   Launch launch;
-  launch.args = {input(0, "q", dtype), input(1, "k", dtype), input(2, "v", dtype), output("out", dtype),
-                 i32("N", n), i32("Sq", sq), i32("Skv", skv), i32("ldq", q.row_stride),
-                 i32("ldk", k.row_stride), i32("ldv", v.row_stride), i32("heads", Expr(heads)),
-                 i32("ldo", ctx.output.row_stride), f32("scale", sdpa_scale(ctx, head_dim))};
+  launch.args = {input(0, "q", dtype),
+                 input(1, "k", dtype),
+                 input(2, "v", dtype),
+                 output("out", dtype),
+                 i32("N", n),
+                 i32("Sq", sq),
+                 i32("Skv", skv),
+                 i32("ldq", q.row_stride),
+                 i32("ldk", k.row_stride),
+                 i32("ldv", v.row_stride),
+                 i32("heads", Expr(heads)),
+                 i32("ldo", ctx.output.row_stride),
+                 f32("scale", sdpa_scale(ctx, head_dim))};
   launch.block = {threads, 1, 1};
   launch.grid = {n * ceil_div(sq, Expr(kQueriesPerBlock)), Expr(1), Expr(1)};
   // The tensor-core kernel's double-buffered K and V tiles, rows padded by 8 elements; the
@@ -145,7 +154,9 @@ Lowering lower_attention(const OpContext& ctx, int64_t heads) {
   launch.flops = causal ? full / Expr(2) : full;
 
   const std::string name = fmt::format("sdpa_{}_d{}{}{}", dtype_name(dtype), head_dim, causal ? "_causal" : "",
-                                        tensor_cores ? "_mma" : f32_tiled ? "_tiled" : "");
+                                       tensor_cores ? "_mma"
+                                       : f32_tiled  ? "_tiled"
+                                                    : "");
   const char* c_type = dtype_c_type(dtype);
   KernelSource kernel;
   if (tensor_cores) {
@@ -206,8 +217,9 @@ HostTensor attention_reference(const RefContext& ref, int64_t heads) {
 OpDef sdpa_op() {
   OpDef def;
   def.name = "sdpa";
-  def.doc = "softmax(q kᵀ · scale [+ causal mask]) v, q/k/v [N, S, Dh]; flash-style tiling, never "
-            "materialises S×S";
+  def.doc =
+      "softmax(q kᵀ · scale [+ causal mask]) v, q/k/v [N, S, Dh]; flash-style tiling, never "
+      "materialises S×S";
   def.inputs = {{"q", "[N, Sq, Dh]"}, {"k", "[N, Skv, Dh]"}, {"v", "[N, Skv, Dh]"}};
   def.attrs = sdpa_attr_specs();
   def.dtypes = float_dtypes();
@@ -217,8 +229,8 @@ OpDef sdpa_op() {
   def.reference = [](const RefContext& ref) { return attention_reference(ref, 1); };
   def.conformance_cases = [] {
     std::vector<ConformanceCase> cases;
-    const std::vector<Bindings> lengths = {{{"N", 1}, {"S", 1}}, {{"N", 3}, {"S", 17}},
-                                           {{"N", 2}, {"S", 100}}, {{"N", 5}, {"S", 257}}};
+    const std::vector<Bindings> lengths = {
+        {{"N", 1}, {"S", 1}}, {{"N", 3}, {"S", 17}}, {{"N", 2}, {"S", 100}}, {{"N", 5}, {"S", 257}}};
     for (DType dtype : float_dtypes()) {
       const std::string dt = dtype_name(dtype);
       for (int head_dim : {64, 17, 128, 256}) {
@@ -234,11 +246,12 @@ OpDef sdpa_op() {
       // masked keys at -inf for the second.
       for (bool causal : {false, true})
         for (double scale : {0.3, -0.5, 0.0}) {
-          cases.push_back({fmt::format("q [N, S, 64], k/v [N, T, 64]{} scale {} {}", causal ? " causal" : "", scale, dt),
-                           case_graph({"N", "S", "T"},
-                                      {{"q", dtype, "[N, S, 64]"}, {"k", dtype, "[N, T, 64]"}, {"v", dtype, "[N, T, 64]"}},
-                                      {{"o", "sdpa", {"q", "k", "v"}, {{"causal", causal}, {"scale", scale}}}}),
-                           {{{"N", 2}, {"S", 33}, {"T", 70}}, {{"N", 1}, {"S", 70}, {"T", 33}}}});
+          cases.push_back(
+              {fmt::format("q [N, S, 64], k/v [N, T, 64]{} scale {} {}", causal ? " causal" : "", scale, dt),
+               case_graph({"N", "S", "T"},
+                          {{"q", dtype, "[N, S, 64]"}, {"k", dtype, "[N, T, 64]"}, {"v", dtype, "[N, T, 64]"}},
+                          {{"o", "sdpa", {"q", "k", "v"}, {{"causal", causal}, {"scale", scale}}}}),
+               {{{"N", 2}, {"S", 33}, {"T", 70}}, {{"N", 1}, {"S", 70}, {"T", 33}}}});
         }
       cases.push_back({"padded q/k/v (linear 17 of 20/24) " + dt,
                        case_graph({"N", "S"}, {{"x", dtype, "[N, S, 8]"}},

@@ -25,8 +25,7 @@ TensorType infer_sdpa_heads(const OpDef& meta, const OpContext& ctx) {
   }
   const int64_t heads = ctx.attrs.integer("heads");
   if (*width % heads != 0) {
-    throw OpError("attrs.heads",
-                  fmt::format("{}: the width {} is not divisible by heads = {}", kOp, *width, heads));
+    throw OpError("attrs.heads", fmt::format("{}: the width {} is not divisible by heads = {}", kOp, *width, heads));
   }
   check_sdpa_head_dim(kOp, *width / heads);
   return contiguous(dtype, q.shape);
@@ -50,11 +49,12 @@ std::vector<ConformanceCase> sdpa_heads_cases() {
       }
     }
     for (bool causal : {false, true}) {
-      cases.push_back({fmt::format("q [B, S, 192], k/v [B, T, 192], 3 heads{} {}", causal ? " causal" : "", dt),
-                       case_graph({"B", "S", "T"},
-                                  {{"q", dtype, "[B, S, 192]"}, {"k", dtype, "[B, T, 192]"}, {"v", dtype, "[B, T, 192]"}},
-                                  {{"o", kOp, {"q", "k", "v"}, {{"heads", 3}, {"causal", causal}, {"scale", 0.3}}}}),
-                       {{{"B", 2}, {"S", 33}, {"T", 70}}, {{"B", 1}, {"S", 70}, {"T", 33}}}});
+      cases.push_back(
+          {fmt::format("q [B, S, 192], k/v [B, T, 192], 3 heads{} {}", causal ? " causal" : "", dt),
+           case_graph({"B", "S", "T"},
+                      {{"q", dtype, "[B, S, 192]"}, {"k", dtype, "[B, T, 192]"}, {"v", dtype, "[B, T, 192]"}},
+                      {{"o", kOp, {"q", "k", "v"}, {{"heads", 3}, {"causal", causal}, {"scale", 0.3}}}}),
+           {{{"B", 2}, {"S", 33}, {"T", 70}}, {{"B", 1}, {"S", 70}, {"T", 33}}}});
     }
     // 3 heads of 17 in rows padded to 52 (f32) or 56 (16-bit) elements; one tensor as q, k and v.
     cases.push_back({"padded q/k/v (linear 51 of 52/56), 3 heads " + dt,
@@ -71,8 +71,9 @@ std::vector<ConformanceCase> sdpa_heads_cases() {
 OpDef sdpa_heads_op() {
   OpDef def;
   def.name = kOp;
-  def.doc = "merge_heads(sdpa(split_heads(q), split_heads(k), split_heads(v))) in one kernel; q [B, S, H*Dh], "
-            "k/v [B, T, H*Dh] -> [B, S, H*Dh]";
+  def.doc =
+      "merge_heads(sdpa(split_heads(q), split_heads(k), split_heads(v))) in one kernel; q [B, S, H*Dh], "
+      "k/v [B, T, H*Dh] -> [B, S, H*Dh]";
   def.inputs = {{"q", "[B, S, H*Dh]"}, {"k", "[B, T, H*Dh]"}, {"v", "[B, T, H*Dh]"}};
   def.attrs = {heads_attr_spec()};
   for (AttrSpec& spec : sdpa_attr_specs()) def.attrs.push_back(std::move(spec));

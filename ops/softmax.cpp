@@ -28,8 +28,8 @@ OpDef softmax_family(const std::string& name, bool log_form) {
   def.doc = log_form ? "log(softmax(x)) along `axis`, computed as x - max - log(sum(exp))"
                      : "exp(x - max) / sum(exp(x - max)) along `axis`";
   def.inputs = {{"x", "input tensor (rank >= 1)"}};
-  def.attrs = {attr_spec("axis", AttrType::kInt,
-                         "the axis to normalise (negative counts from the end)", nlohmann::json(-1))};
+  def.attrs = {
+      attr_spec("axis", AttrType::kInt, "the axis to normalise (negative counts from the end)", nlohmann::json(-1))};
   def.dtypes = float_dtypes();
   def.source_file = TEENY_OP_FILE;
   const OpDef meta = def;
@@ -53,26 +53,27 @@ OpDef softmax_family(const std::string& name, bool log_form) {
     Launch launch;
     if (axis + 1 == rank) {
       const RowPlan plan = plan_rows(x.shape.back(), dtype);
-      launch.args = {input(0, "x", dtype), output("y", dtype),
-                     i64("rows", product_range(x.shape, 0, rank - 1)),
+      launch.args = {input(0, "x", dtype), output("y", dtype), i64("rows", product_range(x.shape, 0, rank - 1)),
                      i32("cols", x.shape.back()), i32("x_stride", x.row_stride)};
       lowering.kernels.push_back(template_kernel(
           fmt::format("{}_rows_{}_t{}_i{}", name, dtype_name(dtype), plan.threads, plan.items), "softmax.cuh",
-          fmt::format("tn_softmax_rows<{}, {}, {}, {}, {}>", c_type, log_form, plan.threads,
-                      plan.rows_per_block, plan.items),
+          fmt::format("tn_softmax_rows<{}, {}, {}, {}, {}>", c_type, log_form, plan.threads, plan.rows_per_block,
+                      plan.items),
           launch.args, plan.block(), TEENY_KERNEL_ORIGIN));
       launch.block = {plan.block(), 1, 1};
       launch.grid[0] = ceil_div(product_range(x.shape, 0, rank - 1), Expr(plan.rows_per_block));
     } else {
-      launch.args = {input(0, "x", dtype), output("y", dtype),
+      launch.args = {input(0, "x", dtype),
+                     output("y", dtype),
                      i64("outer", product_range(x.shape, 0, axis)),
                      i32("axis_len", x.shape[axis]),
                      i64("inner", product_range(x.shape, axis + 1, rank)),
-                     i32("last", x.shape.back()), i32("x_stride", x.row_stride)};
-      lowering.kernels.push_back(template_kernel(
-          fmt::format("{}_columns_{}", name, dtype_name(dtype)), "softmax.cuh",
-          fmt::format("tn_softmax_columns<{}, {}, {}>", c_type, log_form, kColumnBlock), launch.args,
-          kColumnBlock, TEENY_KERNEL_ORIGIN));
+                     i32("last", x.shape.back()),
+                     i32("x_stride", x.row_stride)};
+      lowering.kernels.push_back(
+          template_kernel(fmt::format("{}_columns_{}", name, dtype_name(dtype)), "softmax.cuh",
+                          fmt::format("tn_softmax_columns<{}, {}, {}>", c_type, log_form, kColumnBlock), launch.args,
+                          kColumnBlock, TEENY_KERNEL_ORIGIN));
       launch.block = {kColumnBlock, 1, 1};
       launch.grid[0] = ceil_div(numel / x.shape[axis], Expr(kColumnBlock));
     }
@@ -91,19 +92,16 @@ OpDef softmax_family(const std::string& name, bool log_form) {
       const std::vector<ConformanceCase> rows = row_cases(name, dtype, {17, 1000, 4096, 20000});
       cases.insert(cases.end(), rows.begin(), rows.end());
       cases.push_back({"middle axis [B, W, 3] " + dt,
-                       case_graph({"B", "W"}, {{"x", dtype, "[B, W, 3]"}},
-                                  {{"y", name, {"x"}, {{"axis", 1}}}}),
+                       case_graph({"B", "W"}, {{"x", dtype, "[B, W, 3]"}}, {{"y", name, {"x"}, {{"axis", 1}}}}),
                        awkward_rows()});
     }
     cases.push_back({"first axis of padded rows (linear, 17 of 20)",
                      case_graph({"B"}, {{"x", DType::kF32, "[B, 8]"}},
-                                {{"p", "linear", {"x"}, {{"out_features", 17}}},
-                                 {"y", name, {"p"}, {{"axis", 0}}}}),
+                                {{"p", "linear", {"x"}, {{"out_features", 17}}}, {"y", name, {"p"}, {{"axis", 0}}}}),
                      {{{"B", 1}}, {{"B", 999}}}});
     cases.push_back({"padded rows (linear, 17 of 20)",
                      case_graph({"B"}, {{"x", DType::kF32, "[B, 8]"}},
-                                {{"p", "linear", {"x"}, {{"out_features", 17}}},
-                                 {"y", name, {"p"}}}),
+                                {{"p", "linear", {"x"}, {{"out_features", 17}}}, {"y", name, {"p"}}}),
                      {{{"B", 1}}, {{"B", 999}}}});
     return cases;
   };

@@ -19,8 +19,8 @@ TensorType infer_split_heads(const OpDef& meta, const OpContext& ctx) {
   const int64_t heads = ctx.attrs.integer("heads");
   const auto width = x.shape[2].const_value();
   if (width && *width % heads != 0) {
-    throw OpError("attrs.heads", fmt::format("split_heads: the last dim {} is not divisible by heads = {}",
-                                             *width, heads));
+    throw OpError("attrs.heads",
+                  fmt::format("split_heads: the last dim {} is not divisible by heads = {}", *width, heads));
   }
   return contiguous(x.dtype, {x.shape[0] * Expr(heads), x.shape[1], x.shape[2] / Expr(heads)});
 }

@@ -23,14 +23,13 @@ std::vector<int> read_perm(const OpContext& ctx) {
   const size_t rank = ctx.inputs[0].shape.size();
   const std::vector<int64_t> raw = ctx.attrs.ints("perm");
   if (raw.size() != rank)
-    throw OpError("attrs.perm", fmt::format("transpose: perm has {} entries but the input has rank {}",
-                                            raw.size(), rank));
+    throw OpError("attrs.perm",
+                  fmt::format("transpose: perm has {} entries but the input has rank {}", raw.size(), rank));
   std::vector<int> perm;
   std::vector<bool> seen(rank, false);
   for (int64_t p : raw) {
     const int axis = normalize_axis(p, rank, "attrs.perm");
-    if (seen[axis])
-      throw OpError("attrs.perm", fmt::format("transpose: perm repeats axis {}", axis));
+    if (seen[axis]) throw OpError("attrs.perm", fmt::format("transpose: perm repeats axis {}", axis));
     seen[axis] = true;
     perm.push_back(axis);
   }
@@ -77,11 +76,11 @@ OpDef transpose_op() {
       const Expr rows = x.shape[rank - 2], cols = x.shape[rank - 1];
       const Expr batch = product(Shape(x.shape.begin(), x.shape.end() - 2));
       launch.args = {input(0, "x", dtype), output("y", dtype), i64("batch", batch),
-                     i32("rows", rows), i32("cols", cols), i32("x_stride", x.row_stride)};
-      lowering.kernels.push_back(template_kernel(
-          fmt::format("transpose_tiled_{}", dtype_name(dtype)), "transpose.cuh",
-          fmt::format("tn_transpose_tiled<{}, {}, {}>", dtype_c_type(dtype), kTile, kTileRows), launch.args,
-          kTile * kTileRows, TEENY_KERNEL_ORIGIN));
+                     i32("rows", rows),    i32("cols", cols),  i32("x_stride", x.row_stride)};
+      lowering.kernels.push_back(
+          template_kernel(fmt::format("transpose_tiled_{}", dtype_name(dtype)), "transpose.cuh",
+                          fmt::format("tn_transpose_tiled<{}, {}, {}>", dtype_c_type(dtype), kTile, kTileRows),
+                          launch.args, kTile * kTileRows, TEENY_KERNEL_ORIGIN));
       launch.block = {kTile, kTileRows, 1};
       launch.grid = {ceil_div(cols, Expr(kTile)), min(ceil_div(rows, Expr(kTile)), Expr(kMaxGridYZ)),
                      min(batch, Expr(kMaxGridYZ))};
@@ -95,10 +94,10 @@ OpDef transpose_op() {
       const bool last_kept = rank > 0 && perm.back() == static_cast<int>(rank) - 1;
       std::string perm_name;
       for (int p : perm) perm_name += std::to_string(p);
-      lowering.kernels.push_back(template_kernel(
-          fmt::format("transpose_{}_{}", perm_name, dtype_name(dtype)), "transpose.cuh",
-          fmt::format("tn_transpose_gather<{}, {}, {}>", dtype_c_type(dtype), kGatherBlock, last_kept), launch.args,
-          kGatherBlock, TEENY_KERNEL_ORIGIN));
+      lowering.kernels.push_back(
+          template_kernel(fmt::format("transpose_{}_{}", perm_name, dtype_name(dtype)), "transpose.cuh",
+                          fmt::format("tn_transpose_gather<{}, {}, {}>", dtype_c_type(dtype), kGatherBlock, last_kept),
+                          launch.args, kGatherBlock, TEENY_KERNEL_ORIGIN));
       launch.block = {kGatherBlock, 1, 1};
       launch.grid[0] = grid_stride_blocks(ceil_div(n, Expr(kGatherBlock * vector_width(dtype))), kGatherBlock);
     }
@@ -114,25 +113,24 @@ OpDef transpose_op() {
       const std::string dt = dtype_name(dtype);
       auto add = [&](const std::string& shape, std::vector<int> perm) {
         cases.push_back({fmt::format("{} perm {} {}", shape, fmt::join(perm, ","), dt),
-                         case_graph({"B", "W"}, {{"x", dtype, shape}},
-                                    {{"y", "transpose", {"x"}, {{"perm", perm}}}}),
+                         case_graph({"B", "W"}, {{"x", dtype, shape}}, {{"y", "transpose", {"x"}, {{"perm", perm}}}}),
                          awkward_rows()});
       };
-      add("[B, W]", {1, 0});        // tiled
-      add("[3, B, W]", {0, 2, 1});  // tiled, batched
-      add("[B, 3, W]", {2, 0, 1});  // gather
+      add("[B, W]", {1, 0});              // tiled
+      add("[3, B, W]", {0, 2, 1});        // tiled, batched
+      add("[B, 3, W]", {2, 0, 1});        // gather
       add("[B, W, 2, 8]", {0, 2, 1, 3});  // gather with the last dim kept (16-byte packs)
     }
-    cases.push_back({"tiled from padded rows (linear, 17 of 20)",
-                     case_graph({"B"}, {{"x", DType::kF32, "[B, 8]"}},
-                                {{"p", "linear", {"x"}, {{"out_features", 17}}},
-                                 {"y", "transpose", {"p"}, {{"perm", {1, 0}}}}}),
-                     {{{"B", 1}}, {{"B", 999}}}});
-    cases.push_back({"gather from padded rows (linear, 17 of 20)",
-                     case_graph({"B"}, {{"x", DType::kF32, "[2, B, 8]"}},
-                                {{"p", "linear", {"x"}, {{"out_features", 17}}},
-                                 {"y", "transpose", {"p"}, {{"perm", {2, 0, 1}}}}}),
-                     {{{"B", 1}}, {{"B", 999}}}});
+    cases.push_back(
+        {"tiled from padded rows (linear, 17 of 20)",
+         case_graph({"B"}, {{"x", DType::kF32, "[B, 8]"}},
+                    {{"p", "linear", {"x"}, {{"out_features", 17}}}, {"y", "transpose", {"p"}, {{"perm", {1, 0}}}}}),
+         {{{"B", 1}}, {{"B", 999}}}});
+    cases.push_back(
+        {"gather from padded rows (linear, 17 of 20)",
+         case_graph({"B"}, {{"x", DType::kF32, "[2, B, 8]"}},
+                    {{"p", "linear", {"x"}, {{"out_features", 17}}}, {"y", "transpose", {"p"}, {{"perm", {2, 0, 1}}}}}),
+         {{{"B", 1}}, {{"B", 999}}}});
     return cases;
   };
 

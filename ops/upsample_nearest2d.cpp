@@ -14,8 +14,8 @@ constexpr int kThreads = 256;
 Lowering upsample_lower(const OpContext& ctx) {
   const int64_t scale = ctx.attrs.integer("scale_factor");
   const Shape& in = ctx.inputs.at(0).shape;
-  std::vector<KernelArg> args = {input(0, "x", DType::kF32), output("y", DType::kF32),
-                                 i64("count", product(in)), i32("in_h", in[2]), i32("in_w", in[3])};
+  std::vector<KernelArg> args = {input(0, "x", DType::kF32), output("y", DType::kF32), i64("count", product(in)),
+                                 i32("in_h", in[2]), i32("in_w", in[3])};
   KernelSource kernel = template_kernel(fmt::format("upsample_nearest2d_s{}", scale), "vision.cuh",
                                         fmt::format("tn_upsample_nearest2d<{}, {}>", kThreads, scale), args, kThreads,
                                         TEENY_KERNEL_ORIGIN);
@@ -60,8 +60,8 @@ OpDef upsample_nearest2d_op() {
   def.lower = upsample_lower;
   def.reference = upsample_reference;
   def.conformance_cases = [] {
-    return vision_cases("upsample_nearest2d", {{"x2, odd 15x13", "[B, 8, 15, 13]"},
-                                               {"x3", "[B, 16, 8, 8]", {{"scale_factor", 3}}}});
+    return vision_cases("upsample_nearest2d",
+                        {{"x2, odd 15x13", "[B, 8, 15, 13]"}, {"x3", "[B, 16, 8, 8]", {{"scale_factor", 3}}}});
   };
   def.source_file = TEENY_OP_FILE;
   return def;

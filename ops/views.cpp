@@ -43,10 +43,9 @@ TensorType view_type(const OpDef& def, const TensorType& x, Shape shape) {
   TensorType out = contiguous(x.dtype, shape);
   if (!is_padded(x)) return out;
   if (shape.empty() || shape.back() != x.shape.back())
-    throw OpError("inputs",
-                  fmt::format("{} cannot view a tensor with padded rows (row stride {}, last dim "
-                              "{}) as {}: a view may not change the last dim",
-                              def.name, x.row_stride.str(), x.shape.back().str(), shape_str(shape)));
+    throw OpError("inputs", fmt::format("{} cannot view a tensor with padded rows (row stride {}, last dim "
+                                        "{}) as {}: a view may not change the last dim",
+                                        def.name, x.row_stride.str(), x.shape.back().str(), shape_str(shape)));
   out.row_stride = x.row_stride;
   return out;
 }
@@ -75,8 +74,7 @@ OpDef flatten_op() {
     const int start = normalize_axis(ctx.attrs.integer("start_dim"), rank, "attrs.start_dim");
     const int end = normalize_axis(ctx.attrs.integer("end_dim"), rank, "attrs.end_dim");
     if (start > end)
-      throw OpError("attrs.start_dim",
-                    fmt::format("flatten: start_dim ({}) comes after end_dim ({})", start, end));
+      throw OpError("attrs.start_dim", fmt::format("flatten: start_dim ({}) comes after end_dim ({})", start, end));
     if (x.shape.empty()) return view_type(meta, x, {Expr(1)});
     Shape shape(x.shape.begin(), x.shape.begin() + start);
     shape.push_back(product(Shape(x.shape.begin() + start, x.shape.begin() + end + 1)));
@@ -107,8 +105,7 @@ OpDef reshape_op() {
   def.name = "reshape";
   def.doc = "the same elements in a new shape (a view, no kernel); one entry may be -1";
   def.inputs = {{"x", "input tensor"}};
-  def.attrs = {attr_spec("shape", AttrType::kShape,
-                         "the new shape: ints, dim names or expressions; one may be -1")};
+  def.attrs = {attr_spec("shape", AttrType::kShape, "the new shape: ints, dim names or expressions; one may be -1")};
   def.dtypes = {DType::kF32, DType::kBF16, DType::kF16, DType::kI32};
   def.source_file = TEENY_OP_FILE;
   const OpDef meta = def;
@@ -121,34 +118,32 @@ OpDef reshape_op() {
     for (size_t k = 0; k < shape.size(); ++k) {
       const std::optional<int64_t> value = shape[k].const_value();
       if (value == -1) {
-        if (inferred >= 0)
-          throw OpError("attrs.shape", "reshape: only one entry of `shape` may be -1");
+        if (inferred >= 0) throw OpError("attrs.shape", "reshape: only one entry of `shape` may be -1");
         inferred = static_cast<int>(k);
         continue;
       }
       if (value && *value <= 0)
-        throw OpError("attrs.shape",
-                      fmt::format("reshape: entry {} of `shape` is {}; sizes must be positive "
-                                  "(or one -1)", k, *value));
+        throw OpError("attrs.shape", fmt::format("reshape: entry {} of `shape` is {}; sizes must be positive "
+                                                 "(or one -1)",
+                                                 k, *value));
       known = known * shape[k];
     }
     if (inferred >= 0) shape[inferred] = numel / known;
     if (!same_count(product(shape), numel))
-      throw OpError("attrs.shape",
-                    fmt::format("reshape: {} does not have the element count of the input {}",
-                                shape_str(ctx.attrs.shape("shape")), shape_str(x.shape)));
+      throw OpError("attrs.shape", fmt::format("reshape: {} does not have the element count of the input {}",
+                                               shape_str(ctx.attrs.shape("shape")), shape_str(x.shape)));
     return view_type(meta, x, shape);
   };
   def.reference = identity_reference;
   def.conformance_cases = [] {
     std::vector<ConformanceCase> cases;
     for (DType dtype : float_dtypes())
-      cases.push_back({fmt::format("relu then reshape [B, 6, W] -> [-1, 3, 2, W] {}", dtype_name(dtype)),
-                       case_graph({"B", "W"}, {{"x", dtype, "[B, 6, W]"}},
-                                  {{"r", "relu", {"x"}},
-                                   {"y", "reshape", {"r"}, {{"shape", {-1, 3, 2, "W"}}}},
-                                   {"z", "relu", {"y"}}}),
-                       awkward_rows()});
+      cases.push_back(
+          {fmt::format("relu then reshape [B, 6, W] -> [-1, 3, 2, W] {}", dtype_name(dtype)),
+           case_graph(
+               {"B", "W"}, {{"x", dtype, "[B, 6, W]"}},
+               {{"r", "relu", {"x"}}, {"y", "reshape", {"r"}, {{"shape", {-1, 3, 2, "W"}}}}, {"z", "relu", {"y"}}}),
+           awkward_rows()});
     return cases;
   };
   return def;

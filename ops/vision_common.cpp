@@ -74,8 +74,8 @@ void check_nchw(const std::string& op, const TensorType& x) {
 std::vector<ConformanceCase> vision_cases(const std::string& op, const std::vector<VisionCase>& cases) {
   std::vector<ConformanceCase> out;
   for (const VisionCase& c : cases)
-    out.push_back({c.label, case_graph(c.dims, {{"x", DType::kF32, c.shape}}, {{"y", op, {"x"}, c.attrs, ""}}),
-                   c.bindings});
+    out.push_back(
+        {c.label, case_graph(c.dims, {{"x", DType::kF32, c.shape}}, {{"y", op, {"x"}, c.attrs, ""}}), c.bindings});
   return out;
 }
 
@@ -95,8 +95,7 @@ ConvGeometry conv_geometry(const std::string& op, const OpContext& ctx) {
   require_at_least("padding", a.ph, a.pw, 0);
   require_at_least("dilation", a.dh, a.dw, 1);
   if (g.in_channels % a.groups != 0)
-    throw OpError("attrs.groups",
-                  fmt::format("in_channels {} is not divisible by groups {}", g.in_channels, a.groups));
+    throw OpError("attrs.groups", fmt::format("in_channels {} is not divisible by groups {}", g.in_channels, a.groups));
   if (a.out_channels % a.groups != 0)
     throw OpError("attrs.groups",
                   fmt::format("out_channels {} is not divisible by groups {}", a.out_channels, a.groups));
@@ -108,9 +107,7 @@ ConvGeometry conv_geometry(const std::string& op, const OpContext& ctx) {
   return g;
 }
 
-Expr conv_flops(const ConvGeometry& g) {
-  return Expr(2 * g.reduction()) * product(g.output_shape());
-}
+Expr conv_flops(const ConvGeometry& g) { return Expr(2 * g.reduction()) * product(g.output_shape()); }
 
 Expr conv_bytes(const ConvGeometry& g) {
   const Expr in = g.batch * Expr(g.in_channels) * g.in_h * g.in_w;
@@ -123,12 +120,14 @@ namespace {
 
 std::vector<KernelArg> epilogue_args(const ConvEpilogue& e) {
   switch (e.kind) {
-    case ConvEpilogue::kNone: return {};
-    case ConvEpilogue::kBias: return {param("bias", "bias", DType::kF32)};
+    case ConvEpilogue::kNone:
+      return {};
+    case ConvEpilogue::kBias:
+      return {param("bias", "bias", DType::kF32)};
     case ConvEpilogue::kBnSilu:
       return {param("bn.weight", "bn_weight", DType::kF32), param("bn.bias", "bn_bias", DType::kF32),
-              param("bn.running_mean", "bn_mean", DType::kF32),
-              param("bn.running_var", "bn_var", DType::kF32), f32("eps", e.eps)};
+              param("bn.running_mean", "bn_mean", DType::kF32), param("bn.running_var", "bn_var", DType::kF32),
+              f32("eps", e.eps)};
   }
   return {};
 }
@@ -137,9 +136,12 @@ std::vector<KernelArg> epilogue_args(const ConvEpilogue& e) {
 // tn_conv2d_igemm or tn_conv2d_depthwise).
 std::string conv_entry(const ConvEpilogue& e, const std::string& kernel) {
   switch (e.kind) {
-    case ConvEpilogue::kNone: return fmt::format("tn_conv2d<{}>", kernel);
-    case ConvEpilogue::kBias: return fmt::format("tn_conv2d_bias<{}>", kernel);
-    case ConvEpilogue::kBnSilu: return fmt::format("tn_conv2d_bn_act<{}, {}>", kernel, activation("silu").functor);
+    case ConvEpilogue::kNone:
+      return fmt::format("tn_conv2d<{}>", kernel);
+    case ConvEpilogue::kBias:
+      return fmt::format("tn_conv2d_bias<{}>", kernel);
+    case ConvEpilogue::kBnSilu:
+      return fmt::format("tn_conv2d_bn_act<{}, {}>", kernel, activation("silu").functor);
   }
   return "";
 }
@@ -153,9 +155,12 @@ std::string channels_name(const ConvGeometry& g) {
 
 std::string epilogue_tag(const ConvEpilogue& e) {
   switch (e.kind) {
-    case ConvEpilogue::kNone: return "";
-    case ConvEpilogue::kBias: return "_bias";
-    case ConvEpilogue::kBnSilu: return "_bnsilu";
+    case ConvEpilogue::kNone:
+      return "";
+    case ConvEpilogue::kBias:
+      return "_bias";
+    case ConvEpilogue::kBnSilu:
+      return "_bnsilu";
   }
   return "";
 }
@@ -236,8 +241,8 @@ KernelSource implicit_gemm_kernel(const std::string& op, const ConvGeometry& g, 
                   t.block_p, t.block_k, t.thread_co, t.thread_p, vec);
   const std::string path = pointwise ? fmt::format("gemm1x1{}", vec == 4 ? "v4" : "") : "igemm_" + window_name(g.a);
   return template_kernel(
-      fmt::format("{}_{}_{}_{}x{}{}", op, path, channels_name(g), t.block_co, t.block_p, epilogue_tag(e)),
-      "conv2d.cuh", conv_entry(e, kernel), args, t.threads(), TEENY_KERNEL_ORIGIN);
+      fmt::format("{}_{}_{}_{}x{}{}", op, path, channels_name(g), t.block_co, t.block_p, epilogue_tag(e)), "conv2d.cuh",
+      conv_entry(e, kernel), args, t.threads(), TEENY_KERNEL_ORIGIN);
 }
 
 // ---- depthwise -------------------------------------------------------------------------------
@@ -274,12 +279,11 @@ Lowering lower_conv(const std::string& op, const ConvGeometry& g, const std::str
   if (g.depthwise()) {
     // Tiles sized to the feature map (when known) so small maps do not idle most threads.
     const int tile_w = std::clamp(pow2_at_least(g.out_w.const_value().value_or(32)), 8, 32);
-    const int tile_h =
-        std::clamp(pow2_at_least(g.out_h.const_value().value_or(256)), 32 / tile_w, 256 / tile_w);
+    const int tile_h = std::clamp(pow2_at_least(g.out_h.const_value().value_or(256)), 32 / tile_w, 256 / tile_w);
     lowering.kernels.push_back(depthwise_kernel(op, g, epilogue, args, tile_h, tile_w));
     launch.block = {tile_h * tile_w, 1, 1};
-    launch.grid = {g.batch * Expr(g.a.out_channels),
-                   ceil_div(g.out_h, Expr(tile_h)) * ceil_div(g.out_w, Expr(tile_w)), Expr(1)};
+    launch.grid = {g.batch * Expr(g.a.out_channels), ceil_div(g.out_h, Expr(tile_h)) * ceil_div(g.out_w, Expr(tile_w)),
+                   Expr(1)};
   } else {
     const ConvTile tile = choose_conv_tile(g);
     lowering.kernels.push_back(implicit_gemm_kernel(op, g, tile, epilogue, args));

@@ -62,9 +62,7 @@ struct ConvGeometry {
   int64_t cout_per_group() const { return a.out_channels / a.groups; }
   int64_t reduction() const { return cin_per_group() * a.kh * a.kw; }  // GEMM K
   bool depthwise() const { return a.groups > 1 && a.groups == in_channels; }
-  bool pointwise() const {
-    return a.kh == 1 && a.kw == 1 && a.sh == 1 && a.sw == 1 && a.ph == 0 && a.pw == 0;
-  }
+  bool pointwise() const { return a.kh == 1 && a.kw == 1 && a.sh == 1 && a.sw == 1 && a.ph == 0 && a.pw == 0; }
   Shape weight_shape() const;  // [Co, C/groups, kH, kW]
   Shape output_shape() const;  // [B, Co, Ho, Wo]
 };

@@ -73,8 +73,8 @@ std::vector<ParamSpec> decode_params(const OpContext& ctx) {
   const DType dtype = ctx.output.dtype;
   const Shape shape = {Expr(static_cast<int64_t>(a.x.size()))};
   std::vector<ParamSpec> params;
-  for (const auto& [slot, values] : {std::pair{"anchor_x", &a.x}, std::pair{"anchor_y", &a.y},
-                                      std::pair{"strides", &a.stride}}) {
+  for (const auto& [slot, values] :
+       {std::pair{"anchor_x", &a.x}, std::pair{"anchor_y", &a.y}, std::pair{"strides", &a.stride}}) {
     ParamSpec spec{slot, shape, dtype, ParamInit::kHost, {}};
     for (double v : *values) append_element(spec.host_bytes, dtype, v);
     params.push_back(std::move(spec));
@@ -86,7 +86,7 @@ std::vector<ParamSpec> decode_params(const OpContext& ctx) {
 Lowering decode_lower(const OpContext& ctx) {
   const Expr& batch = ctx.output.shape[0];
   const int64_t anchors = *ctx.output.shape[2].const_value();
-  std::vector<KernelArg> args = {input(0, "boxes", DType::kF32),     param("anchor_x", "anchor_x", DType::kF32),
+  std::vector<KernelArg> args = {input(0, "boxes", DType::kF32), param("anchor_x", "anchor_x", DType::kF32),
                                  param("anchor_y", "anchor_y", DType::kF32), param("strides", "strides", DType::kF32),
                                  output("y", DType::kF32)};
   KernelSource kernel = template_kernel(fmt::format("yolo_detect_decode_a{}", anchors), "vision.cuh",
@@ -127,10 +127,16 @@ HostTensor decode_reference(const RefContext& ref) {
 OpDef yolo_detect_decode_op() {
   OpDef def;
   def.name = kOp;
-  def.doc = "YOLO box decode: distances [B, 4, A] (l, t, r, b) -> (cx, cy, w, h) * stride, anchors as "
-            "Ultralytics make_anchors over `levels`; anchor_x/anchor_y/strides are host-computed params";
+  def.doc =
+      "YOLO box decode: distances [B, 4, A] (l, t, r, b) -> (cx, cy, w, h) * stride, anchors as "
+      "Ultralytics make_anchors over `levels`; anchor_x/anchor_y/strides are host-computed params";
   def.inputs = {{"boxes", "[B, 4, A] distances l, t, r, b"}};
-  def.attrs = {{"levels", AttrType::kIntListList, "[[h, w, stride], ...]; A = sum of h*w", std::nullopt, {}, false,
+  def.attrs = {{"levels",
+                AttrType::kIntListList,
+                "[[h, w, stride], ...]; A = sum of h*w",
+                std::nullopt,
+                {},
+                false,
                 std::nullopt}};
   const OpDef meta = def;
   def.infer = [meta](const OpContext& ctx) { return infer_decode(meta, ctx); };

@@ -26,7 +26,9 @@ class ScratchDir {
   ScratchDir(const ScratchDir&) = delete;
   ScratchDir& operator=(const ScratchDir&) = delete;
   const std::filesystem::path& path() const { return path_; }
-  std::string str(const std::string& child = "") const { return child.empty() ? path_.string() : (path_ / child).string(); }
+  std::string str(const std::string& child = "") const {
+    return child.empty() ? path_.string() : (path_ / child).string();
+  }
 
  private:
   std::filesystem::path path_;

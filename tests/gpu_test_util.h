@@ -24,7 +24,7 @@ inline std::shared_ptr<cuda::Device> open_device(std::string* why) {
 }  // namespace teeny::gpu_testing
 
 // Declares `device` opened, or skips the test saying why.
-#define TEENY_GPU_OR_SKIP(device)                                                            \
-  std::string device##_skip_reason;                                                          \
+#define TEENY_GPU_OR_SKIP(device)                                                                \
+  std::string device##_skip_reason;                                                              \
   std::shared_ptr<cuda::Device> device = teeny::gpu_testing::open_device(&device##_skip_reason); \
   if (!device) GTEST_SKIP() << "no CUDA driver/device: " << device##_skip_reason

@@ -2,10 +2,10 @@
 // never leave a half bundle or damage the previous one.
 #include <gtest/gtest.h>
 
-#include <csignal>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <csignal>
 
 #include <fmt/format.h>
 
@@ -93,12 +93,22 @@ TEST(Bundle, ManifestStructure) {
   EXPECT_EQ(m["dims"][0], (nlohmann::json{{"name", "B"}, {"min", 1}, {"max", 1024}, {"default", 8}}));
   EXPECT_EQ(m["launches"][0]["kernel"], "t_kernel");
   EXPECT_EQ(m["launches"][0]["grid"], (nlohmann::json{"ceil_div(B*4, 128)", "1", "1"}));
-  EXPECT_EQ(m["launches"][0]["args"][5],
-            (nlohmann::json{{"kind", "i32"}, {"name", "n"}, {"c_type", "int"}, {"ptx_type", ".u32"}, {"size", 4},
-                            {"offset", 40}, {"value", "B*4"}}));
+  EXPECT_EQ(m["launches"][0]["args"][5], (nlohmann::json{{"kind", "i32"},
+                                                         {"name", "n"},
+                                                         {"c_type", "int"},
+                                                         {"ptx_type", ".u32"},
+                                                         {"size", 4},
+                                                         {"offset", 40},
+                                                         {"value", "B*4"}}));
   EXPECT_EQ(m["launches"][0]["args"][2]["tensor"], "a.weight");
-  EXPECT_EQ(m["params"][1], (nlohmann::json{{"name", "a.table"}, {"node", "a"}, {"slot", "table"}, {"dtype", "f32"},
-                                            {"shape", {"4"}}, {"init", "host"}, {"offset", 0}, {"size", 16}}));
+  EXPECT_EQ(m["params"][1], (nlohmann::json{{"name", "a.table"},
+                                            {"node", "a"},
+                                            {"slot", "table"},
+                                            {"dtype", "f32"},
+                                            {"shape", {"4"}},
+                                            {"init", "host"},
+                                            {"offset", 0},
+                                            {"size", 16}}));
   EXPECT_EQ(m["checksums"]["kernels/t_kernel.ptx"], sha256_hex(sample().kernels[0].ptx));
   EXPECT_EQ(m["checksums"].size(), 3u);
 }
@@ -109,11 +119,18 @@ TEST(Bundle, TensorMapArgRoundTrips) {
   Graph graph = testing::test_graph(registry, "  - {name: t1, op: t.tensor_map, inputs: [x, z]}\n", "t1");
   const Bundle compiled = compile_graph(graph, registry, testing::test_options(dir.str("cache")));
   nlohmann::json m = bundle_to_json(compiled);
-  EXPECT_EQ(m["launches"][0]["args"][1],
-            (nlohmann::json{{"kind", "tensor_map"}, {"name", "x_map"},
-                            {"c_type", "const __grid_constant__ tn_tensor_map"}, {"ptx_type", ".b8"}, {"size", 128},
-                            {"offset", 64}, {"of", "x"}, {"cols", "4"}, {"rows", "B"}, {"row_stride", "4"},
-                            {"box", {4, 8}}, {"swizzle", 32}}));
+  EXPECT_EQ(m["launches"][0]["args"][1], (nlohmann::json{{"kind", "tensor_map"},
+                                                         {"name", "x_map"},
+                                                         {"c_type", "const __grid_constant__ tn_tensor_map"},
+                                                         {"ptx_type", ".b8"},
+                                                         {"size", 128},
+                                                         {"offset", 64},
+                                                         {"of", "x"},
+                                                         {"cols", "4"},
+                                                         {"rows", "B"},
+                                                         {"row_stride", "4"},
+                                                         {"box", {4, 8}},
+                                                         {"swizzle", 32}}));
 
   const std::string path = dir.str("t.teeny");
   write_bundle(compiled, path);
@@ -166,7 +183,9 @@ TEST(Bundle, DeviceExpressionsAndRunHintsRoundTrip) {
 
   auto with = [&](const std::function<void(nlohmann::json&)>& edit) { return load_error_edited(path, m, edit); };
   const std::string prefix = fmt::format("bundle '{}': manifest.json: ", path);
-  EXPECT_EQ(with([](nlohmann::json& e) { e["params"][0]["random_range"] = {1.5, 0.5}; }),
+  EXPECT_EQ(with([](nlohmann::json& e) {
+              e["params"][0]["random_range"] = {1.5, 0.5};
+            }),
             prefix + "params[0].random_range: expected [low, high] with low < high");
   EXPECT_EQ(with([](nlohmann::json& e) { e["params"][0]["unused_state"] = 3; }),
             prefix + "params[0].unused_state: expected an array, found number");
@@ -208,9 +227,10 @@ TEST(Bundle, WrongFormatVersion) {
   nlohmann::json m = nlohmann::json::parse(slurp(manifest));
   m["format_version"] = kBundleFormatVersion + 1;
   spit(manifest, m.dump());
-  EXPECT_EQ(load_error(path), fmt::format("bundle '{}': manifest.json: format_version: bundle format version {} is not "
-                                          "supported (this teeny reads version {}); recompile the graph with this teeny",
-                                          path, kBundleFormatVersion + 1, kBundleFormatVersion));
+  EXPECT_EQ(load_error(path),
+            fmt::format("bundle '{}': manifest.json: format_version: bundle format version {} is not "
+                        "supported (this teeny reads version {}); recompile the graph with this teeny",
+                        path, kBundleFormatVersion + 1, kBundleFormatVersion));
 }
 
 TEST(Bundle, MissingFiles) {
@@ -235,8 +255,9 @@ TEST(Bundle, MalformedManifestFieldsNameTheirPath) {
   const std::string prefix = fmt::format("bundle '{}': manifest.json: ", path);
   EXPECT_EQ(with([](nlohmann::json& m) { m["launches"][1]["args"][0].erase("size"); }),
             prefix + "launches[1].args[0]: missing key 'size'");
-  EXPECT_EQ(with([](nlohmann::json& m) { m["launches"][0]["grid"][0] = "ceil_div(B*4,"; }).rfind(
-                prefix + "launches[0].grid[0]: bad expression 'ceil_div(B*4,': ", 0),
+  EXPECT_EQ(with([](nlohmann::json& m) {
+              m["launches"][0]["grid"][0] = "ceil_div(B*4,";
+            }).rfind(prefix + "launches[0].grid[0]: bad expression 'ceil_div(B*4,': ", 0),
             0u);
   EXPECT_EQ(with([](nlohmann::json& m) { m["launches"][0]["kernel"] = "nope"; }),
             prefix + "launches[0].kernel: unknown kernel 'nope'");

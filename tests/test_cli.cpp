@@ -114,8 +114,7 @@ TEST(Cli, BadBindingsExitOne) {
   EXPECT_EQ(r.err, "teeny: error: --bind B=0: B must be in [1, 65536]\n");
   r = teeny("check graphs/mnist_mlp.yaml --bind N=2");
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_EQ(r.err,
-            "teeny: error: --bind N=2: unknown dim 'N' (did you mean 'B'?)\nnote: declared dims: B\n");
+  EXPECT_EQ(r.err, "teeny: error: --bind N=2: unknown dim 'N' (did you mean 'B'?)\nnote: declared dims: B\n");
   r = teeny("check graphs/mnist_mlp.yaml --bind B");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_EQ(r.err, "teeny: error: malformed --bind 'B': expected DIM=N, e.g. --bind B=64\n");
@@ -184,8 +183,7 @@ TEST(Cli, OpsShowsOneOpInDetailAndAsJson) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out.substr(0, r.out.find('\n')).substr(0, 2), "OP");
   // One line per op after the header.
-  EXPECT_EQ(static_cast<size_t>(std::count(r.out.begin(), r.out.end(), '\n')),
-            registry.names().size() + 1);
+  EXPECT_EQ(static_cast<size_t>(std::count(r.out.begin(), r.out.end(), '\n')), registry.names().size() + 1);
 }
 
 // fused.linear's residual may be left out: marked `?` in the list, said in the details and JSON.

@@ -75,8 +75,8 @@ TEST(CompileGraph, GoodOpLayoutMatchesCudaParamBufferRules) {
   EXPECT_EQ(offsets, (std::vector<int>{0, 8, 16, 24, 32, 40, 48, 56}));
   EXPECT_EQ(sizes, (std::vector<int>{8, 8, 8, 8, 8, 4, 8, 4}));
   EXPECT_EQ(names, (std::vector<std::string>{"x", "z", "w", "table", "y", "n", "count", "alpha"}));
-  EXPECT_EQ(c_types, (std::vector<std::string>{"const float*", "const float*", "const float*", "const float*",
-                                               "float*", "int", "long long", "float"}));
+  EXPECT_EQ(c_types, (std::vector<std::string>{"const float*", "const float*", "const float*", "const float*", "float*",
+                                               "int", "long long", "float"}));
   EXPECT_EQ(bound, (std::vector<std::string>{"x", "z", "t1.weight", "t1.table", "t1", "", "", ""}));
   EXPECT_EQ(l.args[5].value.str(), "B*4");
   EXPECT_EQ(l.args[7].fvalue, 0.5);
@@ -116,11 +116,13 @@ TEST(CompileGraph, IdenticalKernelsShareOneAndCollidingNamesGetAHashSuffix) {
   EXPECT_EQ(b.kernels[0].name, "t_kernel");
   // The suffix is the first 8 hex digits of the SHA-256 of the kernel's translation unit (its entry
   // named after the base name).
-  const Graph graph = testing::test_graph(test_ops(), "  - {name: a, op: t.variant, inputs: [x, z], attrs: {k: 1}}\n", "a");
+  const Graph graph =
+      testing::test_graph(test_ops(), "  - {name: a, op: t.variant, inputs: [x, z], attrs: {k: 1}}\n", "a");
   for (int k : {1, 2}) {
     KernelSource source = graph.nodes[0].op->lower(graph.nodes[0].ctx).kernels[0];
     source.function = fmt::format("t_body<{}>", k);
-    const std::string name = "t_kernel_" + sha256_hex(kernel_translation_unit(source, "t_kernel_entry_point")).substr(0, 8);
+    const std::string name =
+        "t_kernel_" + sha256_hex(kernel_translation_unit(source, "t_kernel_entry_point")).substr(0, 8);
     EXPECT_EQ(b.kernels[k].name, name);
     EXPECT_EQ(b.kernels[k].entry, name + "_entry_point");
     EXPECT_NE(b.kernels[k].ptx.find(".visible .entry " + name + "_entry_point("), std::string::npos);
@@ -249,8 +251,7 @@ TEST(CompileVerify, MismatchNotesShowBothLists) {
     EXPECT_EQ(e.notes()[0],
               "launch arguments: (const float* x, const float* z, const float* w, const float* table, float* y, "
               "int n, long long count, float alpha, int extra)");
-    EXPECT_NE(e.notes()[1].find("kernel parameters (tests/test_compile_util.cpp:"), std::string::npos)
-        << e.notes()[1];
+    EXPECT_NE(e.notes()[1].find("kernel parameters (tests/test_compile_util.cpp:"), std::string::npos) << e.notes()[1];
     EXPECT_NE(e.notes()[1].find(": (const float* x, const float* z, const float* w, const float* table, float* y, "
                                 "int n, long long count, float alpha)"),
               std::string::npos)
@@ -267,8 +268,8 @@ TEST(CompileVerify, BlockOverMaxntid) {
 }
 
 TEST(CompileVerify, BlockMustEqualReqntid) {
-  const std::vector<PtxEntry> entries = parse_ptx_entries(
-      ".visible .entry k(\n\t.param .u32 k_param_0\n)\n.reqntid 64, 1, 1\n{\n\tret;\n}\n", "k.ptx");
+  const std::vector<PtxEntry> entries =
+      parse_ptx_entries(".visible .entry k(\n\t.param .u32 k_param_0\n)\n.reqntid 64, 1, 1\n{\n\tret;\n}\n", "k.ptx");
   ASSERT_EQ(entries.size(), 1u);
   EXPECT_EQ(block_problem({64, 1, 1}, entries[0]), "");
   EXPECT_EQ(block_problem({128, 1, 1}, entries[0]),
@@ -340,8 +341,8 @@ TEST(CompileVerify, NvrtcFailureShowsLogOptionsAndOrigin) {
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ExitCode::kGpu);
-    EXPECT_EQ(e.message().rfind("NVRTC failed to compile kernel 't_kernel' (NVRTC_ERROR_COMPILATION), generated at ", 0),
-              0u)
+    EXPECT_EQ(
+        e.message().rfind("NVRTC failed to compile kernel 't_kernel' (NVRTC_ERROR_COMPILATION), generated at ", 0), 0u)
         << e.message();
     EXPECT_NE(e.message().find("test_compile_util.cpp:"), std::string::npos) << e.message();
     ASSERT_EQ(e.notes().size(), 2u);
@@ -387,7 +388,9 @@ TEST(CompileTensorMap, NvrtcParamIsA64AlignedByteArrayAndTheLayoutFollowsIt) {
   CompileOptions options;
   options.fixed = {{"B", 16}};
   EXPECT_EQ(compile_nodes("  - {name: t1, op: t.tensor_map, inputs: [x, z]}\n", "t1", options)
-                .launches[0].args[1].map.rows.str(),
+                .launches[0]
+                .args[1]
+                .map.rows.str(),
             "16");
 }
 

@@ -13,8 +13,8 @@
 #include "core/graph.h"
 #include "core/ptx.h"
 #include "ops/ops.h"
-#include "tests/test_compile_util.h"
 #include "tests/op_test_util.h"
+#include "tests/test_compile_util.h"
 
 namespace teeny {
 namespace {
@@ -110,7 +110,8 @@ void check_structure(const Graph& graph, const Bundle& b) {
   }
   for (const BundleNode& n : b.nodes) {
     const BundleTensor& t = b.tensor(n.name);
-    bool launched = std::any_of(b.launches.begin(), b.launches.end(), [&](const BundleLaunch& l) { return l.node == n.name; });
+    bool launched =
+        std::any_of(b.launches.begin(), b.launches.end(), [&](const BundleLaunch& l) { return l.node == n.name; });
     EXPECT_EQ(launched, t.alias_of.empty()) << n.name << ": a node either launches kernels or is a view";
   }
 }
@@ -195,8 +196,8 @@ TEST(CompileGraphs, TransformerBlockFusesAttentionHeads) {
   EXPECT_EQ(plain.nodes.size(), 16u);
   EXPECT_EQ(fused.nodes.size(), 9u);
   EXPECT_EQ(fused.launches.size() + 7, plain.launches.size());
-  const auto merged = std::find_if(fused.nodes.begin(), fused.nodes.end(),
-                                   [](const BundleNode& n) { return n.name == "merged"; });
+  const auto merged =
+      std::find_if(fused.nodes.begin(), fused.nodes.end(), [](const BundleNode& n) { return n.name == "merged"; });
   ASSERT_NE(merged, fused.nodes.end());
   EXPECT_EQ(merged->op, "fused.sdpa_heads");
   EXPECT_EQ(merged->fused_from, (std::vector<std::string>{"qh", "kh", "vh", "attn", "merged"}));

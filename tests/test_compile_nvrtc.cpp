@@ -80,8 +80,8 @@ TEST(NvrtcCache, KeyCoversSourceOptionsAndArch) {
   compile_kernels({kernel("a", 2)}, config_in(cache), &stats);
   NvrtcConfig fast = config_in(cache);
   fast.extra_options = {"--use_fast_math"};
-  compile_kernels({kernel("a", 2)}, fast, &stats);                // other options
-  compile_kernels({kernel("a", 5)}, config_in(cache), &stats);    // other source
+  compile_kernels({kernel("a", 2)}, fast, &stats);              // other options
+  compile_kernels({kernel("a", 5)}, config_in(cache), &stats);  // other source
   NvrtcConfig other_arch = config_in(cache);
   other_arch.arch = "sm_80";
   std::vector<CompiledKernel> sm80 = compile_kernels({kernel("a", 2)}, other_arch, &stats);
@@ -154,15 +154,15 @@ TEST(NvrtcCache, UnwritableCacheIsAWarningNotAFailure) {
   std::vector<CompiledKernel> out = compile_kernels({kernel("a", 2)}, config, &stats);
   EXPECT_NE(out[0].ptx.find(".visible .entry a_entry_point("), std::string::npos);
   ASSERT_EQ(stats.cache_warnings.size(), 1u);
-  EXPECT_EQ(stats.cache_warnings[0].rfind("cannot create kernel cache directory " + scratch.str("file") + "/nvrtc: ", 0),
-            0u)
+  EXPECT_EQ(
+      stats.cache_warnings[0].rfind("cannot create kernel cache directory " + scratch.str("file") + "/nvrtc: ", 0), 0u)
       << stats.cache_warnings[0];
 }
 
 TEST(NvrtcParallel, FirstErrorInInputOrderWhateverTheTiming) {
   ScratchDir cache;
-  std::vector<KernelSource> kernels = {kernel("ok1", 1), broken("bad1"), kernel("ok2", 2), broken("bad2"),
-                                       kernel("ok3", 3), kernel("ok4", 4)};
+  std::vector<KernelSource> kernels = {kernel("ok1", 1), broken("bad1"),   kernel("ok2", 2),
+                                       broken("bad2"),   kernel("ok3", 3), kernel("ok4", 4)};
   for (int round = 0; round < 3; ++round) {
     NvrtcConfig config = config_in(cache, 4);
     config.use_cache = false;
@@ -170,7 +170,8 @@ TEST(NvrtcParallel, FirstErrorInInputOrderWhateverTheTiming) {
       compile_kernels(kernels, config);
       FAIL() << "expected an error";
     } catch (const Error& e) {
-      EXPECT_EQ(e.message(), "NVRTC failed to compile kernel 'bad1' (NVRTC_ERROR_COMPILATION), generated at broken.cpp:7");
+      EXPECT_EQ(e.message(),
+                "NVRTC failed to compile kernel 'bad1' (NVRTC_ERROR_COMPILATION), generated at broken.cpp:7");
     }
   }
 }

@@ -59,9 +59,14 @@ std::string header_of(Fault fault) {
 }
 
 std::vector<KernelArg> kernel_params(const Expr& n) {
-  return {input(0, "x", DType::kF32),     input(1, "z", DType::kF32), param("weight", "w", DType::kF32),
-          param("table", "table", DType::kF32), output("y", DType::kF32), i32("n", n),
-          i64("count", n),                f32("alpha", 0.5)};
+  return {input(0, "x", DType::kF32),
+          input(1, "z", DType::kF32),
+          param("weight", "w", DType::kF32),
+          param("table", "table", DType::kF32),
+          output("y", DType::kF32),
+          i32("n", n),
+          i64("count", n),
+          f32("alpha", 0.5)};
 }
 
 Lowering lower(const OpContext& ctx, Fault fault) {
@@ -70,9 +75,8 @@ Lowering lower(const OpContext& ctx, Fault fault) {
   int64_t variant = ctx.attrs.has("k") ? ctx.attrs.integer("k") : 0;
   std::vector<KernelArg> params = kernel_params(n);
   if (fault == Fault::kTemplateMismatch) params.push_back(i32("extra", 1));
-  lowering.kernels.push_back(
-      ops::template_kernel("t_kernel", header_of(fault), fmt::format("t_body<{}>", variant), params, 128,
-                           TEENY_KERNEL_ORIGIN));
+  lowering.kernels.push_back(ops::template_kernel("t_kernel", header_of(fault), fmt::format("t_body<{}>", variant),
+                                                  params, 128, TEENY_KERNEL_ORIGIN));
   Launch launch;
   launch.block = {fault == Fault::kBlockOverMaxntid ? 256 : 128, 1, 1};
   launch.grid = {ceil_div(n, 128), 1, 1};
@@ -149,13 +153,19 @@ OpDef test_op(const std::string& name, Fault fault) {
 }
 
 const std::vector<std::pair<const char*, Fault>> kFaults = {
-    {"t.swapped_names", Fault::kSwappedNames},   {"t.wrong_type", Fault::kWrongType},
-    {"t.missing_arg", Fault::kMissingArg},       {"t.extra_arg", Fault::kExtraArg},
+    {"t.swapped_names", Fault::kSwappedNames},
+    {"t.wrong_type", Fault::kWrongType},
+    {"t.missing_arg", Fault::kMissingArg},
+    {"t.extra_arg", Fault::kExtraArg},
     {"t.block_over_maxntid", Fault::kBlockOverMaxntid},
-    {"t.wrong_init_bytes", Fault::kWrongInitBytes}, {"t.symbolic_host_param", Fault::kSymbolicHostParam},
-    {"t.entry_renamed", Fault::kEntryRenamed},   {"t.param_type_changed", Fault::kParamTypeChanged},
-    {"t.template_mismatch", Fault::kTemplateMismatch}, {"t.syntax_error", Fault::kSyntaxError},
-    {"t.wrong_dtype", Fault::kWrongDtype},       {"t.unknown_slot", Fault::kUnknownSlot},
+    {"t.wrong_init_bytes", Fault::kWrongInitBytes},
+    {"t.symbolic_host_param", Fault::kSymbolicHostParam},
+    {"t.entry_renamed", Fault::kEntryRenamed},
+    {"t.param_type_changed", Fault::kParamTypeChanged},
+    {"t.template_mismatch", Fault::kTemplateMismatch},
+    {"t.syntax_error", Fault::kSyntaxError},
+    {"t.wrong_dtype", Fault::kWrongDtype},
+    {"t.unknown_slot", Fault::kUnknownSlot},
 };
 
 }  // namespace
@@ -176,9 +186,7 @@ Registry test_registry() {
   registry.add(variant);
 
   OpDef padded = test_op("t.padded", Fault::kNone);
-  padded.infer = [](const OpContext& ctx) {
-    return TensorType{ctx.inputs[0].dtype, ctx.inputs[0].shape, Expr(8)};
-  };
+  padded.infer = [](const OpContext& ctx) { return TensorType{ctx.inputs[0].dtype, ctx.inputs[0].shape, Expr(8)}; };
   registry.add(padded);
 
   OpDef view;
@@ -192,12 +200,12 @@ Registry test_registry() {
   view.source_file = TEENY_OP_FILE;
   registry.add(view);
 
-  for (const auto& [name, fault] : std::vector<std::pair<const char*, Fault>>{
-           {"t.tensor_map", Fault::kNone},
-           {"t.map_of_unknown", Fault::kMapOfUnknown},
-           {"t.map_of_scalar", Fault::kMapOfScalar},
-           {"t.map_unaligned_stride", Fault::kMapUnalignedStride},
-           {"t.map_underaligned", Fault::kMapUnderaligned}}) {
+  for (const auto& [name, fault] :
+       std::vector<std::pair<const char*, Fault>>{{"t.tensor_map", Fault::kNone},
+                                                  {"t.map_of_unknown", Fault::kMapOfUnknown},
+                                                  {"t.map_of_scalar", Fault::kMapOfScalar},
+                                                  {"t.map_unaligned_stride", Fault::kMapUnalignedStride},
+                                                  {"t.map_underaligned", Fault::kMapUnderaligned}}) {
     OpDef map = test_op(name, Fault::kNone);
     map.params = nullptr;
     map.lower = [fault = fault](const OpContext& ctx) { return lower_tensor_map(ctx, fault); };

@@ -14,19 +14,19 @@ namespace teeny::testing {
 // The one way a test op's lowering is wrong.
 enum class Fault {
   kNone,
-  kSwappedNames,      // launch passes z before x
-  kWrongType,         // launch passes `count` as i32, the kernel takes long long
-  kMissingArg,        // launch omits `alpha`
-  kExtraArg,          // launch adds `int extra`
-  kBlockOverMaxntid,  // block 256, kernel has __launch_bounds__(128)
-  kWrongInitBytes,    // 12 init bytes for a [4] f32 param
-  kSymbolicHostParam, // host init bytes for a [B] param
-  kEntryRenamed,      // a macro in the header renames the generated entry: no such PTX entry
-  kParamTypeChanged,  // a macro in the header makes `float alpha` a double: PTX param size 8
-  kTemplateMismatch,  // kernel and launch take `int extra`, which the template does not
-  kSyntaxError,       // NVRTC rejects the header
-  kWrongDtype,        // launch declares x as f16, the tensor is f32
-  kUnknownSlot,       // launch names a param slot the op does not have
+  kSwappedNames,       // launch passes z before x
+  kWrongType,          // launch passes `count` as i32, the kernel takes long long
+  kMissingArg,         // launch omits `alpha`
+  kExtraArg,           // launch adds `int extra`
+  kBlockOverMaxntid,   // block 256, kernel has __launch_bounds__(128)
+  kWrongInitBytes,     // 12 init bytes for a [4] f32 param
+  kSymbolicHostParam,  // host init bytes for a [B] param
+  kEntryRenamed,       // a macro in the header renames the generated entry: no such PTX entry
+  kParamTypeChanged,   // a macro in the header makes `float alpha` a double: PTX param size 8
+  kTemplateMismatch,   // kernel and launch take `int extra`, which the template does not
+  kSyntaxError,        // NVRTC rejects the header
+  kWrongDtype,         // launch declares x as f16, the tensor is f32
+  kUnknownSlot,        // launch names a param slot the op does not have
   // t.tensor_map's faults:
   kMapOfUnknown,        // the map is `of` "xx", no argument of the launch
   kMapOfScalar,         // the map is `of` the i32 "n"

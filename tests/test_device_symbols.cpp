@@ -193,8 +193,8 @@ TEST_F(OneBundleManyGpus, InspectEvaluatesForTheGivenSmCount) {
   ScratchDir dir;
   write_bundle(compile(std::string(TEENY_SOURCE_DIR) + "/graphs/transformer_block_bf16.yaml"), dir.str("tb.teeny"));
   for (const int sms : {132, 114, 78}) {
-    testing::Command table =
-        testing::run_teeny(fmt::format("inspect {} --bind B=64 --bind S=512 --device-sms {} --node q", dir.str("tb.teeny"), sms));
+    testing::Command table = testing::run_teeny(
+        fmt::format("inspect {} --bind B=64 --bind S=512 --device-sms {} --node q", dir.str("tb.teeny"), sms));
     ASSERT_EQ(table.exit_code, 0) << table.err;
     EXPECT_NE(table.out.find(fmt::format("device: SMS={} (--device-* flags)\n", sms)), std::string::npos) << table.out;
     EXPECT_NE(table.out.find(fmt::format("grid [min(ceil_div(B*S, 128)*6, SMS) = {}, 1, 1]", sms)), std::string::npos)
@@ -227,7 +227,8 @@ TEST_F(OneBundleManyGpus, InspectWithoutADeviceKeepsGridsSymbolicAndSaysHow) {
   testing::Command json = testing::run_teeny(fmt::format("inspect {} --node q --format json", dir.str("tb.teeny")));
   ASSERT_EQ(json.exit_code, 0) << json.err;
   const nlohmann::json view = nlohmann::json::parse(json.out);
-  EXPECT_EQ(view["device"], (nlohmann::json{{"source", nullptr}, {"symbols", nlohmann::json::object()}, {"unbound", {"SMS"}}}));
+  EXPECT_EQ(view["device"],
+            (nlohmann::json{{"source", nullptr}, {"symbols", nlohmann::json::object()}, {"unbound", {"SMS"}}}));
   EXPECT_EQ(view["nodes"][0]["launches"][0]["grid"][0],
             (nlohmann::json{{"expr", "min(ceil_div(B*S, 128)*6, SMS)"}, {"needs", {"SMS"}}}));
 }

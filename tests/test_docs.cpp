@@ -45,8 +45,10 @@ std::vector<DocSection> parse_op_doc(const std::string& text) {
   std::istringstream lines(text);
   for (std::string line; std::getline(lines, line);) {
     if (line.rfind("#", 0) == 0) {
-      if (line.rfind("### ", 0) == 0) sections.push_back({backquoted(line), {}, {}});
-      else if (!sections.empty()) sections.push_back({});  // a higher heading ends the section
+      if (line.rfind("### ", 0) == 0)
+        sections.push_back({backquoted(line), {}, {}});
+      else if (!sections.empty())
+        sections.push_back({});  // a higher heading ends the section
       continue;
     }
     if (sections.empty() || sections.back().ops.empty()) continue;
@@ -137,9 +139,8 @@ TEST_F(OpsDoc, EachSectionListsItsOpsInputsAttrsParamsAndDtypes) {
       for (const char* key : kListKeys) {
         const auto found = section.lists.find(key);
         if (found == section.lists.end()) {
-          ADD_FAILURE() << "docs/ops.md, section of " << list_text(section.ops) << ": no '- " << key
-                        << ":' line; op '" << name << "' needs '- " << key << ": " << list_text(expected.at(key))
-                        << "'";
+          ADD_FAILURE() << "docs/ops.md, section of " << list_text(section.ops) << ": no '- " << key << ":' line; op '"
+                        << name << "' needs '- " << key << ": " << list_text(expected.at(key)) << "'";
         } else if (found->second != expected.at(key)) {
           ADD_FAILURE() << "docs/ops.md, section of " << list_text(section.ops) << ": '- " << key << ": "
                         << list_text(found->second) << "' but op '" << name << "' has '- " << key << ": "

@@ -57,9 +57,8 @@ TEST(Expr, PrintsWithMinimalParentheses) {
 }
 
 TEST(Expr, PrintedFormParsesBackToTheSameExpression) {
-  for (const char* text : {"B*4", "(B + 1)*(S - 2)", "ceil_div(B*S, 128)", "B/(S/2)",
-                           "min(B, S) + max(B, 3)%7", "round_up(B*3 + 1, 16) - S",
-                           "B - (S - 1)", "-B"}) {
+  for (const char* text : {"B*4", "(B + 1)*(S - 2)", "ceil_div(B*S, 128)", "B/(S/2)", "min(B, S) + max(B, 3)%7",
+                           "round_up(B*3 + 1, 16) - S", "B - (S - 1)", "-B"}) {
     Expr e = Expr::parse(text);
     EXPECT_EQ(Expr::parse(e.str()), e) << text << " printed as " << e.str();
   }
@@ -129,24 +128,21 @@ TEST(Expr, ShapeHelpers) {
 }
 
 TEST(Expr, ParseErrorsNameTheColumn) {
-  EXPECT_EQ(parse_error("B*"),
-            "bad expression 'B*': expected a number, name or '(' at the end at column 3");
+  EXPECT_EQ(parse_error("B*"), "bad expression 'B*': expected a number, name or '(' at the end at column 3");
   EXPECT_EQ(parse_error("(B+1"), "bad expression '(B+1': expected ')' at the end at column 5");
   EXPECT_EQ(parse_error("B $"), "bad expression 'B $': unexpected '$' at column 3");
   EXPECT_EQ(parse_error(""), "bad expression '': empty expression at column 1");
   EXPECT_EQ(parse_error("foo(1, 2)"),
             "bad expression 'foo(1, 2)': unknown function 'foo' (functions: ceil_div, min, max, "
             "round_up) at column 1");
-  EXPECT_EQ(parse_error("min(B)"),
-            "bad expression 'min(B)': expected ',' but found ')' at column 6");
+  EXPECT_EQ(parse_error("min(B)"), "bad expression 'min(B)': expected ',' but found ')' at column 6");
   EXPECT_EQ(parse_error("B 4"), "bad expression 'B 4': unexpected '4' at column 3");
 }
 
 TEST(Expr, EvalErrors) {
   EXPECT_EQ(eval_error("B + S", {{"B", 1}}), "dim 'S' is not bound");
   EXPECT_EQ(eval_error("B/S", {{"B", 1}, {"S", 0}}), "division by zero evaluating 'B/S'");
-  EXPECT_EQ(eval_error("ceil_div(B, S)", {{"B", 1}, {"S", 0}}),
-            "division by zero evaluating 'ceil_div(B, S)'");
+  EXPECT_EQ(eval_error("ceil_div(B, S)", {{"B", 1}, {"S", 0}}), "division by zero evaluating 'ceil_div(B, S)'");
 }
 
 }  // namespace

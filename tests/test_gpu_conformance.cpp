@@ -75,15 +75,18 @@ TEST(ConformanceCases, EveryCaseGraphParsesAndNamesItsOp) {
     SCOPED_TRACE(job.label());
     try {
       const Graph graph = parse_graph(job.c.graph, job.label(), registry());
-      const bool uses_op = std::any_of(graph.nodes.begin(), graph.nodes.end(),
-                                       [&](const Node& n) { return n.op == job.op; });
+      const bool uses_op =
+          std::any_of(graph.nodes.begin(), graph.nodes.end(), [&](const Node& n) { return n.op == job.op; });
       EXPECT_TRUE(uses_op) << "the case never runs " << job.op->name << ":\n" << job.c.graph;
       for (const Bindings& b : job.c.bindings)
-        EXPECT_NO_THROW(bind_dims(graph.dims, [&] {
-          std::vector<std::string> binds;
-          for (const auto& [dim, value] : b) binds.push_back(fmt::format("{}={}", dim, value));
-          return binds;
-        }())) << bindings_text(b);
+        EXPECT_NO_THROW(bind_dims(graph.dims,
+                                  [&] {
+                                    std::vector<std::string> binds;
+                                    for (const auto& [dim, value] : b)
+                                      binds.push_back(fmt::format("{}={}", dim, value));
+                                    return binds;
+                                  }()))
+            << bindings_text(b);
     } catch (const Error& e) {
       ADD_FAILURE() << e.render() << "\n" << job.c.graph;
     }
@@ -134,8 +137,7 @@ TEST(GpuConformance, EveryRegisteredOpMatchesItsReference) {
       ADD_FAILURE() << job.label() << ": compile failed:\n" << compile_errors[i];
       continue;
     }
-    const std::vector<Bindings> runs =
-        job.c.bindings.empty() ? std::vector<Bindings>{Bindings{}} : job.c.bindings;
+    const std::vector<Bindings> runs = job.c.bindings.empty() ? std::vector<Bindings>{Bindings{}} : job.c.bindings;
     for (const Bindings& b : runs) {
       const std::string where = fmt::format("{} with {}", job.label(), bindings_text(b));
       ++t.runs;

@@ -63,8 +63,8 @@ TEST(GpuLinearF32, TensorCorePathKeepsF32Accuracy) {
       worst = std::max(worst, std::abs(y.data[r * kOut + o] - sum) / magnitude);
     }
   }
-  std::printf("f32 linear [%lld, %lld] -> %lld: worst |error| / sum |x w| = %.3g\n", (long long)kRows,
-              (long long)kIn, (long long)kOut, worst);
+  std::printf("f32 linear [%lld, %lld] -> %lld: worst |error| / sum |x w| = %.3g\n", (long long)kRows, (long long)kIn,
+              (long long)kOut, worst);
   EXPECT_LT(worst, 1e-6);
 }
 

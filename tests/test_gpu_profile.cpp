@@ -29,9 +29,8 @@ class GpuProfile : public ::testing::Test {
  protected:
   void SetUp() override {
     TEENY_GPU_OR_SKIP(device);
-    dir_ = std::filesystem::temp_directory_path() /
-           ("teeny-gpu-profile-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = std::filesystem::temp_directory_path() / ("teeny-gpu-profile-" + std::to_string(::getpid()) + "-" +
+                                                     ::testing::UnitTest::GetInstance()->current_test_info()->name());
     std::filesystem::create_directories(dir_);
     bundle_ = (dir_ / "mlp.teeny").string();
     const Command compiled =
@@ -103,13 +102,15 @@ TEST_F(GpuProfile, CudaGraphReplayMapsEveryKernel) {
   ProfileOptions options = quick(15);
   options.cuda_graph = true;
   const ProfileReport report = profile_bundle(bundle_, {{}}, "", options);
-  if (!report.environment.cupti) GTEST_SKIP() << "per-launch graph timing needs CUPTI: " << report.environment.timing_method;
+  if (!report.environment.cupti)
+    GTEST_SKIP() << "per-launch graph timing needs CUPTI: " << report.environment.timing_method;
   expect_sound(report, 15);
 }
 
 TEST_F(GpuProfile, CliJsonAndTraceParse) {
   const std::string trace = (dir_ / "trace.json").string();
-  const Command r = run_teeny("profile " + bundle_ + " --iterations 12 --min-time 0 --warmup 2 --format json --trace " + trace);
+  const Command r =
+      run_teeny("profile " + bundle_ + " --iterations 12 --min-time 0 --warmup 2 --format json --trace " + trace);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json j = nlohmann::json::parse(r.out);
   ASSERT_EQ(j["runs"].size(), 1u);
@@ -131,7 +132,8 @@ TEST_F(GpuProfile, CliJsonAndTraceParse) {
 }
 
 TEST_F(GpuProfile, CliSweepGivesOneRunPerValueAndScaling) {
-  const Command r = run_teeny("profile " + bundle_ + " --sweep B=1,64 --iterations 5 --min-time 0 --warmup 1 --format json");
+  const Command r =
+      run_teeny("profile " + bundle_ + " --sweep B=1,64 --iterations 5 --min-time 0 --warmup 1 --format json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json j = nlohmann::json::parse(r.out);
   ASSERT_EQ(j["runs"].size(), 2u);

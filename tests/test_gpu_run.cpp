@@ -97,8 +97,7 @@ void write_mnist_data(const std::string& weights, const std::string& input) {
     fc2_b.data.push_back(b2(o));
     for (int64_t k = 0; k < kHidden; ++k) fc2_w.data.push_back(w2(o, k));
   }
-  write_safetensors(weights, {{"fc1.weight", fc1_w}, {"fc1.bias", fc1_b}, {"fc2.weight", fc2_w},
-                              {"fc2.bias", fc2_b}});
+  write_safetensors(weights, {{"fc1.weight", fc1_w}, {"fc1.bias", fc1_b}, {"fc2.weight", fc2_w}, {"fc2.bias", fc2_b}});
   HostTensor x{DType::kF32, {kBatch, kIn}, {}};
   for (int64_t r = 0; r < kBatch; ++r) {
     for (int64_t k = 0; k < kIn; ++k) x.data.push_back(x_value(r, k));
@@ -151,16 +150,14 @@ TEST_F(GpuRun, MnistMlpWithKnownWeightsMatchesIndependentLoops) {
 TEST_F(GpuRun, CliRunsMnistWithCheckAndCudaGraphAndWritesOutputs) {
   TEENY_GPU_OR_SKIP(device);
   const Registry& registry = op_testing::registry();
-  compile_to_disk(load_graph(std::string(TEENY_SOURCE_DIR) + "/graphs/mnist_mlp.yaml", registry),
-                  registry, "mnist.teeny");
+  compile_to_disk(load_graph(std::string(TEENY_SOURCE_DIR) + "/graphs/mnist_mlp.yaml", registry), registry,
+                  "mnist.teeny");
   write_mnist_data(path("w.safetensors"), path("x.npy"));
-  Command run = run_teeny("run " + path("mnist.teeny") + " --bind B=5 --input x=" + path("x.npy") +
-                          " --weights " + path("w.safetensors") + " --output probs=" +
-                          path("probs.npy") + " --output-dir " + path("all") +
-                          " --check --cuda-graph --iterations 2");
+  Command run = run_teeny("run " + path("mnist.teeny") + " --bind B=5 --input x=" + path("x.npy") + " --weights " +
+                          path("w.safetensors") + " --output probs=" + path("probs.npy") + " --output-dir " +
+                          path("all") + " --check --cuda-graph --iterations 2");
   EXPECT_EQ(run.exit_code, 0) << run.err;
-  EXPECT_NE(run.out.find("check: ok: all 4 nodes match the host reference"), std::string::npos)
-      << run.out;
+  EXPECT_NE(run.out.find("check: ok: all 4 nodes match the host reference"), std::string::npos) << run.out;
   HostTensor probs = read_npy(path("probs.npy"));
   EXPECT_EQ(probs.shape, std::vector<int64_t>({kBatch, kOut}));
   EXPECT_LT(max_abs_diff(probs.data, expected_probs()), 1e-5);
@@ -171,12 +168,11 @@ TEST_F(GpuRun, CliRunsMnistWithCheckAndCudaGraphAndWritesOutputs) {
 // machine, so the CLI's file handling and the references are checked without a GPU too.
 TEST_F(RunCpuMnist, DeviceCpuMatchesIndependentLoops) {
   const Registry& registry = op_testing::registry();
-  compile_to_disk(load_graph(std::string(TEENY_SOURCE_DIR) + "/graphs/mnist_mlp.yaml", registry),
-                  registry, "mnist.teeny");
+  compile_to_disk(load_graph(std::string(TEENY_SOURCE_DIR) + "/graphs/mnist_mlp.yaml", registry), registry,
+                  "mnist.teeny");
   write_mnist_data(path("w.safetensors"), path("x.npy"));
-  Command run = run_teeny("run " + path("mnist.teeny") + " --device cpu --bind B=5 --input x=" +
-                          path("x.npy") + " --weights " + path("w.safetensors") + " --output-dir " +
-                          path("out"));
+  Command run = run_teeny("run " + path("mnist.teeny") + " --device cpu --bind B=5 --input x=" + path("x.npy") +
+                          " --weights " + path("w.safetensors") + " --output-dir " + path("out"));
   EXPECT_EQ(run.exit_code, 0) << run.err;
   HostTensor probs = read_npy(path("out/probs.npy"));
   EXPECT_EQ(probs.shape, std::vector<int64_t>({kBatch, kOut}));
@@ -257,8 +253,7 @@ TEST_F(GpuRun, CheckNamesTheNodeWithASwappedArgumentKernel) {
   // The kernel computes b - good instead of good - b: wrong wherever good != b, i.e. nearly
   // everywhere for random inputs.
   EXPECT_GT(report.nodes[1].result.mismatches, 290);
-  EXPECT_NE(cli::format_check_report(report).find("first diverging node 'bad' (test.sub_swapped)"),
-            std::string::npos);
+  EXPECT_NE(cli::format_check_report(report).find("first diverging node 'bad' (test.sub_swapped)"), std::string::npos);
 }
 
 }  // namespace

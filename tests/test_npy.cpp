@@ -100,13 +100,11 @@ TEST_F(NpyTest, Bf16IsWrittenAsF32Exactly) {
 }
 
 TEST_F(NpyTest, ReadsF64AndI64AsF32AndI32) {
-  spit(path("d.npy"), npy_v1("{'descr': '<f8', 'fortran_order': False, 'shape': (2,), }",
-                             raw<double>({0.1, -3})));
+  spit(path("d.npy"), npy_v1("{'descr': '<f8', 'fortran_order': False, 'shape': (2,), }", raw<double>({0.1, -3})));
   HostTensor d = read_npy(path("d.npy"));
   EXPECT_EQ(d.dtype, DType::kF32);
   EXPECT_EQ(d.data, std::vector<double>({static_cast<float>(0.1), -3}));
-  spit(path("l.npy"), npy_v1("{'descr': '<i8', 'fortran_order': False, 'shape': (1, 2), }",
-                             raw<int64_t>({5, -7})));
+  spit(path("l.npy"), npy_v1("{'descr': '<i8', 'fortran_order': False, 'shape': (1, 2), }", raw<int64_t>({5, -7})));
   HostTensor l = read_npy(path("l.npy"));
   EXPECT_EQ(l.dtype, DType::kI32);
   EXPECT_EQ(l.shape, std::vector<int64_t>({1, 2}));
@@ -146,8 +144,7 @@ TEST_F(NpyTest, MalformedFilesHaveExactMessages) {
   EXPECT_EQ(message_of(f), f + ": malformed header at character 53: expected ',' or ')' in the "
                                "shape in \"{'descr': '<f4', 'fortran_order': False, 'shape': (1; }\"");
 
-  spit(f, npy_v1("{'descr': '<i8', 'fortran_order': False, 'shape': (1,), }",
-                 raw<int64_t>({int64_t{1} << 40})));
+  spit(f, npy_v1("{'descr': '<i8', 'fortran_order': False, 'shape': (1,), }", raw<int64_t>({int64_t{1} << 40})));
   EXPECT_EQ(message_of(f), f + ": element 0 = 1099511627776 does not fit in i32");
 
   std::string truncated("\x93NUMPY\x01\x00\xff\x00{'descr'", 18);

@@ -69,11 +69,12 @@ TEST(FusedLinearReference, EqualsLinearThenActivationThenAdd) {
     SCOPED_TRACE(act.name);
     // The unfused pair's references: the elementwise op (gelu_tanh is gelu, approximate: tanh)...
     const bool tanh_gelu = act.name == "gelu_tanh";
-    const nlohmann::json act_attrs = tanh_gelu ? nlohmann::json{{"approximate", "tanh"}}
-                                               : act.name == "gelu" ? nlohmann::json{{"approximate", "none"}}
-                                                                    : nlohmann::json::object();
+    const nlohmann::json act_attrs = tanh_gelu            ? nlohmann::json{{"approximate", "tanh"}}
+                                     : act.name == "gelu" ? nlohmann::json{{"approximate", "none"}}
+                                                          : nlohmann::json::object();
     const HostTensor activated = reference(tanh_gelu ? "gelu" : act.name, act_attrs, {HostIn{{3, 4}, linear.data}});
-    const HostTensor added = reference("add", nlohmann::json::object(), {HostIn{{3, 4}, activated.data}, HostIn{{3, 4}, r}});
+    const HostTensor added =
+        reference("add", nlohmann::json::object(), {HostIn{{3, 4}, activated.data}, HostIn{{3, 4}, r}});
     const HostTensor fused = reference("fused.linear", {{"out_features", 4}, {"bias", true}, {"activation", act.name}},
                                        {HostIn{{3, 5}, x}, HostIn{{3, 4}, r}}, {w, b});
     ASSERT_EQ(fused.data.size(), added.data.size());
@@ -86,8 +87,9 @@ TEST(FusedLinearShape, ResidualMustMatchTheOutput) {
                                     {op_testing::tensor(DType::kF32, {Expr::dim("B"), Expr(16)}),
                                      op_testing::tensor(DType::kF32, {Expr::dim("B"), Expr(16)})}),
             "the residual must match the linear's output f32 [B, 8]; got f32 [B, 16]");
-  EXPECT_EQ(parse_error(graph("  - {name: y, op: fused.linear, inputs: [x, r, r], attrs: {out_features: 16}}\n", "[y]")),
-            "node 'y': op 'fused.linear' takes 1 to 2 inputs (x, residual?), got 3");
+  EXPECT_EQ(
+      parse_error(graph("  - {name: y, op: fused.linear, inputs: [x, r, r], attrs: {out_features: 16}}\n", "[y]")),
+      "node 'y': op 'fused.linear' takes 1 to 2 inputs (x, residual?), got 3");
 }
 
 // ---- lowering --------------------------------------------------------------------------------
@@ -101,9 +103,9 @@ const KernelArg* find_arg(const Launch& launch, const std::string& name) {
 TEST(FusedLinearLowering, ResidualIsAnInputWithItsStrideAndCost) {
   TensorType residual = op_testing::tensor(DType::kBF16, {Expr::dim("B"), Expr(768)});
   residual.row_stride = Expr(776);
-  const OpContext ctx = op_testing::context(
-      "fused.linear", {{"out_features", 768}, {"bias", true}, {"activation", "gelu_tanh"}},
-      {op_testing::tensor(DType::kBF16, {Expr::dim("B"), Expr(3072)}), residual});
+  const OpContext ctx =
+      op_testing::context("fused.linear", {{"out_features", 768}, {"bias", true}, {"activation", "gelu_tanh"}},
+                          {op_testing::tensor(DType::kBF16, {Expr::dim("B"), Expr(3072)}), residual});
   const Lowering lowering = op_testing::op("fused.linear").lower(ctx);
   ASSERT_EQ(lowering.launches.size(), 1u);
   const Launch& launch = lowering.launches[0];
@@ -124,13 +126,13 @@ TEST(FusedLinearLowering, F32ActivationTurnsSplitKOffButAResidualKeepsIt) {
   const TensorType x = op_testing::tensor(DType::kF32, {Expr::dim("B"), Expr(3072)});
   const TensorType r = op_testing::tensor(DType::kF32, {Expr::dim("B"), Expr(768)});
   const Bindings small = {{"B", 1}, {"SMS", 132}};
-  const OpContext act = op_testing::context(
-      "fused.linear", {{"out_features", 768}, {"bias", true}, {"activation", "relu"}}, {x});
+  const OpContext act =
+      op_testing::context("fused.linear", {{"out_features", 768}, {"bias", true}, {"activation", "relu"}}, {x});
   const Lowering with_act = op_testing::op("fused.linear").lower(act);
   ASSERT_EQ(with_act.launches.size(), 1u);  // no zeroing: K is never split
   EXPECT_EQ(find_arg(with_act.launches[0], "splits"), nullptr);
-  const OpContext res = op_testing::context(
-      "fused.linear", {{"out_features", 768}, {"bias", true}, {"activation", "none"}}, {x, r});
+  const OpContext res =
+      op_testing::context("fused.linear", {{"out_features", 768}, {"bias", true}, {"activation", "none"}}, {x, r});
   const Lowering with_res = op_testing::op("fused.linear").lower(res);
   ASSERT_EQ(with_res.launches.size(), 2u);  // zeroing, then the split GEMM (split 0 adds the residual)
   EXPECT_EQ(find_arg(with_res.launches[1], "splits")->value.eval(small), 24);

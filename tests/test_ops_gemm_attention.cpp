@@ -54,8 +54,8 @@ TEST(GemmAttentionReference, LinearWithAndWithoutBias) {
 
 TEST(GemmAttentionReference, LinearOverLeadingDims) {
   // x [2, 1, 2]: each row is mapped independently.
-  const HostTensor y = reference("linear", {{"out_features", 1}, {"bias", true}}, {{{2, 1, 2}, {1, 2, 3, 4}}},
-                                 {{2, -1}, {0.25}});
+  const HostTensor y =
+      reference("linear", {{"out_features", 1}, {"bias", true}}, {{{2, 1, 2}, {1, 2, 3, 4}}}, {{2, -1}, {0.25}});
   EXPECT_EQ(y.shape, (std::vector<int64_t>{2, 1, 1}));
   expect_near(y.data, {0.25, 2.25});
 }
@@ -123,7 +123,8 @@ TEST(GemmAttentionReference, SdpaHeadsEqualsSplitAttendMerge) {
     const HostTensor y = reference("split_heads", {{"heads", heads}}, {x});
     return HostIn{y.shape, y.data};
   };
-  for (const nlohmann::json& attrs : {nlohmann::json{{"causal", false}}, nlohmann::json{{"causal", true}, {"scale", 0.7}}}) {
+  for (const nlohmann::json& attrs :
+       {nlohmann::json{{"causal", false}}, nlohmann::json{{"causal", true}, {"scale", 0.7}}}) {
     SCOPED_TRACE(attrs.dump());
     const HostTensor attended = reference("sdpa", attrs, {split(q), split(k), split(v)});
     const HostTensor merged = reference("merge_heads", {{"heads", heads}}, {{attended.shape, attended.data}});
@@ -383,7 +384,8 @@ TEST(GemmAttentionLowering, LinearSplitsKWhenTilesCannotFillTheGpu) {
     EXPECT_EQ(arg(lowering.launches[1], "splits").value.eval({{"B", 1}, {"S", 128}, {"SMS", sms}}), 24) << sms;
   }
   // 16-bit linears run on tensor cores without split-K: one launch.
-  const OpContext bf16 = context("linear", {{"out_features", 768}, {"bias", true}}, {tensor(DType::kBF16, {B, S, 3072})});
+  const OpContext bf16 =
+      context("linear", {{"out_features", 768}, {"bias", true}}, {tensor(DType::kBF16, {B, S, 3072})});
   EXPECT_EQ(op("linear").lower(bf16).launches.size(), 1u);
 }
 
@@ -462,7 +464,8 @@ TEST(GemmAttentionLowering, LinearUsesWgmmaOnlyWhereItApplies) {
   EXPECT_EQ(c_map.map.swizzle, 64);
 
   // K = 3076 (6152-byte rows): cp.async, cooperative 128x192; five 40 KiB stages.
-  const OpContext unaligned = context("linear", {{"out_features", 768}, {"bias", true}}, {tensor(DType::kBF16, {B, S, 3076})});
+  const OpContext unaligned =
+      context("linear", {{"out_features", 768}, {"bias", true}}, {tensor(DType::kBF16, {B, S, 3076})});
   lowering = op("linear").lower(unaligned);
   EXPECT_EQ(lowering.kernels.at(0).name, "linear_bf16_nk_bias_128x192x64_wgmma");
   EXPECT_EQ(lowering.launches.at(0).dynamic_smem.eval({}), 5 * ((128 + 192) * 64 * 2 + 16) + 1024);
@@ -473,7 +476,8 @@ TEST(GemmAttentionLowering, LinearUsesWgmmaOnlyWhereItApplies) {
   EXPECT_EQ(lowering.kernels.at(0).name, "linear_f16_nk_bias_128x256x64_wgmma");
   EXPECT_EQ(lowering.launches.at(0).dynamic_smem.eval({}), 4 * ((128 + 256) * 64 * 2 + 16) + 1024);
   // K = 770: the cp.async pingpong kernel.
-  const OpContext short_k = context("linear", {{"out_features", 3072}, {"bias", true}}, {tensor(DType::kBF16, {B, 770})});
+  const OpContext short_k =
+      context("linear", {{"out_features", 3072}, {"bias", true}}, {tensor(DType::kBF16, {B, 770})});
   lowering = op("linear").lower(short_k);
   EXPECT_EQ(lowering.kernels.at(0).name, "linear_bf16_nk_bias_128x128x64_wgmma_pp");
   EXPECT_EQ(lowering.launches.at(0).block[0], 384);
@@ -642,7 +646,8 @@ TEST(GemmAttentionLowering, SdpaGridScaleAndStrides) {
 TEST(GemmAttentionLowering, SdpaHeadsSharesSdpasKernel) {
   TensorType x = tensor(DType::kBF16, {B, S, 768});
   x.row_stride = Expr(776);
-  const Lowering fused = op("fused.sdpa_heads").lower(context("fused.sdpa_heads", {{"heads", 12}, {"causal", true}}, {x, x, x}));
+  const Lowering fused =
+      op("fused.sdpa_heads").lower(context("fused.sdpa_heads", {{"heads", 12}, {"causal", true}}, {x, x, x}));
   const TensorType split = tensor(DType::kBF16, {B * Expr(12), S, 64});
   const Lowering plain = op("sdpa").lower(context("sdpa", {{"causal", true}}, {split, split, split}));
   EXPECT_EQ(fused.kernels.at(0).name, "sdpa_bf16_d64_causal_mma");
@@ -650,7 +655,8 @@ TEST(GemmAttentionLowering, SdpaHeadsSharesSdpasKernel) {
   const Launch& f = fused.launches.at(0);
   const Launch& p = plain.launches.at(0);
   const Bindings bind = {{"B", 2}, {"S", 130}};
-  for (const char* name : {"N", "Sq", "Skv"}) EXPECT_EQ(arg(f, name).value.eval(bind), arg(p, name).value.eval(bind)) << name;
+  for (const char* name : {"N", "Sq", "Skv"})
+    EXPECT_EQ(arg(f, name).value.eval(bind), arg(p, name).value.eval(bind)) << name;
   EXPECT_EQ(arg(f, "heads").value.eval(bind), 12);
   EXPECT_EQ(arg(p, "heads").value.eval(bind), 1);
   EXPECT_EQ(arg(f, "ldq").value.eval(bind), 776);

@@ -55,8 +55,8 @@ TEST(MemoryBoundReference, Gelu) {
               {0.0, 0.8413447460685429, -(1 - 0.8413447460685429)}, 1e-12);
   // tanh form at 1: 0.5 * (1 + tanh(sqrt(2/pi) * 1.044715)).
   const double t = std::tanh(0.7978845608028654 * 1.044715);
-  expect_near(reference("gelu", {{"approximate", "tanh"}}, {{{2}, {1.0, -1.0}}}).data,
-              {0.5 * (1 + t), -0.5 * (1 - t)}, 1e-12);
+  expect_near(reference("gelu", {{"approximate", "tanh"}}, {{{2}, {1.0, -1.0}}}).data, {0.5 * (1 + t), -0.5 * (1 - t)},
+              1e-12);
 }
 
 TEST(MemoryBoundReference, Scale) {
@@ -77,11 +77,9 @@ TEST(MemoryBoundReference, BinaryBroadcasting) {
 
 TEST(MemoryBoundShape, BinaryBroadcastsSymbolicDims) {
   const Expr B = Expr::dim("B"), S = Expr::dim("S");
-  EXPECT_EQ(context("add", {}, {tensor(DType::kF32, {B, 1, 8}), tensor(DType::kF32, {S, 1})})
-                .output.shape,
+  EXPECT_EQ(context("add", {}, {tensor(DType::kF32, {B, 1, 8}), tensor(DType::kF32, {S, 1})}).output.shape,
             (Shape{B, S, 8}));
-  EXPECT_EQ(context("mul", {}, {tensor(DType::kBF16, {8}), tensor(DType::kBF16, {B, 8})}).output.dtype,
-            DType::kBF16);
+  EXPECT_EQ(context("mul", {}, {tensor(DType::kBF16, {8}), tensor(DType::kBF16, {B, 8})}).output.dtype, DType::kBF16);
   std::string key;
   EXPECT_EQ(infer_error("add", {}, {tensor(DType::kF32, {B, 8}), tensor(DType::kF32, {B, 7})}, &key),
             "shapes [B, 8] and [B, 7] do not broadcast: dim 1 is 8 vs 7");
@@ -117,8 +115,7 @@ TEST(MemoryBoundShape, RequestedDtypeMustBeTheInputs) {
 TEST(MemoryBoundReference, SoftmaxLastAxis) {
   // exp([1,2,3] - 3) = [e^-2, e^-1, 1], sum 1.5032147244080551
   auto y = reference("softmax", {{"axis", -1}}, {{{2, 3}, {1, 2, 3, 0, 0, 0}}});
-  expect_near(y.data, {0.09003057317038046, 0.24472847105479764, 0.6652409557748219,
-                       1.0 / 3, 1.0 / 3, 1.0 / 3});
+  expect_near(y.data, {0.09003057317038046, 0.24472847105479764, 0.6652409557748219, 1.0 / 3, 1.0 / 3, 1.0 / 3});
 }
 
 TEST(MemoryBoundReference, SoftmaxFirstAxis) {
@@ -129,8 +126,8 @@ TEST(MemoryBoundReference, SoftmaxFirstAxis) {
 
 TEST(MemoryBoundReference, SoftmaxIsStableForLargeValues) {
   // [1000, 1000 + ln 3] must not overflow: [1/4, 3/4].
-  expect_near(reference("softmax", {{"axis", -1}}, {{{2}, {1000.0, 1000.0 + std::log(3.0)}}}).data,
-              {0.25, 0.75}, 1e-12);
+  expect_near(reference("softmax", {{"axis", -1}}, {{{2}, {1000.0, 1000.0 + std::log(3.0)}}}).data, {0.25, 0.75},
+              1e-12);
 }
 
 TEST(MemoryBoundReference, LogSoftmax) {
@@ -153,8 +150,8 @@ TEST(MemoryBoundReference, LayerNorm) {
   const double s = 1.0 / std::sqrt(1.25);
   auto plain = reference("layernorm", {{"eps", 0.0}, {"affine", false}}, {{{1, 4}, {1, 2, 3, 4}}});
   expect_near(plain.data, {-1.5 * s, -0.5 * s, 0.5 * s, 1.5 * s});
-  auto affine = reference("layernorm", {{"eps", 0.0}, {"affine", true}}, {{{1, 4}, {1, 2, 3, 4}}},
-                          {{1, 2, 1, 2}, {0, 0, 1, 1}});
+  auto affine =
+      reference("layernorm", {{"eps", 0.0}, {"affine", true}}, {{{1, 4}, {1, 2, 3, 4}}}, {{1, 2, 1, 2}, {0, 0, 1, 1}});
   expect_near(affine.data, {-1.5 * s, -1.0 * s, 0.5 * s + 1, 3.0 * s + 1});
   // eps enters under the root: a constant row [5, 5] with eps 0.25 gives 0 / sqrt(0.25) = 0,
   // and [0, 2] (var 1) with eps 3 gives [-1, 1] / 2.
@@ -165,8 +162,7 @@ TEST(MemoryBoundReference, LayerNorm) {
 TEST(MemoryBoundReference, RmsNorm) {
   // [3, 4]: mean square 12.5; y = x / sqrt(12.5 + eps) * w with eps 0, w = [1, 0.5].
   const double r = std::sqrt(12.5);
-  expect_near(reference("rmsnorm", {{"eps", 0.0}}, {{{1, 2}, {3, 4}}}, {{1, 0.5}}).data,
-              {3 / r, 2 / r});
+  expect_near(reference("rmsnorm", {{"eps", 0.0}}, {{{1, 2}, {3, 4}}}, {{1, 0.5}}).data, {3 / r, 2 / r});
 }
 
 TEST(MemoryBoundShape, NormParams) {
@@ -178,15 +174,15 @@ TEST(MemoryBoundShape, NormParams) {
   EXPECT_EQ(p[1].slot, "bias");
   EXPECT_EQ(p[0].shape, (Shape{768}));
   EXPECT_EQ(p[1].dtype, DType::kBF16);
-  EXPECT_TRUE(op("layernorm").params(context("layernorm", {{"eps", 1e-5}, {"affine", false}},
-                                               {tensor(DType::kF32, {B, 8})})).empty());
+  EXPECT_TRUE(op("layernorm")
+                  .params(context("layernorm", {{"eps", 1e-5}, {"affine", false}}, {tensor(DType::kF32, {B, 8})}))
+                  .empty());
   const std::vector<ParamSpec> r =
       op("rmsnorm").params(context("rmsnorm", {{"eps", 1e-6}}, {tensor(DType::kF32, {B, 64})}));
   ASSERT_EQ(r.size(), 1u);
   EXPECT_EQ(r[0].slot, "weight");
   EXPECT_EQ(r[0].shape, (Shape{64}));
-  EXPECT_EQ(infer_error("rmsnorm", {{"eps", 1e-6}}, {tensor(DType::kF32, {})}),
-            "rmsnorm needs an input of rank >= 1");
+  EXPECT_EQ(infer_error("rmsnorm", {{"eps", 1e-6}}, {tensor(DType::kF32, {})}), "rmsnorm needs an input of rank >= 1");
 }
 
 // ---- reductions ----------------------------------------------------------------------------
@@ -200,37 +196,33 @@ TEST(MemoryBoundReference, Reductions) {
   expect_near(m.data, {4, 5, 3});
   EXPECT_EQ(m.shape, (std::vector<int64_t>{1, 3}));
   // Middle axis of [2, 2, 2]: pairs (0,1,2,3 | 4,5,6,7) -> sums over axis 1.
-  expect_near(reference("reduce_sum", {{"axis", 1}, {"keepdim", false}},
-                        {{{2, 2, 2}, {0, 1, 2, 3, 4, 5, 6, 7}}}).data,
+  expect_near(reference("reduce_sum", {{"axis", 1}, {"keepdim", false}}, {{{2, 2, 2}, {0, 1, 2, 3, 4, 5, 6, 7}}}).data,
               {2, 4, 10, 12});
 }
 
 TEST(MemoryBoundShape, ReductionShapes) {
   const Expr B = Expr::dim("B");
-  EXPECT_EQ(context("reduce_mean", {{"axis", -1}, {"keepdim", false}}, {tensor(DType::kF32, {B, 5})})
-                .output.shape,
+  EXPECT_EQ(context("reduce_mean", {{"axis", -1}, {"keepdim", false}}, {tensor(DType::kF32, {B, 5})}).output.shape,
             (Shape{B}));
-  EXPECT_EQ(context("reduce_max", {{"axis", 0}, {"keepdim", true}}, {tensor(DType::kF32, {B, 5})})
-                .output.shape,
+  EXPECT_EQ(context("reduce_max", {{"axis", 0}, {"keepdim", true}}, {tensor(DType::kF32, {B, 5})}).output.shape,
             (Shape{1, 5}));
-  EXPECT_EQ(context("reduce_sum", {{"axis", 0}, {"keepdim", false}}, {tensor(DType::kF32, {7})})
-                .output.shape,
+  EXPECT_EQ(context("reduce_sum", {{"axis", 0}, {"keepdim", false}}, {tensor(DType::kF32, {7})}).output.shape,
             (Shape{}));
 }
 
 // ---- embedding -----------------------------------------------------------------------------
 
 TEST(MemoryBoundReference, EmbeddingOutOfRangeIdsGiveZeroRows) {
-  auto y = reference("embedding", {{"num_embeddings", 3}, {"dim", 2}},
-                     {{{2, 2}, {2, -1, 0, 3}, DType::kI32}}, {{1, 2, 3, 4, 5, 6}});
+  auto y = reference("embedding", {{"num_embeddings", 3}, {"dim", 2}}, {{{2, 2}, {2, -1, 0, 3}, DType::kI32}},
+                     {{1, 2, 3, 4, 5, 6}});
   expect_near(y.data, {5, 6, 0, 0, 1, 2, 0, 0});
   EXPECT_EQ(y.shape, (std::vector<int64_t>{2, 2, 2}));
 }
 
 TEST(MemoryBoundShape, Embedding) {
   const Expr B = Expr::dim("B");
-  const OpContext ctx = context("embedding", {{"num_embeddings", 50257}, {"dim", 768}},
-                                {tensor(DType::kI32, {B, Expr::dim("S")})});
+  const OpContext ctx =
+      context("embedding", {{"num_embeddings", 50257}, {"dim", 768}}, {tensor(DType::kI32, {B, Expr::dim("S")})});
   EXPECT_EQ(ctx.output.shape, (Shape{B, Expr::dim("S"), 768}));
   const std::vector<ParamSpec> p = op("embedding").params(ctx);
   ASSERT_EQ(p.size(), 1u);
@@ -245,8 +237,7 @@ TEST(MemoryBoundShape, Flatten) {
   const Expr B = Expr::dim("B");
   const TensorType x = tensor(DType::kF32, {B, 3, 4, 5});
   EXPECT_EQ(context("flatten", {{"start_dim", 1}, {"end_dim", -1}}, {x}).output.shape, (Shape{B, 60}));
-  EXPECT_EQ(context("flatten", {{"start_dim", 0}, {"end_dim", 1}}, {x}).output.shape,
-            (Shape{B * 3, 4, 5}));
+  EXPECT_EQ(context("flatten", {{"start_dim", 0}, {"end_dim", 1}}, {x}).output.shape, (Shape{B * 3, 4, 5}));
   std::string key;
   EXPECT_EQ(infer_error("flatten", {{"start_dim", 2}, {"end_dim", 1}}, {x}, &key),
             "flatten: start_dim (2) comes after end_dim (1)");
@@ -273,8 +264,7 @@ TEST(MemoryBoundShape, Reshape) {
   EXPECT_EQ(infer_error("reshape", {{"shape", {"B", 27, 28}}}, {x}, &key),
             "reshape: [B, 27, 28] does not have the element count of the input [B, 784]");
   EXPECT_EQ(key, "attrs.shape");
-  EXPECT_EQ(infer_error("reshape", {{"shape", {-1, -1}}}, {x}),
-            "reshape: only one entry of `shape` may be -1");
+  EXPECT_EQ(infer_error("reshape", {{"shape", {-1, -1}}}, {x}), "reshape: only one entry of `shape` may be -1");
   EXPECT_EQ(infer_error("reshape", {{"shape", {0, 784}}}, {x}),
             "reshape: entry 0 of `shape` is 0; sizes must be positive (or one -1)");
   // The element count is checked for every binding, not just structurally.
@@ -291,8 +281,7 @@ TEST(MemoryBoundReference, ViewsKeepTheData) {
 // ---- transpose -----------------------------------------------------------------------------
 
 TEST(MemoryBoundReference, Transpose) {
-  expect_near(reference("transpose", {{"perm", {1, 0}}}, {{{2, 3}, {1, 2, 3, 4, 5, 6}}}).data,
-              {1, 4, 2, 5, 3, 6});
+  expect_near(reference("transpose", {{"perm", {1, 0}}}, {{{2, 3}, {1, 2, 3, 4, 5, 6}}}).data, {1, 4, 2, 5, 3, 6});
   // [2, 1, 3] with perm [2, 0, 1] -> [3, 2, 1]: out[k][i][0] = x[i][0][k].
   auto y = reference("transpose", {{"perm", {2, 0, 1}}}, {{{2, 1, 3}, {1, 2, 3, 4, 5, 6}}});
   expect_near(y.data, {1, 4, 2, 5, 3, 6});
@@ -301,8 +290,7 @@ TEST(MemoryBoundReference, Transpose) {
 
 TEST(MemoryBoundShape, TransposeErrors) {
   const TensorType x = tensor(DType::kF32, {Expr::dim("B"), 3, 4});
-  EXPECT_EQ(context("transpose", {{"perm", {0, -1, 1}}}, {x}).output.shape,
-            (Shape{Expr::dim("B"), 4, 3}));
+  EXPECT_EQ(context("transpose", {{"perm", {0, -1, 1}}}, {x}).output.shape, (Shape{Expr::dim("B"), 4, 3}));
   std::string key;
   EXPECT_EQ(infer_error("transpose", {{"perm", {1, 0}}}, {x}, &key),
             "transpose: perm has 2 entries but the input has rank 3");
@@ -315,21 +303,18 @@ TEST(MemoryBoundShape, TransposeErrors) {
 // ---- concat --------------------------------------------------------------------------------
 
 TEST(MemoryBoundReference, Concat) {
-  expect_near(reference("concat", {{"axis", 1}}, {{{2, 1}, {1, 2}}, {{2, 2}, {3, 4, 5, 6}}}).data,
-              {1, 3, 4, 2, 5, 6});
-  expect_near(reference("concat", {{"axis", 0}}, {{{2}, {1, 2}}, {{1}, {3}}, {{2}, {4, 5}}}).data,
-              {1, 2, 3, 4, 5});
+  expect_near(reference("concat", {{"axis", 1}}, {{{2, 1}, {1, 2}}, {{2, 2}, {3, 4, 5, 6}}}).data, {1, 3, 4, 2, 5, 6});
+  expect_near(reference("concat", {{"axis", 0}}, {{{2}, {1, 2}}, {{1}, {3}}, {{2}, {4, 5}}}).data, {1, 2, 3, 4, 5});
 }
 
 TEST(MemoryBoundShape, Concat) {
   const Expr B = Expr::dim("B");
-  const OpContext ctx = context("concat", {{"axis", 1}},
-                                {tensor(DType::kF32, {B, 3}), tensor(DType::kF32, {B, Expr::dim("S")})});
+  const OpContext ctx =
+      context("concat", {{"axis", 1}}, {tensor(DType::kF32, {B, 3}), tensor(DType::kF32, {B, Expr::dim("S")})});
   EXPECT_EQ(ctx.output.shape, (Shape{B, Expr::dim("S") + 3}));
   EXPECT_EQ(op("concat").lower(ctx).launches.size(), 2u) << "one launch per input";
   std::string key;
-  EXPECT_EQ(infer_error("concat", {{"axis", 1}}, {tensor(DType::kF32, {B, 3}), tensor(DType::kF32, {4, 3})},
-                        &key),
+  EXPECT_EQ(infer_error("concat", {{"axis", 1}}, {tensor(DType::kF32, {B, 3}), tensor(DType::kF32, {4, 3})}, &key),
             "concat: input 1 has shape [4, 3] but input 0 has [B, 3]; all dims but axis 1 must match");
   EXPECT_EQ(key, "inputs.1");
 }
@@ -405,8 +390,7 @@ TEST(MemoryBoundLowering, PaddedInputStrideIsPassed) {
   padded.row_stride = Expr(20);
   const Lowering lowering = op("softmax").lower(context("softmax", {{"axis", -1}}, {padded}));
   const std::vector<KernelArg>& args = lowering.launches.at(0).args;
-  const auto stride = std::find_if(args.begin(), args.end(),
-                                   [](const KernelArg& a) { return a.name == "x_stride"; });
+  const auto stride = std::find_if(args.begin(), args.end(), [](const KernelArg& a) { return a.name == "x_stride"; });
   ASSERT_NE(stride, args.end());
   EXPECT_EQ(stride->value, Expr(20));
 }
@@ -429,9 +413,9 @@ TEST(MemoryBoundLowering, BinaryCollapsesBroadcastDims) {
 
 TEST(MemoryBoundLowering, ConcatLaunchesShareOneKernelWithTheirOffsets) {
   const Expr B = Expr::dim("B");
-  const Lowering lowering = op("concat").lower(context(
-      "concat", {{"axis", 1}},
-      {tensor(DType::kF32, {B, 3, 4}), tensor(DType::kF32, {B, 5, 4}), tensor(DType::kF32, {B, 1, 4})}));
+  const Lowering lowering = op("concat").lower(
+      context("concat", {{"axis", 1}},
+              {tensor(DType::kF32, {B, 3, 4}), tensor(DType::kF32, {B, 5, 4}), tensor(DType::kF32, {B, 1, 4})}));
   ASSERT_EQ(lowering.kernels.size(), 1u);
   ASSERT_EQ(lowering.launches.size(), 3u);
   const int64_t offsets[] = {0, 12, 32};  // column offsets in elements: (0, 3, 8) * inner 4
@@ -492,8 +476,7 @@ TEST(MemoryBoundLowering, EveryKernelCompilesWithNvrtcForSm90) {
   const std::vector<CompiledKernel> compiled = op_testing::nvrtc_compile(kernels, config);
   ASSERT_EQ(compiled.size(), kernels.size());
   for (size_t i = 0; i < kernels.size(); ++i) {
-    EXPECT_NE(compiled[i].ptx.find(".visible .entry " + kernels[i].name + "_entry_point"),
-              std::string::npos)
+    EXPECT_NE(compiled[i].ptx.find(".visible .entry " + kernels[i].name + "_entry_point"), std::string::npos)
         << kernels[i].name;
   }
 }
@@ -509,9 +492,9 @@ TEST(MemoryBoundLowering, GeluTanhTakesTanhApproxOnlyForBf16) {
     std::vector<KernelSource> kernels;
     for (const Lowering& lowering :
          {op("gelu").lower(context("gelu", {{"approximate", "tanh"}}, {tensor(dtype, {Expr::dim("B"), Expr(1000)})})),
-          op("fused.linear").lower(context("fused.linear", {{"out_features", 96}, {"bias", true},
-                                                            {"activation", "gelu_tanh"}},
-                                           {tensor(dtype, {Expr::dim("B"), Expr(64)})}))}) {
+          op("fused.linear")
+              .lower(context("fused.linear", {{"out_features", 96}, {"bias", true}, {"activation", "gelu_tanh"}},
+                             {tensor(dtype, {Expr::dim("B"), Expr(64)})}))}) {
       kernels.push_back(lowering.kernels.at(0));
     }
     for (const CompiledKernel& compiled : op_testing::nvrtc_compile(kernels, config)) {
@@ -533,7 +516,8 @@ inputs:
 nodes:
   - {name: y, op: embedding, inputs: [ids], attrs: {num_embeddings: 4, dim: 17}}
 outputs: [y]
-)", "emb.yaml", registry());
+)",
+                                  "emb.yaml", registry());
   const std::filesystem::path cache =
       std::filesystem::temp_directory_path() / ("teeny_memory_bound_emb_" + std::to_string(getpid()));
   CompileOptions options;

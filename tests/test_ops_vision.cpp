@@ -50,7 +50,8 @@ HostTensor run_reference(const std::string& op, const std::string& attrs, const 
     for (const ParamSpec& spec : node.op->params(node.ctx)) {
       HostTensor values{spec.dtype, eval_shape(spec.shape, b1), {}};
       if (spec.init == ParamInit::kHost) {
-        for (int64_t i = 0; i < values.numel(); ++i) values.data.push_back(read_element(spec.host_bytes.data(), spec.dtype, i));
+        for (int64_t i = 0; i < values.numel(); ++i)
+          values.data.push_back(read_element(spec.host_bytes.data(), spec.dtype, i));
       } else if (next < params.size()) {
         values.data = params[next++];
       }
@@ -181,9 +182,8 @@ TEST(VisionDecode, AnchorsAreMakeAnchorsAsInitBytes) {
   const std::vector<ParamSpec> specs = node.op->params(node.ctx);
   ASSERT_EQ(specs.size(), 3u);
   // Level 0 is 2 rows x 3 columns, y-major: (0.5, 0.5), (1.5, 0.5), (2.5, 0.5), (0.5, 1.5), ...
-  const std::vector<std::vector<double>> want = {{0.5, 1.5, 2.5, 0.5, 1.5, 2.5, 0.5},
-                                                 {0.5, 0.5, 0.5, 1.5, 1.5, 1.5, 0.5},
-                                                 {8, 8, 8, 8, 8, 8, 16}};
+  const std::vector<std::vector<double>> want = {
+      {0.5, 1.5, 2.5, 0.5, 1.5, 2.5, 0.5}, {0.5, 0.5, 0.5, 1.5, 1.5, 1.5, 0.5}, {8, 8, 8, 8, 8, 8, 16}};
   const char* slots[] = {"anchor_x", "anchor_y", "strides"};
   for (size_t p = 0; p < 3; ++p) {
     SCOPED_TRACE(slots[p]);
@@ -204,10 +204,10 @@ TEST(VisionDecode, DistancesToCenterSizeTimesStride) {
   for (int c = 0; c < 4; ++c) boxes[c * 7] = c + 1;
   for (int c = 0; c < 4; ++c) boxes[c * 7 + 6] = 1;
   auto y = run_reference("yolo.detect_decode", kTinyLevels, "[B, 4, 7]", boxes);
-  const std::vector<double> want = {12, 12, 20, 4,  12, 20, 8,   // cx
-                                    12, 4,  4,  12, 12, 12, 8,   // cy
-                                    32, 0,  0,  0,  0,  0,  32,  // w
-                                    48, 0,  0,  0,  0,  0,  32}; // h
+  const std::vector<double> want = {12, 12, 20, 4,  12, 20, 8,    // cx
+                                    12, 4,  4,  12, 12, 12, 8,    // cy
+                                    32, 0,  0,  0,  0,  0,  32,   // w
+                                    48, 0,  0,  0,  0,  0,  32};  // h
   expect_values(y, {1, 4, 7}, want);
 }
 
@@ -237,7 +237,11 @@ inputs: {x: {dtype: f32, shape: [B, 3, H, H]}}
 nodes:
   - {name: n, op: conv2d, inputs: [x], attrs: {out_channels: 2, kernel_size: 3, stride: 2, padding: 1}}
 outputs: [n]
-)").nodes.at(0).ctx.output.shape.at(2).eval({{"H", 9}}), 5);
+)")
+                .nodes.at(0)
+                .ctx.output.shape.at(2)
+                .eval({{"H", 9}}),
+            5);
 }
 
 TEST(VisionShape, ConvParams) {
@@ -324,10 +328,10 @@ TEST(VisionFusion, RewritesConvBnSilu) {
   EXPECT_EQ(fused.ctx.output.shape, before);
   EXPECT_EQ(fused.fused_from, (std::vector<std::string>{"c1", "bn1", "act"}));
   EXPECT_EQ(fused.param_names, (std::map<std::string, std::string>{{"conv.weight", "c1.weight"},
-                                                                    {"bn.weight", "bn1.weight"},
-                                                                    {"bn.bias", "bn1.bias"},
-                                                                    {"bn.running_mean", "bn1.running_mean"},
-                                                                    {"bn.running_var", "bn1.running_var"}}));
+                                                                   {"bn.weight", "bn1.weight"},
+                                                                   {"bn.bias", "bn1.bias"},
+                                                                   {"bn.running_mean", "bn1.running_mean"},
+                                                                   {"bn.running_var", "bn1.running_var"}}));
   EXPECT_DOUBLE_EQ(fused.ctx.attrs.real("eps"), 0.002);  // the batch norm's eps, not the fused default
   EXPECT_EQ(fused.ctx.attrs.pair("stride"), (std::pair<int64_t, int64_t>{2, 2}));
   EXPECT_FALSE(fused.ctx.attrs.has("bias"));
@@ -463,7 +467,8 @@ TEST(VisionCompile, ConvPathsFollowTheShape) {
 }
 
 TEST(VisionCompile, DecodeInitBytesInBundle) {
-  const Graph graph = parse(one_op("yolo.detect_decode", "{levels: [[8, 8, 8], [4, 4, 16], [2, 2, 32]]}", "[B, 4, 84]"));
+  const Graph graph =
+      parse(one_op("yolo.detect_decode", "{levels: [[8, 8, 8], [4, 4, 16], [2, 2, 32]]}", "[B, 4, 84]"));
   const Bundle bundle = compile(graph, test_compile_options());
   int host_params = 0;
   for (const BundleParam& p : bundle.params) {

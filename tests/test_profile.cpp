@@ -258,8 +258,8 @@ TEST(ProfileMatch, GraphReplayWithMissingKernelOrChangedNodeIsUntrusted) {
 TEST(ProfilePeaks, FromDeviceAttributes) {
   // H100 SXM-like: 2619 MHz x 5120-bit HBM3, 132 SMs at 1980 MHz, 128 FP32 lanes per SM.
   const DevicePeaks h100 = peaks_from_attributes(9, 0, 132, 1980000, 2619000, 5120);
-  EXPECT_NEAR(h100.bandwidth_gbps, 2 * 2.619e9 * 640 / 1e9, 1e-6);   // 3352.32
-  EXPECT_NEAR(h100.fp32_gflops, 132 * 128 * 2 * 1.98e9 / 1e9, 1e-6); // 66908.16
+  EXPECT_NEAR(h100.bandwidth_gbps, 2 * 2.619e9 * 640 / 1e9, 1e-6);    // 3352.32
+  EXPECT_NEAR(h100.fp32_gflops, 132 * 128 * 2 * 1.98e9 / 1e9, 1e-6);  // 66908.16
   EXPECT_NE(h100.source.find("from device attributes"), std::string::npos);
   // A100: 64 FP32 lanes per SM.
   const DevicePeaks a100 = peaks_from_attributes(8, 0, 108, 1410000, 1215000, 5120);
@@ -391,8 +391,8 @@ ProfileReport synthetic_report(bool cupti, bool sweep) {
   e.cupti_version = "CUPTI API 130001";
   e.peaks = {1000, 4000, 40000, "test peaks"};
   e.cupti = cupti;
-  e.timing_method = cupti ? "CUPTI activity records"
-                          : "CUDA events (CUPTI unavailable: CUPTI_ERROR_INSUFFICIENT_PRIVILEGES)";
+  e.timing_method =
+      cupti ? "CUPTI activity records" : "CUDA events (CUPTI unavailable: CUPTI_ERROR_INSUFFICIENT_PRIVILEGES)";
   e.mode = "sequence";
   const MatchedRecords m = timings_from({{{0, 10000}, {15000, 25000}}, {{100000, 120000}, {125000, 135000}}});
   for (int64_t b : sweep ? std::vector<int64_t>{1, 8} : std::vector<int64_t>{64}) {
@@ -538,7 +538,6 @@ TEST(ProfileTrace, WritesFileAndReportsUnwritablePath) {
     EXPECT_EQ(e.message(), "cannot write trace '/nonexistent-dir/t.json': No such file or directory");
   }
 }
-
 
 // ---- the command line, before any GPU work -------------------------------------------------
 

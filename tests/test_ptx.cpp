@@ -48,7 +48,8 @@ const char* kPtx = R"(//
 
 TEST(Ptx, RecognisesF16TensorCoreMmas) {
   EXPECT_TRUE(ptx_uses_f16_mma("\tmma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1, %f2}, ..."));
-  EXPECT_TRUE(ptx_uses_f16_mma("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%f1}, %rd1, %rd2, p, 1, 1, 0, 0;"));
+  EXPECT_TRUE(
+      ptx_uses_f16_mma("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%f1}, %rd1, %rd2, p, 1, 1, 0, 0;"));
   EXPECT_FALSE(ptx_uses_f16_mma("\tmma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%f1}, ..."));
   EXPECT_FALSE(ptx_uses_f16_mma("\tfma.rn.f32 %f1, %f2, %f3, %f4;\n\tcvt.rn.bf16.f32 %rs1, %f1;"));
 }
@@ -69,8 +70,13 @@ TEST(Ptx, ParamTypesSizesAndAlignment) {
   std::vector<PtxEntry> entries = parse_ptx_entries(kPtx, "test.ptx");
   const std::vector<PtxParam>& p = entries.at(0).params;
   ASSERT_EQ(p.size(), 6u);
-  struct Want { const char* type; int size, align; bool pointer; int pointee_align; };
-  const Want want[] = {{".u64", 8, 8, false, 0}, {".u64", 8, 8, true, 1}, {".u32", 4, 4, false, 0},
+  struct Want {
+    const char* type;
+    int size, align;
+    bool pointer;
+    int pointee_align;
+  };
+  const Want want[] = {{".u64", 8, 8, false, 0}, {".u64", 8, 8, true, 1},  {".u32", 4, 4, false, 0},
                        {".u64", 8, 8, false, 0}, {".f32", 4, 4, false, 0}, {".b8", 16, 16, false, 0}};
   for (size_t i = 0; i < p.size(); ++i) {
     SCOPED_TRACE(i);

@@ -25,9 +25,9 @@
 #include "core/memory_plan.h"
 #include "core/npy.h"
 #include "core/safetensors.h"
-#include "tests/test_run_support.h"
 #include "tests/file_test_util.h"
 #include "tests/teeny_command.h"
+#include "tests/test_run_support.h"
 
 namespace teeny {
 namespace {
@@ -50,10 +50,8 @@ BoundBundle bind_for(const Bundle& bundle, const std::vector<std::string>& binds
 
 TEST(MemoryPlan, ReusesBytesOfTensorsThatAreNoLongerLive) {
   // A chain t0 -> t1 -> t2 -> t3: each tensor is read only by the next node.
-  MemoryPlan plan = plan_memory({{"t0", 1000, 0, 1, ""},
-                                 {"t1", 1000, 1, 2, ""},
-                                 {"t2", 1000, 2, 3, ""},
-                                 {"t3", 1000, 3, 3, ""}});
+  MemoryPlan plan =
+      plan_memory({{"t0", 1000, 0, 1, ""}, {"t1", 1000, 1, 2, ""}, {"t2", 1000, 2, 3, ""}, {"t3", 1000, 3, 3, ""}});
   EXPECT_EQ(plan.offsets.at("t0"), 0u);
   EXPECT_EQ(plan.offsets.at("t1"), 1024u);
   EXPECT_EQ(plan.offsets.at("t2"), 0u);  // t0 is dead once t1 is computed
@@ -74,10 +72,8 @@ TEST(MemoryPlan, AnOutputNeverSharesWithItsOwnInputs) {
 TEST(MemoryPlan, ViewsAliasAndExtendTheirSourcesLifetime) {
   // v is a view of t0 read at step 3, so t0's bytes must survive until then: t2 cannot
   // take them as it could without the view.
-  MemoryPlan plan = plan_memory({{"t0", 1000, 0, 1, ""},
-                                 {"v", 1000, 1, 3, "t0"},
-                                 {"t1", 1000, 1, 2, ""},
-                                 {"t2", 1000, 2, 3, ""}});
+  MemoryPlan plan =
+      plan_memory({{"t0", 1000, 0, 1, ""}, {"v", 1000, 1, 3, "t0"}, {"t1", 1000, 1, 2, ""}, {"t2", 1000, 2, 3, ""}});
   EXPECT_EQ(plan.offsets.at("v"), plan.offsets.at("t0"));
   EXPECT_NE(plan.offsets.at("t2"), plan.offsets.at("t0"));
   EXPECT_EQ(plan.buffers, 3);
@@ -88,8 +84,8 @@ TEST(MemoryPlan, LiveTensorsNeverOverlapAndOffsetsAreAligned) {
   // A wider pattern: sizes and lifetimes vary; check the invariant for every pair.
   std::vector<PlanEntry> entries;
   for (int i = 0; i < 40; ++i) {
-    entries.push_back({"t" + std::to_string(i), static_cast<uint64_t>(100 + (i * 7919) % 5000), i,
-                       i + 1 + (i * 31) % 5, ""});
+    entries.push_back(
+        {"t" + std::to_string(i), static_cast<uint64_t>(100 + (i * 7919) % 5000), i, i + 1 + (i * 31) % 5, ""});
   }
   MemoryPlan plan = plan_memory(entries);
   for (const PlanEntry& a : entries) {
@@ -309,8 +305,8 @@ TEST(RunBinding, TensorMapErrorsNameTheArgument) {
             where + "row stride 3 x 4 bytes of f32 = 12 bytes is not a multiple of 16 with B=2");
   EXPECT_EQ(message(with([](BundleArg& a) { a.map.rows = Expr::dim("B") + 1; }), {"B=2"}),
             where + "[3, 3] with row stride 4 of f32 reaches 44 bytes, but tensor 'h' has 32 with B=2");
-  EXPECT_EQ(message(with([](BundleArg& a) { a.map.cols = Expr::dim("C"); }), {"B=2"}).rfind(
-                "bundle tiny.teeny: cannot evaluate cols of argument 4 'a_map' of launch 's' 'C' with B=2: ", 0),
+  EXPECT_EQ(message(with([](BundleArg& a) { a.map.cols = Expr::dim("C"); }), {"B=2"})
+                .rfind("bundle tiny.teeny: cannot evaluate cols of argument 4 'a_map' of launch 's' 'C' with B=2: ", 0),
             0u);
 }
 
@@ -358,7 +354,7 @@ TEST(RunData, RandomIdsStayBelowTheTensorsIdBound) {
     return std::make_pair(*values.begin(), *values.rbegin());
   };
   EXPECT_EQ(range(), std::make_pair(0.0, 7.0));  // no consumer bounds them: [0, 8)
-  bundle.tensors[0].id_bound = 5;                 // e.g. an embedding of 5 rows reads them
+  bundle.tensors[0].id_bound = 5;                // e.g. an embedding of 5 rows reads them
   EXPECT_EQ(range(), std::make_pair(0.0, 4.0));
 }
 
@@ -414,8 +410,7 @@ TEST_F(RunFiles, ParamsComeFromWeightsHostBytesOrZeroWithANote) {
     EXPECT_LT(v, 1.0);
   }
   EXPECT_EQ(filled.params.at("h.weight").data, random_param(bound.param("h.weight"), 3).data);
-  EXPECT_EQ(filled.notes[0].substr(0, 72),
-            "1 trained parameter(s) not loaded from weights are random (--init random");
+  EXPECT_EQ(filled.notes[0].substr(0, 72), "1 trained parameter(s) not loaded from weights are random (--init random");
 
   write_safetensors(path("w.safetensors"), {{"h.weight", HostTensor{DType::kF32, {3}, {2, 3, 4}}}});
   DataOptions loaded;
@@ -439,9 +434,9 @@ TEST_F(RunFiles, InputsFromNpyAreChecked) {
     return std::string("no error");
   };
   write_npy(path("x.npy"), HostTensor{DType::kF32, {3, 2}, {1, 2, 3, 4, 5, 6}});
-  EXPECT_EQ(message({{"x", path("x.npy")}}),
-            "--input x=" + path("x.npy") + ": the file's shape [3, 2] does not match input 'x' [2, 3] "
-            "(with B=2)");
+  EXPECT_EQ(message({{"x", path("x.npy")}}), "--input x=" + path("x.npy") +
+                                                 ": the file's shape [3, 2] does not match input 'x' [2, 3] "
+                                                 "(with B=2)");
   write_npy(path("i.npy"), HostTensor{DType::kI32, {2, 3}, {1, 2, 3, 4, 5, 6}});
   EXPECT_EQ(message({{"x", path("i.npy")}}),
             "--input x=" + path("i.npy") + ": the file holds i32 values, but input 'x' is f32");
@@ -490,8 +485,7 @@ TEST(HostExecutor, UnknownOpIsAnError) {
     run_host(bound, Registry(), prepare_data(bound, DataOptions{}));
     FAIL();
   } catch (const Error& error) {
-    EXPECT_EQ(error.message(),
-              "bundle tiny.teeny: node 'h' uses op 'test.affine', which this teeny does not know");
+    EXPECT_EQ(error.message(), "bundle tiny.teeny: node 'h' uses op 'test.affine', which this teeny does not know");
   }
 }
 
@@ -600,14 +594,13 @@ TEST_F(RunFiles, TeenyRunReportsBundleErrorsBeforeLookingForAGpu) {
   Command cpu = run_teeny("run " + path("tiny.teeny") + " --device cpu");
   EXPECT_EQ(cpu.exit_code, 1);
   EXPECT_NE(cpu.err.find("teeny: error: bundle " + path("tiny.teeny") +
-                            ": node 'h' uses op 'test.affine', which this teeny does not know\n"),
+                         ": node 'h' uses op 'test.affine', which this teeny does not know\n"),
             std::string::npos)
       << cpu.err;
   Command mixed = run_teeny("run " + path("tiny.teeny") + " --device cpu --check");
   EXPECT_EQ(mixed.exit_code, 1);
   EXPECT_EQ(mixed.out, "");
-  EXPECT_EQ(mixed.err,
-            "teeny: error: --check runs on the GPU; it cannot be combined with --device cpu\n");
+  EXPECT_EQ(mixed.err, "teeny: error: --check runs on the GPU; it cannot be combined with --device cpu\n");
 }
 
 }  // namespace

@@ -141,9 +141,8 @@ class LoadWeightsTest : public SafetensorsTest {
     try {
       load_weights(path("w.safetensors"), params);
     } catch (const Error& error) {
-      EXPECT_EQ(error.notes(), std::vector<std::string>(
-                                   {"the bundle's trained parameters: fc1.weight [2, 3] f32, "
-                                    "fc1.bias [2] f32, emb.weight [4, 2] bf16"}));
+      EXPECT_EQ(error.notes(), std::vector<std::string>({"the bundle's trained parameters: fc1.weight [2, 3] f32, "
+                                                         "fc1.bias [2] f32, emb.weight [4, 2] bf16"}));
       return error.message();
     }
     ADD_FAILURE() << "no error";
@@ -161,9 +160,8 @@ TEST_F(LoadWeightsTest, LoadsByNameAndConvertsFloatDtypes) {
   const HostTensor& emb = loaded.tensors.at("emb.weight");
   EXPECT_EQ(emb.dtype, DType::kBF16);
   EXPECT_EQ(emb.data[0], bf16_bits_to_float(float_to_bf16_bits(0.3f)));
-  EXPECT_EQ(loaded.notes, std::vector<std::string>({"converted 1 tensor(s) from " +
-                                                    path("w.safetensors") +
-                                                    " to the parameters' dtypes"}));
+  EXPECT_EQ(loaded.notes, std::vector<std::string>(
+                              {"converted 1 tensor(s) from " + path("w.safetensors") + " to the parameters' dtypes"}));
 }
 
 TEST_F(LoadWeightsTest, StateAParamDeclaresUnusedIsSkipped) {
@@ -182,22 +180,21 @@ TEST_F(LoadWeightsTest, MissingExtraAndMismatchedAreListed) {
   const std::string f = path("w.safetensors");
   auto tensors = good();
   tensors.erase("fc1.bias");
-  EXPECT_EQ(load_error(tensors),
-            "weights " + f + " do not match the bundle: missing fc1.bias [2] f32");
+  EXPECT_EQ(load_error(tensors), "weights " + f + " do not match the bundle: missing fc1.bias [2] f32");
 
   tensors = good();
   tensors["fc1.wieght"] = HostTensor{DType::kF32, {1}, {0}};
   tensors["det.anchor_x"] = HostTensor{DType::kF32, {5}, {0, 0, 0, 0, 0}};
-  EXPECT_EQ(load_error(tensors),
-            "weights " + f + " do not match the bundle: not in the bundle 'det.anchor_x' "
-            "(computed by teeny, not trained), 'fc1.wieght' (did you mean 'fc1.weight'?)");
+  EXPECT_EQ(load_error(tensors), "weights " + f +
+                                     " do not match the bundle: not in the bundle 'det.anchor_x' "
+                                     "(computed by teeny, not trained), 'fc1.wieght' (did you mean 'fc1.weight'?)");
 
   tensors = good();
   tensors["fc1.weight"] = HostTensor{DType::kF32, {3, 2}, {1, 2, 3, 4, 5, 6}};
   tensors["fc1.bias"] = HostTensor{DType::kI32, {2}, {1, 2}};
-  EXPECT_EQ(load_error(tensors),
-            "weights " + f + " do not match the bundle: mismatched 'fc1.bias' is I32 [2], expected "
-            "fc1.bias [2] f32; 'fc1.weight' is F32 [3, 2], expected fc1.weight [2, 3] f32");
+  EXPECT_EQ(load_error(tensors), "weights " + f +
+                                     " do not match the bundle: mismatched 'fc1.bias' is I32 [2], expected "
+                                     "fc1.bias [2] f32; 'fc1.weight' is F32 [3, 2], expected fc1.weight [2, 3] f32");
 }
 
 }  // namespace

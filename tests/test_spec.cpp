@@ -9,8 +9,8 @@
 
 #include "core/graph.h"
 #include "ops/ops.h"
-#include "tests/spec_test_ops.h"
 #include "tests/op_test_util.h"
+#include "tests/spec_test_ops.h"
 
 namespace teeny {
 namespace {
@@ -122,8 +122,7 @@ TEST_F(Spec, ValidatesAttrsAndFillsDefaults) {
   EXPECT_EQ(node("h").ctx.attrs.json(), (nlohmann::json{{"out_features", 64}, {"bias", true}}));
   EXPECT_EQ(node("p").ctx.attrs.json(), (nlohmann::json{{"axis", -1}}));
   EXPECT_EQ(node("g").ctx.attrs.text("approximate"), "tanh");
-  EXPECT_EQ(node("po").ctx.attrs.json(),
-            nlohmann::json::parse(R"({"kernel_size": [3, 3], "stride": [2, 1],
+  EXPECT_EQ(node("po").ctx.attrs.json(), nlohmann::json::parse(R"({"kernel_size": [3, 3], "stride": [2, 1],
                                       "levels": [[1, 2, 3]], "perm": [0, 2, 1]})"));
   EXPECT_EQ(node("r").ctx.attrs.json(), nlohmann::json::parse(R"({"shape": ["B", "S*64", "1"]})"));
   EXPECT_DOUBLE_EQ(node("s").ctx.attrs.real("value"), 0.5);
@@ -150,7 +149,8 @@ TEST_F(Spec, KeepsOneBasedSourcePositions) {
   EXPECT_EQ(e.render(),
             "teeny: error: net.yaml:9:46: node 'h': example\n"
             "    - {name: h, op: dense, inputs: [x], attrs: {out_features: 64}}\n"
-            "  " + std::string(45, ' ') + "^\n");
+            "  " +
+                std::string(45, ' ') + "^\n");
   EXPECT_EQ(graph.error_at(p, "attrs.axis", "example").location()->column, 5);
 }
 
@@ -173,8 +173,7 @@ TEST_F(Spec, LoadsFromAFile) {
   Graph loaded = load_graph(path, registry);
   EXPECT_EQ(loaded.nodes.size(), 8u);
   EXPECT_EQ(loaded.source->path, path);
-  EXPECT_EQ(loaded.source->lines.at(8),
-            "  - {name: h, op: dense, inputs: [x], attrs: {out_features: 64}}");
+  EXPECT_EQ(loaded.source->lines.at(8), "  - {name: h, op: dense, inputs: [x], attrs: {out_features: 64}}");
   std::filesystem::remove(path);
 }
 
@@ -216,8 +215,7 @@ TEST(SpecGraphs, EveryBundledGraphValidatesAndDocumentsItsParams) {
       for (const ParamSpec& param : node.op->params(node.ctx)) {
         const auto& slots = node.op->param_slots;
         EXPECT_NE(std::find(slots.begin(), slots.end(), param.slot), slots.end())
-            << "op '" << node.op->name << "' makes param '" << param.slot
-            << "' but its param_slots do not list it";
+            << "op '" << node.op->name << "' makes param '" << param.slot << "' but its param_slots do not list it";
       }
     }
   }

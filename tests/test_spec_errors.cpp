@@ -8,8 +8,8 @@
 
 #include "core/graph.h"
 #include "ops/ops.h"
-#include "tests/spec_test_ops.h"
 #include "tests/op_test_util.h"
+#include "tests/spec_test_ops.h"
 
 namespace teeny {
 namespace {
@@ -49,9 +49,7 @@ class SpecError : public ::testing::Test {
   std::string error_of(const std::string& spec) {
     return rendered([&] { parse_graph(spec, "g.yaml", registry); });
   }
-  std::string error_at_line(int line, const std::string& text) {
-    return error_of(with_line(line, text));
-  }
+  std::string error_at_line(int line, const std::string& text) { return error_of(with_line(line, text)); }
   std::string bind_error(const std::vector<std::string>& binds) {
     Graph graph = parse_graph(kBase, "g.yaml", registry);
     return rendered([&] { bind_dims(graph.dims, binds); });
@@ -75,15 +73,17 @@ TEST_F(SpecError, YamlSyntaxBadIndent) {
 }
 
 TEST_F(SpecError, NotAMap) {
-  EXPECT_EQ(error_of("- just\n- a list\n"),
-            "teeny: error: g.yaml:1:1: a graph spec must be a map with keys name, dims, inputs, nodes, outputs, got a list\n"
-            "  - just\n"
-            "  ^\n");
+  EXPECT_EQ(
+      error_of("- just\n- a list\n"),
+      "teeny: error: g.yaml:1:1: a graph spec must be a map with keys name, dims, inputs, nodes, outputs, got a list\n"
+      "  - just\n"
+      "  ^\n");
 }
 
 TEST_F(SpecError, EmptyFile) {
   EXPECT_EQ(error_of(""),
-            "teeny: error: g.yaml:1:1: a graph spec must be a map with keys name, dims, inputs, nodes, outputs, got nothing\n");
+            "teeny: error: g.yaml:1:1: a graph spec must be a map with keys name, dims, inputs, nodes, outputs, got "
+            "nothing\n");
 }
 
 TEST_F(SpecError, UnknownTopLevelKey) {
@@ -155,7 +155,8 @@ TEST_F(SpecError, KeyWithoutValue) {
 
 TEST_F(SpecError, NodeNameNotIdentifier) {
   EXPECT_EQ(error_at_line(8, "  - {name: act-1, op: relu, inputs: [fc1]}"),
-            "teeny: error: g.yaml:8:12: node name 'act-1' is not an identifier (letters, digits and '_', not starting with a digit)\n"
+            "teeny: error: g.yaml:8:12: node name 'act-1' is not an identifier (letters, digits and '_', not starting "
+            "with a digit)\n"
             "    - {name: act-1, op: relu, inputs: [fc1]}\n"
             "             ^\n");
 }
@@ -199,14 +200,16 @@ TEST_F(SpecError, BadBoolAttr) {
 
 TEST_F(SpecError, BadEnumValue) {
   EXPECT_EQ(error_at_line(8, "  - {name: act, op: gelu, inputs: [fc1], attrs: {approximate: tanhh}}"),
-            "teeny: error: g.yaml:8:63: node 'act': attr 'approximate' must be one of none, tanh; got 'tanhh' (did you mean 'tanh'?)\n"
+            "teeny: error: g.yaml:8:63: node 'act': attr 'approximate' must be one of none, tanh; got 'tanhh' (did you "
+            "mean 'tanh'?)\n"
             "    - {name: act, op: gelu, inputs: [fc1], attrs: {approximate: tanhh}}\n"
             "                                                                ^\n");
 }
 
 TEST_F(SpecError, BadIntPair) {
   EXPECT_EQ(error_at_line(8, "  - {name: act, op: pool, inputs: [fc1], attrs: {kernel_size: [1, 2, 3]}}"),
-            "teeny: error: g.yaml:8:63: node 'act': attr 'kernel_size' must be an integer or a list [h, w] of two integers, got a list\n"
+            "teeny: error: g.yaml:8:63: node 'act': attr 'kernel_size' must be an integer or a list [h, w] of two "
+            "integers, got a list\n"
             "    - {name: act, op: pool, inputs: [fc1], attrs: {kernel_size: [1, 2, 3]}}\n"
             "                                                                ^\n");
 }
@@ -241,7 +244,8 @@ TEST_F(SpecError, MissingRequiredAttrWithAttrsMap) {
 
 TEST_F(SpecError, UnknownAttr) {
   EXPECT_EQ(error_at_line(7, "  - {name: fc1, op: dense, inputs: [x], attrs: {out_feature: 32}}"),
-            "teeny: error: g.yaml:7:49: node 'fc1': unknown attr 'out_feature' for op 'dense' (did you mean 'out_features'?)\n"
+            "teeny: error: g.yaml:7:49: node 'fc1': unknown attr 'out_feature' for op 'dense' (did you mean "
+            "'out_features'?)\n"
             "    - {name: fc1, op: dense, inputs: [x], attrs: {out_feature: 32}}\n"
             "                                                  ^\n"
             "note: op 'dense' attrs: out_features, in_features, bias\n");
@@ -279,11 +283,12 @@ TEST_F(SpecError, UndefinedInputSuggestsNearest) {
 }
 
 TEST_F(SpecError, ForwardReference) {
-  EXPECT_EQ(error_at_line(8, "  - {name: act, op: relu, inputs: [probs]}\n  - {name: probs, op: softmax, inputs: [fc1]}"),
-            "teeny: error: g.yaml:8:36: node 'act': input 'probs' is defined later, on line 9\n"
-            "    - {name: act, op: relu, inputs: [probs]}\n"
-            "                                     ^\n"
-            "note: a node's inputs must be graph inputs or earlier nodes; move it up\n");
+  EXPECT_EQ(
+      error_at_line(8, "  - {name: act, op: relu, inputs: [probs]}\n  - {name: probs, op: softmax, inputs: [fc1]}"),
+      "teeny: error: g.yaml:8:36: node 'act': input 'probs' is defined later, on line 9\n"
+      "    - {name: act, op: relu, inputs: [probs]}\n"
+      "                                     ^\n"
+      "note: a node's inputs must be graph inputs or earlier nodes; move it up\n");
 }
 
 TEST_F(SpecError, Cycle) {
@@ -387,7 +392,8 @@ TEST_F(SpecError, DimNamedLikeFunction) {
 
 TEST_F(SpecError, BadShapeExpression) {
   EXPECT_EQ(error_at_line(5, "  x: {dtype: f32, shape: [B, \"16*\"]}"),
-            "teeny: error: g.yaml:5:30: input 'x': bad expression '16*': expected a number, name or '(' at the end at column 4\n"
+            "teeny: error: g.yaml:5:30: input 'x': bad expression '16*': expected a number, name or '(' at the end at "
+            "column 4\n"
             "    x: {dtype: f32, shape: [B, \"16*\"]}\n"
             "                               ^\n");
 }
@@ -439,7 +445,8 @@ TEST_F(SpecError, UnsupportedNodeDtype) {
 
 TEST_F(SpecError, UnsupportedInputDtype) {
   EXPECT_EQ(error_at_line(5, "  x: {dtype: f16, shape: [B, 16]}"),
-            "teeny: error: g.yaml:7:37: node 'fc1': op 'dense' does not support dtype f16 (input 'x'); it supports f32, bf16\n"
+            "teeny: error: g.yaml:7:37: node 'fc1': op 'dense' does not support dtype f16 (input 'x'); it supports "
+            "f32, bf16\n"
             "    - {name: fc1, op: dense, inputs: [x], attrs: {out_features: 32}}\n"
             "                                      ^\n");
 }
@@ -473,7 +480,10 @@ TEST_F(SpecError, EmptyNodes) {
 }
 
 TEST_F(SpecError, SizeNotPositiveAtBinding) {
-  EXPECT_EQ(rendered([&] { Graph g = parse_graph(with_line(5, "  x: {dtype: f32, shape: [B, \"B - 4\"]}"), "g.yaml", registry); bind_shapes(g, bind_dims(g.dims, {"B=4"})); }),
+  EXPECT_EQ(rendered([&] {
+              Graph g = parse_graph(with_line(5, "  x: {dtype: f32, shape: [B, \"B - 4\"]}"), "g.yaml", registry);
+              bind_shapes(g, bind_dims(g.dims, {"B=4"}));
+            }),
             "teeny: error: g.yaml:5:3: input 'x': shape [B, B - 4] is [4, 0] with B=4; sizes must be positive\n"
             "    x: {dtype: f32, shape: [B, \"B - 4\"]}\n"
             "    ^\n");
@@ -486,30 +496,25 @@ TEST_F(SpecError, BindUnknownDim) {
 }
 
 TEST_F(SpecError, BindOutOfRange) {
-  EXPECT_EQ(bind_error({"B=65"}),
-            "teeny: error: --bind B=65: B must be in [1, 64]\n");
+  EXPECT_EQ(bind_error({"B=65"}), "teeny: error: --bind B=65: B must be in [1, 64]\n");
 }
 
 TEST_F(SpecError, BindMalformed) {
-  EXPECT_EQ(bind_error({"B"}),
-            "teeny: error: malformed --bind 'B': expected DIM=N, e.g. --bind B=64\n");
+  EXPECT_EQ(bind_error({"B"}), "teeny: error: malformed --bind 'B': expected DIM=N, e.g. --bind B=64\n");
 }
 
 TEST_F(SpecError, BindNotAnInteger) {
-  EXPECT_EQ(bind_error({"B=four"}),
-            "teeny: error: malformed --bind 'B=four': expected DIM=N, e.g. --bind B=64\n");
+  EXPECT_EQ(bind_error({"B=four"}), "teeny: error: malformed --bind 'B=four': expected DIM=N, e.g. --bind B=64\n");
 }
 
 TEST_F(SpecError, BindTwice) {
-  EXPECT_EQ(bind_error({"B=2", "B=3"}),
-            "teeny: error: --bind B=3: dim 'B' is bound more than once\n");
+  EXPECT_EQ(bind_error({"B=2", "B=3"}), "teeny: error: --bind B=3: dim 'B' is bound more than once\n");
 }
 
 TEST_F(SpecError, MissingFile) {
   EXPECT_EQ(rendered([&] { load_graph("/nonexistent/g.yaml", registry); }),
             "teeny: error: cannot read graph spec '/nonexistent/g.yaml': No such file or directory\n");
 }
-
 
 // ---- with the real ops (ops/ops.inc) on graphs/mnist_mlp.yaml --------------------------------
 std::string mnist_error(int line, const std::string& text) {

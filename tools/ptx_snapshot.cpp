@@ -35,8 +35,8 @@ struct Snapshot {
 };
 
 // Compiles `graph` and writes its launches' PTX under out/id.
-void snapshot_graph(const Graph& graph, const Registry& registry, const std::string& id,
-                    const fs::path& out, Snapshot& snapshot) {
+void snapshot_graph(const Graph& graph, const Registry& registry, const std::string& id, const fs::path& out,
+                    Snapshot& snapshot) {
   CompileOptions options;
   // The kernel cache is keyed by the entry's source text: a stale entry could hide a change
   // made in an included header, so every kernel is compiled afresh.
@@ -59,8 +59,7 @@ Snapshot snapshot_all(const Registry& registry, const fs::path& out) {
     if (entry.path().extension() == ".yaml") specs.push_back(entry.path());
   std::sort(specs.begin(), specs.end());
   for (const fs::path& spec : specs)
-    snapshot_graph(load_graph(spec.string(), registry), registry, "graphs/" + spec.stem().string(), out,
-                   snapshot);
+    snapshot_graph(load_graph(spec.string(), registry), registry, "graphs/" + spec.stem().string(), out, snapshot);
 
   for (const OpDef& op : registry.ops()) {
     if (!op.conformance_cases) continue;

@@ -47,9 +47,8 @@ __device__ __forceinline__ void tn_binary_offsets(I e, const long long (&d)[kDim
 // dim, every stride and the pointers allow (kBcastA/kBcastB: that operand broadcasts along the
 // innermost dim, so one value fills the pack), element by element otherwise.
 template <typename I, typename T, int kBlock, int kDims, bool kBcastA, bool kBcastB, template <typename> class Op>
-__device__ __forceinline__ void tn_binary_loop(const T* a, const T* b, T* y, long long n,
-                                               const long long (&d)[kDims], const long long (&sa)[kDims],
-                                               const long long (&sb)[kDims]) {
+__device__ __forceinline__ void tn_binary_loop(const T* a, const T* b, T* y, long long n, const long long (&d)[kDims],
+                                               const long long (&sa)[kDims], const long long (&sb)[kDims]) {
   const Op<T> op;
   constexpr int kVec = tn_pack<T>::kN;
   const I threads = (I)gridDim.x * kBlock;
@@ -109,8 +108,10 @@ __device__ __forceinline__ void tn_binary(const T* a, const T* b, T* y, long lon
     sb[j] = kWho[j] == 'b' ? 0 : packed[next++];
   }
   constexpr bool kBcastA = kWho[kDims - 1] == 'a', kBcastB = kWho[kDims - 1] == 'b';
-  if (n < (1ll << 31)) tn_binary_loop<unsigned, T, kBlock, kDims, kBcastA, kBcastB, Op>(a, b, y, n, d, sa, sb);
-  else tn_binary_loop<long long, T, kBlock, kDims, kBcastA, kBcastB, Op>(a, b, y, n, d, sa, sb);
+  if (n < (1ll << 31))
+    tn_binary_loop<unsigned, T, kBlock, kDims, kBcastA, kBcastB, Op>(a, b, y, n, d, sa, sb);
+  else
+    tn_binary_loop<long long, T, kBlock, kDims, kBcastA, kBcastB, Op>(a, b, y, n, d, sa, sb);
 }
 
 #endif  // TEENY_BINARY_CUH

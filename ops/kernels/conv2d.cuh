@@ -22,8 +22,8 @@ struct tn_conv_shape : Window {
   static constexpr int kKhw = Window::kKh * Window::kKw;
   static constexpr int kReduction = kCg * kKhw;  // the GEMM's K: (c, kh, kw) of a group
   // A 1x1 window without stride or padding: the input itself is the GEMM's right operand.
-  static constexpr bool kPointwise = Window::kKh == 1 && Window::kKw == 1 && Window::kSh == 1 &&
-                                     Window::kSw == 1 && Window::kPh == 0 && Window::kPw == 0;
+  static constexpr bool kPointwise = Window::kKh == 1 && Window::kKw == 1 && Window::kSh == 1 && Window::kSw == 1 &&
+                                     Window::kPh == 0 && Window::kPw == 0;
 };
 
 // ---- epilogues -------------------------------------------------------------------------------
@@ -80,9 +80,16 @@ struct tn_conv_tile {
 };
 
 // The type of kVec consecutive floats of X that one thread loads at once.
-template <int kVec> struct tn_conv_floats;
-template <> struct tn_conv_floats<1> { using type = float; };
-template <> struct tn_conv_floats<4> { using type = float4; };
+template <int kVec>
+struct tn_conv_floats;
+template <>
+struct tn_conv_floats<1> {
+  using type = float;
+};
+template <>
+struct tn_conv_floats<4> {
+  using type = float4;
+};
 
 // kVec = 4: the 1x1 path loads X as float4 (each image's plane a multiple of 4 pixels).
 template <class Shape, class Tile, int kVec>
@@ -152,8 +159,10 @@ struct tn_conv2d_igemm {
           float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
           if (n_ok && k < kK) {
             const float* p = x_src + (long long)k * hw_out;
-            if (x_aligned) v = __ldg(reinterpret_cast<const float4*>(p));
-            else v = make_float4(__ldg(p), __ldg(p + 1), __ldg(p + 2), __ldg(p + 3));
+            if (x_aligned)
+              v = __ldg(reinterpret_cast<const float4*>(p));
+            else
+              v = make_float4(__ldg(p), __ldg(p + 1), __ldg(p + 2), __ldg(p + 3));
           }
           b_reg[i] = v;
         } else if constexpr (Shape::kPointwise) {
@@ -176,8 +185,10 @@ struct tn_conv2d_igemm {
       for (int i = 0; i < kALoads; ++i) a_tile[s][a_k][a_m + i * kALoadRows] = a_reg[i];
 #pragma unroll
       for (int i = 0; i < kBLoads; ++i) {
-        if constexpr (kVec == 4) *reinterpret_cast<float4*>(&b_tile[s][b_row + i * kBRowStep][b_col]) = b_reg[i];
-        else b_tile[s][b_row + i * kBRowStep][b_col] = b_reg[i];
+        if constexpr (kVec == 4)
+          *reinterpret_cast<float4*>(&b_tile[s][b_row + i * kBRowStep][b_col]) = b_reg[i];
+        else
+          b_tile[s][b_row + i * kBRowStep][b_col] = b_reg[i];
       }
     };
 
@@ -264,7 +275,8 @@ struct tn_conv2d_depthwise {
     for (int i = tid; i < kPatchH * kPatchW; i += kThreads) {
       const int ih = ih0 + i / kPatchW, iw = iw0 + i % kPatchW;
       patch[i] = (unsigned)ih < (unsigned)in_h && (unsigned)iw < (unsigned)in_w
-                     ? __ldg(x_plane + (long long)ih * in_w + iw) : 0.f;
+                     ? __ldg(x_plane + (long long)ih * in_w + iw)
+                     : 0.f;
     }
     float w[Shape::kKhw];
 #pragma unroll

@@ -18,8 +18,7 @@ struct tn_scale_by {
 // one flat row with a scalar tail; padded rows whose stride and pointers keep 16-byte
 // alignment), a scalar path otherwise. `op_args` construct the functor (scale's value).
 template <typename T, int kBlock, int kUnroll, template <typename> class Op, typename... OpArgs>
-__device__ __forceinline__ void tn_unary(const T* x, T* y, long long rows, int cols, int x_stride,
-                                         OpArgs... op_args) {
+__device__ __forceinline__ void tn_unary(const T* x, T* y, long long rows, int cols, int x_stride, OpArgs... op_args) {
   const Op<T> op{op_args...};
   const long long n = rows * (long long)cols;
   const long long threads = (long long)gridDim.x * kBlock;

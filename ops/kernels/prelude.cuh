@@ -28,52 +28,72 @@
 #define TEENY_PRELUDE_CUH
 
 #ifndef __CUDA_FP16_TYPES_EXIST__
-struct __align__(2) __half { unsigned short tn_bits; };
+struct __align__(2) __half {
+  unsigned short tn_bits;
+};
 #endif
 #ifndef __CUDA_BF16_TYPES_EXIST__
-struct __align__(2) __nv_bfloat16 { unsigned short tn_bits; };
+struct __align__(2) __nv_bfloat16 {
+  unsigned short tn_bits;
+};
 #endif
 
-template <typename T> __device__ __forceinline__ unsigned short tn_raw(T v) {
+template <typename T>
+__device__ __forceinline__ unsigned short tn_raw(T v) {
   return *reinterpret_cast<const unsigned short*>(&v);
 }
-template <typename T> __device__ __forceinline__ T tn_from_raw(unsigned short b) {
+template <typename T>
+__device__ __forceinline__ T tn_from_raw(unsigned short b) {
   return *reinterpret_cast<const T*>(&b);
 }
 
 __device__ __forceinline__ float tn_f32(float v) { return v; }
 __device__ __forceinline__ float tn_f32(int v) { return (float)v; }
-__device__ __forceinline__ float tn_f32(__nv_bfloat16 v) {
-  return __uint_as_float(((unsigned)tn_raw(v)) << 16);
-}
+__device__ __forceinline__ float tn_f32(__nv_bfloat16 v) { return __uint_as_float(((unsigned)tn_raw(v)) << 16); }
 __device__ __forceinline__ float tn_f32(__half v) {
   float f;
   asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(tn_raw(v)));
   return f;
 }
 
-template <typename T> __device__ __forceinline__ T tn_cast(float v);
-template <> __device__ __forceinline__ float tn_cast<float>(float v) { return v; }
-template <> __device__ __forceinline__ __nv_bfloat16 tn_cast<__nv_bfloat16>(float v) {
+template <typename T>
+__device__ __forceinline__ T tn_cast(float v);
+template <>
+__device__ __forceinline__ float tn_cast<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 tn_cast<__nv_bfloat16>(float v) {
   unsigned short b;
   asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(b) : "f"(v));
   return tn_from_raw<__nv_bfloat16>(b);
 }
-template <> __device__ __forceinline__ __half tn_cast<__half>(float v) {
+template <>
+__device__ __forceinline__ __half tn_cast<__half>(float v) {
   unsigned short b;
   asm("cvt.rn.f16.f32 %0, %1;" : "=h"(b) : "f"(v));
   return tn_from_raw<__half>(b);
 }
 
-template <typename T> struct tn_pack { static constexpr int kN = 16 / sizeof(T); };
+template <typename T>
+struct tn_pack {
+  static constexpr int kN = 16 / sizeof(T);
+};
 
 // GELU, tanh form, in the precision the storage type T keeps. bf16 takes tanh.approx (one MUFU
 // op, absolute error about 2^-11: under bf16's 2^-9 rounding, and a third faster than the
 // exp/divide form in GPT-2's fused 3072-wide GEMM epilogue); f32 and f16 (atol 1e-3) take
 // 0.5 v (1 + tanh(z)) = v / (1 + exp(-2z)), whose exp overflowing to inf gives -0, the limit.
-template <typename T> struct tn_is_bf16 { static constexpr bool kValue = false; };
-template <> struct tn_is_bf16<__nv_bfloat16> { static constexpr bool kValue = true; };
-template <typename T> __device__ __forceinline__ float tn_gelu_tanh(float v) {
+template <typename T>
+struct tn_is_bf16 {
+  static constexpr bool kValue = false;
+};
+template <>
+struct tn_is_bf16<__nv_bfloat16> {
+  static constexpr bool kValue = true;
+};
+template <typename T>
+__device__ __forceinline__ float tn_gelu_tanh(float v) {
   const float z = 0.7978845608028654f * (v + 0.044715f * v * v * v);
   if (tn_is_bf16<T>::kValue) {
     float t;
@@ -88,10 +108,13 @@ __device__ __forceinline__ bool tn_aligned16(const void* p) {
 }
 
 __device__ __forceinline__ void tn_unpack16(const uint4& r, float (&v)[4]) {
-  v[0] = __uint_as_float(r.x); v[1] = __uint_as_float(r.y);
-  v[2] = __uint_as_float(r.z); v[3] = __uint_as_float(r.w);
+  v[0] = __uint_as_float(r.x);
+  v[1] = __uint_as_float(r.y);
+  v[2] = __uint_as_float(r.z);
+  v[3] = __uint_as_float(r.w);
 }
-template <typename T> __device__ __forceinline__ void tn_unpack16(const uint4& r, float (&v)[8]) {
+template <typename T>
+__device__ __forceinline__ void tn_unpack16(const uint4& r, float (&v)[8]) {
   const unsigned w[4] = {r.x, r.y, r.z, r.w};
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
@@ -103,22 +126,29 @@ template <typename T> __device__ __forceinline__ void tn_unpack16(const uint4& r
 template <typename T>
 __device__ __forceinline__ void tn_load16(const T* p, float (&v)[tn_pack<T>::kN]) {
   const uint4 r = __ldg(reinterpret_cast<const uint4*>(p));
-  if constexpr (sizeof(T) == 4) tn_unpack16(r, v); else tn_unpack16<T>(r, v);
+  if constexpr (sizeof(T) == 4)
+    tn_unpack16(r, v);
+  else
+    tn_unpack16<T>(r, v);
 }
 
 template <typename T>
 __device__ __forceinline__ void tn_store16(T* p, const float (&v)[tn_pack<T>::kN]) {
   uint4 r;
   if constexpr (sizeof(T) == 4) {
-    r.x = __float_as_uint(v[0]); r.y = __float_as_uint(v[1]);
-    r.z = __float_as_uint(v[2]); r.w = __float_as_uint(v[3]);
+    r.x = __float_as_uint(v[0]);
+    r.y = __float_as_uint(v[1]);
+    r.z = __float_as_uint(v[2]);
+    r.w = __float_as_uint(v[3]);
   } else {
     unsigned w[4];
 #pragma unroll
     for (int k = 0; k < 4; ++k)
-      w[k] = (unsigned)tn_raw(tn_cast<T>(v[2 * k])) |
-             ((unsigned)tn_raw(tn_cast<T>(v[2 * k + 1])) << 16);
-    r.x = w[0]; r.y = w[1]; r.z = w[2]; r.w = w[3];
+      w[k] = (unsigned)tn_raw(tn_cast<T>(v[2 * k])) | ((unsigned)tn_raw(tn_cast<T>(v[2 * k + 1])) << 16);
+    r.x = w[0];
+    r.y = w[1];
+    r.z = w[2];
+    r.w = w[3];
   }
   *reinterpret_cast<uint4*>(p) = r;
 }
@@ -181,8 +211,7 @@ __device__ __forceinline__ void tn_row_load(const T* row, int n, bool vec, int t
   }
 }
 template <typename T, int kThreads, int kItems>
-__device__ __forceinline__ void tn_row_store(T* row, int n, bool vec, int t,
-                                             const float (&v)[kItems][tn_pack<T>::kN]) {
+__device__ __forceinline__ void tn_row_store(T* row, int n, bool vec, int t, const float (&v)[kItems][tn_pack<T>::kN]) {
   constexpr int kN = tn_pack<T>::kN;
 #pragma unroll
   for (int it = 0; it < kItems; ++it) {
@@ -200,11 +229,17 @@ __device__ __forceinline__ void tn_row_store(T* row, int n, bool vec, int t,
 // Group-wide reductions: a warp (kThreads == 32) or the whole block.
 template <int kThreads>
 __device__ __forceinline__ float tn_group_sum(float v, float* smem32) {
-  if constexpr (kThreads == 32) return tn_warp_sum(v); else return tn_block_sum<kThreads>(v, smem32);
+  if constexpr (kThreads == 32)
+    return tn_warp_sum(v);
+  else
+    return tn_block_sum<kThreads>(v, smem32);
 }
 template <int kThreads>
 __device__ __forceinline__ float tn_group_max(float v, float* smem32) {
-  if constexpr (kThreads == 32) return tn_warp_max(v); else return tn_block_max<kThreads>(v, smem32);
+  if constexpr (kThreads == 32)
+    return tn_warp_max(v);
+  else
+    return tn_block_max<kThreads>(v, smem32);
 }
 
 #endif  // TEENY_PRELUDE_CUH

@@ -88,8 +88,10 @@ __device__ __forceinline__ void tn_transpose_gather(const T* x, T* y, long long 
       s[j] = packed[2 * j + 1];
     }
   }
-  if (n < (1ll << 31)) tn_transpose_gather_loop<unsigned, T, kBlock, kLastKept>(x, y, n, d, s);
-  else tn_transpose_gather_loop<long long, T, kBlock, kLastKept>(x, y, n, d, s);
+  if (n < (1ll << 31))
+    tn_transpose_gather_loop<unsigned, T, kBlock, kLastKept>(x, y, n, d, s);
+  else
+    tn_transpose_gather_loop<long long, T, kBlock, kLastKept>(x, y, n, d, s);
 }
 
 #endif  // TEENY_TRANSPOSE_CUH

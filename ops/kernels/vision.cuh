@@ -8,8 +8,7 @@
 
 // A sliding window over an image: kernel kKh x kKw, stride, zero padding and dilation per axis.
 // Output pixel (oh, ow) reads input rows oh * kSh - kPh + kh * kDh, columns likewise.
-template <int kKernelH, int kKernelW, int kStrideH, int kStrideW, int kPadH, int kPadW, int kDilationH,
-          int kDilationW>
+template <int kKernelH, int kKernelW, int kStrideH, int kStrideW, int kPadH, int kPadW, int kDilationH, int kDilationW>
 struct tn_window {
   static constexpr int kKh = kKernelH, kKw = kKernelW;
   static constexpr int kSh = kStrideH, kSw = kStrideW;
@@ -22,8 +21,8 @@ struct tn_window {
 // a group never straddles two planes); `count` groups, `plane` groups a plane.
 template <int kThreads, int kVec>
 __device__ __forceinline__ void tn_batchnorm2d(const float* x, const float* weight, const float* bias,
-                                               const float* running_mean, const float* running_var, float* y,
-                                               float eps, long long count, int plane, int channels) {
+                                               const float* running_mean, const float* running_var, float* y, float eps,
+                                               long long count, int plane, int channels) {
   const long long i = (long long)blockIdx.x * kThreads + threadIdx.x;
   if (i >= count) return;
   const int c = (int)((i / plane) % channels);
@@ -48,8 +47,7 @@ __device__ __forceinline__ void tn_batchnorm2d(const float* x, const float* weig
 // input element per thread: a coalesced read, then kScale rows of kScale adjacent stores (one
 // 8-byte store a row for kScale = 2 when y allows it).
 template <int kThreads, int kScale>
-__device__ __forceinline__ void tn_upsample_nearest2d(const float* x, float* y, long long count, int in_h,
-                                                      int in_w) {
+__device__ __forceinline__ void tn_upsample_nearest2d(const float* x, float* y, long long count, int in_h, int in_w) {
   const long long i = (long long)blockIdx.x * kThreads + threadIdx.x;
   if (i >= count) return;
   const int iw = (int)(i % in_w);
@@ -73,8 +71,8 @@ __device__ __forceinline__ void tn_upsample_nearest2d(const float* x, float* y, 
 // Box distances [B, 4, kAnchors] (l, t, r, b) -> (cx, cy, w, h) * stride, as Ultralytics
 // dist2bbox(xywh=True). A flat grid over images x tiles of kBlockA anchors, one anchor a thread.
 template <int kBlockA, int kAnchors>
-__device__ __forceinline__ void tn_yolo_detect_decode(const float* boxes, const float* anchor_x,
-                                                      const float* anchor_y, const float* strides, float* y) {
+__device__ __forceinline__ void tn_yolo_detect_decode(const float* boxes, const float* anchor_x, const float* anchor_y,
+                                                      const float* strides, float* y) {
   constexpr int kTiles = (kAnchors + kBlockA - 1) / kBlockA;
   const int img = blockIdx.x / kTiles;
   const int a = (blockIdx.x % kTiles) * kBlockA + threadIdx.x;

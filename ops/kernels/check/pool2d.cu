@@ -2,12 +2,12 @@
 #include "../pool2d.cuh"
 #include "check.cuh"
 
-TN_ENTRY(maxpool2d_k3x3s2x2p1x1, (256))(const float* x, float* y, long long count, int in_h, int in_w, int out_h,
-                                        int out_w) {
+TN_ENTRY(maxpool2d_k3x3s2x2p1x1, (256))
+(const float* x, float* y, long long count, int in_h, int in_w, int out_h, int out_w) {
   tn_pool2d<256, tn_window<3, 3, 2, 2, 1, 1, 1, 1>, tn_pool_max>(x, y, count, in_h, in_w, out_h, out_w);
 }
-TN_ENTRY(avgpool2d_k2x3s1x2, (256))(const float* x, float* y, long long count, int in_h, int in_w, int out_h,
-                                    int out_w) {
+TN_ENTRY(avgpool2d_k2x3s1x2, (256))
+(const float* x, float* y, long long count, int in_h, int in_w, int out_h, int out_w) {
   tn_pool2d<256, tn_window<2, 3, 1, 2, 0, 0, 1, 1>, tn_pool_avg>(x, y, count, in_h, in_w, out_h, out_w);
 }
 TN_ENTRY(global_avgpool_t32_v1, (256))(const float* x, float* y, int planes, int plane) {
