@@ -12,7 +12,7 @@ BUILD=${BUILD_DIR:-$ROOT/build}
 JOBS=${JOBS:-$(nproc)}
 
 PACKAGES=(g++ cmake ninja-build libyaml-cpp-dev libcli11-dev libfmt-dev nlohmann-json3-dev
-          libssl-dev libgtest-dev)
+          libssl-dev libgtest-dev clang-format)
 missing=()
 for package in "${PACKAGES[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed"; then
