@@ -123,7 +123,8 @@ json launch_json(const InspectedLaunch& l) {
               {"grid", {expr_json(l.grid[0]), expr_json(l.grid[1]), expr_json(l.grid[2])}},
               {"dynamic_smem", expr_json(l.dynamic_smem)},
               {"args", args},
-              {"cost", {{"bytes", expr_json(l.bytes)}, {"flops", expr_json(l.flops)}}}};
+              {"cost", {{"bytes", expr_json(l.bytes)}, {"flops", expr_json(l.flops)}}},
+              {"when", expr_json(l.when)}};
   if (l.reqntid) out["reqntid"] = *l.reqntid;
   if (l.maxntid) out["maxntid"] = *l.maxntid;
   return out;
@@ -237,6 +238,11 @@ std::string launch_table(const InspectedLaunch& l) {
       fmt::format("  launch {}: kernel {}, entry {}, {} ({})\n", l.index, l.kernel, l.entry, l.target, l.source);
   std::vector<std::string> grid;
   for (const InspectedExpr& g : l.grid) grid.push_back(expr_text(g));
+  if (l.when.expr != "1") {
+    const bool runs = l.when.value.value_or(1) != 0;
+    out += fmt::format("    when {}{}\n", expr_text(l.when),
+                       l.when.value && !runs ? ": does not run at this binding" : "");
+  }
   out += fmt::format("    block [{}]{}  grid [{}]  dynamic smem {}\n", fmt::join(l.block, ", "), bounds,
                      fmt::join(grid, ", "), expr_text(l.dynamic_smem));
   std::vector<Row> rows{{"POS", "NAME", "C TYPE", "PTX", "SIZE", "OFFSET", "BOUND TO", "VALUE"}};

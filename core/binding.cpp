@@ -330,7 +330,11 @@ BoundLaunch bind_launch(const BundleLaunch& launch, const BoundBundle& bound,
 
 int64_t BoundTensor::numel() const { return numel_of(shape); }
 
-std::string BoundLaunch::label() const { return index == 0 ? node : fmt::format("{}#{}", node, index); }
+std::string launch_label(const std::string& node, int index) {
+  return index == 0 ? node : fmt::format("{}#{}", node, index);
+}
+
+std::string BoundLaunch::label() const { return launch_label(node, index); }
 
 const BoundTensor& BoundBundle::tensor(const std::string& name) const {
   for (const BoundTensor& t : tensors) {
@@ -409,6 +413,8 @@ void bind_launches(BoundBundle& bound, const DeviceFacts& device) {
   const std::map<std::string, size_t> node_index = node_indices(*bound.bundle);
   std::vector<BoundLaunch> launches;
   for (const BundleLaunch& launch : bound.bundle->launches) {
+    const std::string where = launch_label(launch.node, launch.index);
+    if (eval(launch.when, fmt::format("condition (when) of launch '{}'", where)) == 0) continue;
     launches.push_back(bind_launch(launch, bound, node_index, device, eval));
   }
   bound.launches = std::move(launches);

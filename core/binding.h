@@ -61,8 +61,11 @@ struct BoundLaunch {
   std::vector<BoundArg> args;
   size_t param_buffer_bytes = 0;
   int64_t bytes = 0, flops = 0;  // the op's cost
-  std::string label() const;     // "fc1" or "cat#1" for a node's second launch
+  std::string label() const;     // launch_label(node, index)
 };
+
+// "fc1" for a node's first launch, "cat#1" for its second.
+std::string launch_label(const std::string& node, int index);
 
 struct BoundParam {
   std::string name, node, slot;
@@ -101,8 +104,9 @@ Bindings bundle_bindings(const Bundle& bundle, const std::vector<std::string>& b
 // inputs, weights). Throws Error naming the bundle and the tensor or param.
 BoundBundle bind_bundle(const Bundle& bundle, const Bindings& dims, const std::string& label);
 // Evaluates every launch under the dims and the device symbols bound to `device`: grid, block
-// and shared-memory limits, argument layouts and values, tensor maps, cost. Replaces any
-// launches bound before. Throws Error naming the bundle, the launch and the argument.
+// and shared-memory limits, argument layouts and values, tensor maps, cost. A launch whose
+// `when` is 0 under the dims is left out. Replaces any launches bound before. Throws Error naming the bundle, the
+// launch and the argument.
 void bind_launches(BoundBundle& bound, const DeviceFacts& device);
 
 }  // namespace teeny

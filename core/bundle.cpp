@@ -285,7 +285,8 @@ json bundle_to_json(const Bundle& bundle) {
                         {"dynamic_smem", l.dynamic_smem.str()},
                         {"args", args},
                         {"bytes", l.bytes.str()},
-                        {"flops", l.flops.str()}});
+                        {"flops", l.flops.str()},
+                        {"when", l.when.str()}});
   }
   m["launches"] = launches;
 
@@ -404,6 +405,7 @@ Bundle bundle_from_json(const json& manifest) {
     if (grid.size() != 3) l["grid"].fail(fmt::format("expected 3 expressions, found {}", grid.size()));
     for (int d = 0; d < 3; ++d) launch.grid[d] = grid[d].expr();
     launch.dynamic_smem = l["dynamic_smem"].expr();
+    launch.when = l["when"].expr();
     for (const Field& a : l["args"].items()) {
       BundleArg arg;
       arg.kind = parse_enum<ArgKind>(a["kind"], {{"input", ArgKind::kInput},

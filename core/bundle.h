@@ -20,7 +20,7 @@
 namespace teeny {
 
 // 3: launch expressions may use the device symbols; tensors carry id_bound, params their hints.
-inline constexpr int kBundleFormatVersion = 3;
+inline constexpr int kBundleFormatVersion = 4;
 
 struct BundleDim {
   std::string name;
@@ -74,6 +74,7 @@ struct BundleLaunch {
   Expr dynamic_smem;
   std::vector<BundleArg> args;
   Expr bytes, flops;
+  Expr when{1};  // Launch::when
 };
 
 struct BundleParam {

@@ -177,10 +177,12 @@ class GraphCompiler {
       launch.dynamic_smem = fixed(launch.dynamic_smem);
       launch.bytes = fixed(launch.bytes);
       launch.flops = fixed(launch.flops);
+      launch.when = fixed(launch.when);
       for (int d = 0; d < 3; ++d) check_dims_known(node, launch.grid[d], where + " grid");
       check_dims_known(node, launch.dynamic_smem, where + " dynamic shared memory");
       check_dims_known(node, launch.bytes, where + " cost (bytes)");
       check_dims_known(node, launch.flops, where + " cost (FLOPs)");
+      check_dims_known(node, launch.when, where + " condition (when)");
       for (size_t a = 0; a < launch.args.size(); ++a) {
         KernelArg& arg = launch.args[a];
         const std::string arg_where = fmt::format("{}, argument {} '{}'", where, a, arg.name);
@@ -488,6 +490,7 @@ class GraphCompiler {
     out.block = block;
     out.grid = launch.grid;
     out.dynamic_smem = launch.dynamic_smem;
+    out.when = launch.when;
     out.args = std::move(args);
     out.bytes = launch.bytes;
     out.flops = launch.flops;

@@ -45,6 +45,8 @@ const char* function_name(Expr::Kind k) {
       return "max";
     case Expr::Kind::kRoundUp:
       return "round_up";
+    case Expr::Kind::kLe:
+      return "le";
     default:
       return nullptr;
   }
@@ -77,6 +79,8 @@ int64_t apply(Expr::Kind k, int64_t a, int64_t b, const char* what) {
     case Expr::Kind::kRoundUp:
       need_nonzero();
       return -floor_div(-a, b) * b;
+    case Expr::Kind::kLe:
+      return a <= b ? 1 : 0;
     default:
       return 0;
   }
@@ -158,6 +162,7 @@ Expr ceil_div(const Expr& a, const Expr& b) { return Expr::make(Expr::Kind::kCei
 Expr min(const Expr& a, const Expr& b) { return Expr::make(Expr::Kind::kMin, a, b); }
 Expr max(const Expr& a, const Expr& b) { return Expr::make(Expr::Kind::kMax, a, b); }
 Expr round_up(const Expr& a, const Expr& b) { return Expr::make(Expr::Kind::kRoundUp, a, b); }
+Expr le(const Expr& a, const Expr& b) { return Expr::make(Expr::Kind::kLe, a, b); }
 
 bool operator==(const Expr& a, const Expr& b) {
   if (a.node_ == b.node_) return true;
@@ -273,6 +278,26 @@ std::string Expr::str() const {
 // ---- parsing ---------------------------------------------------------------------------------
 namespace {
 
+using Function = Expr (*)(const Expr&, const Expr&);
+const std::vector<std::pair<std::string, Function>>& function_table() {
+  static const std::vector<std::pair<std::string, Function>> table = {
+      {"ceil_div", ceil_div}, {"min", min}, {"max", max}, {"round_up", round_up}, {"le", le}};
+  return table;
+}
+
+}  // namespace
+
+const std::vector<std::string>& expr_functions() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    for (const auto& entry : function_table()) out.push_back(entry.first);
+    return out;
+  }();
+  return names;
+}
+
+namespace {
+
 class Parser {
  public:
   explicit Parser(const std::string& text) : text_(text) {}
@@ -354,9 +379,7 @@ class Parser {
       size_t start = pos_;
       while (pos_ < text_.size() && is_identifier_char(text_[pos_])) ++pos_;
       std::string name = text_.substr(start, pos_ - start);
-      static const std::vector<std::pair<std::string, Expr (*)(const Expr&, const Expr&)>> functions = {
-          {"ceil_div", ceil_div}, {"min", min}, {"max", max}, {"round_up", round_up}};
-      for (const auto& [fn_name, fn] : functions) {
+      for (const auto& [fn_name, fn] : function_table()) {
         if (name != fn_name) continue;
         expect('(');
         Expr a = expr();
@@ -368,7 +391,7 @@ class Parser {
       skip_space();
       if (pos_ < text_.size() && text_[pos_] == '(') {
         pos_ = start;
-        fail(fmt::format("unknown function '{}' (functions: ceil_div, min, max, round_up)", name));
+        fail(fmt::format("unknown function '{}' (functions: {})", name, fmt::join(expr_functions(), ", ")));
       }
       return Expr::dim(name);
     }

@@ -5,7 +5,7 @@
 //   term  := unary (('*' | '/' | '%') unary)*         '/' is floor division
 //   unary := '-' unary | atom
 //   atom  := INT | NAME | '(' expr ')' | FUNC '(' expr ',' expr ')'
-//   FUNC  := ceil_div | min | max | round_up
+//   FUNC  := ceil_div | min | max | round_up | le      le(a, b): 1 where a <= b, else 0
 // Expressions are immutable and cheap to copy (shared nodes). They are simplified on
 // construction (constant folding, x+0, x*1, x*0, x/1, ...), so equal-by-construction
 // shapes compare equal with `==` (structural equality after simplification).
@@ -24,7 +24,7 @@ using Bindings = std::map<std::string, int64_t>;
 
 class Expr {
  public:
-  enum class Kind { kConst, kDim, kAdd, kSub, kMul, kFloorDiv, kMod, kCeilDiv, kMin, kMax, kRoundUp };
+  enum class Kind { kConst, kDim, kAdd, kSub, kMul, kFloorDiv, kMod, kCeilDiv, kMin, kMax, kRoundUp, kLe };
 
   Expr();                                                 // the constant 0
   Expr(int64_t value);                                    // NOLINT: implicit from integers is the point
@@ -68,6 +68,7 @@ class Expr {
   friend Expr min(const Expr& a, const Expr& b);
   friend Expr max(const Expr& a, const Expr& b);
   friend Expr round_up(const Expr& a, const Expr& b);
+  friend Expr le(const Expr& a, const Expr& b);
 };
 
 Expr operator+(const Expr& a, const Expr& b);
@@ -79,6 +80,8 @@ Expr ceil_div(const Expr& a, const Expr& b);
 Expr min(const Expr& a, const Expr& b);
 Expr max(const Expr& a, const Expr& b);
 Expr round_up(const Expr& a, const Expr& b);
+Expr le(const Expr& a, const Expr& b);             // 1 where a <= b, else 0 (a launch's `when`)
+const std::vector<std::string>& expr_functions();  // the FUNC names of the grammar
 
 using Shape = std::vector<Expr>;
 

@@ -160,6 +160,7 @@ class Inspector {
     for (size_t i = 0; i < l.args.size(); ++i) out.args.push_back(arg(l, i));
     out.bytes = expr(l.bytes);
     out.flops = expr(l.flops);
+    out.when = expr(l.when);
     return out;
   }
 
@@ -186,8 +187,8 @@ class Inspector {
       param_bytes = param_bytes + product(p.shape) * Expr(static_cast<int64_t>(dtype_size(p.dtype)));
     }
     for (const BundleLaunch& l : bundle_.launches) {
-      bytes = bytes + l.bytes;
-      flops = flops + l.flops;
+      bytes = bytes + l.when * l.bytes;
+      flops = flops + l.when * l.flops;
     }
     out.node_count = bundle_.nodes.size();
     out.kernel_count = bundle_.kernels.size();

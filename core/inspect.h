@@ -74,6 +74,7 @@ struct InspectedLaunch {
   InspectedExpr dynamic_smem;
   std::vector<InspectedArg> args;
   InspectedExpr bytes, flops;
+  InspectedExpr when;  // "1" for a launch that always runs
 };
 
 struct InspectedNode {

@@ -178,6 +178,9 @@ struct Launch {
   std::vector<KernelArg> args;
   Expr bytes;  // cost: bytes moved by this launch
   Expr flops;  // cost: floating-point operations
+  // The launch runs only where this is nonzero at the bound dims: variants of a node for ranges
+  // of its dims (e.g. le(M, 16) for a small-M kernel, le(17, M) for the tiled one).
+  Expr when{1};
 };
 
 struct Lowering {

@@ -79,7 +79,6 @@ const std::vector<std::string> kDimKeys{"min", "max", "default"};
 const std::vector<std::string> kInputKeys{"dtype", "shape"};
 const std::vector<std::string> kNodeKeys{"name", "op", "inputs", "attrs", "dtype"};
 // Function names of the expression grammar cannot be dim names.
-const std::vector<std::string> kExprFunctions{"ceil_div", "min", "max", "round_up"};
 
 std::string join(const std::vector<std::string>& items, const char* sep = ", ") {
   std::string out;
@@ -228,9 +227,10 @@ class SpecParser {
         throw error(field.key_pos, fmt::format("dim name '{}' is not an identifier (letters, digits and '_', "
                                                "not starting with a digit)",
                                                name));
-      if (std::find(kExprFunctions.begin(), kExprFunctions.end(), name) != kExprFunctions.end())
+      if (const std::vector<std::string>& functions = expr_functions();
+          std::find(functions.begin(), functions.end(), name) != functions.end())
         throw error(field.key_pos,
-                    fmt::format("dim name '{}' is an expression function ({})", name, join(kExprFunctions)));
+                    fmt::format("dim name '{}' is an expression function ({})", name, join(expr_functions())));
       if (is_device_symbol(name))
         throw error(field.key_pos, fmt::format("dim name '{}' is a device symbol ({}), bound from the GPU "
                                                "at run time",

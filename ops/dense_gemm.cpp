@@ -17,6 +17,13 @@ constexpr int kTmaStoreBox = 32;
 // every sm_90 part has this limit, and binding checks each launch against the device's
 // SMEM_PER_BLOCK.
 constexpr int64_t kMaxBlockSmem = 227 * 1024;
+// Small-M kernels (ops/kernels/gemv.cuh). 8 warps a block (gemv_threads) keep enough weight loads in flight
+// per SM to cover HBM latency even when N gives few blocks. The 16-bit kernel's x rows come in
+// MMA groups of 8; two groups keep its registers clear of spills. f32 takes 4 weight rows a block
+// and up to 8 x rows (32 accumulators a thread).
+constexpr int kGemvMmaGroups = 2;
+constexpr int kGemvF32RowsN = 4;
+constexpr int kGemvF32Rows = 8;
 
 const char* layout_name(GemmBLayout layout) { return layout == GemmBLayout::kNK ? "nk" : "kn"; }
 
@@ -132,12 +139,28 @@ std::string GemmEpilogue::suffix() const {
   return (activation.empty() ? "" : "_" + activation) + (residual ? "_res" : "");
 }
 
+std::string gemm_epilogue_class(DType dtype, bool has_bias, const GemmEpilogue& epilogue) {
+  const std::string functor = epilogue.activation.empty() ? "tn_act_none" : activation(epilogue.activation).functor;
+  return fmt::format("tn_gemm_epilogue<{}, {}, {}, {}>", dtype_c_type(dtype), functor, has_bias, epilogue.residual);
+}
+
+int gemv_max_rows(DType dtype) { return dtype == DType::kF32 ? kGemvF32Rows : 8 * kGemvMmaGroups; }
+
+int gemv_rows_per_block(DType dtype) { return dtype == DType::kF32 ? kGemvF32RowsN : 16; }
+
+std::string gemv_kernel_class(DType dtype, bool has_bias, const GemmEpilogue& epilogue) {
+  const std::string epilogue_class = gemm_epilogue_class(dtype, has_bias, epilogue);
+  if (dtype == DType::kF32) {
+    return fmt::format("tn_gemv_simt<{}, {}, {}, {}>", gemv_threads(), kGemvF32RowsN, kGemvF32Rows, epilogue_class);
+  }
+  return fmt::format("tn_gemv_mma<{}, {}, {}, {}>", dtype_c_type(dtype), gemv_threads() / 32, kGemvMmaGroups,
+                     epilogue_class);
+}
+
 std::string gemm_kernel_class(DType dtype, GemmBLayout layout, bool has_bias, const GemmTile& tile,
                               const GemmEpilogue& epilogue) {
   const std::string type = dtype_c_type(dtype);
-  const std::string functor = epilogue.activation.empty() ? "tn_act_none" : activation(epilogue.activation).functor;
-  const std::string epilogue_class =
-      fmt::format("tn_gemm_epilogue<{}, {}, {}, {}>", type, functor, has_bias, epilogue.residual);
+  const std::string epilogue_class = gemm_epilogue_class(dtype, has_bias, epilogue);
   if (tile.wgmma()) {
     return fmt::format("tn_wgmma_gemm<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}>", type, tile.bm, tile.bn, tile.bk,
                        tile.threads, tile.stages, tile.pingpong, tile.split_tf32, tile.tma, kTmaStoreBox,

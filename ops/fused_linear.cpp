@@ -67,6 +67,11 @@ std::vector<ConformanceCase> fused_linear_cases() {
         {"[B, 3072] -> 768 + residual " + dt,
          case_graph({"B"}, {{"x", dtype, "[B, 3072]"}, {"r", dtype, "[B, 768]"}}, {node(768, "none", true)}),
          {{{"B", 1}}, {{"B", 300}}}});
+    // The small-M kernel's epilogue, K with a ragged last chunk.
+    cases.push_back(
+        {"[B, 4104] -> 1000 gelu + residual, small M " + dt,
+         case_graph({"B"}, {{"x", dtype, "[B, 4104]"}, {"r", dtype, "[B, 1000]"}}, {node(1000, "gelu", true)}),
+         {{{"B", 5}}, {{"B", 16}}}});
     cases.push_back(
         {"[B, 200] -> 1000 gelu + residual " + dt,
          case_graph({"B"}, {{"x", dtype, "[B, 200]"}, {"r", dtype, "[B, 1000]"}}, {node(1000, "gelu", true)}),

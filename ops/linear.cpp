@@ -76,43 +76,110 @@ std::vector<ParamSpec> linear_params(const OpContext& ctx) {
   return params;
 }
 
-Lowering lower_linear(const OpContext& ctx, const GemmEpilogue& epilogue) {
+namespace {
+
+// One linear's operands, shared by its small-M and tiled launches.
+struct LinearProblem {
+  DType dtype;
+  bool has_bias;
+  Expr m, n, k, ldx, ldy, ldr;
+  Expr elem() const { return Expr(static_cast<int64_t>(dtype_size(dtype))); }
+};
+
+LinearProblem linear_problem(const OpContext& ctx, const GemmEpilogue& epilogue) {
   const TensorType& x = ctx.inputs.at(0);
-  const DType dtype = ctx.output.dtype;
-  const bool has_bias = ctx.attrs.boolean("bias");
-  const Expr k = x.shape.back();
-  const Expr n = ctx.output.shape.back();
-  const Expr m = product(Shape(x.shape.begin(), x.shape.end() - 1));
-  const Expr ldy = ctx.output.row_stride;
-  const Expr ldr = epilogue.residual ? ctx.inputs.at(1).row_stride : Expr(0);
+  return {ctx.output.dtype,
+          ctx.attrs.boolean("bias"),
+          product(Shape(x.shape.begin(), x.shape.end() - 1)),
+          ctx.output.shape.back(),
+          x.shape.back(),
+          x.row_stride,
+          ctx.output.row_stride,
+          epilogue.residual ? ctx.inputs.at(1).row_stride : Expr(0)};
+}
+
+// x, weight, [bias], [residual], y, M, N, K, ldx, ldy, [ldr]: what every linear entry of
+// ops/kernels/gemm.cuh takes first.
+std::vector<KernelArg> linear_args(const LinearProblem& p, const GemmEpilogue& epilogue) {
+  std::vector<KernelArg> args{input(0, "x", p.dtype), param("weight", "weight", p.dtype)};
+  if (p.has_bias) args.push_back(param("bias", "bias", p.dtype));
+  if (epilogue.residual) args.push_back(input(1, "residual", p.dtype));
+  args.push_back(output("y", p.dtype));
+  args.push_back(i32("M", p.m));
+  args.push_back(i32("N", p.n));
+  args.push_back(i32("K", p.k));
+  args.push_back(i32("ldx", p.ldx));
+  args.push_back(i32("ldy", p.ldy));
+  if (epilogue.residual) args.push_back(i32("ldr", p.ldr));
+  return args;
+}
+
+// The cost of the product and the epilogue: x and the weight read once, y written (and the
+// residual read).
+void set_linear_cost(Launch& launch, const LinearProblem& p, const GemmEpilogue& epilogue) {
+  const Expr outputs = p.m * p.n;
+  launch.bytes =
+      (p.m * p.k + p.n * p.k + (epilogue.residual ? Expr(2) : Expr(1)) * outputs + (p.has_bias ? p.n : Expr(0))) *
+      p.elem();
+  const int epilogue_flops = (p.has_bias ? 1 : 0) + (epilogue.residual ? 1 : 0) +
+                             (epilogue.activation.empty() ? 0 : activation(epilogue.activation).flops);
+  launch.flops = Expr(2) * outputs * p.k + Expr(epilogue_flops) * outputs;
+}
+
+// The linear entry of ops/kernels/gemm.cuh for the argument list: tn_linear_residual takes the
+// residual (and ldr), and both take the bias, the split count and the tensor maps where passed.
+std::string linear_entry(const GemmEpilogue& epilogue, const std::string& gemm_class) {
+  return fmt::format("{}<{}>", epilogue.residual ? "tn_linear_residual" : "tn_linear", gemm_class);
+}
+
+// Few rows (decode): the weight-streaming kernel, one block per gemv_rows_per_block rows of W.
+void add_small_m(Lowering& lowering, const LinearProblem& p, const GemmEpilogue& epilogue, const Expr& when) {
+  Launch launch;
+  launch.kernel = static_cast<int>(lowering.kernels.size());
+  launch.args = linear_args(p, epilogue);
+  launch.block = {gemv_threads(), 1, 1};
+  launch.grid = {ceil_div(p.n, Expr(gemv_rows_per_block(p.dtype))), Expr(1), Expr(1)};
+  launch.dynamic_smem = Expr(0);
+  launch.when = when;
+  set_linear_cost(launch, p, epilogue);
+  const std::string name =
+      fmt::format("linear_{}_gemv{}{}", dtype_name(p.dtype), p.has_bias ? "_bias" : "", epilogue.suffix());
+  lowering.kernels.push_back(template_kernel(name, "gemm.cuh",
+                                             linear_entry(epilogue, gemv_kernel_class(p.dtype, p.has_bias, epilogue)),
+                                             launch.args, gemv_threads(), TEENY_KERNEL_ORIGIN));
+  lowering.launches.push_back(launch);
+}
+
+// More rows: the tiled GEMM (ops/dense_gemm.h), f32 split over K where that fills the GPU.
+void add_tiled(Lowering& lowering, const OpContext& ctx, const LinearProblem& p, const GemmEpilogue& epilogue,
+               const Expr& when) {
   // TMA needs 16-byte multiples for the row strides of x, of W (whose rows are K long), of y and
   // of the residual.
   const auto is_16_byte_multiple = [&](const Expr& elements) {
-    return elements.is_const() && *elements.const_value() * static_cast<int64_t>(dtype_size(dtype)) % 16 == 0;
+    return elements.is_const() && *elements.const_value() * static_cast<int64_t>(dtype_size(p.dtype)) % 16 == 0;
   };
-  const bool tma_ok = dtype != DType::kF32 && is_16_byte_multiple(k) && is_16_byte_multiple(x.row_stride) &&
-                      is_16_byte_multiple(ldy) && (!epilogue.residual || is_16_byte_multiple(ldr));
+  const bool tma_ok = p.dtype != DType::kF32 && is_16_byte_multiple(p.k) && is_16_byte_multiple(p.ldx) &&
+                      is_16_byte_multiple(p.ldy) && (!epilogue.residual || is_16_byte_multiple(p.ldr));
   const GemmTile tile =
-      fit_gemm_epilogue(choose_gemm_tile(dtype, GemmBLayout::kNK, n, k, ctx.target_sm, tma_ok), epilogue);
-  const bool split_k = dtype == DType::kF32 && epilogue.activation.empty();
+      fit_gemm_epilogue(choose_gemm_tile(p.dtype, GemmBLayout::kNK, p.n, p.k, ctx.target_sm, tma_ok), epilogue);
+  const bool split_k = p.dtype == DType::kF32 && epilogue.activation.empty();
   const Expr resident = tile.wgmma() ? device_sms() : device_sms() * Expr(kCudaCoreBlocksPerSm);
-  const Expr tiles = gemm_tiles(tile, m, n);
+  const Expr tiles = gemm_tiles(tile, p.m, p.n);
   const Expr splits =
-      split_k ? max(Expr(1), min(ceil_div(resident * Expr(3) / Expr(2), tiles), ceil_div(k, Expr(kMinSplitK))))
+      split_k ? max(Expr(1), min(ceil_div(resident * Expr(3) / Expr(2), tiles), ceil_div(p.k, Expr(kMinSplitK))))
               : Expr(1);
-  const Expr elem(static_cast<int64_t>(dtype_size(dtype)));
 
-  Lowering lowering;
   if (split_k) {
     // Zeroes y only when K is split (else one element, which the GEMM then overwrites).
     Launch zero;
-    const Expr count = min(splits - Expr(1), Expr(1)) * (m * ldy - Expr(1)) + Expr(1);
-    zero.kernel = 0;
-    zero.args = {output("y", dtype), i64("count", count)};
+    const Expr count = min(splits - Expr(1), Expr(1)) * (p.m * p.ldy - Expr(1)) + Expr(1);
+    zero.kernel = static_cast<int>(lowering.kernels.size());
+    zero.args = {output("y", p.dtype), i64("count", count)};
     zero.block = {kZeroThreads, 1, 1};
     zero.grid = {grid_stride_blocks(ceil_div(count, Expr(kZeroThreads)), kZeroThreads), Expr(1), Expr(1)};
-    zero.bytes = count * elem;
+    zero.bytes = count * p.elem();
     zero.flops = Expr(0);
+    zero.when = when;
     lowering.kernels.push_back(
         template_kernel("linear_zero_f32", "gemm.cuh", "tn_linear_zero", zero.args, kZeroThreads, TEENY_KERNEL_ORIGIN));
     lowering.launches.push_back(zero);
@@ -120,40 +187,36 @@ Lowering lower_linear(const OpContext& ctx, const GemmEpilogue& epilogue) {
 
   Launch launch;
   launch.kernel = static_cast<int>(lowering.kernels.size());
-  launch.args.push_back(input(0, "x", dtype));
-  launch.args.push_back(param("weight", "weight", dtype));
-  if (has_bias) launch.args.push_back(param("bias", "bias", dtype));
-  if (epilogue.residual) launch.args.push_back(input(1, "residual", dtype));
-  launch.args.push_back(output("y", dtype));
-  launch.args.push_back(i32("M", m));
-  launch.args.push_back(i32("N", n));
-  launch.args.push_back(i32("K", k));
-  launch.args.push_back(i32("ldx", x.row_stride));
-  launch.args.push_back(i32("ldy", ldy));
-  if (epilogue.residual) launch.args.push_back(i32("ldr", ldr));
+  launch.args = linear_args(p, epilogue);
   if (split_k) launch.args.push_back(i32("splits", splits));
   if (tile.tma) {
-    GemmOperands operands{"x", "weight", "y", epilogue.residual ? "residual" : "", m, n, k, x.row_stride, k, ldy, ldr};
+    GemmOperands operands{"x", "weight", "y",  epilogue.residual ? "residual" : "", p.m, p.n, p.k, p.ldx,
+                          p.k, p.ldy,    p.ldr};
     for (KernelArg& map : gemm_tensor_maps(tile, operands)) launch.args.push_back(std::move(map));
   }
   launch.block = {tile.threads, 1, 1};
   launch.grid = {gemm_grid(tile, split_k ? tiles * splits : tiles), Expr(1), Expr(1)};
   launch.dynamic_smem = Expr(gemm_dynamic_smem(tile, epilogue));
-  launch.bytes = (m * k + n * k + (epilogue.residual ? Expr(2) : Expr(1)) * m * n + (has_bias ? n : Expr(0))) * elem;
-  const int epilogue_flops = (has_bias ? 1 : 0) + (epilogue.residual ? 1 : 0) +
-                             (epilogue.activation.empty() ? 0 : activation(epilogue.activation).flops);
-  launch.flops = Expr(2) * m * n * k + Expr(epilogue_flops) * m * n;
-
-  // The entry of ops/kernels/gemm.cuh for the argument list: tn_linear_residual takes the
-  // residual (and ldr), and both take the bias, the split count and the tensor maps where passed.
-  const std::string entry = epilogue.residual ? "tn_linear_residual" : "tn_linear";
+  launch.when = when;
+  set_linear_cost(launch, p, epilogue);
   KernelSource kernel = template_kernel(
-      gemm_kernel_name("linear", dtype, GemmBLayout::kNK, has_bias, tile) + epilogue.suffix(), "gemm.cuh",
-      fmt::format("{}<{}>", entry, gemm_kernel_class(dtype, GemmBLayout::kNK, has_bias, tile, epilogue)), launch.args,
+      gemm_kernel_name("linear", p.dtype, GemmBLayout::kNK, p.has_bias, tile) + epilogue.suffix(), "gemm.cuh",
+      linear_entry(epilogue, gemm_kernel_class(p.dtype, GemmBLayout::kNK, p.has_bias, tile, epilogue)), launch.args,
       tile.threads, TEENY_KERNEL_ORIGIN, tile.min_blocks);
   kernel.arch_specific = tile.wgmma();
   lowering.kernels.push_back(kernel);
   lowering.launches.push_back(launch);
+}
+
+}  // namespace
+
+Lowering lower_linear(const OpContext& ctx, const GemmEpilogue& epilogue) {
+  const LinearProblem p = linear_problem(ctx, epilogue);
+  // Which variant runs is decided by M at run time (le folds to a constant where M is one).
+  const Expr small = le(p.m, Expr(gemv_max_rows(p.dtype)));
+  Lowering lowering;
+  if (small != Expr(0)) add_small_m(lowering, p, epilogue, small);
+  if (small != Expr(1)) add_tiled(lowering, ctx, p, epilogue, le(Expr(gemv_max_rows(p.dtype) + 1), p.m));
   return lowering;
 }
 
@@ -223,6 +286,13 @@ OpDef linear_op() {
           {"[B, 1100] -> 4100 " + dt,
            case_graph({"B"}, {{"x", dtype, "[B, 1100]"}}, {{"y", "linear", {"x"}, {{"out_features", 4100}}}}),
            {{{"B", 1100}}}});
+      // Few rows stream the weight (the small-M kernel, up to 8 rows in f32 and 16 in 16-bit),
+      // more take the tiled GEMM: both sides of each threshold, N not a multiple of a block's
+      // rows, K over many chunks.
+      cases.push_back(
+          {"[B, 4096] -> 1000, small M " + dt,
+           case_graph({"B"}, {{"x", dtype, "[B, 4096]"}}, {{"y", "linear", {"x"}, {{"out_features", 1000}}}}),
+           {{{"B", 1}}, {{"B", 8}}, {{"B", 9}}, {{"B", 16}}, {{"B", 17}}}});
       cases.push_back({"[B, 5, W] -> 130, no bias " + dt,
                        case_graph({"B", "W"}, {{"x", dtype, "[B, 5, W]"}},
                                   {{"y", "linear", {"x"}, {{"out_features", 130}, {"bias", false}}}}),

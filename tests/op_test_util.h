@@ -41,6 +41,24 @@ inline const OpDef& op(const std::string& name) {
   return *def;
 }
 
+// A linear's lowering without its small-M variant (the "_gemv" kernel and its launch, for x with
+// few rows), kernel indices renumbered: the tiled GEMM's launches alone.
+inline Lowering tiled_linear(Lowering lowering) {
+  for (size_t k = 0; k < lowering.kernels.size(); ++k) {
+    if (lowering.kernels[k].name.find("_gemv") == std::string::npos) continue;
+    lowering.kernels.erase(lowering.kernels.begin() + static_cast<long>(k));
+    std::vector<Launch> kept;
+    for (Launch& launch : lowering.launches) {
+      if (launch.kernel == static_cast<int>(k)) continue;
+      if (launch.kernel > static_cast<int>(k)) --launch.kernel;
+      kept.push_back(std::move(launch));
+    }
+    lowering.launches = std::move(kept);
+    break;
+  }
+  return lowering;
+}
+
 inline TensorType tensor(DType dtype, std::vector<Expr> shape) { return contiguous(dtype, std::move(shape)); }
 
 inline OpContext context(const std::string& name, nlohmann::json attrs, std::vector<TensorType> inputs) {

@@ -132,6 +132,28 @@ class OneBundleManyGpus : public ::testing::Test {
   ScratchDir cache_;
 };
 
+// A launch whose `when` is 0 at the bound dims is left out: linear's small-M and tiled variants.
+TEST_F(OneBundleManyGpus, LaunchesRunOnlyWhereTheirConditionHolds) {
+  const Bundle bundle = compile(std::string(TEENY_SOURCE_DIR) + "/graphs/mnist_mlp.yaml");
+  auto kernels_of_fc1 = [&](int64_t batch) {
+    std::vector<std::string> names;
+    for (const BoundLaunch& launch : bound_for(bundle, {fmt::format("B={}", batch)}, kDevices[0]).launches) {
+      if (launch.node == "fc1") names.push_back(bundle.kernels.at(launch.kernel).name);
+    }
+    return names;
+  };
+  EXPECT_EQ(kernels_of_fc1(8), (std::vector<std::string>{"linear_f32_gemv_bias"}));
+  EXPECT_EQ(kernels_of_fc1(9), (std::vector<std::string>{"linear_zero_f32", "linear_f32_nk_bias_128x128x32_wgmma_pp"}));
+  const auto when = [&](int index) {
+    for (const BundleLaunch& launch : bundle.launches) {
+      if (launch.node == "fc1" && launch.index == index) return launch.when.str();
+    }
+    return std::string("none");
+  };
+  EXPECT_EQ(when(0), "le(B, 8)");
+  EXPECT_EQ(when(2), "le(9, B)");
+}
+
 TEST_F(OneBundleManyGpus, ElementwiseGridsAreOneWaveOfTheBoundDevice) {
   const Bundle bundle = compile(
       "name: ew\n"
@@ -205,7 +227,7 @@ TEST_F(OneBundleManyGpus, InspectEvaluatesForTheGivenSmCount) {
   ASSERT_EQ(json.exit_code, 0) << json.err;
   const nlohmann::json view = nlohmann::json::parse(json.out);
   EXPECT_EQ(view["device"]["symbols"], (nlohmann::json{{"SMS", 78}}));
-  EXPECT_EQ(view["nodes"][0]["launches"][0]["grid"][0],
+  EXPECT_EQ(view["nodes"][0]["launches"][1]["grid"][0],
             (nlohmann::json{{"expr", "min(ceil_div(B*S, 128)*6, SMS)"}, {"value", 6}}));  // B=1, S=128: 6 tiles
 }
 
@@ -229,7 +251,7 @@ TEST_F(OneBundleManyGpus, InspectWithoutADeviceKeepsGridsSymbolicAndSaysHow) {
   const nlohmann::json view = nlohmann::json::parse(json.out);
   EXPECT_EQ(view["device"],
             (nlohmann::json{{"source", nullptr}, {"symbols", nlohmann::json::object()}, {"unbound", {"SMS"}}}));
-  EXPECT_EQ(view["nodes"][0]["launches"][0]["grid"][0],
+  EXPECT_EQ(view["nodes"][0]["launches"][1]["grid"][0],
             (nlohmann::json{{"expr", "min(ceil_div(B*S, 128)*6, SMS)"}, {"needs", {"SMS"}}}));
 }
 

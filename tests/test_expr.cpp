@@ -127,6 +127,16 @@ TEST(Expr, ShapeHelpers) {
   EXPECT_EQ(eval_shape(shape, {{"B", 2}}), (std::vector<int64_t>{2, 784}));
 }
 
+TEST(Expr, LeIsOneWhereAtMost) {
+  const Expr guard = Expr::parse("le(B*S, 16)");
+  EXPECT_EQ(guard.str(), "le(B*S, 16)");
+  EXPECT_EQ(guard.eval({{"B", 2}, {"S", 8}}), 1);
+  EXPECT_EQ(guard.eval({{"B", 1}, {"S", 17}}), 0);
+  EXPECT_EQ(le(Expr(17), Expr::dim("M")).eval({{"M", 16}}), 0);
+  EXPECT_EQ(le(Expr(17), Expr::dim("M")).eval({{"M", 17}}), 1);
+  EXPECT_EQ(le(Expr(3), Expr(4)), Expr(1));  // folds
+}
+
 TEST(Expr, ParseErrorsNameTheColumn) {
   EXPECT_EQ(parse_error("B*"), "bad expression 'B*': expected a number, name or '(' at the end at column 3");
   EXPECT_EQ(parse_error("(B+1"), "bad expression '(B+1': expected ')' at the end at column 5");
@@ -134,7 +144,7 @@ TEST(Expr, ParseErrorsNameTheColumn) {
   EXPECT_EQ(parse_error(""), "bad expression '': empty expression at column 1");
   EXPECT_EQ(parse_error("foo(1, 2)"),
             "bad expression 'foo(1, 2)': unknown function 'foo' (functions: ceil_div, min, max, "
-            "round_up) at column 1");
+            "round_up, le) at column 1");
   EXPECT_EQ(parse_error("min(B)"), "bad expression 'min(B)': expected ',' but found ')' at column 6");
   EXPECT_EQ(parse_error("B 4"), "bad expression 'B 4': unexpected '4' at column 3");
 }

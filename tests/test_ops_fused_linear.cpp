@@ -106,7 +106,7 @@ TEST(FusedLinearLowering, ResidualIsAnInputWithItsStrideAndCost) {
   const OpContext ctx =
       op_testing::context("fused.linear", {{"out_features", 768}, {"bias", true}, {"activation", "gelu_tanh"}},
                           {op_testing::tensor(DType::kBF16, {Expr::dim("B"), Expr(3072)}), residual});
-  const Lowering lowering = op_testing::op("fused.linear").lower(ctx);
+  const Lowering lowering = op_testing::tiled_linear(op_testing::op("fused.linear").lower(ctx));
   ASSERT_EQ(lowering.launches.size(), 1u);
   const Launch& launch = lowering.launches[0];
   EXPECT_EQ(lowering.kernels.at(0).name, "linear_bf16_nk_bias_128x128x64_wgmma_pp_tma_gelu_tanh_res");
@@ -128,12 +128,12 @@ TEST(FusedLinearLowering, F32ActivationTurnsSplitKOffButAResidualKeepsIt) {
   const Bindings small = {{"B", 1}, {"SMS", 132}};
   const OpContext act =
       op_testing::context("fused.linear", {{"out_features", 768}, {"bias", true}, {"activation", "relu"}}, {x});
-  const Lowering with_act = op_testing::op("fused.linear").lower(act);
+  const Lowering with_act = op_testing::tiled_linear(op_testing::op("fused.linear").lower(act));
   ASSERT_EQ(with_act.launches.size(), 1u);  // no zeroing: K is never split
   EXPECT_EQ(find_arg(with_act.launches[0], "splits"), nullptr);
   const OpContext res =
       op_testing::context("fused.linear", {{"out_features", 768}, {"bias", true}, {"activation", "none"}}, {x, r});
-  const Lowering with_res = op_testing::op("fused.linear").lower(res);
+  const Lowering with_res = op_testing::tiled_linear(op_testing::op("fused.linear").lower(res));
   ASSERT_EQ(with_res.launches.size(), 2u);  // zeroing, then the split GEMM (split 0 adds the residual)
   EXPECT_EQ(find_arg(with_res.launches[1], "splits")->value.eval(small), 24);
 }

@@ -340,7 +340,7 @@ TEST(GemmAttentionLowering, LinearGridStridesAndCost) {
   x.row_stride = Expr(20);
   OpContext ctx = context("linear", {{"out_features", 4096}, {"bias", true}}, {x});
   ctx.target_sm = 80;  // the CUDA-core kernel (sm_90 takes 3xTF32)
-  const Lowering lowering = op("linear").lower(ctx);
+  const Lowering lowering = tiled_linear(op("linear").lower(ctx));
   ASSERT_EQ(lowering.launches.size(), 2u);  // f32: zero-fill for split-K, then the GEMM
   const Launch& launch = lowering.launches[1];
   const Bindings bind = {{"B", 2}, {"S", 100}, {"SMS", 132}};
@@ -363,7 +363,7 @@ TEST(GemmAttentionLowering, LinearSplitsKWhenTilesCannotFillTheGpu) {
   // GPT-2's MLP down-projection at B=1, S=128: 6 tiles of 128x128, K = 3072 (CUDA cores).
   OpContext ctx = context("linear", {{"out_features", 768}, {"bias", true}}, {tensor(DType::kF32, {B, S, 3072})});
   ctx.target_sm = 80;
-  const Lowering lowering = op("linear").lower(ctx);
+  const Lowering lowering = tiled_linear(op("linear").lower(ctx));
   ASSERT_EQ(lowering.launches.size(), 2u);
   const Bindings small = {{"B", 1}, {"S", 128}, {"SMS", 132}};
   // Two blocks an SM: 1.5 waves of 264 blocks are 396. min(ceil(396 / 6), 3072 / 128) = 24
@@ -386,14 +386,47 @@ TEST(GemmAttentionLowering, LinearSplitsKWhenTilesCannotFillTheGpu) {
   // 16-bit linears run on tensor cores without split-K: one launch.
   const OpContext bf16 =
       context("linear", {{"out_features", 768}, {"bias", true}}, {tensor(DType::kBF16, {B, S, 3072})});
-  EXPECT_EQ(op("linear").lower(bf16).launches.size(), 1u);
+  EXPECT_EQ(tiled_linear(op("linear").lower(bf16)).launches.size(), 1u);
+}
+
+// Few rows of x (decode) stream the weight through the small-M kernel; more take the tiled
+// GEMM. Which runs is decided by the bound M, through each launch's `when`.
+TEST(GemmAttentionLowering, FewRowsStreamTheWeight) {
+  const OpContext bf16 =
+      context("linear", {{"out_features", 4100}, {"bias", true}}, {tensor(DType::kBF16, {B, S, 4096})});
+  const Lowering lowering = op("linear").lower(bf16);
+  ASSERT_EQ(lowering.launches.size(), 2u);
+  const Launch& gemv = lowering.launches[0];
+  EXPECT_EQ(lowering.kernels.at(gemv.kernel).name, "linear_bf16_gemv_bias");
+  EXPECT_EQ(lowering.kernels.at(gemv.kernel).function,
+            "tn_linear<tn_gemv_mma<__nv_bfloat16, 8, 2, tn_gemm_epilogue<__nv_bfloat16, tn_act_none, true, false>>>");
+  EXPECT_EQ(gemv.when.str(), "le(B*S, 16)");
+  EXPECT_EQ(lowering.launches[1].when.str(), "le(17, B*S)");
+  EXPECT_EQ(gemv.grid[0].eval({}), 257);  // 16 weight rows a block
+  EXPECT_EQ(gemv.block[0], 256);
+  EXPECT_EQ(gemv.bytes.eval({{"B", 1}, {"S", 1}}), 2LL * (4096 + 4100 * 4096 + 4100 + 4100));
+  // f32 streams up to 8 rows, 4 weight rows a block.
+  const OpContext f32 = context("linear", {{"out_features", 1000}, {"bias", false}}, {tensor(DType::kF32, {B, 4096})});
+  const Lowering f32_lowering = op("linear").lower(f32);
+  EXPECT_EQ(f32_lowering.kernels.at(f32_lowering.launches[0].kernel).name, "linear_f32_gemv");
+  EXPECT_EQ(f32_lowering.launches[0].when.str(), "le(B, 8)");
+  EXPECT_EQ(f32_lowering.launches[0].grid[0].eval({}), 250);
+  // A constant M decides at compile time: one variant, no condition.
+  const OpContext fixed = context("linear", {{"out_features", 64}, {"bias", true}}, {tensor(DType::kF16, {4, 256})});
+  const Lowering fixed_lowering = op("linear").lower(fixed);
+  ASSERT_EQ(fixed_lowering.launches.size(), 1u);
+  EXPECT_EQ(fixed_lowering.launches[0].when, Expr(1));
+  EXPECT_EQ(fixed_lowering.kernels.at(0).name, "linear_f16_gemv_bias");
+  const OpContext many = context("linear", {{"out_features", 64}, {"bias", true}}, {tensor(DType::kF16, {17, 256})});
+  EXPECT_EQ(op("linear").lower(many).launches.size(), 1u);
+  EXPECT_EQ(op("linear").lower(many).kernels.at(0).name.find("_gemv"), std::string::npos);
 }
 
 // sm_90 f32: the persistent 3xTF32 wgmma kernel, whose blocks walk (tile, K split) units; the
 // splits fill 1.5 waves of one unit per SM.
 TEST(GemmAttentionLowering, LinearF32OnSm90IsPersistent3xTf32) {
   const OpContext ctx = context("linear", {{"out_features", 768}, {"bias", true}}, {tensor(DType::kF32, {B, S, 3072})});
-  const Lowering lowering = op("linear").lower(ctx);
+  const Lowering lowering = tiled_linear(op("linear").lower(ctx));
   ASSERT_EQ(lowering.launches.size(), 2u);
   const Launch& gemm = lowering.launches[1];
   EXPECT_EQ(lowering.kernels.at(gemm.kernel).name, "linear_f32_nk_bias_128x128x32_wgmma_pp");
@@ -421,7 +454,7 @@ TEST(GemmAttentionLowering, LinearF32OnSm90IsPersistent3xTf32) {
 // operand keep the mma.sync kernel.
 TEST(GemmAttentionLowering, LinearUsesWgmmaOnlyWhereItApplies) {
   OpContext ctx = context("linear", {{"out_features", 768}, {"bias", true}}, {tensor(DType::kBF16, {B, S, 3072})});
-  Lowering lowering = op("linear").lower(ctx);
+  Lowering lowering = tiled_linear(op("linear").lower(ctx));
   EXPECT_EQ(lowering.kernels.at(0).name, "linear_bf16_nk_bias_128x128x64_wgmma_pp_tma");
   EXPECT_TRUE(lowering.kernels.at(0).arch_specific);
   // One loader thread and two MMA warpgroups; six 32 KiB stages with two 8-byte mbarriers each,
@@ -466,32 +499,32 @@ TEST(GemmAttentionLowering, LinearUsesWgmmaOnlyWhereItApplies) {
   // K = 3076 (6152-byte rows): cp.async, cooperative 128x192; five 40 KiB stages.
   const OpContext unaligned =
       context("linear", {{"out_features", 768}, {"bias", true}}, {tensor(DType::kBF16, {B, S, 3076})});
-  lowering = op("linear").lower(unaligned);
+  lowering = tiled_linear(op("linear").lower(unaligned));
   EXPECT_EQ(lowering.kernels.at(0).name, "linear_bf16_nk_bias_128x192x64_wgmma");
   EXPECT_EQ(lowering.launches.at(0).dynamic_smem.eval({}), 5 * ((128 + 192) * 64 * 2 + 16) + 1024);
   EXPECT_EQ(lowering.launches.at(0).grid[0].eval({{"B", 1}, {"S", 128}, {"SMS", 132}}), 4);
   for (const KernelArg& arg : lowering.launches.at(0).args) EXPECT_NE(arg.kind, ArgKind::kTensorMap) << arg.name;
   const OpContext wide = context("linear", {{"out_features", 2048}, {"bias", true}}, {tensor(DType::kF16, {B, 4100})});
-  lowering = op("linear").lower(wide);
+  lowering = tiled_linear(op("linear").lower(wide));
   EXPECT_EQ(lowering.kernels.at(0).name, "linear_f16_nk_bias_128x256x64_wgmma");
   EXPECT_EQ(lowering.launches.at(0).dynamic_smem.eval({}), 4 * ((128 + 256) * 64 * 2 + 16) + 1024);
   // K = 770: the cp.async pingpong kernel.
   const OpContext short_k =
       context("linear", {{"out_features", 3072}, {"bias", true}}, {tensor(DType::kBF16, {B, 770})});
-  lowering = op("linear").lower(short_k);
+  lowering = tiled_linear(op("linear").lower(short_k));
   EXPECT_EQ(lowering.kernels.at(0).name, "linear_bf16_nk_bias_128x128x64_wgmma_pp");
   EXPECT_EQ(lowering.launches.at(0).block[0], 384);
   EXPECT_EQ(lowering.launches.at(0).dynamic_smem.eval({}), 6 * (32768 + 16) + 16 + 1024);
   EXPECT_EQ(lowering.launches.at(0).grid[0].eval({{"B", 8192}, {"SMS", 132}}), 132);
 
   ctx.target_sm = 80;
-  lowering = op("linear").lower(ctx);
+  lowering = tiled_linear(op("linear").lower(ctx));
   EXPECT_EQ(lowering.kernels.at(0).name, "linear_bf16_nk_bias_128x128x32");
   EXPECT_FALSE(lowering.kernels.at(0).arch_specific);
   EXPECT_EQ(lowering.launches.at(0).dynamic_smem.eval({}), 0);
 
   const OpContext narrow = context("linear", {{"out_features", 10}, {"bias", true}}, {tensor(DType::kBF16, {B, 784})});
-  EXPECT_FALSE(op("linear").lower(narrow).kernels.at(0).arch_specific);
+  EXPECT_FALSE(tiled_linear(op("linear").lower(narrow)).kernels.at(0).arch_specific);
   const OpContext mm = context("matmul", nlohmann::json::object(),
                                {tensor(DType::kBF16, {B, 512, 64}), tensor(DType::kBF16, {64, 1024})});
   EXPECT_FALSE(op("matmul").lower(mm).kernels.at(0).arch_specific);
@@ -510,7 +543,7 @@ TEST(GemmAttentionLowering, WgmmaKernelsAssembleForSm90aWithoutSerialisation) {
                                                                         {DType::kBF16, 3076, 768},
                                                                         {DType::kF16, 4100, 4096}}) {
     const OpContext ctx = context("linear", {{"out_features", out}, {"bias", false}}, {tensor(dtype, {B, in})});
-    KernelSource kernel = op("linear").lower(ctx).kernels.at(0);
+    KernelSource kernel = tiled_linear(op("linear").lower(ctx)).kernels.at(0);
     SCOPED_TRACE(kernel.name);
     ASSERT_TRUE(kernel.arch_specific);
     const bool tma = in % 8 == 0;
@@ -555,8 +588,9 @@ TEST(GemmAttentionLowering, ResidualPrefetchAndTmaEpilogues) {
   auto lower = [&](DType dtype, int64_t in, bool residual) {
     std::vector<TensorType> inputs = {tensor(dtype, {rows, Expr(in)})};
     if (residual) inputs.push_back(tensor(dtype, {rows, Expr(768)}));
-    return op("fused.linear")
-        .lower(context("fused.linear", {{"out_features", 768}, {"bias", true}, {"activation", "none"}}, inputs));
+    return tiled_linear(
+        op("fused.linear")
+            .lower(context("fused.linear", {{"out_features", 768}, {"bias", true}, {"activation", "none"}}, inputs)));
   };
   const std::vector<Lowering> lowerings = {lower(DType::kBF16, 770, true), lower(DType::kBF16, 768, true),
                                            lower(DType::kBF16, 768, false), lower(DType::kF32, 768, true)};

@@ -385,7 +385,7 @@ TEST_F(SpecError, DimNotAnInteger) {
 
 TEST_F(SpecError, DimNamedLikeFunction) {
   EXPECT_EQ(error_at_line(3, "  max: {min: 1, max: 64, default: 8}"),
-            "teeny: error: g.yaml:3:3: dim name 'max' is an expression function (ceil_div, min, max, round_up)\n"
+            "teeny: error: g.yaml:3:3: dim name 'max' is an expression function (ceil_div, min, max, round_up, le)\n"
             "    max: {min: 1, max: 64, default: 8}\n"
             "    ^\n");
 }

@@ -1,7 +1,7 @@
 // The GEMM entries of linear (ops/linear.cpp) and matmul (ops/matmul.cpp). Each forwards its
 // launch's arguments to a GEMM kernel class, `Gemm`: tn_simt_gemm (f32 on CUDA cores),
 // tn_mma_gemm (16-bit, mma.sync) or tn_wgmma_gemm (Hopper, persistent), whose block() computes
-// output tiles.
+// output tiles, or for a few rows of x tn_gemv_mma / tn_gemv_simt (gemv.cuh).
 #ifndef TEENY_GEMM_CUH
 #define TEENY_GEMM_CUH
 
@@ -9,6 +9,7 @@
 #include "gemm_mma.cuh"
 #include "gemm_simt.cuh"
 #include "gemm_wgmma.cuh"
+#include "gemv.cuh"
 #include "prelude.cuh"
 #include "tma.cuh"
 
