@@ -125,6 +125,10 @@ def gpu_slug(device_name):
 
 
 def git_commit():
+    """TEENY_COMMIT if set (a copy of the tree whose .git names another commit, as on the GPU
+    machine), else git's HEAD, "-dirty" when tracked files differ from it."""
+    if os.environ.get("TEENY_COMMIT"):
+        return os.environ["TEENY_COMMIT"]
     out = subprocess.run(["git", "-C", REPO, "rev-parse", "HEAD"], capture_output=True, text=True)
     dirty = subprocess.run(["git", "-C", REPO, "status", "--porcelain", "--untracked-files=no"],
                            capture_output=True, text=True)

@@ -5,8 +5,8 @@ For every (K, N) of SHAPES (Llama-2-7B, Mistral-7B, GPT-2, BERT-large, ResNet's 
 three awkward sizes), every dtype and every M of M_VALUES, one graph `y = linear(x[M, K], N)`
 (bias on) is compiled once with M symbolic and profiled at each M (`teeny profile --format json`:
 the median GPU time of an iteration, CUPTI), and PyTorch's F.linear is timed eager and as a
-replayed CUDA graph (TF32 off for f32). Per dtype and band of M (decode: M <= 16, small: 32-256,
-large: >= 512) it reports the geometric mean and worst of teeny / PyTorch's best, and per case
+replayed CUDA graph (TF32 off for f32). Per dtype and band of M (decode: M <= 16, small: 17-256,
+large: >= 257) it reports the geometric mean and worst of teeny / PyTorch's best, and per case
 the achieved rate: weight GB/s against HBM bandwidth where M <= 64 (the weight stream bounds it),
 else TFLOP/s against the dtype's peak. Results go into bench/results/<date>-<gpu>.json, suite
 "gemm" (scripts/bench_common.py).
@@ -40,7 +40,7 @@ PEAK_TFLOPS = {"bf16": 989.0, "f16": 989.0, "f32": 67.0}
 
 
 def m_band(m):
-    return "M <= 16" if m <= 16 else ("M 32-256" if m <= 256 else "M >= 512")
+    return "M <= 16" if m <= 16 else ("M 17-256" if m <= 256 else "M >= 257")
 
 
 def graph_text(k, n, dtype):
