@@ -239,9 +239,7 @@ std::string launch_table(const InspectedLaunch& l) {
   std::vector<std::string> grid;
   for (const InspectedExpr& g : l.grid) grid.push_back(expr_text(g));
   if (l.when.expr != "1") {
-    const bool runs = l.when.value.value_or(1) != 0;
-    out += fmt::format("    when {}{}\n", expr_text(l.when),
-                       l.when.value && !runs ? ": does not run at this binding" : "");
+    out += fmt::format("    when {}{}\n", expr_text(l.when), l.when.value == 0 ? ": does not run at this binding" : "");
   }
   out += fmt::format("    block [{}]{}  grid [{}]  dynamic smem {}\n", fmt::join(l.block, ", "), bounds,
                      fmt::join(grid, ", "), expr_text(l.dynamic_smem));

@@ -105,8 +105,8 @@ Bindings bundle_bindings(const Bundle& bundle, const std::vector<std::string>& b
 BoundBundle bind_bundle(const Bundle& bundle, const Bindings& dims, const std::string& label);
 // Evaluates every launch under the dims and the device symbols bound to `device`: grid, block
 // and shared-memory limits, argument layouts and values, tensor maps, cost. A launch whose
-// `when` is 0 under the dims is left out. Replaces any launches bound before. Throws Error naming the bundle, the
-// launch and the argument.
+// `when` is 0 under the dims is left out. Replaces any launches bound before. Throws Error
+// naming the bundle, the launch and the argument.
 void bind_launches(BoundBundle& bound, const DeviceFacts& device);
 
 }  // namespace teeny

@@ -78,7 +78,6 @@ const std::vector<std::string> kTopKeys{"name", "dims", "inputs", "nodes", "outp
 const std::vector<std::string> kDimKeys{"min", "max", "default"};
 const std::vector<std::string> kInputKeys{"dtype", "shape"};
 const std::vector<std::string> kNodeKeys{"name", "op", "inputs", "attrs", "dtype"};
-// Function names of the expression grammar cannot be dim names.
 
 std::string join(const std::vector<std::string>& items, const char* sep = ", ") {
   std::string out;

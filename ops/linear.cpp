@@ -47,10 +47,6 @@ TensorType infer_linear(const OpDef& meta, const OpContext& ctx) {
     throw OpError("inputs", "linear needs an input with at least one dim [..., in], got a scalar");
   }
   const DType dtype = output_float_dtype(meta, ctx, common_float_dtype(meta, ctx));
-  if (dtype != x.dtype) {
-    throw OpError("dtype", fmt::format("linear computes in its input dtype {}; got dtype {}", dtype_name(x.dtype),
-                                       dtype_name(dtype)));
-  }
   const Expr& in = x.shape.back();
   if (ctx.attrs.has("in_features")) {
     const int64_t expected = ctx.attrs.integer("in_features");
