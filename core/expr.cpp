@@ -17,19 +17,80 @@ struct Expr::Node {
   int64_t value = 0;
   std::string name;
   Expr lhs, rhs;  // default-constructed children are never read for leaves
+  int depth = 1;
+  uint32_t terms = 1;
   Node(Kind k, int64_t v, std::string n) : kind(k), value(v), name(std::move(n)), lhs(nullptr), rhs(nullptr) {}
-  Node(Kind k, Expr a, Expr b) : kind(k), lhs(std::move(a)), rhs(std::move(b)) {}
+  Node(Kind k, Expr a, Expr b)
+      : kind(k),
+        lhs(std::move(a)),
+        rhs(std::move(b)),
+        depth(1 + std::max(lhs.depth(), rhs.depth())),
+        terms(static_cast<uint32_t>(std::min<uint64_t>(uint64_t{1} + lhs.terms() + rhs.terms(), kMaxExprTerms + 1))) {}
 };
 
 namespace {
 
-int64_t floor_div(int64_t a, int64_t b) {
+bool is_division(Expr::Kind k) {
+  return k == Expr::Kind::kFloorDiv || k == Expr::Kind::kMod || k == Expr::Kind::kCeilDiv || k == Expr::Kind::kRoundUp;
+}
+
+// Quotients rounded down and up; nothing where the quotient does not fit (INT64_MIN / -1).
+// The adjustments cannot overflow: they happen only where |b| >= 2.
+std::optional<int64_t> floor_quotient(int64_t a, int64_t b) {
+  if (b == -1) return a == INT64_MIN ? std::nullopt : std::optional<int64_t>(-a);
   int64_t q = a / b;
-  if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
+  if (a % b != 0 && (a < 0) != (b < 0)) --q;
   return q;
 }
 
-int64_t floor_mod(int64_t a, int64_t b) { return a - floor_div(a, b) * b; }
+std::optional<int64_t> ceil_quotient(int64_t a, int64_t b) {
+  if (b == -1) return floor_quotient(a, b);
+  int64_t q = a / b;
+  if (a % b != 0 && (a < 0) == (b < 0)) ++q;
+  return q;
+}
+
+int64_t floor_remainder(int64_t a, int64_t b) {
+  if (b == -1) return 0;  // a % -1 traps for INT64_MIN
+  int64_t r = a % b;
+  return r != 0 && (r < 0) != (b < 0) ? r + b : r;
+}
+
+std::optional<int64_t> rounded_up(int64_t a, int64_t b) {
+  std::optional<int64_t> q = ceil_quotient(a, b);
+  int64_t r = 0;
+  if (!q || __builtin_mul_overflow(*q, b, &r)) return std::nullopt;
+  return r;
+}
+
+// a `k` b; nothing where the result does not fit in 64 bits. b != 0 for divisions.
+std::optional<int64_t> apply(Expr::Kind k, int64_t a, int64_t b) {
+  int64_t r = 0;
+  switch (k) {
+    case Expr::Kind::kAdd:
+      return __builtin_add_overflow(a, b, &r) ? std::nullopt : std::optional<int64_t>(r);
+    case Expr::Kind::kSub:
+      return __builtin_sub_overflow(a, b, &r) ? std::nullopt : std::optional<int64_t>(r);
+    case Expr::Kind::kMul:
+      return __builtin_mul_overflow(a, b, &r) ? std::nullopt : std::optional<int64_t>(r);
+    case Expr::Kind::kFloorDiv:
+      return floor_quotient(a, b);
+    case Expr::Kind::kMod:
+      return floor_remainder(a, b);
+    case Expr::Kind::kCeilDiv:
+      return ceil_quotient(a, b);
+    case Expr::Kind::kMin:
+      return std::min(a, b);
+    case Expr::Kind::kMax:
+      return std::max(a, b);
+    case Expr::Kind::kRoundUp:
+      return rounded_up(a, b);
+    case Expr::Kind::kLe:
+      return a <= b ? 1 : 0;
+    default:
+      return 0;
+  }
+}
 
 bool commutative(Expr::Kind k) {
   return k == Expr::Kind::kAdd || k == Expr::Kind::kMul || k == Expr::Kind::kMin || k == Expr::Kind::kMax;
@@ -52,38 +113,16 @@ const char* function_name(Expr::Kind k) {
   }
 }
 
-int64_t apply(Expr::Kind k, int64_t a, int64_t b, const char* what) {
-  auto need_nonzero = [&] {
-    if (b == 0) throw Error(fmt::format("division by zero in {}", what));
-  };
-  switch (k) {
-    case Expr::Kind::kAdd:
-      return a + b;
-    case Expr::Kind::kSub:
-      return a - b;
-    case Expr::Kind::kMul:
-      return a * b;
-    case Expr::Kind::kFloorDiv:
-      need_nonzero();
-      return floor_div(a, b);
-    case Expr::Kind::kMod:
-      need_nonzero();
-      return floor_mod(a, b);
-    case Expr::Kind::kCeilDiv:
-      need_nonzero();
-      return -floor_div(-a, b);
-    case Expr::Kind::kMin:
-      return std::min(a, b);
-    case Expr::Kind::kMax:
-      return std::max(a, b);
-    case Expr::Kind::kRoundUp:
-      need_nonzero();
-      return -floor_div(-a, b) * b;
-    case Expr::Kind::kLe:
-      return a <= b ? 1 : 0;
-    default:
-      return 0;
-  }
+// Expression text quoted in an error: long ones (a hostile spec's) are cut, not echoed whole.
+std::string excerpt(const std::string& text) {
+  constexpr size_t kShown = 60;
+  return text.size() <= kShown + 3 ? text : text.substr(0, kShown) + "...";
+}
+
+// x*c as (x, c); any other x as (x, 1): the like terms of a sum.
+std::pair<Expr, int64_t> scaled_term(const Expr& e) {
+  if (e.kind() == Expr::Kind::kMul && e.rhs().is_const()) return {e.lhs(), *e.rhs().const_value()};
+  return {e, 1};
 }
 
 }  // namespace
@@ -102,21 +141,49 @@ std::optional<int64_t> Expr::const_value() const {
 const std::string& Expr::dim_name() const { return node_->name; }
 const Expr& Expr::lhs() const { return node_->lhs; }
 const Expr& Expr::rhs() const { return node_->rhs; }
+int Expr::depth() const { return node_->depth; }
+uint32_t Expr::terms() const { return node_->terms; }
+
+std::string Expr::written(Kind k, const Expr& a, const Expr& b) {
+  return excerpt(Expr(std::make_shared<const Node>(k, a, b)).str());
+}
+
+Expr Expr::node(Kind k, Expr a, Expr b) {
+  auto built = std::make_shared<const Node>(k, std::move(a), std::move(b));
+  if (built->depth > kMaxExprDepth) {
+    throw Error(
+        fmt::format("expression nested deeper than {} levels: '{}'", kMaxExprDepth, excerpt(Expr(built).str())));
+  }
+  // Not quoted: the text of a tree this size would be as large.
+  if (built->terms > kMaxExprTerms) throw Error(fmt::format("expression of more than {} terms", kMaxExprTerms));
+  return Expr(std::move(built));
+}
 
 Expr Expr::make(Kind k, Expr a, Expr b) {
   auto ca = a.const_value(), cb = b.const_value();
-  if (ca && cb) return Expr(apply(k, *ca, *cb, "expression"));
+  if (is_division(k) && cb == 0) throw Error(fmt::format("division by zero in '{}'", written(k, a, b)));
+  // c1 `op` c2 while simplifying a `k` b; an overflow is an error quoting a `k` b as written.
+  auto fold = [&](Kind op, int64_t c1, int64_t c2) {
+    if (std::optional<int64_t> r = apply(op, c1, c2)) return *r;
+    throw Error(fmt::format("integer overflow in '{}'", written(k, a, b)));
+  };
+  if (ca && cb) return Expr(fold(k, *ca, *cb));
   // Canonical form: constants on the right of commutative ops; x - c becomes x + (-c).
   if (commutative(k) && ca) {
     std::swap(a, b);
     std::swap(ca, cb);
   }
-  if (k == Kind::kSub && cb) return make(Kind::kAdd, a, Expr(-*cb));
+  if (k == Kind::kSub && cb) return make(Kind::kAdd, a, Expr(fold(Kind::kSub, 0, *cb)));
   switch (k) {
     case Kind::kAdd:
       if (cb == 0) return a;
       if (cb && a.kind() == Kind::kAdd && a.rhs().is_const())  // (x + c1) + c2
-        return make(Kind::kAdd, a.lhs(), Expr(*a.rhs().const_value() + *cb));
+        return make(Kind::kAdd, a.lhs(), Expr(fold(Kind::kAdd, *a.rhs().const_value(), *cb)));
+      if (!cb) {  // x*c1 + x*c2, as x + x in a chain B + B + ... + B
+        auto [x, c1] = scaled_term(a);
+        auto [y, c2] = scaled_term(b);
+        if (x == y) return make(Kind::kMul, x, Expr(fold(Kind::kAdd, c1, c2)));
+      }
       break;
     case Kind::kSub:
       if (a == b) return Expr(0);
@@ -126,7 +193,7 @@ Expr Expr::make(Kind k, Expr a, Expr b) {
       if (cb == 1) return a;
       if (cb == 0) return Expr(0);
       if (cb && a.kind() == Kind::kMul && a.rhs().is_const())  // (x * c1) * c2
-        return make(Kind::kMul, a.lhs(), Expr(*a.rhs().const_value() * *cb));
+        return make(Kind::kMul, a.lhs(), Expr(fold(Kind::kMul, *a.rhs().const_value(), *cb)));
       break;
     case Kind::kFloorDiv:
     case Kind::kCeilDiv:
@@ -150,7 +217,7 @@ Expr Expr::make(Kind k, Expr a, Expr b) {
     default:
       break;
   }
-  return Expr(std::make_shared<const Node>(k, std::move(a), std::move(b)));
+  return node(k, std::move(a), std::move(b));
 }
 
 Expr operator+(const Expr& a, const Expr& b) { return Expr::make(Expr::Kind::kAdd, a, b); }
@@ -193,11 +260,12 @@ int64_t Expr::eval(const Bindings& bindings) const {
       throw Error(fmt::format("dim '{}' is not bound", node_->name));
     }
     default: {
-      int64_t b = rhs().eval(bindings);
-      if (b == 0 &&
-          (kind() == Kind::kFloorDiv || kind() == Kind::kMod || kind() == Kind::kCeilDiv || kind() == Kind::kRoundUp))
-        throw Error(fmt::format("division by zero evaluating '{}'", str()));
-      return apply(kind(), lhs().eval(bindings), b, "expression");
+      const int64_t b = rhs().eval(bindings);
+      if (b == 0 && is_division(kind())) throw Error(fmt::format("division by zero evaluating '{}'", excerpt(str())));
+      const int64_t a = lhs().eval(bindings);
+      if (std::optional<int64_t> r = apply(kind(), a, b)) return *r;
+      throw Error(fmt::format("integer overflow evaluating '{}': {} is out of the 64-bit range", excerpt(str()),
+                              written(kind(), Expr(a), Expr(b))));
     }
   }
 }
@@ -251,7 +319,8 @@ int precedence(Expr::Kind k) {
 std::string Expr::str() const {
   switch (kind()) {
     case Kind::kConst:
-      return std::to_string(node_->value);
+      // INT64_MIN has no literal: its negation does not fit.
+      return node_->value == INT64_MIN ? "(-9223372036854775807 - 1)" : std::to_string(node_->value);
     case Kind::kDim:
       return node_->name;
     default:
@@ -265,7 +334,7 @@ std::string Expr::str() const {
     bool paren = right ? q <= p : q < p;
     return paren ? "(" + e.str() + ")" : e.str();
   };
-  if (kind() == Kind::kAdd && rhs().is_const() && *rhs().const_value() < 0)
+  if (kind() == Kind::kAdd && rhs().is_const() && *rhs().const_value() < 0 && *rhs().const_value() != INT64_MIN)
     return fmt::format("{} - {}", operand(lhs(), false), -*rhs().const_value());
   const char* op = kind() == Kind::kAdd        ? " + "
                    : kind() == Kind::kSub      ? " - "
@@ -312,8 +381,28 @@ class Parser {
   }
 
  private:
-  [[noreturn]] void fail(const std::string& what) const {
-    throw Error(fmt::format("bad expression '{}': {} at column {}", text_, what, pos_ + 1));
+  [[noreturn]] void fail(const std::string& what) const { fail(what, pos_); }
+  [[noreturn]] void fail(const std::string& what, size_t column) const {
+    throw Error(fmt::format("bad expression '{}': {} at column {}", excerpt(text_), what, column + 1));
+  }
+  [[noreturn]] void too_deep(size_t column) const {
+    fail(fmt::format("nested deeper than {} levels", kMaxExprDepth), column);
+  }
+  // '(', unary '-' and a function call each nest a level: refused past the limit before the
+  // parser recurses, so its stack stays bounded whatever the text.
+  void enter(size_t column) {
+    if (++nesting_ > kMaxExprDepth) too_deep(column);
+  }
+  void leave() { --nesting_; }
+  // fn(a, b) for the operator or function at `column`; its errors (the tree's depth, folding)
+  // point there.
+  Expr combine(Function fn, const Expr& a, const Expr& b, size_t column) const {
+    if (std::max(a.depth(), b.depth()) >= kMaxExprDepth) too_deep(column);
+    try {
+      return fn(a, b);
+    } catch (const Error& e) {
+      fail(e.message(), column);
+    }
   }
   void skip_space() {
     while (pos_ < text_.size() && std::isspace(static_cast<unsigned char>(text_[pos_]))) ++pos_;
@@ -331,75 +420,95 @@ class Parser {
       fail(pos_ < text_.size() ? fmt::format("expected '{}' but found '{}'", c, text_[pos_])
                                : fmt::format("expected '{}' at the end", c));
   }
-  Expr expr() {
-    Expr e = term();
-    for (;;) {
-      if (accept('+'))
-        e = e + term();
-      else if (accept('-'))
-        e = e - term();
-      else
-        return e;
+  // The operator at pos_ among `ops` (consumed), or nullptr.
+  Function binary_operator(const std::vector<std::pair<char, Function>>& ops) {
+    for (const auto& [c, fn] : ops) {
+      if (accept(c)) return fn;
     }
+    return nullptr;
+  }
+  Expr expr() {
+    static const std::vector<std::pair<char, Function>> ops = {{'+', operator+ }, {'-', operator- } };
+    Expr e = term();
+    while (Function fn = binary_operator(ops)) {
+      const size_t column = pos_ - 1;
+      Expr rhs = term();
+      e = combine(fn, e, rhs, column);
+    }
+    return e;
   }
   Expr term() {
+    static const std::vector<std::pair<char, Function>> ops = {
+        {'*', operator* }, {'/', operator/ }, {'%', operator% } };
     Expr e = unary();
-    for (;;) {
-      if (accept('*'))
-        e = e * unary();
-      else if (accept('/'))
-        e = e / unary();
-      else if (accept('%'))
-        e = e % unary();
-      else
-        return e;
+    while (Function fn = binary_operator(ops)) {
+      const size_t column = pos_ - 1;
+      Expr rhs = unary();
+      e = combine(fn, e, rhs, column);
     }
+    return e;
   }
   Expr unary() {
-    if (accept('-')) return Expr(0) - unary();
-    return atom();
+    if (!accept('-')) return atom();
+    const size_t column = pos_ - 1;
+    enter(column);
+    Expr e = combine(operator-, Expr(0), unary(), column);
+    leave();
+    return e;
   }
   Expr atom() {
     skip_space();
     if (pos_ == text_.size()) fail("expected a number, name or '(' at the end");
-    char c = text_[pos_];
+    const char c = text_[pos_];
     if (accept('(')) {
+      enter(pos_ - 1);
       Expr e = expr();
       expect(')');
+      leave();
       return e;
     }
-    if (std::isdigit(static_cast<unsigned char>(c))) {
-      size_t start = pos_;
-      while (pos_ < text_.size() && std::isdigit(static_cast<unsigned char>(text_[pos_]))) ++pos_;
-      std::string digits = text_.substr(start, pos_ - start);
-      if (digits.size() > 18) fail("number too large");
-      return Expr(static_cast<int64_t>(std::stoll(digits)));
-    }
-    if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
-      size_t start = pos_;
-      while (pos_ < text_.size() && is_identifier_char(text_[pos_])) ++pos_;
-      std::string name = text_.substr(start, pos_ - start);
-      for (const auto& [fn_name, fn] : function_table()) {
-        if (name != fn_name) continue;
-        expect('(');
-        Expr a = expr();
-        expect(',');
-        Expr b = expr();
-        expect(')');
-        return fn(a, b);
-      }
-      skip_space();
-      if (pos_ < text_.size() && text_[pos_] == '(') {
-        pos_ = start;
-        fail(fmt::format("unknown function '{}' (functions: {})", name, fmt::join(expr_functions(), ", ")));
-      }
-      return Expr::dim(name);
-    }
+    if (std::isdigit(static_cast<unsigned char>(c))) return number();
+    if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') return name();
     fail(fmt::format("unexpected '{}'", c));
+  }
+  Expr number() {
+    const size_t start = pos_;
+    int64_t value = 0;
+    for (; pos_ < text_.size() && std::isdigit(static_cast<unsigned char>(text_[pos_])); ++pos_) {
+      if (__builtin_mul_overflow(value, 10, &value) || __builtin_add_overflow(value, text_[pos_] - '0', &value)) {
+        fail(fmt::format("number too large (above {})", INT64_MAX), start);
+      }
+    }
+    return Expr(value);
+  }
+  // A dim or device symbol, or a function call.
+  Expr name() {
+    const size_t start = pos_;
+    while (pos_ < text_.size() && is_identifier_char(text_[pos_])) ++pos_;
+    const std::string name = text_.substr(start, pos_ - start);
+    for (const auto& [fn_name, fn] : function_table()) {
+      if (name == fn_name) return call(fn, start);
+    }
+    skip_space();
+    if (pos_ < text_.size() && text_[pos_] == '(') {
+      fail(fmt::format("unknown function '{}' (functions: {})", name, fmt::join(expr_functions(), ", ")), start);
+    }
+    return Expr::dim(name);
+  }
+  Expr call(Function fn, size_t start) {
+    enter(start);
+    expect('(');
+    Expr a = expr();
+    expect(',');
+    Expr b = expr();
+    expect(')');
+    leave();
+    return combine(fn, a, b, start);
   }
 
   const std::string& text_;
   size_t pos_ = 0;
+  int nesting_ = 0;
 };
 
 }  // namespace
@@ -410,6 +519,18 @@ Expr product(const Shape& shape) {
   Expr p(1);
   for (const auto& d : shape) p = p * d;
   return p;
+}
+
+Expr sum(const std::vector<Expr>& terms) {
+  if (terms.empty()) return Expr(0);
+  std::vector<Expr> level = terms;
+  while (level.size() > 1) {
+    std::vector<Expr> next;
+    for (size_t i = 0; i < level.size(); i += 2)
+      next.push_back(i + 1 < level.size() ? level[i] + level[i + 1] : level[i]);
+    level = std::move(next);
+  }
+  return level[0];
 }
 
 std::string shape_str(const Shape& shape) {

@@ -7,8 +7,13 @@
 //   atom  := INT | NAME | '(' expr ')' | FUNC '(' expr ',' expr ')'
 //   FUNC  := ceil_div | min | max | round_up | le      le(a, b): 1 where a <= b, else 0
 // Expressions are immutable and cheap to copy (shared nodes). They are simplified on
-// construction (constant folding, x+0, x*1, x*0, x/1, ...), so equal-by-construction
+// construction (constant folding, x+0, x*1, x*0, x/1, x+x*c, ...), so equal-by-construction
 // shapes compare equal with `==` (structural equality after simplification).
+//
+// Arithmetic is checked: a fold or an evaluation whose result does not fit in 64 bits is an
+// error, as is a division by zero. Every tree is at most kMaxExprDepth levels deep and holds at
+// most kMaxExprTerms nodes (shared subtrees counted each time), so no walk over it (eval, str,
+// ==, substitute) can overflow the stack or run away.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +27,9 @@ namespace teeny {
 
 using Bindings = std::map<std::string, int64_t>;
 
+inline constexpr int kMaxExprDepth = 256;            // levels, a leaf is 1; the parser's nesting too
+inline constexpr uint32_t kMaxExprTerms = 1u << 22;  // nodes of the tree, shared ones counted each time
+
 class Expr {
  public:
   enum class Kind { kConst, kDim, kAdd, kSub, kMul, kFloorDiv, kMod, kCeilDiv, kMin, kMax, kRoundUp, kLe };
@@ -30,7 +38,8 @@ class Expr {
   Expr(int64_t value);                                    // NOLINT: implicit from integers is the point
   Expr(int value) : Expr(static_cast<int64_t>(value)) {}  // NOLINT
   static Expr dim(const std::string& name);
-  // Parses the grammar above. Throws teeny::Error naming the column on bad input.
+  // Parses the grammar above. Throws teeny::Error naming the column on bad input, a nesting
+  // deeper than kMaxExprDepth, a division by zero or an overflow while folding constants.
   static Expr parse(const std::string& text);
 
   Kind kind() const;
@@ -39,9 +48,11 @@ class Expr {
   const std::string& dim_name() const;         // kDim only
   const Expr& lhs() const;                     // binary kinds only
   const Expr& rhs() const;
+  int depth() const;       // 1 for a leaf
+  uint32_t terms() const;  // nodes, shared ones counted each time
 
   // Evaluates under `bindings`. Throws teeny::Error for an unbound dim or device symbol,
-  // division by zero.
+  // division by zero, or a result that does not fit in 64 bits.
   int64_t eval(const Bindings& bindings) const;
   // Substitutes bound dims and re-simplifies (used by compile --bind).
   Expr substitute(const Bindings& bindings) const;
@@ -56,7 +67,9 @@ class Expr {
  private:
   struct Node;
   explicit Expr(std::shared_ptr<const Node> node);
-  static Expr make(Kind kind, Expr lhs, Expr rhs);  // simplifies
+  static Expr make(Kind kind, Expr lhs, Expr rhs);  // simplifies; throws on overflow or depth
+  static Expr node(Kind kind, Expr lhs, Expr rhs);  // as given; throws past the depth or size limit
+  static std::string written(Kind kind, const Expr& lhs, const Expr& rhs);  // as given, for errors
   std::shared_ptr<const Node> node_;
 
   friend Expr operator+(const Expr& a, const Expr& b);
@@ -111,6 +124,7 @@ struct DeviceFacts {
 Bindings device_bindings(const DeviceFacts& facts);  // {SMS: ..., SMEM_PER_BLOCK: ..., L2_BYTES: ...}
 
 Expr product(const Shape& shape);                           // 1 for a scalar shape
+Expr sum(const std::vector<Expr>& terms);                   // 0 for none; balanced, so depth grows as log2
 std::string shape_str(const Shape& shape);                  // "[B, 784]"
 std::string shape_text(const std::vector<int64_t>& shape);  // "[64, 784]"
 std::string bindings_text(const Bindings& bindings);        // "B=64, S=128", or "no dims"

@@ -1,5 +1,7 @@
 // Symbolic dim expressions: parsing, printing, simplification, evaluation and errors,
 // against hand-worked values.
+#include <cstdint>
+
 #include <gtest/gtest.h>
 
 #include "core/error.h"
@@ -153,6 +155,131 @@ TEST(Expr, EvalErrors) {
   EXPECT_EQ(eval_error("B + S", {{"B", 1}}), "dim 'S' is not bound");
   EXPECT_EQ(eval_error("B/S", {{"B", 1}, {"S", 0}}), "division by zero evaluating 'B/S'");
   EXPECT_EQ(eval_error("ceil_div(B, S)", {{"B", 1}, {"S", 0}}), "division by zero evaluating 'ceil_div(B, S)'");
+}
+
+// The nesting limit: a hostile expression ~100k levels deep (or a 100k-term chain) is refused at
+// the first level past kMaxExprDepth, with the text cut, instead of overflowing the stack.
+TEST(Expr, NestingDeeperThanTheLimitIsRefused) {
+  const std::string parens = std::string(100000, '(') + "B" + std::string(100000, ')');
+  EXPECT_EQ(parse_error(parens),
+            "bad expression '" + std::string(60, '(') + "...': nested deeper than 256 levels at column 257");
+  std::string negations;
+  for (int i = 0; i < 100000; ++i) negations += "-(";
+  EXPECT_EQ(parse_error(negations + "B"),
+            "bad expression '" + negations.substr(0, 60) + "...': nested deeper than 256 levels at column 257");
+  EXPECT_EQ(parse_error(std::string(100000, '-') + "B"),
+            "bad expression '" + std::string(60, '-') + "...': nested deeper than 256 levels at column 257");
+  std::string chain = "B";
+  for (int i = 0; i < 50000; ++i) chain += "+S+B";
+  EXPECT_EQ(parse_error(chain),
+            "bad expression '" + chain.substr(0, 60) + "...': nested deeper than 256 levels at column 512");
+  const std::string call = "max(B, " + std::string(300, '(') + "S" + std::string(300, ')') + ")";
+  EXPECT_EQ(parse_error(call),
+            "bad expression '" + call.substr(0, 60) + "...': nested deeper than 256 levels at column 263");
+  // 256 levels parse, and a chain of like terms folds rather than nests.
+  EXPECT_EQ(Expr::parse(std::string(255, '(') + "B" + std::string(255, ')')), Expr::dim("B"));
+  std::string like = "B";
+  for (int i = 1; i < 100000; ++i) like += "+B";
+  EXPECT_EQ(printed(like), "B*100000");
+}
+
+TEST(Expr, TreesBuiltInCodeAreBoundedToo) {
+  Expr deep = Expr::dim("B");
+  for (int i = 1; i < kMaxExprDepth; ++i) deep = deep * Expr::dim("S");
+  EXPECT_EQ(deep.depth(), kMaxExprDepth);
+  try {
+    deep* Expr::dim("S");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.message(), "expression nested deeper than 256 levels: '" + deep.str().substr(0, 60) + "...'");
+  }
+  // Shared subtrees: squaring doubles the tree a walk visits, one level at a time.
+  Expr square = Expr::dim("B") + Expr::dim("S");
+  try {
+    for (int i = 0; i < 30; ++i) square = square * square;
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.message(), "expression of more than 4194304 terms");
+  }
+  // A sum of many terms stays shallow.
+  std::vector<Expr> terms;
+  Bindings values;
+  for (int i = 0; i < 10000; ++i) {
+    terms.push_back(Expr::dim("D" + std::to_string(i)));
+    values["D" + std::to_string(i)] = i;
+  }
+  const Expr total = sum(terms);
+  EXPECT_LE(total.depth(), 15);
+  EXPECT_EQ(total.eval(values), 10000 * 9999 / 2);
+  EXPECT_EQ(sum({}).const_value(), 0);
+}
+
+TEST(Expr, FoldingThatOverflowsIsAnError) {
+  EXPECT_EQ(parse_error("4294967296*4294967296"),
+            "bad expression '4294967296*4294967296': integer overflow in '4294967296*4294967296' at column 11");
+  EXPECT_EQ(parse_error("B*4294967296*4294967296"),
+            "bad expression 'B*4294967296*4294967296': integer overflow in 'B*4294967296*4294967296' at column 13");
+  EXPECT_EQ(parse_error("B + 9223372036854775807 + 1"),
+            "bad expression 'B + 9223372036854775807 + 1': integer overflow in 'B + 9223372036854775807 + 1' "
+            "at column 25");
+  EXPECT_EQ(parse_error("B*4611686018427387904 + B*4611686018427387904"),
+            "bad expression 'B*4611686018427387904 + B*4611686018427387904': integer overflow in "
+            "'B*4611686018427387904 + B*4611686018427387904' at column 23");
+  EXPECT_EQ(parse_error("B - (-9223372036854775807 - 1)"),
+            "bad expression 'B - (-9223372036854775807 - 1)': integer overflow in 'B - (-9223372036854775807 - 1)' "
+            "at column 3");
+  EXPECT_EQ(parse_error("-(-9223372036854775807 - 1)"),
+            "bad expression '-(-9223372036854775807 - 1)': integer overflow in '0 - (-9223372036854775807 - 1)' "
+            "at column 1");
+  // INT64_MIN / -1 traps in C++: an error, as is ceil_div; the remainder is 0.
+  EXPECT_EQ(parse_error("(-9223372036854775807 - 1)/-1"),
+            "bad expression '(-9223372036854775807 - 1)/-1': integer overflow in '(-9223372036854775807 - 1)/-1' "
+            "at column 27");
+  EXPECT_EQ(parse_error("ceil_div(-9223372036854775807 - 1, -1)"),
+            "bad expression 'ceil_div(-9223372036854775807 - 1, -1)': integer overflow in "
+            "'ceil_div((-9223372036854775807 - 1), -1)' at column 1");
+  EXPECT_EQ(Expr::parse("(-9223372036854775807 - 1)%-1").const_value(), 0);
+  EXPECT_EQ(parse_error("round_up(9223372036854775807, 2)"),
+            "bad expression 'round_up(9223372036854775807, 2)': integer overflow in "
+            "'round_up(9223372036854775807, 2)' at column 1");
+  EXPECT_EQ(parse_error("B/0"), "bad expression 'B/0': division by zero in 'B/0' at column 2");
+  EXPECT_EQ(parse_error("9223372036854775808"),
+            "bad expression '9223372036854775808': number too large (above 9223372036854775807) at column 1");
+}
+
+TEST(Expr, LargestNumbersParseAndPrintBack) {
+  EXPECT_EQ(Expr::parse("9223372036854775807").const_value(), INT64_MAX);
+  const Expr min = Expr::parse("-9223372036854775807 - 1");
+  EXPECT_EQ(min.const_value(), INT64_MIN);
+  EXPECT_EQ(min.str(), "(-9223372036854775807 - 1)");
+  EXPECT_EQ(Expr::parse(min.str()), min);
+  EXPECT_EQ(Expr::parse((Expr::dim("B") + min).str()), Expr::dim("B") + min);
+}
+
+TEST(Expr, EvaluationThatOverflowsIsAnError) {
+  const Bindings big{{"B", int64_t{1} << 32}, {"S", int64_t{1} << 32}};
+  EXPECT_EQ(eval_error("B*S", big),
+            "integer overflow evaluating 'B*S': 4294967296*4294967296 is out of the 64-bit range");
+  EXPECT_EQ(eval_error("B*S*2 + 1", {{"B", 1}, {"S", INT64_MAX}}),
+            "integer overflow evaluating 'B*S*2': 9223372036854775807*2 is out of the 64-bit range");
+  const Bindings min{{"B", INT64_MIN}, {"S", -1}};
+  EXPECT_EQ(eval_error("B/S", min),
+            "integer overflow evaluating 'B/S': (-9223372036854775807 - 1)/-1 is out of the 64-bit range");
+  EXPECT_EQ(eval_error("ceil_div(B, S)", min),
+            "integer overflow evaluating 'ceil_div(B, S)': ceil_div((-9223372036854775807 - 1), -1) is out of the "
+            "64-bit range");
+  EXPECT_EQ(Expr::parse("B%S").eval(min), 0);
+  EXPECT_EQ(eval_error("round_up(B, S)", {{"B", INT64_MAX}, {"S", 2}}),
+            "integer overflow evaluating 'round_up(B, S)': round_up(9223372036854775807, 2) is out of the 64-bit "
+            "range");
+  EXPECT_EQ(eval_error("B - S", {{"B", INT64_MIN}, {"S", 1}}),
+            "integer overflow evaluating 'B - S': (-9223372036854775807 - 1) - 1 is out of the 64-bit range");
+}
+
+TEST(Expr, LikeTermsOfASumFold) {
+  EXPECT_EQ(printed("B + B"), "B*2");
+  EXPECT_EQ(printed("B*3 + B*4"), "B*7");
+  EXPECT_EQ(printed("B + S + (B + S)"), "(B + S)*2");
 }
 
 }  // namespace

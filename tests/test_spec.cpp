@@ -107,7 +107,7 @@ TEST_F(Spec, InfersNodeTypesInSpecOrder) {
   EXPECT_EQ(node("h").inputs, (std::vector<std::string>{"x"}));
   EXPECT_EQ(shape_str(node("h").ctx.output.shape), "[B, S, 64]");
   EXPECT_EQ(shape_str(node("p").ctx.output.shape), "[B, S, 64]");
-  EXPECT_EQ(shape_str(node("c").ctx.output.shape), "[B, S + S*2, 32]");
+  EXPECT_EQ(shape_str(node("c").ctx.output.shape), "[B, S*3, 32]");
   EXPECT_EQ(node("c").ctx.inputs.size(), 2u);
   EXPECT_EQ(shape_str(node("r").ctx.output.shape), "[B, S*64, 1]");
   EXPECT_EQ(node("s").ctx.output.dtype, DType::kF32);
