@@ -1,0 +1,25 @@
+// Fuzz target: the spec parser and checker, as `teeny check` and `teeny compile` run them.
+// Input: a spec file (YAML). load_graph with the built-in ops, then what check and compile do
+// before lowering: every shape bound at the dims' defaults, every node's params, the graph passes.
+// teeny::Error is the expected outcome for a bad spec; any other exception, crash, leak or
+// sanitizer report is a finding.
+//   build-clang/fuzz/fuzz_spec -dict=fuzz/spec.dict fuzz/corpus/spec
+#include <cstddef>
+#include <cstdint>
+
+#include "core/graph.h"
+#include "fuzz/fuzz_util.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace teeny;
+  static fuzz::InputFile file;
+  try {
+    Graph graph = load_graph(file.write(data, size), fuzz::registry());
+    bind_shapes(graph, bind_dims(graph.dims, {}));
+    for (const Node& node : graph.nodes)
+      if (node.op->params) node.op->params(node.ctx);
+    for (const GraphPass& pass : fuzz::registry().passes()) pass.apply(graph, fuzz::registry());
+  } catch (const Error&) {
+  }
+  return 0;
+}
