@@ -31,18 +31,14 @@ struct tn_gemm_epilogue {
   }
 };
 
-// One 16-byte chunk of a tile row (tn_pack<T>::kN elements from column `col`) into 16-byte aligned
-// `dst`: whole, by cp.async from aligned rows (`vec_ok`) and by shifted vector loads from others;
-// element-wise at the edges, with zeros outside [rows, cols).
+// One 16-byte chunk of a tile row (tn_pack<T>::kN elements from column `col`): by cp.async when
+// whole and aligned, else element-wise, with zeros outside [rows, cols).
 template <typename T>
 __device__ __forceinline__ void tn_load_chunk(T* dst, const T* __restrict__ src_row, bool row_ok, int col, int cols,
                                               bool vec_ok) {
   constexpr int kChunkElems = tn_pack<T>::kN;
-  if (row_ok && col + kChunkElems - 1 < cols) {
-    if (vec_ok)
-      tn_cp_async16(dst, src_row + col);
-    else
-      *reinterpret_cast<uint4*>(dst) = tn_load16_shifted(src_row + col, [](const uint4* b) { return __ldg(b); });
+  if (row_ok && vec_ok && col + kChunkElems - 1 < cols) {
+    tn_cp_async16(dst, src_row + col);
   } else {
 #pragma unroll
     for (int i = 0; i < kChunkElems; ++i) dst[i] = (row_ok && col + i < cols) ? src_row[col + i] : tn_cast<T>(0.f);

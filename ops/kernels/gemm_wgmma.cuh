@@ -203,7 +203,7 @@ struct tn_wgmma_gemm {
   // The loader's share of one operand tile (rows r0.. of P, K columns k0..k0 + kBK - 1): chunk
   // column `chunk` of rows row + 16c. Rows share their swizzle (row % 8) for every c, so chunk c
   // lands 2048 bytes past chunk 0. Whole tiles (`whole`: aligned rows, all inside) take one
-  // cp.async per chunk and no checks; others go chunk by chunk through tn_load_chunk.
+  // cp.async per chunk and no checks; others check every element and zero-fill.
   template <int kChunks>
   static __device__ __forceinline__ void load_operand(unsigned char* tile, const T* __restrict__ P, int r0, int rows,
                                                       int ld, bool vec, bool whole, int k0, int K, int row, int chunk) {
@@ -213,8 +213,7 @@ struct tn_wgmma_gemm {
 #pragma unroll
       for (int c = 0; c < kChunks; ++c) tn_cp_async16_to(dst + c * 2048, src + (long long)c * 16 * ld);
     } else {
-      // Four chunks at a time: all of a 256-row tile's in flight would spill the consumers.
-#pragma unroll 4
+#pragma unroll
       for (int c = 0; c < kChunks; ++c) {
         const int r = row + 16 * c;
         tn_load_chunk(reinterpret_cast<T*>(tile + tn_swizzled(r, chunk)), P + (long long)(r0 + r) * ld, r0 + r < rows,

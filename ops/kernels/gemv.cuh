@@ -19,22 +19,14 @@ __device__ __forceinline__ uint4 tn_load_stream16(const void* p) {
   return r;
 }
 
-// 16 aligned bytes: streamed past L1 (the weight) or through it (x, re-read by every block).
-template <bool kStream>
-__device__ __forceinline__ uint4 tn_gemv_load16(const uint4* p) {
-  if constexpr (kStream) return tn_load_stream16(p);
-  return __ldg(p);
-}
-
-// Elements [k, k + kN) of `row` as the raw 16 bytes of T: whole, by one load from aligned rows
-// (`vec_ok`) or shifted loads from others; element by element at the end of the row, with zeros
-// outside [0, K) (and all zeros where !row_ok).
+// Elements [k, k + kN) of `row` as the raw 16 bytes of T: one load where whole and aligned, else
+// element by element with zeros outside [0, K) (and all zeros where !row_ok).
 template <typename T, bool kStream>
 __device__ __forceinline__ uint4 tn_gemv_chunk(const T* __restrict__ row, bool row_ok, int k, int K, bool vec_ok) {
   constexpr int kN = tn_pack<T>::kN;
-  if (row_ok && k + kN <= K) {
-    if (vec_ok) return tn_gemv_load16<kStream>(reinterpret_cast<const uint4*>(row + k));
-    return tn_load16_shifted(row + k, [](const uint4* b) { return tn_gemv_load16<kStream>(b); });
+  if (row_ok && vec_ok && k + kN <= K) {
+    if constexpr (kStream) return tn_load_stream16(row + k);
+    return __ldg(reinterpret_cast<const uint4*>(row + k));
   }
   unsigned w[4] = {0u, 0u, 0u, 0u};
   if (row_ok) {

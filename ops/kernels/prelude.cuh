@@ -12,7 +12,6 @@
 //   void tn_load16<T>(const T* p, float (&v)[tn_pack<T>::kN])   p must be 16-byte aligned
 //   void tn_store16<T>(T* p, const float (&v)[tn_pack<T>::kN])
 //   bool tn_aligned16(const void* p)
-//   uint4 tn_load16_shifted(const void* p, Load load)   16 bytes at any p, by aligned `load`s
 //   float tn_warp_sum(float), tn_warp_max(float)         xor-shuffle, all lanes get the result
 //   float tn_block_sum<kThreads>(float, float* smem32), tn_block_max<kThreads>(...)
 //                                    smem32: __shared__ float[32]; every thread gets the result;
@@ -106,29 +105,6 @@ __device__ __forceinline__ float tn_gelu_tanh(float v) {
 
 __device__ __forceinline__ bool tn_aligned16(const void* p) {
   return (reinterpret_cast<unsigned long long>(p) & 15ull) == 0;
-}
-
-// The 16 bytes at `p`, which need not be 16-byte aligned (the rows of a matrix whose row length is
-// not a multiple of 16 bytes): the one or two aligned 16-byte blocks holding them, each read whole
-// by `load` (a functor of const uint4*), shifted into place. Each block holds a byte that was asked
-// for, so neither reaches into a page the caller could not read. Two vector loads and a few ALU ops
-// instead of one load an element.
-template <typename Load>
-__device__ __forceinline__ uint4 tn_load16_shifted(const void* p, Load load) {
-  const unsigned long long address = reinterpret_cast<unsigned long long>(p);
-  const uint4* block = reinterpret_cast<const uint4*>(address & ~15ull);
-  const int offset = static_cast<int>(address & 15ull);
-  const uint4 lo = load(block);
-  if (offset == 0) return lo;
-  const uint4 hi = load(block + 1);
-  const unsigned w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-  const int words = offset / 4;
-  unsigned v[5];
-#pragma unroll
-  for (int i = 0; i < 5; ++i) v[i] = words == 0 ? w[i] : words == 1 ? w[i + 1] : words == 2 ? w[i + 2] : w[i + 3];
-  const unsigned bits = (offset % 4) * 8;
-  return make_uint4(__funnelshift_r(v[0], v[1], bits), __funnelshift_r(v[1], v[2], bits),
-                    __funnelshift_r(v[2], v[3], bits), __funnelshift_r(v[3], v[4], bits));
 }
 
 __device__ __forceinline__ void tn_unpack16(const uint4& r, float (&v)[4]) {
