@@ -4,6 +4,7 @@
 #include <exception>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace teeny {
@@ -41,7 +42,7 @@ class Error : public std::exception {
 
   // ninja-style rendering:
   //   teeny: error: file:line:col: message
-  //     <source line>
+  //     <source line>   (at most kShownColumns of it around the caret, "..." where cut)
   //     <caret>
   //   note: ...
   std::string render() const;
@@ -53,6 +54,13 @@ class Error : public std::exception {
   std::vector<std::string> notes_;
   ExitCode code_;
 };
+
+// How much of a source line an error shows around its caret.
+inline constexpr size_t kShownColumns = 120;
+
+// User text quoted in a message (a value, a name, an expression), cut to at most `max` bytes with
+// "..." where it was cut: a 50 MB value makes a one-line error, not a 50 MB one.
+std::string excerpt(std::string_view text, size_t max = 80);
 
 // GPU-environment errors (exit code 3).
 inline Error gpu_error(std::string message) { return Error(std::move(message), ExitCode::kGpu); }
