@@ -10,6 +10,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <unordered_map>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -83,6 +84,20 @@ std::string join(const std::vector<std::string>& items, const char* sep = ", ") 
   std::string out;
   for (size_t i = 0; i < items.size(); ++i) out += (i ? sep : "") + items[i];
   return out;
+}
+
+// "a -> b -> a"; a long cycle with its middle left out, and long names cut.
+std::string cycle_text(const std::vector<std::string>& path) {
+  constexpr size_t kHead = 4, kTail = 3;
+  std::vector<std::string> shown;
+  for (size_t i = 0; i < path.size(); ++i) {
+    if (path.size() > kHead + kTail + 1 && i == kHead) {
+      shown.push_back(fmt::format("... ({} more)", path.size() - kHead - kTail));
+      i = path.size() - kTail;
+    }
+    shown.push_back(excerpt(path[i]));
+  }
+  return join(shown, " -> ");
 }
 
 // Strict decimal integer (optional sign), the whole string.
@@ -363,6 +378,7 @@ class SpecParser {
       DType type = DType::kF32;
       if (auto it = keys.find("dtype"); it != keys.end()) type = dtype(it->second, what);
       input.type = contiguous(type, shape(require(keys, "shape", position(field.value), what), what));
+      types_[name] = {true, graph_.inputs.size()};
       graph_.inputs.push_back(std::move(input));
     }
   }
@@ -388,27 +404,38 @@ class SpecParser {
     return sketches;
   }
 
-  // The path from `from` back to `target` through inputs of sketched nodes, if any.
+  // The path from `from` back to `target` through inputs of sketched nodes, if any. Depth
+  // first without recursion: a cycle through a long chain would overflow the stack.
   std::optional<std::vector<std::string>> path_to(const std::vector<Sketch>& sketches, const std::string& from,
                                                   const std::string& target) const {
+    std::unordered_map<std::string, const Sketch*> first;  // a name's first sketch
+    for (const Sketch& sketch : sketches) first.emplace(sketch.name, &sketch);
+    static const std::vector<std::string> kNoInputs;
+    struct Frame {
+      const std::vector<std::string>* inputs;
+      size_t next;
+    };
+    std::vector<Frame> frames;
+    std::vector<std::string> path;
     std::set<std::string> seen;
-    std::function<bool(const std::string&, std::vector<std::string>&)> walk = [&](const std::string& name,
-                                                                                  std::vector<std::string>& path) {
+    auto enter = [&](const std::string& name) {  // true at the target
       path.push_back(name);
       if (name == target) return true;
-      if (seen.insert(name).second) {
-        for (const Sketch& sketch : sketches)
-          if (sketch.name == name) {
-            for (const std::string& input : sketch.inputs)
-              if (walk(input, path)) return true;
-            break;
-          }
-      }
-      path.pop_back();
+      auto it = first.find(name);
+      bool expand = seen.insert(name).second && it != first.end();
+      frames.push_back({expand ? &it->second->inputs : &kNoInputs, 0});
       return false;
     };
-    std::vector<std::string> path;
-    if (walk(from, path)) return path;
+    if (enter(from)) return path;
+    while (!frames.empty()) {
+      Frame& frame = frames.back();
+      if (frame.next == frame.inputs->size()) {
+        frames.pop_back();
+        path.pop_back();
+      } else if (enter((*frame.inputs)[frame.next++])) {
+        return path;
+      }
+    }
     return std::nullopt;
   }
 
@@ -463,6 +490,7 @@ class SpecParser {
     node.ctx.attrs = Attrs(std::move(attrs));
 
     run_op(node);
+    types_[node.name] = {false, graph_.nodes.size()};
     graph_.nodes.push_back(std::move(node));
   }
 
@@ -489,7 +517,7 @@ class SpecParser {
         throw error(pos, fmt::format("{}input entries must be names, got {}", what, describe(entry)));
       const std::string& input = entry.Scalar();
       if (input == node.name) throw error(pos, fmt::format("{}cycle: {} -> {}", what, node.name, node.name));
-      const TensorType* type = graph_.find_tensor(input);
+      const TensorType* type = defined_type(input);
       if (!type) throw undefined_input(pos, what, node.name, input, index, sketches);
       node.inputs.push_back(input);
       node.ctx.inputs.push_back(*type);
@@ -529,8 +557,9 @@ class SpecParser {
                         size_t index, const std::vector<Sketch>& sketches) const {
     for (size_t later = index + 1; later < sketches.size(); ++later) {
       if (sketches[later].name != input) continue;
-      if (auto cycle = path_to(sketches, input, node_name)) {
-        return error(pos, fmt::format("{}cycle: {} -> {}", what, node_name, join(*cycle, " -> ")))
+      if (std::optional<std::vector<std::string>> cycle = path_to(sketches, input, node_name)) {
+        cycle->insert(cycle->begin(), node_name);
+        return error(pos, fmt::format("{}cycle: {}", what, cycle_text(*cycle)))
             .note("a node's inputs must be graph inputs or earlier nodes");
       }
       return error(pos, fmt::format("{}input '{}' is defined later, on line {}", what, input, sketches[later].pos.line))
@@ -715,6 +744,13 @@ class SpecParser {
     return out;
   }
 
+  const TensorType* defined_type(const std::string& name) const {
+    auto it = types_.find(name);
+    if (it == types_.end()) return nullptr;
+    const TensorSlot& slot = it->second;
+    return slot.input ? &graph_.inputs[slot.index].type : &graph_.nodes[slot.index].ctx.output;
+  }
+
   // ---- outputs ---------------------------------------------------------------------------
   void parse_outputs(const Field& field) {
     if (!field.value.IsSequence() || field.value.size() == 0)
@@ -724,14 +760,14 @@ class SpecParser {
     std::vector<std::string> known;
     for (const GraphInput& input : graph_.inputs) known.push_back(input.name);
     for (const Node& node : graph_.nodes) known.push_back(node.name);
+    std::set<std::string> listed;
     for (const auto& entry : field.value) {
       Position pos = position(entry);
       if (!entry.IsScalar()) throw error(pos, fmt::format("output entries must be names, got {}", describe(entry)));
       const std::string& name = entry.Scalar();
-      if (!graph_.find_tensor(name))
+      if (!defined_type(name))
         throw error(pos, fmt::format("undefined output '{}'{}", name, did_you_mean(name, known)));
-      if (std::find(graph_.outputs.begin(), graph_.outputs.end(), name) != graph_.outputs.end())
-        throw error(pos, fmt::format("output '{}' is listed twice", name));
+      if (!listed.insert(name).second) throw error(pos, fmt::format("output '{}' is listed twice", name));
       graph_.outputs.push_back(name);
     }
   }
@@ -740,6 +776,13 @@ class SpecParser {
   const Registry& registry_;
   Graph graph_;
   std::map<std::string, Position> defined_;
+  // Where the type of each graph input and parsed node is: Graph::find_tensor scans the nodes,
+  // which made parsing quadratic in their number.
+  struct TensorSlot {
+    bool input;    // graph_.inputs, else graph_.nodes
+    size_t index;  // in that list
+  };
+  std::unordered_map<std::string, TensorSlot> types_;
 };
 
 std::vector<std::string> split_lines(const std::string& text) {
