@@ -4,6 +4,7 @@
 #include <cctype>
 #include <map>
 #include <set>
+#include <unordered_map>
 
 #include <fmt/format.h>
 
@@ -117,16 +118,18 @@ class GraphCompiler {
   // A graph input that a node reads as ids keeps the smallest bound its consumers declare
   // (InputSpec::id_bound_attr): random inputs stay below it.
   void record_id_bounds() {
+    std::unordered_map<std::string, size_t> input_tensor;  // graph input -> its index in bundle_.tensors
+    for (size_t t = 0; t < bundle_.tensors.size(); ++t) input_tensor.emplace(bundle_.tensors[t].name, t);
     for (const Node& node : graph_.nodes) {
       const std::vector<InputSpec>& specs = node.op->inputs;
       for (size_t i = 0; i < node.inputs.size() && !specs.empty(); ++i) {
         const std::string& attr = specs[std::min(i, specs.size() - 1)].id_bound_attr;  // variadic: the last repeats
         if (attr.empty() || !node.ctx.attrs.has(attr)) continue;
         const int64_t bound = node.ctx.attrs.integer(attr);
-        for (BundleTensor& tensor : bundle_.tensors) {
-          if (tensor.name != node.inputs[i] || bound <= 0) continue;
-          tensor.id_bound = tensor.id_bound == 0 ? bound : std::min(tensor.id_bound, bound);
-        }
+        auto input = input_tensor.find(node.inputs[i]);
+        if (input == input_tensor.end() || bound <= 0) continue;
+        BundleTensor& tensor = bundle_.tensors[input->second];
+        tensor.id_bound = tensor.id_bound == 0 ? bound : std::min(tensor.id_bound, bound);
       }
     }
   }
@@ -232,11 +235,10 @@ class GraphCompiler {
       if (!names.emplace(spec.slot, name).second) {
         throw node_error(node, fmt::format("param slot '{}' is declared twice", spec.slot));
       }
-      for (const BundleParam& existing : bundle_.params) {
-        if (existing.name == name) {
-          throw node_error(node, fmt::format("param '{}' is also a param of node '{}'", name, existing.node));
-        }
+      if (auto existing = param_owner_.find(name); existing != param_owner_.end()) {
+        throw node_error(node, fmt::format("param '{}' is also a param of node '{}'", name, existing->second));
       }
+      param_owner_.emplace(name, node.name);
       BundleParam param;
       param.name = name;
       param.node = node.name;
@@ -531,8 +533,9 @@ class GraphCompiler {
   const CompileOptions& options_;
   CompileStats& stats_;
   Bundle bundle_;
-  std::map<std::string, std::string> buffer_of_;  // tensor -> tensor owning its buffer
-  std::map<std::string, int> kernel_by_source_;   // original source -> bundle kernel
+  std::map<std::string, std::string> buffer_of_;              // tensor -> tensor owning its buffer
+  std::unordered_map<std::string, std::string> param_owner_;  // param name -> node
+  std::map<std::string, int> kernel_by_source_;               // original source -> bundle kernel
   std::set<std::string> used_names_;
   std::vector<KernelSource> sources_;           // per bundle kernel, entry substituted
   std::vector<std::vector<PtxEntry>> entries_;  // per bundle kernel
