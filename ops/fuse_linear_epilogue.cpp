@@ -7,6 +7,7 @@
 // replaced node's type (dtype, shape and row stride: no broadcasting add, no new row padding),
 // so nothing downstream changes.
 #include <optional>
+#include <vector>
 
 #include "core/graph.h"
 #include "ops/activation.h"
@@ -20,9 +21,9 @@ bool same_type(const TensorType& a, const TensorType& b) {
   return a.dtype == b.dtype && a.shape == b.shape && a.row_stride == b.row_stride;
 }
 
-// The rewrite of `consumer` (an activation or an add reading `linear`) into a fused.linear.
+// The rewrite of a consumer (an activation or an add reading the linear) into a fused.linear.
 struct Rewrite {
-  size_t linear, consumer;
+  size_t linear;                        // its position in graph.nodes
   std::string activation;               // set for an activation consumer
   std::optional<std::string> residual;  // set for an add consumer
 };
@@ -61,30 +62,26 @@ Node fused_node(const Node& linear, const Node& consumer, const Rewrite& rewrite
   return node;
 }
 
-// The first possible rewrite in graph order, if any.
-std::optional<Rewrite> find_rewrite(const Graph& graph) {
-  const GraphUses uses(graph);
+// The rewrite of graph.nodes[i], if it is an activation or an add reading a linear it can absorb.
+std::optional<Rewrite> rewrite_at(const Graph& graph, const GraphUses& uses, size_t i) {
   auto sole_linear = [&](const std::string& name, bool adds_activation) -> std::optional<size_t> {
     const Node* producer = uses.single_use_producer(name, "linear");
     if (producer == nullptr) producer = uses.single_use_producer(name, "fused.linear");
     if (producer == nullptr || !can_extend(*producer, adds_activation)) return std::nullopt;
     return uses.position(*producer);
   };
-
-  for (size_t i = 0; i < graph.nodes.size(); ++i) {
-    const Node& node = graph.nodes[i];
-    if (auto act = activation_of_op(node.op->name, node.ctx.attrs); act && node.inputs.size() == 1) {
-      if (auto linear = sole_linear(node.inputs[0], true);
-          linear && same_type(graph.nodes[*linear].ctx.output, node.ctx.output))
-        return Rewrite{*linear, i, *act, std::nullopt};
-    }
-    if (node.op->name == "add" && node.inputs.size() == 2) {
-      for (int side : {1, 0}) {
-        auto linear = sole_linear(node.inputs[side], false);
-        if (linear && same_type(graph.nodes[*linear].ctx.output, node.ctx.output) &&
-            same_type(node.ctx.inputs[1 - side], node.ctx.output))
-          return Rewrite{*linear, i, "", node.inputs[1 - side]};
-      }
+  const Node& node = graph.nodes[i];
+  if (auto act = activation_of_op(node.op->name, node.ctx.attrs); act && node.inputs.size() == 1) {
+    if (auto linear = sole_linear(node.inputs[0], true);
+        linear && same_type(graph.nodes[*linear].ctx.output, node.ctx.output))
+      return Rewrite{*linear, *act, std::nullopt};
+  }
+  if (node.op->name == "add" && node.inputs.size() == 2) {
+    for (int side : {1, 0}) {
+      auto linear = sole_linear(node.inputs[side], false);
+      if (linear && same_type(graph.nodes[*linear].ctx.output, node.ctx.output) &&
+          same_type(node.ctx.inputs[1 - side], node.ctx.output))
+        return Rewrite{*linear, "", node.inputs[1 - side]};
     }
   }
   return std::nullopt;
@@ -92,14 +89,24 @@ std::optional<Rewrite> find_rewrite(const Graph& graph) {
 
 int fuse_linear_epilogue(Graph& graph, const Registry& registry) {
   const OpDef& fused = fused_op(registry, "fuse_linear_epilogue", "fused.linear");
+  // One scan in graph order. A rewrite keeps every name's use count (the fused node reads what
+  // the linear and its consumer read, in the consumer's place and under its name), so the uses
+  // counted at the start stay true; and the fused node is seen again by its own consumer, later
+  // in the scan, so a linear -> gelu -> add chain fuses in two steps.
+  const GraphUses uses(graph);
+  std::vector<bool> absorbed(graph.nodes.size(), false);
   int rewrites = 0;
-  // One rewrite at a time, so a linear -> gelu -> add chain fuses in two steps.
-  while (std::optional<Rewrite> rewrite = find_rewrite(graph)) {
-    Node replacement = fused_node(graph.nodes[rewrite->linear], graph.nodes[rewrite->consumer], *rewrite, fused);
-    graph.nodes[rewrite->consumer] = std::move(replacement);  // after the linear's input and the residual
-    graph.nodes.erase(graph.nodes.begin() + static_cast<std::ptrdiff_t>(rewrite->linear));
+  for (size_t i = 0; i < graph.nodes.size(); ++i) {
+    std::optional<Rewrite> rewrite = rewrite_at(graph, uses, i);
+    if (!rewrite) continue;
+    graph.nodes[i] = fused_node(graph.nodes[rewrite->linear], graph.nodes[i], *rewrite, fused);
+    absorbed[rewrite->linear] = true;
     ++rewrites;
   }
+  std::vector<Node> kept;
+  for (size_t i = 0; i < graph.nodes.size(); ++i)
+    if (!absorbed[i]) kept.push_back(std::move(graph.nodes[i]));
+  graph.nodes = std::move(kept);
   return rewrites;
 }
 
