@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <set>
 #include <tuple>
 
@@ -98,6 +99,77 @@ TEST(MemoryPlan, LiveTensorsNeverOverlapAndOffsetsAreAligned) {
     }
   }
   EXPECT_LT(plan.arena_bytes, plan.naive_bytes);
+}
+
+// The planner's rule, written as plainly as possible: the largest first (then the earlier first
+// use, then declaration order), each at the lowest aligned offset clear of every tensor placed
+// before it that is live at the same time.
+std::map<std::string, uint64_t> plainly_planned(const std::vector<PlanEntry>& entries) {
+  std::vector<size_t> order(entries.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    if (entries[a].bytes != entries[b].bytes) return entries[a].bytes > entries[b].bytes;
+    return entries[a].first_step < entries[b].first_step;
+  });
+  auto size = [&](size_t i) { return (std::max<uint64_t>(entries[i].bytes, 1) + 255) / 256 * 256; };
+  std::map<std::string, uint64_t> offsets;
+  std::vector<size_t> placed;
+  for (size_t i : order) {
+    for (uint64_t offset = 0;; offset += 256) {
+      bool clear = std::all_of(placed.begin(), placed.end(), [&](size_t j) {
+        const bool live_together =
+            entries[i].first_step <= entries[j].last_step && entries[j].first_step <= entries[i].last_step;
+        const uint64_t other = offsets[entries[j].name];
+        return !live_together || offset + size(i) <= other || other + size(j) <= offset;
+      });
+      if (clear) {
+        offsets[entries[i].name] = offset;
+        break;
+      }
+    }
+    placed.push_back(i);
+  }
+  return offsets;
+}
+
+TEST(MemoryPlan, PlacesAsThePlainRuleDoes) {
+  for (unsigned seed = 1; seed <= 20; ++seed) {
+    std::vector<PlanEntry> entries;
+    unsigned state = seed;
+    auto next = [&](unsigned range) {
+      state = state * 1103515245u + 12345u;
+      return (state >> 8) % range;
+    };
+    const int steps = 2 + static_cast<int>(next(60));
+    for (int i = 0; i < 120; ++i) {
+      const int first = static_cast<int>(next(static_cast<unsigned>(steps))) - 1;
+      const int last = first + static_cast<int>(next(next(2) ? 3 : static_cast<unsigned>(steps)));
+      entries.push_back({"t" + std::to_string(i), 1 + next(4) * 256 + next(2) * next(1000), first, last, ""});
+    }
+    const MemoryPlan plan = plan_memory(entries);
+    std::map<std::string, uint64_t> expected = plainly_planned(entries);
+    ASSERT_EQ(plan.offsets, expected) << "seed " << seed;
+    int shared = 0;
+    for (const PlanEntry& a : entries) {
+      const uint64_t a0 = expected[a.name], a1 = a0 + (a.bytes + 255) / 256 * 256;
+      shared += std::any_of(entries.begin(), entries.end(), [&](const PlanEntry& b) {
+        const uint64_t b0 = expected[b.name], b1 = b0 + (b.bytes + 255) / 256 * 256;
+        return a.name != b.name && a0 < b1 && b0 < a1;
+      });
+    }
+    EXPECT_EQ(plan.shared, shared) << "seed " << seed;
+  }
+}
+
+TEST(MemoryPlan, ALongChainTakesTwoBuffersBesideItsInput) {
+  // x -> t0 -> t1 -> ... -> t99999, x live throughout: x, and two buffers the chain alternates.
+  std::vector<PlanEntry> entries{{"x", 1000, -1, 100000, ""}};
+  for (int i = 0; i < 100000; ++i) entries.push_back({"t" + std::to_string(i), 1000, i, i + 1, ""});
+  const MemoryPlan plan = plan_memory(entries);
+  EXPECT_EQ(plan.arena_bytes, 3 * 1024u);
+  EXPECT_EQ(plan.offsets.at("t0"), plan.offsets.at("t2"));
+  EXPECT_NE(plan.offsets.at("t0"), plan.offsets.at("t1"));
+  EXPECT_EQ(plan.shared, 100000);
 }
 
 TEST(MemoryPlan, UnknownAliasIsAnError) {
