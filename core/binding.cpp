@@ -226,22 +226,15 @@ BoundArg bind_arg(const BundleArg& arg, const std::string& arg_where, const Boun
     throw eval.fail(fmt::format("{} ({}) has size {} at offset {}; expected size {} at a multiple of {}", arg_where,
                                 arg_kind_name(arg.kind), arg.size, arg.offset, layout.size, layout.align));
   }
-  const auto has_tensor = [&](const std::string& name) {
-    return std::any_of(bound.tensors.begin(), bound.tensors.end(),
-                       [&](const BoundTensor& t) { return t.name == name; });
-  };
-  const auto has_param = [&](const std::string& name) {
-    return std::any_of(bound.params.begin(), bound.params.end(), [&](const BoundParam& p) { return p.name == name; });
-  };
   switch (arg.kind) {
     case ArgKind::kInput:
     case ArgKind::kOutput:
-      if (!has_tensor(arg.tensor)) {
+      if (!bound.tensor_index.count(arg.tensor)) {
         throw eval.fail(fmt::format("{} names tensor '{}', which the bundle does not have", arg_where, arg.tensor));
       }
       break;
     case ArgKind::kParam:
-      if (!has_param(arg.tensor)) {
+      if (!bound.param_index.count(arg.tensor)) {
         throw eval.fail(fmt::format("{} names parameter '{}', which the bundle does not have", arg_where, arg.tensor));
       }
       break;
@@ -337,25 +330,19 @@ std::string launch_label(const std::string& node, int index) {
 std::string BoundLaunch::label() const { return launch_label(node, index); }
 
 const BoundTensor& BoundBundle::tensor(const std::string& name) const {
-  for (const BoundTensor& t : tensors) {
-    if (t.name == name) return t;
-  }
-  throw Error(fmt::format("bundle {} has no tensor '{}'", label, name));
+  auto it = tensor_index.find(name);
+  if (it == tensor_index.end()) throw Error(fmt::format("bundle {} has no tensor '{}'", label, name));
+  return tensors[it->second];
 }
 
 const BoundParam& BoundBundle::param(const std::string& name) const {
-  for (const BoundParam& p : params) {
-    if (p.name == name) return p;
-  }
-  throw Error(fmt::format("bundle {} has no parameter '{}'", label, name));
+  auto it = param_index.find(name);
+  if (it == param_index.end()) throw Error(fmt::format("bundle {} has no parameter '{}'", label, name));
+  return params[it->second];
 }
 
 std::vector<size_t> BoundBundle::node_launches(size_t node_index) const {
-  std::vector<size_t> indices;
-  for (size_t i = 0; i < launches.size(); ++i) {
-    if (launches[i].node_index == node_index) indices.push_back(i);
-  }
-  return indices;
+  return node_index < launches_of_node.size() ? launches_of_node[node_index] : std::vector<size_t>{};
 }
 
 std::vector<ParamShape> BoundBundle::param_shapes() const {
@@ -402,8 +389,14 @@ BoundBundle bind_bundle(const Bundle& bundle, const Bindings& dims, const std::s
   bound.label = label;
   bound.bindings = dims;
   const Evaluator eval(label, dims);
-  for (const BundleTensor& tensor : bundle.tensors) bound.tensors.push_back(bind_tensor(tensor, eval));
-  for (const BundleParam& param : bundle.params) bound.params.push_back(bind_param(param, bundle, eval));
+  for (const BundleTensor& tensor : bundle.tensors) {
+    bound.tensor_index.emplace(tensor.name, bound.tensors.size());
+    bound.tensors.push_back(bind_tensor(tensor, eval));
+  }
+  for (const BundleParam& param : bundle.params) {
+    bound.param_index.emplace(param.name, bound.params.size());
+    bound.params.push_back(bind_param(param, bundle, eval));
+  }
   bound.plan = plan_activations(bundle, bound.tensors, eval);
   return bound;
 }
@@ -418,6 +411,8 @@ void bind_launches(BoundBundle& bound, const DeviceFacts& device) {
     launches.push_back(bind_launch(launch, bound, node_index, device, eval));
   }
   bound.launches = std::move(launches);
+  bound.launches_of_node.assign(bound.bundle->nodes.size(), {});
+  for (size_t i = 0; i < bound.launches.size(); ++i) bound.launches_of_node[bound.launches[i].node_index].push_back(i);
   bound.device = device;
 }
 

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "core/bundle.h"
@@ -89,6 +90,10 @@ struct BoundBundle {
   // Set by bind_launches: the facts the launches were bound for, and the launches.
   std::optional<DeviceFacts> device;
   std::vector<BoundLaunch> launches;
+  // Lookups, filled with the lists above: scanning the lists made a 10^5-node bundle quadratic.
+  std::unordered_map<std::string, size_t> tensor_index;  // name -> index in tensors
+  std::unordered_map<std::string, size_t> param_index;   // name -> index in params
+  std::vector<std::vector<size_t>> launches_of_node;     // per node: indices into launches
 
   const BoundTensor& tensor(const std::string& name) const;  // throws if absent
   const BoundParam& param(const std::string& name) const;

@@ -1,17 +1,15 @@
 #include "core/npy.h"
 
+#include <algorithm>
 #include <cctype>
-#include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 #include <limits>
 #include <map>
-#include <sstream>
 
 #include <fmt/format.h>
 
 #include "core/atomic_file.h"
+#include "core/input_file.h"
 
 namespace teeny {
 
@@ -19,6 +17,7 @@ namespace {
 
 constexpr char kMagic[] = "\x93NUMPY";
 constexpr size_t kMagicSize = 6;
+constexpr uint64_t kHeaderLimit = 1 << 20;  // NumPy writes a few hundred bytes
 
 Error npy_error(const std::string& path, const std::string& message) {
   return Error(fmt::format("{}: {}", path, message));
@@ -59,7 +58,8 @@ class HeaderParser {
 
  private:
   [[noreturn]] void fail(const std::string& what) {
-    throw npy_error(path_, fmt::format("malformed header at character {}: {} in \"{}\"", pos_ + 1, what, text_));
+    throw npy_error(path_,
+                    fmt::format("malformed header at character {}: {} in \"{}\"", pos_ + 1, what, excerpt(text_, 200)));
   }
   void skip_space() {
     while (pos_ < text_.size() && std::isspace(static_cast<unsigned char>(text_[pos_]))) ++pos_;
@@ -97,10 +97,7 @@ class HeaderParser {
       while (true) {
         skip_space();
         if (peek() == ')') break;
-        size_t start = pos_;
-        while (std::isdigit(static_cast<unsigned char>(peek()))) ++pos_;
-        if (start == pos_) fail("expected a non-negative integer in the shape");
-        value.ints.push_back(std::stoll(text_.substr(start, pos_ - start)));
+        value.ints.push_back(parse_extent());
         skip_space();
         if (peek() == ',')
           ++pos_;
@@ -110,6 +107,17 @@ class HeaderParser {
       ++pos_;
     } else {
       fail("expected a string, True, False or a tuple");
+    }
+    return value;
+  }
+
+  int64_t parse_extent() {
+    if (!std::isdigit(static_cast<unsigned char>(peek()))) fail("expected a non-negative integer in the shape");
+    int64_t value = 0;
+    for (; std::isdigit(static_cast<unsigned char>(peek())); ++pos_) {
+      const int digit = peek() - '0';
+      if (value > (std::numeric_limits<int64_t>::max() - digit) / 10) fail("shape extent does not fit in 64 bits");
+      value = value * 10 + digit;
     }
     return value;
   }
@@ -154,30 +162,28 @@ const char* npy_descr(DType dtype) {
 DType npy_storage_dtype(DType dtype) { return dtype == DType::kBF16 ? DType::kF32 : dtype; }
 
 HostTensor read_npy(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) throw npy_error(path, fmt::format("cannot open: {}", std::strerror(errno)));
-  std::string bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
-
-  if (bytes.size() < kMagicSize + 4 || bytes.compare(0, kMagicSize, kMagic, kMagicSize) != 0) {
+  const InputFile file(path, ".npy file");
+  const std::string prefix = file.read(0, std::min<uint64_t>(file.size(), 12));
+  if (prefix.size() < kMagicSize + 4 || prefix.compare(0, kMagicSize, kMagic, kMagicSize) != 0) {
     throw npy_error(path, "not a .npy file (it does not start with \\x93NUMPY)");
   }
-  const int major = static_cast<unsigned char>(bytes[6]);
-  size_t header_length = 0, header_start = 0;
+  const int major = static_cast<unsigned char>(prefix[6]);
+  uint64_t header_length = 0, header_start = 0;
   if (major == 1) {
-    header_length =
-        static_cast<unsigned char>(bytes[8]) | (static_cast<size_t>(static_cast<unsigned char>(bytes[9])) << 8);
+    header_length = static_cast<unsigned char>(prefix[8]) | (uint64_t{static_cast<unsigned char>(prefix[9])} << 8);
     header_start = 10;
   } else if (major == 2 || major == 3) {
-    if (bytes.size() < 12) throw npy_error(path, "truncated header");
-    for (int i = 0; i < 4; ++i) {
-      header_length |= static_cast<size_t>(static_cast<unsigned char>(bytes[8 + i])) << (8 * i);
-    }
+    if (prefix.size() < 12) throw npy_error(path, "truncated header");
+    for (int i = 0; i < 4; ++i) header_length |= uint64_t{static_cast<unsigned char>(prefix[8 + i])} << (8 * i);
     header_start = 12;
   } else {
     throw npy_error(path, fmt::format("unsupported .npy format version {} (1, 2 and 3 are read)", major));
   }
-  if (header_start + header_length > bytes.size()) throw npy_error(path, "truncated header");
-  std::string header = bytes.substr(header_start, header_length);
+  if (header_length > kHeaderLimit) {
+    throw npy_error(path, fmt::format("header length {} is over the {} MiB limit", header_length, kHeaderLimit >> 20));
+  }
+  if (header_start + header_length > file.size()) throw npy_error(path, "truncated header");
+  std::string header = file.read(header_start, header_length);
   header.erase(header.find_last_not_of(" \n\r\t") + 1);  // NumPy's padding
   auto dict = HeaderParser(header, path).parse_dict();
 
@@ -207,20 +213,23 @@ HostTensor read_npy(const std::string& path) {
   HostTensor tensor;
   tensor.dtype = descr->dtype;
   tensor.shape = dict["shape"].ints;
-  size_t numel = 1;
+  // The data's size from the header, checked against the file's before anything is allocated.
+  uint64_t expected = descr->stored_size;
   for (int64_t extent : tensor.shape) {
-    if (extent != 0 && numel > std::numeric_limits<size_t>::max() / 16 / extent) {
-      throw npy_error(path, "shape is too large");
+    if (extent != 0 && expected > std::numeric_limits<uint64_t>::max() / static_cast<uint64_t>(extent)) {
+      throw npy_error(path, fmt::format("shape ({}) of '{}' needs more than 2^64 bytes", fmt::join(tensor.shape, ", "),
+                                        descr_value.text));
     }
-    numel *= static_cast<size_t>(extent);
+    expected *= static_cast<uint64_t>(extent);
   }
-  const size_t data_start = header_start + header_length;
-  const size_t expected = numel * descr->stored_size;
-  if (bytes.size() - data_start != expected) {
-    throw npy_error(path, fmt::format("data is {} bytes, but shape ({}) of '{}' needs {}", bytes.size() - data_start,
+  const uint64_t data_start = header_start + header_length;
+  if (file.size() - data_start != expected) {
+    throw npy_error(path, fmt::format("data is {} bytes, but shape ({}) of '{}' needs {}", file.size() - data_start,
                                       fmt::join(tensor.shape, ", "), descr_value.text, expected));
   }
-  const auto* data = reinterpret_cast<const uint8_t*>(bytes.data() + data_start);
+  const std::string bytes = file.read(data_start, expected);
+  const auto* data = reinterpret_cast<const uint8_t*>(bytes.data());
+  const size_t numel = expected / descr->stored_size;
   tensor.data.resize(numel);
   for (size_t i = 0; i < numel; ++i) {
     if (descr->is_float64) {

@@ -6,7 +6,6 @@
 #include <cstdlib>
 #include <exception>
 #include <filesystem>
-#include <fstream>
 #include <optional>
 #include <regex>
 #include <sstream>
@@ -17,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/atomic_file.h"
+#include "core/input_file.h"
 #include "core/sha256.h"
 
 namespace teeny {
@@ -107,11 +107,13 @@ std::string cache_key(const KernelSource& kernel, const std::vector<std::string>
 // another key is treated as absent (and rewritten).
 std::optional<CompiledKernel> read_cache(const fs::path& file, const std::string& key,
                                          const std::vector<std::string>& options) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) return std::nullopt;
-  std::stringstream text;
-  text << in.rdbuf();
-  nlohmann::json entry = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  std::string text;
+  try {
+    text = read_input_file(file.string(), "cache entry");
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+  nlohmann::json entry = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!entry.is_object()) return std::nullopt;
   auto string_field = [&](const char* name) -> std::optional<std::string> {
     auto it = entry.find(name);

@@ -1,9 +1,6 @@
 #include "core/safetensors.h"
 
-#include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 #include <limits>
 #include <set>
 
@@ -11,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/atomic_file.h"
+#include "core/input_file.h"
 
 namespace teeny {
 
@@ -56,36 +54,38 @@ std::string describe(const ParamShape& param) {
 }  // namespace
 
 std::vector<SafetensorsEntry> read_safetensors(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) throw file_error(path, fmt::format("cannot open: {}", std::strerror(errno)));
-  std::string bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
-  if (bytes.size() < 8) {
+  const InputFile file(path, "safetensors file");
+  if (file.size() < 8) {
     throw file_error(path, fmt::format("not a safetensors file ({} bytes; the header length alone "
                                        "is 8)",
-                                       bytes.size()));
+                                       file.size()));
   }
+  const std::string length_bytes = file.read(0, 8);
   uint64_t header_length = 0;
   for (int i = 0; i < 8; ++i) {
-    header_length |= static_cast<uint64_t>(static_cast<unsigned char>(bytes[i])) << (8 * i);
+    header_length |= static_cast<uint64_t>(static_cast<unsigned char>(length_bytes[i])) << (8 * i);
   }
-  if (header_length > bytes.size() - 8) {
+  if (header_length > file.size() - 8) {
     throw file_error(
-        path, fmt::format("header length {} exceeds the file's {} remaining bytes", header_length, bytes.size() - 8));
+        path, fmt::format("header length {} exceeds the file's {} remaining bytes", header_length, file.size() - 8));
   }
-  nlohmann::json header;
-  try {
-    header = nlohmann::json::parse(bytes.substr(8, header_length));
-  } catch (const nlohmann::json::exception& error) {
-    throw file_error(path, fmt::format("header is not valid JSON: {}", error.what()));
+  if (header_length > kTextFileLimit) {
+    throw file_error(path,
+                     fmt::format("header length {} is over the {} MiB limit", header_length, kTextFileLimit >> 20));
   }
+  const nlohmann::json header = parse_json_text(file.read(8, header_length), path + ": header");
   if (!header.is_object()) throw file_error(path, "header is not a JSON object");
 
-  const size_t data_start = 8 + header_length;
-  const uint64_t data_size = bytes.size() - data_start;
+  const uint64_t data_start = 8 + header_length;
+  const uint64_t data_size = file.size() - data_start;
   std::vector<SafetensorsEntry> entries;
-  for (const auto& [name, info] : header.items()) {
+  for (const auto& item : header.items()) {
+    const std::string& name = item.key();
+    const nlohmann::json& info = item.value();
     if (name == "__metadata__") continue;
-    auto bad = [&](const std::string& what) { return file_error(path, fmt::format("tensor '{}': {}", name, what)); };
+    auto bad = [&](const std::string& what) {
+      return file_error(path, fmt::format("tensor '{}': {}", excerpt(name), what));
+    };
     if (!info.is_object() || !info.contains("dtype") || !info.contains("shape") || !info.contains("data_offsets")) {
       throw bad("needs \"dtype\", \"shape\" and \"data_offsets\"");
     }
@@ -95,14 +95,15 @@ std::vector<SafetensorsEntry> read_safetensors(const std::string& path) {
     entry.dtype = info["dtype"].get<std::string>();
     auto stored = stored_dtype(entry.dtype);
     if (!stored) {
-      throw bad(fmt::format("unsupported dtype {} (supported: F32, F16, BF16, I32, I64)", entry.dtype));
+      throw bad(fmt::format("unsupported dtype {} (supported: F32, F16, BF16, I32, I64)", excerpt(entry.dtype)));
     }
     if (!info["shape"].is_array()) throw bad("\"shape\" is not a list");
     uint64_t numel = 1;
     for (const auto& extent : info["shape"]) {
       if (!extent.is_number_unsigned()) throw bad("\"shape\" has an entry that is not a size");
       const uint64_t value = extent.get<uint64_t>();
-      if (value != 0 && numel > std::numeric_limits<uint64_t>::max() / 16 / value) {
+      if (value > uint64_t{std::numeric_limits<int64_t>::max()} ||
+          (value != 0 && numel > std::numeric_limits<uint64_t>::max() / 16 / value)) {
         throw bad("shape is too large");
       }
       numel *= value;
@@ -121,7 +122,8 @@ std::vector<SafetensorsEntry> read_safetensors(const std::string& path) {
       throw bad(fmt::format("data_offsets [{}, {}] hold {} bytes, but {} {} needs {}", begin, end, end - begin,
                             entry.dtype, shape_text(entry.shape), numel * stored->size));
     }
-    const auto* data = reinterpret_cast<const uint8_t*>(bytes.data() + data_start + begin);
+    const std::string bytes = file.read(data_start + begin, end - begin);
+    const auto* data = reinterpret_cast<const uint8_t*>(bytes.data());
     entry.tensor.dtype = stored->dtype;
     entry.tensor.shape = entry.shape;
     entry.tensor.data.resize(numel);

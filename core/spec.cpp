@@ -2,10 +2,7 @@
 // symbolic types. Every error carries file:line:col, the node and key, and a suggestion
 // where a nearest valid name exists.
 #include <algorithm>
-#include <cerrno>
 #include <charconv>
-#include <cstring>
-#include <fstream>
 #include <functional>
 #include <map>
 #include <set>
@@ -18,6 +15,7 @@
 
 #include "core/graph.h"
 #include "core/identifier.h"
+#include "core/input_file.h"
 
 namespace teeny {
 
@@ -68,7 +66,7 @@ Error Graph::error_at(const Node& node, const std::string& key, std::string mess
     size_t dot = k.rfind('.');
     k = dot == std::string::npos ? std::string() : k.substr(0, dot);
   }
-  Error error(fmt::format("node '{}': {}", node.name, message));
+  Error error(fmt::format("node '{}': {}", excerpt(node.name), message));
   if (source && pos.line > 0) error.at(source->location(pos.line, pos.column));
   return error;
 }
@@ -121,7 +119,7 @@ Position position(const YAML::Node& node) {
 std::string describe(const YAML::Node& node) {
   switch (node.Type()) {
     case YAML::NodeType::Scalar:
-      return fmt::format("'{}'", node.Scalar());
+      return fmt::format("'{}'", excerpt(node.Scalar()));
     case YAML::NodeType::Sequence:
       return node.size() ? "a list" : "an empty list";
     case YAML::NodeType::Map:
@@ -186,10 +184,11 @@ class SpecParser {
         throw error(key_pos, fmt::format("{}keys must be names, got {}", what, describe(entry.first)));
       const std::string& key = entry.first.Scalar();
       if (!allowed.empty() && std::find(allowed.begin(), allowed.end(), key) == allowed.end())
-        throw error(key_pos, fmt::format("{}unknown {}key '{}'{}", what, key_kind, key, did_you_mean(key, allowed)))
+        throw error(key_pos,
+                    fmt::format("{}unknown {}key '{}'{}", what, key_kind, excerpt(key), did_you_mean(key, allowed)))
             .note(fmt::format("valid keys: {}", join(allowed)));
       if (auto it = out.find(key); it != out.end())
-        throw error(key_pos, fmt::format("{}duplicate key '{}' (first at line {}, column {})", what, key,
+        throw error(key_pos, fmt::format("{}duplicate key '{}' (first at line {}, column {})", what, excerpt(key),
                                          it->second.key_pos.line, it->second.key_pos.column));
       Position value_pos = position(entry.second);
       if (entry.second.IsNull() || value_pos.line == 0) value_pos = key_pos;
@@ -219,14 +218,15 @@ class SpecParser {
     if (!is_identifier(text))
       throw error(field.value_pos, fmt::format("{} '{}' is not an identifier (letters, digits and '_', not "
                                                "starting with a digit)",
-                                               kind, text));
+                                               kind, excerpt(text)));
     return text;
   }
 
   int64_t integer(const Field& field, const std::string& what, const std::string& key) const {
     std::string text = scalar(field, what, key, "an integer");
     std::optional<int64_t> value = parse_int(text);
-    if (!value) throw error(field.value_pos, fmt::format("{}'{}' must be an integer, got '{}'", what, key, text));
+    if (!value)
+      throw error(field.value_pos, fmt::format("{}'{}' must be an integer, got '{}'", what, key, excerpt(text)));
     return *value;
   }
 
@@ -240,7 +240,7 @@ class SpecParser {
       if (!is_identifier(name))
         throw error(field.key_pos, fmt::format("dim name '{}' is not an identifier (letters, digits and '_', "
                                                "not starting with a digit)",
-                                               name));
+                                               excerpt(name)));
       if (const std::vector<std::string>& functions = expr_functions();
           std::find(functions.begin(), functions.end(), name) != functions.end())
         throw error(field.key_pos,
@@ -249,7 +249,7 @@ class SpecParser {
         throw error(field.key_pos, fmt::format("dim name '{}' is a device symbol ({}), bound from the GPU "
                                                "at run time",
                                                name, join(device_symbols())));
-      std::string what = fmt::format("dim '{}': ", name);
+      std::string what = fmt::format("dim '{}': ", excerpt(name));
       if (!field.value.IsMap())
         throw error(field.value_pos,
                     fmt::format("{}expected a map {{min, max, default}}, got {}", what, describe(field.value)));
@@ -300,8 +300,9 @@ class SpecParser {
   }
 
   Error unknown_dim(Position pos, const std::string& what, const std::string& dim, const std::string& entry) const {
-    std::string where = entry == dim ? "" : fmt::format(" in '{}'", entry);
-    Error e = error(pos, fmt::format("{}unknown dim '{}'{}{}", what, dim, where, did_you_mean(dim, dim_names())));
+    std::string where = entry == dim ? "" : fmt::format(" in '{}'", excerpt(entry));
+    Error e =
+        error(pos, fmt::format("{}unknown dim '{}'{}{}", what, excerpt(dim), where, did_you_mean(dim, dim_names())));
     if (graph_.dims.empty())
       e.note("the graph declares no dims; declare them under 'dims:'");
     else
@@ -326,7 +327,7 @@ class SpecParser {
     for (const std::string& dim : expr.dims())
       if (!graph_.find_dim(dim)) throw unknown_dim(pos, what, dim, text);
     if (auto value = expr.const_value(); value && *value <= 0 && !(allow_negative_one && *value == -1))
-      throw error(pos, fmt::format("{}shape entry '{}' must be positive", what, text));
+      throw error(pos, fmt::format("{}shape entry '{}' must be positive", what, excerpt(text)));
     return expr;
   }
 
@@ -343,7 +344,8 @@ class SpecParser {
     std::string text = scalar(field, what, "dtype", "a dtype name");
     std::optional<DType> parsed = parse_dtype(text);
     if (!parsed)
-      throw error(field.value_pos, fmt::format("{}unknown dtype '{}'{}", what, text, did_you_mean(text, dtype_names())))
+      throw error(field.value_pos,
+                  fmt::format("{}unknown dtype '{}'{}", what, excerpt(text), did_you_mean(text, dtype_names())))
           .note(fmt::format("dtypes: {}", join(dtype_names())));
     return *parsed;
   }
@@ -352,7 +354,8 @@ class SpecParser {
   void claim_name(const std::string& name, Position pos, const std::string& what) {
     auto [it, inserted] = defined_.emplace(name, pos);
     if (!inserted)
-      throw error(pos, fmt::format("{}duplicate name '{}' (first defined on line {})", what, name, it->second.line))
+      throw error(pos,
+                  fmt::format("{}duplicate name '{}' (first defined on line {})", what, excerpt(name), it->second.line))
           .note("graph input and node names must be unique");
   }
 
@@ -365,8 +368,8 @@ class SpecParser {
       if (!is_identifier(name))
         throw error(field.key_pos, fmt::format("input name '{}' is not an identifier (letters, digits and "
                                                "'_', not starting with a digit)",
-                                               name));
-      std::string what = fmt::format("input '{}': ", name);
+                                               excerpt(name)));
+      std::string what = fmt::format("input '{}': ", excerpt(name));
       if (!field.value.IsMap())
         throw error(field.value_pos,
                     fmt::format("{}expected a map {{dtype, shape}}, got {}", what, describe(field.value)));
@@ -457,13 +460,13 @@ class SpecParser {
     // Keys are checked before the name is known to be usable, so name the node by its
     // name when it has a plain one.
     std::string what = anon;
-    if (!sketches[index].name.empty()) what = fmt::format("node '{}': ", sketches[index].name);
+    if (!sketches[index].name.empty()) what = fmt::format("node '{}': ", excerpt(sketches[index].name));
     Fields keys = fields(yaml_node, kNodeKeys, what);
 
     Node node;
     node.pos = node_pos;
     node.name = identifier(require(keys, "name", node_pos, anon), "node name");
-    what = fmt::format("node '{}': ", node.name);
+    what = fmt::format("node '{}': ", excerpt(node.name));
     for (const auto& [key, field] : keys) node.key_pos[key] = field.value_pos;
     claim_name(node.name, keys.at("name").value_pos, "");
     node.ctx.node = node.name;
@@ -473,7 +476,7 @@ class SpecParser {
     node.op = registry_.find(op_name);
     if (!node.op)
       throw error(op_field.value_pos,
-                  fmt::format("{}unknown op '{}'{}", what, op_name, did_you_mean(op_name, registry_.names())))
+                  fmt::format("{}unknown op '{}'{}", what, excerpt(op_name), did_you_mean(op_name, registry_.names())))
           .note("`teeny ops` lists the registered ops");
     const OpDef& op = *node.op;
 
@@ -516,7 +519,8 @@ class SpecParser {
       if (!entry.IsScalar())
         throw error(pos, fmt::format("{}input entries must be names, got {}", what, describe(entry)));
       const std::string& input = entry.Scalar();
-      if (input == node.name) throw error(pos, fmt::format("{}cycle: {} -> {}", what, node.name, node.name));
+      if (input == node.name)
+        throw error(pos, fmt::format("{}cycle: {} -> {}", what, excerpt(node.name), excerpt(node.name)));
       const TensorType* type = defined_type(input);
       if (!type) throw undefined_input(pos, what, node.name, input, index, sketches);
       node.inputs.push_back(input);
@@ -562,13 +566,14 @@ class SpecParser {
         return error(pos, fmt::format("{}cycle: {}", what, cycle_text(*cycle)))
             .note("a node's inputs must be graph inputs or earlier nodes");
       }
-      return error(pos, fmt::format("{}input '{}' is defined later, on line {}", what, input, sketches[later].pos.line))
+      return error(pos, fmt::format("{}input '{}' is defined later, on line {}", what, excerpt(input),
+                                    sketches[later].pos.line))
           .note("a node's inputs must be graph inputs or earlier nodes; move it up");
     }
     std::vector<std::string> known;
     for (const GraphInput& graph_input : graph_.inputs) known.push_back(graph_input.name);
     for (const Node& earlier : graph_.nodes) known.push_back(earlier.name);
-    return error(pos, fmt::format("{}undefined input '{}'{}", what, input, did_you_mean(input, known)));
+    return error(pos, fmt::format("{}undefined input '{}'{}", what, excerpt(input), did_you_mean(input, known)));
   }
 
   // ---- attrs ---------------------------------------------------------------------------
@@ -589,7 +594,7 @@ class SpecParser {
       for (const auto& [name, attr] : given) {
         node.key_pos["attrs." + name] = attr.value_pos;
         if (std::find(names.begin(), names.end(), name) == names.end()) {
-          Error e = error(attr.key_pos, fmt::format("{}unknown attr '{}' for op '{}'{}", what, name, op.name,
+          Error e = error(attr.key_pos, fmt::format("{}unknown attr '{}' for op '{}'{}", what, excerpt(name), op.name,
                                                     did_you_mean(name, names)));
           e.note(names.empty() ? fmt::format("op '{}' takes no attrs", op.name)
                                : fmt::format("op '{}' attrs: {}", op.name, join(names)));
@@ -688,8 +693,9 @@ class SpecParser {
         if (!value.IsScalar()) throw bad();
         const std::string& text = value.Scalar();
         if (std::find(spec.choices.begin(), spec.choices.end(), text) == spec.choices.end())
-          throw error(field.value_pos, fmt::format("{}attr '{}' must be one of {}; got '{}'{}", what, spec.name,
-                                                   join(spec.choices), text, did_you_mean(text, spec.choices)));
+          throw error(field.value_pos,
+                      fmt::format("{}attr '{}' must be one of {}; got '{}'{}", what, spec.name, join(spec.choices),
+                                  excerpt(text), did_you_mean(text, spec.choices)));
         return text;
       }
       case AttrType::kIntPair: {
@@ -766,8 +772,8 @@ class SpecParser {
       if (!entry.IsScalar()) throw error(pos, fmt::format("output entries must be names, got {}", describe(entry)));
       const std::string& name = entry.Scalar();
       if (!defined_type(name))
-        throw error(pos, fmt::format("undefined output '{}'{}", name, did_you_mean(name, known)));
-      if (!listed.insert(name).second) throw error(pos, fmt::format("output '{}' is listed twice", name));
+        throw error(pos, fmt::format("undefined output '{}'{}", excerpt(name), did_you_mean(name, known)));
+      if (!listed.insert(name).second) throw error(pos, fmt::format("output '{}' is listed twice", excerpt(name)));
       graph_.outputs.push_back(name);
     }
   }
@@ -802,6 +808,11 @@ Graph parse_graph(const std::string& text, const std::string& path, const Regist
   auto source = std::make_shared<SourceFile>();
   source->path = path;
   source->lines = split_lines(text);
+  // yaml-cpp recurses once per level of nesting; refuse what would exhaust the stack first.
+  if (auto deep = yaml_nesting_beyond(text)) {
+    throw Error(fmt::format("lists and maps nested more than {} deep", kMaxNesting))
+        .at(source->location(deep->line, deep->column));
+  }
   YAML::Node root;
   try {
     root = YAML::Load(text);
@@ -814,11 +825,7 @@ Graph parse_graph(const std::string& text, const std::string& path, const Regist
 }
 
 Graph load_graph(const std::string& path, const Registry& registry) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) throw Error(fmt::format("cannot read graph spec '{}': {}", path, std::strerror(errno)));
-  std::ostringstream text;
-  text << file.rdbuf();
-  return parse_graph(text.str(), path, registry);
+  return parse_graph(read_input_file(path, "graph spec"), path, registry);
 }
 
 Bindings bind_dims(const std::vector<DimDecl>& dims, const std::vector<std::string>& binds) {

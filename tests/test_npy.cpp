@@ -155,7 +155,39 @@ TEST_F(NpyTest, MalformedFilesHaveExactMessages) {
   spit(f, v9);
   EXPECT_EQ(message_of(f), f + ": unsupported .npy format version 9 (1, 2 and 3 are read)");
 
-  EXPECT_EQ(message_of(path("missing.npy")), path("missing.npy") + ": cannot open: No such file or directory");
+  EXPECT_EQ(message_of(path("missing.npy")),
+            "cannot read .npy file '" + path("missing.npy") + "': No such file or directory");
+}
+
+// Headers that claim sizes no file has: refused from the header and the file's size, before
+// anything of that size is allocated or read.
+TEST_F(NpyTest, HostileHeadersAreRefusedBeforeReadingData) {
+  const std::string f = path("x.npy");
+  spit(f, npy_v1("{'descr': '<f4', 'fortran_order': False, 'shape': (12345678901234567890123, 2), }", ""));
+  EXPECT_EQ(message_of(f), f + ": malformed header at character 71: shape extent does not fit in 64 bits in "
+                               "\"{'descr': '<f4', 'fortran_order': False, 'shape': (12345678901234567890123, 2), }\"");
+
+  spit(f, npy_v1("{'descr': '<f4', 'fortran_order': False, 'shape': (4000000000, 4000000000, 4), }", ""));
+  EXPECT_EQ(message_of(f), f + ": shape (4000000000, 4000000000, 4) of '<f4' needs more than 2^64 bytes");
+
+  spit(f, npy_v1("{'descr': '<f8', 'fortran_order': False, 'shape': (1000000000, 1000), }", raw<double>({1, 2})));
+  EXPECT_EQ(message_of(f), f + ": data is 16 bytes, but shape (1000000000, 1000) of '<f8' needs 8000000000000");
+
+  std::string v2("\x93NUMPY\x02\x00\x00\x00\x00\x7f", 12);  // a 2 GiB header
+  spit(f, v2 + "{}");
+  EXPECT_EQ(message_of(f), f + ": header length 2130706432 is over the 1 MiB limit");
+
+  const std::string long_header =
+      "{'descr': '<f4', 'fortran_order': False, 'shape': (1, " + std::string(5000, 'x') + "}";
+  spit(f, npy_v1(long_header, ""));
+  EXPECT_EQ(message_of(f),
+            f + ": malformed header at character 55: expected a non-negative integer in the shape in \"" +
+                long_header.substr(0, 197) + "...\"");
+}
+
+TEST_F(NpyTest, OnlyRegularFilesAreRead) {
+  EXPECT_EQ(message_of(dir_.str()), "cannot read .npy file '" + dir_.str() + "': is a directory");
+  EXPECT_EQ(message_of("/dev/zero"), "cannot read .npy file '/dev/zero': not a regular file");
 }
 
 TEST_F(NpyTest, FailedWriteLeavesNothingBehind) {

@@ -123,6 +123,35 @@ TEST_F(SafetensorsTest, MalformedFilesHaveExactMessages) {
   EXPECT_EQ(read_error(f), f + ": tensor 'w': element 0 = 8589934592 does not fit in i32");
 }
 
+// Files whose header claims what no file holds: refused from the header and the file's size.
+TEST_F(SafetensorsTest, HostileFilesAreRefusedBeforeReadingData) {
+  const std::string f = path("h.safetensors");
+  spit(f, R"({"__metadata__":{"x":1e999}})", "");
+  EXPECT_EQ(read_error(f), f + ": header: number overflow parsing '1e999'");
+
+  spit(f, R"({"__metadata__":)" + std::string(100000, '[') + std::string(100000, ']') + "}", "");
+  EXPECT_EQ(read_error(f), f + ": header: lists and objects nested more than 64 deep, at line 1, column 80");
+
+  spit(f, R"({"w":{"dtype":"F32","shape":[0, 18446744073709551615],"data_offsets":[0,0]}})", "");
+  EXPECT_EQ(read_error(f), f + ": tensor 'w': shape is too large");
+
+  spit(f, R"({"w":{"dtype":"F32","shape":[1000000,1000000],"data_offsets":[0,4000000000000]}})", "");
+  EXPECT_EQ(read_error(f), f + ": tensor 'w': data_offsets [0, 4000000000000] are outside the 0-byte data section");
+
+  // A header length over the limit, in a sparse file that is as long as it says.
+  const uint64_t length = uint64_t{65} << 20;
+  std::string bytes;
+  for (int i = 0; i < 8; ++i) bytes.push_back(static_cast<char>((length >> (8 * i)) & 0xff));
+  testing::spit(f, bytes);
+  std::filesystem::resize_file(f, 8 + length);
+  EXPECT_EQ(read_error(f), f + ": header length 68157440 is over the 64 MiB limit");
+}
+
+TEST_F(SafetensorsTest, OnlyRegularFilesAreRead) {
+  EXPECT_EQ(read_error(dir_.str()), "cannot read safetensors file '" + dir_.str() + "': is a directory");
+  EXPECT_EQ(read_error("/dev/zero"), "cannot read safetensors file '/dev/zero': not a regular file");
+}
+
 class LoadWeightsTest : public SafetensorsTest {
  protected:
   std::vector<ParamShape> params{
