@@ -1,10 +1,13 @@
 #include "core/atomic_file.h"
 
 #include <atomic>
+#include <cctype>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
+#include <set>
 #include <system_error>
 
 #include <fcntl.h>
@@ -57,18 +60,39 @@ int write_synced(const fs::path& file, std::string_view bytes) {
 
 bool process_alive(long pid) { return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM; }
 
-// Temporary and set-aside directories of `base` left by a teeny process that died mid-write
-// (SIGKILL, power loss).
-void remove_stale_siblings(const fs::path& parent, const std::string& base) {
+// The pid in a name sibling_name made (".<base>.tmp-<pid>-<n>" or ".<base>.old-<pid>-<n>"), or 0.
+long owner_pid(const std::string& name) {
+  if (name.empty() || name[0] != '.') return 0;
+  for (const char* kind : {".tmp-", ".old-"}) {
+    const size_t at = name.rfind(kind);
+    if (at == std::string::npos || at == 0) continue;
+    const char* digits = name.c_str() + at + 5;
+    char* end = nullptr;
+    const long pid = std::strtol(digits, &end, 10);
+    if (end == digits || *end != '-' || end[1] == '\0') continue;
+    const char* counter = end + 1;
+    std::strtoul(counter, &end, 10);
+    if (std::isdigit(static_cast<unsigned char>(*counter)) && *end == '\0' && pid > 0) return pid;
+  }
+  return 0;
+}
+
+// Temporary files and directories, and set-aside directories, that a teeny process left in
+// `parent` when it died mid-write (SIGKILL, power loss), whatever target they were for: any
+// teeny command that writes into a folder clears them, so none survives the next one. Once per
+// folder and process.
+void remove_stale_siblings(const fs::path& parent) {
+  static std::mutex mutex;
+  static std::set<std::string> cleaned;
   std::error_code ec;
-  for (const fs::directory_entry& entry : fs::directory_iterator(parent, ec)) {
-    const std::string name = entry.path().filename().string();
-    for (const char* kind : {"tmp", "old"}) {
-      const std::string prefix = fmt::format(".{}.{}-", base, kind);
-      if (name.rfind(prefix, 0) != 0) continue;
-      const long pid = std::strtol(name.c_str() + prefix.size(), nullptr, 10);
-      if (pid > 0 && !process_alive(pid)) fs::remove_all(entry.path(), ec);
-    }
+  const fs::path folder = fs::absolute(parent, ec).lexically_normal();
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!cleaned.insert(folder.string()).second) return;
+  }
+  for (const fs::directory_entry& entry : fs::directory_iterator(folder, ec)) {
+    const long pid = owner_pid(entry.path().filename().string());
+    if (pid > 0 && !process_alive(pid)) fs::remove_all(entry.path(), ec);
   }
 }
 
@@ -98,6 +122,7 @@ void move_into_place(const fs::path& temp, const fs::path& target, const fs::pat
 
 void write_file_atomically(const std::string& path, std::string_view bytes, std::string_view what) {
   const fs::path target(path);
+  remove_stale_siblings(target.parent_path().empty() ? fs::path(".") : target.parent_path());
   const fs::path temp = sibling_name(target.parent_path(), target.filename().string(), "tmp");
   int err = write_synced(temp, bytes);
   if (err == 0 && std::rename(temp.c_str(), target.c_str()) != 0) err = errno;
@@ -117,7 +142,7 @@ void write_directory_atomically(const std::string& path, std::string_view what,
   if (target.filename().empty()) target = target.parent_path();  // "out.teeny/"
   const std::string base = target.filename().string();
   const fs::path parent = target.parent_path().empty() ? fs::path(".") : target.parent_path();
-  remove_stale_siblings(parent, base);
+  remove_stale_siblings(parent);
 
   const fs::path temp = sibling_name(parent, base, "tmp");
   std::error_code ec;

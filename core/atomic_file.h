@@ -1,7 +1,9 @@
 // Files and directories that appear whole or not at all. Everything is first written under a
 // unique temporary name in the target's own directory (same filesystem, so the final rename is
 // atomic), fsynced, then renamed over the target: a reader, a concurrent teeny process or a crash
-// never sees a partial file, and a failed write leaves nothing behind.
+// never sees a partial file, and a failed write leaves nothing behind. The temporary names carry
+// the writer's pid (".<name>.tmp-<pid>-<n>", ".<name>.old-<pid>-<n>"): what a killed writer left
+// is removed by the next write into the same folder, whatever its target.
 #pragma once
 
 #include <filesystem>
@@ -21,8 +23,7 @@ void write_new_file(const std::filesystem::path& file, std::string_view bytes);
 
 // Replaces the directory `path` with one that `fill` writes into the temporary directory it is
 // given: swapped in atomically where the filesystem can (renameat2 RENAME_EXCHANGE), else the old
-// one is moved aside first. Temporary directories left next to `path` by processes that died
-// mid-write are removed. Throws Error "cannot write <what> '<path>': <reason>".
+// one is moved aside first. Throws Error "cannot write <what> '<path>': <reason>".
 void write_directory_atomically(const std::string& path, std::string_view what,
                                 const std::function<void(const std::filesystem::path& temp)>& fill);
 
