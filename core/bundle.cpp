@@ -1,20 +1,22 @@
 #include "core/bundle.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
-#include <cstdio>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
+#include <limits>
 #include <map>
-#include <sstream>
+#include <memory>
+#include <set>
 
 #include <fmt/format.h>
 
 #include "core/atomic_file.h"
+#include "core/binding.h"
+#include "core/compile.h"
 #include "core/error.h"
 #include "core/identifier.h"
+#include "core/input_file.h"
+#include "core/ptx.h"
 #include "core/sha256.h"
 
 namespace teeny {
@@ -79,7 +81,10 @@ class Field {
   }
 
   int64_t integer() const {
-    if (!value_.is_number_integer()) fail(fmt::format("expected an integer, found {}", value_.dump()));
+    if (!value_.is_number_integer()) fail(fmt::format("expected an integer, found {}", excerpt(value_.dump())));
+    if (value_.is_number_unsigned() && value_.get<uint64_t>() > uint64_t{std::numeric_limits<int64_t>::max()}) {
+      fail(fmt::format("{} is out of range", value_.dump()));
+    }
     return value_.get<int64_t>();
   }
 
@@ -97,7 +102,7 @@ class Field {
       if (s == "inf") return INFINITY;
       if (s == "-inf") return -INFINITY;
     }
-    fail(fmt::format("expected a number, found {}", value_.dump()));
+    fail(fmt::format("expected a number, found {}", excerpt(value_.dump())));
   }
 
   Expr expr() const {
@@ -105,7 +110,7 @@ class Field {
     try {
       return Expr::parse(text);
     } catch (const Error& e) {
-      fail(fmt::format("bad expression '{}': {}", text, e.message()));
+      fail(fmt::format("bad expression '{}': {}", excerpt(text), e.message()));
     }
   }
 
@@ -118,7 +123,7 @@ class Field {
   DType dtype() const {
     std::string name = str();
     std::optional<DType> dtype = parse_dtype(name);
-    if (!dtype) fail(fmt::format("unknown dtype '{}'", name));
+    if (!dtype) fail(fmt::format("unknown dtype '{}'", excerpt(name)));
     return *dtype;
   }
 
@@ -165,18 +170,115 @@ T parse_enum(const Field& field, const std::vector<std::pair<const char*, T>>& n
     if (text == name) return value;
     choices.push_back(name);
   }
-  field.fail(fmt::format("unknown value '{}'{}", text, did_you_mean(text, choices)));
+  field.fail(fmt::format("unknown value '{}'{}", excerpt(text), did_you_mean(text, choices)));
 }
 
-// ---- files ----------------------------------------------------------------------------------
+// ---- the checks a compiled bundle passes, made again on load ------------------------------------
 
-std::string read_file(const fs::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) throw Error(fmt::format("cannot read: {}", std::strerror(errno)));
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) throw Error(fmt::format("cannot read: {}", std::strerror(errno)));
-  return text.str();
+// The largest dynamic shared memory any CUDA GPU gives a block (227 KiB, sm_90 and sm_100).
+constexpr int64_t kMaxDynamicSmem = 232448;
+
+constexpr const char* kAxes[] = {"x", "y", "z"};
+
+// A dim as the spec parser accepts it (core/spec.cpp).
+void check_dim(const Field& field, const BundleDim& dim, const std::vector<BundleDim>& earlier) {
+  if (!is_identifier(dim.name) || is_device_symbol(dim.name)) {
+    field["name"].fail(fmt::format("'{}' is not a dim name", excerpt(dim.name)));
+  }
+  for (const BundleDim& other : earlier) {
+    if (other.name == dim.name) field["name"].fail(fmt::format("duplicate dim '{}'", dim.name));
+  }
+  if (dim.min < 1) field.fail(fmt::format("min must be at least 1, got {}", dim.min));
+  if (dim.max < dim.min) field.fail(fmt::format("min {} is greater than max {}", dim.min, dim.max));
+  if (dim.default_value < dim.min || dim.default_value > dim.max) {
+    field.fail(fmt::format("default {} is outside [{}, {}]", dim.default_value, dim.min, dim.max));
+  }
+}
+
+// Grids and shared memory that are constants are checked against CUDA's limits here; the others
+// when the dims are bound (core/binding.cpp).
+void check_launch_shape(const Field& launch, const BundleLaunch& l) {
+  for (int d = 0; d < 3; ++d) {
+    const int64_t limit = d == 0 ? std::numeric_limits<int32_t>::max() : 65535;
+    if (auto value = l.grid[d].const_value(); value && (*value < 1 || *value > limit)) {
+      launch["grid"].items()[d].fail(fmt::format("grid.{} = {} is outside [1, {}]", kAxes[d], *value, limit));
+    }
+  }
+  if (auto bytes = l.dynamic_smem.const_value(); bytes && (*bytes < 0 || *bytes > kMaxDynamicSmem)) {
+    launch["dynamic_smem"].fail(fmt::format(
+        "{} bytes of dynamic shared memory is outside [0, {}], what CUDA GPUs allow", *bytes, kMaxDynamicSmem));
+  }
+}
+
+// Each argument at the next multiple of its alignment, with its kind's size: the kernel's
+// parameter buffer as compile lays it out.
+void check_arg_layout(const Field& field, const BundleArg& arg, int& end) {
+  const ArgLayout layout = arg_layout(arg.kind);
+  const int offset = (end + layout.align - 1) / layout.align * layout.align;
+  if (arg.size != layout.size || arg.offset != offset) {
+    field.fail(fmt::format("{} argument '{}' has size {} at offset {}; expected size {} at offset {}",
+                           arg_kind_name(arg.kind), excerpt(arg.name), arg.size, arg.offset, layout.size, offset));
+  }
+  end = offset + layout.size;
+}
+
+std::string join_types(const std::vector<std::string>& types) { return fmt::format("({})", fmt::join(types, ", ")); }
+
+std::string ntid_text(const std::optional<std::array<int, 3>>& ntid) { return ntid ? ntid_str(*ntid) : "none"; }
+
+// A launch's arguments and block against the PTX entry of the kernel actually loaded: a kernel
+// file swapped for another (checksums updated to match) is caught here, not by the driver.
+void check_launch_against_ptx(const BundleLaunch& launch, const PtxEntry& entry, const std::string& where) {
+  const std::string label = launch_label(launch.node, launch.index);
+  int ptx_bytes = 0, manifest_bytes = 0;
+  for (const PtxParam& param : entry.params)
+    ptx_bytes = (ptx_bytes + param.align - 1) / param.align * param.align + param.size;
+  for (const BundleArg& arg : launch.args) manifest_bytes = std::max(manifest_bytes, arg.offset + arg.size);
+  if (entry.params.size() != launch.args.size()) {
+    throw Error(
+        fmt::format("{}: the PTX entry takes {} parameters ({} bytes) but the manifest packs {} ({} bytes) "
+                    "for launch '{}'",
+                    where, entry.params.size(), ptx_bytes, launch.args.size(), manifest_bytes, label));
+  }
+  for (size_t p = 0; p < entry.params.size(); ++p) {
+    const PtxParam& param = entry.params[p];
+    const BundleArg& arg = launch.args[p];
+    if (param.type != arg.ptx_type || param.size != arg.size || param.align != arg_layout(arg.kind).align) {
+      throw Error(
+          fmt::format("{}: PTX parameter {} is {} ({} bytes, align {}) but the manifest packs argument {} "
+                      "'{}' as {} ({} bytes, align {}) for launch '{}'",
+                      where, p, param.type, param.size, param.align, p, arg.name, arg.ptx_type, arg.size,
+                      arg_layout(arg.kind).align, label));
+    }
+  }
+  if (std::string problem = block_problem(launch.block, entry); !problem.empty()) {
+    throw Error(fmt::format("{}: launch '{}': {}", where, label, problem));
+  }
+}
+
+// The manifest's account of a kernel against its loaded PTX.
+void check_kernel_against_ptx(const Bundle& bundle, int index, const std::string& file) {
+  const BundleKernel& kernel = bundle.kernels[index];
+  const std::string where = fmt::format("kernel '{}' in {}", kernel.name, file);
+  const std::vector<PtxEntry> entries = parse_ptx_entries(kernel.ptx, file);
+  const PtxEntry* entry = find_visible_entry(entries, kernel.entry);
+  if (entry == nullptr) {
+    throw Error(fmt::format("{}: the PTX has no '.visible .entry {}'", where, excerpt(kernel.entry)));
+  }
+  std::vector<std::string> types;
+  for (const PtxParam& param : entry->params) types.push_back(param.type);
+  if (types != kernel.ptx_params) {
+    throw Error(fmt::format("{}: the PTX entry's parameters are {} but the manifest lists {}", where, join_types(types),
+                            excerpt(join_types(kernel.ptx_params))));
+  }
+  if (entry->reqntid != kernel.reqntid || entry->maxntid != kernel.maxntid) {
+    throw Error(fmt::format("{}: the PTX entry has .reqntid {} and .maxntid {} but the manifest says {} and {}", where,
+                            ntid_text(entry->reqntid), ntid_text(entry->maxntid), ntid_text(kernel.reqntid),
+                            ntid_text(kernel.maxntid)));
+  }
+  for (const BundleLaunch& launch : bundle.launches) {
+    if (launch.kernel == index) check_launch_against_ptx(launch, *entry, where);
+  }
 }
 
 }  // namespace
@@ -331,15 +433,27 @@ Bundle bundle_from_json(const json& manifest) {
   b.graph_name = root["graph"]["name"].str();
   b.spec_path = root["graph"]["spec"].str();
   for (const Field& d : root["dims"].items()) {
-    b.dims.push_back({d["name"].str(), d["min"].integer(), d["max"].integer(), d["default"].integer()});
+    BundleDim dim{d["name"].str(), d["min"].integer(), d["max"].integer(), d["default"].integer()};
+    check_dim(d, dim, b.dims);
+    b.dims.push_back(std::move(dim));
   }
   Field fixed = root["fixed"];
   if (!fixed.raw().is_object()) fixed.fail("expected an object of dim values");
-  for (const auto& [name, value] : fixed.raw().items()) b.fixed[name] = Field(value, "fixed." + name).integer();
+  for (const auto& [name, value] : fixed.raw().items()) {
+    const Field field(value, "fixed." + excerpt(name));
+    const int64_t bound = field.integer();
+    auto dim =
+        std::find_if(b.dims.begin(), b.dims.end(), [&name = name](const BundleDim& d) { return d.name == name; });
+    if (dim == b.dims.end()) field.fail("not a dim of the bundle");
+    if (bound < dim->min || bound > dim->max) {
+      field.fail(fmt::format("{} is outside [{}, {}]", bound, dim->min, dim->max));
+    }
+    b.fixed[name] = bound;
+  }
   b.inputs = root["inputs"].strings();
   b.outputs = root["outputs"].strings();
 
-  std::map<std::string, bool> tensor_names;
+  std::map<std::string, size_t> tensor_index;
   for (const Field& t : root["tensors"].items()) {
     BundleTensor tensor{t["name"].str(),
                         t["dtype"].dtype(),
@@ -348,27 +462,56 @@ Bundle bundle_from_json(const json& manifest) {
                         t["producer"].str(),
                         t["alias_of"].str(),
                         t.has("id_bound") ? t["id_bound"].integer() : 0};
-    if (!tensor_names.emplace(tensor.name, true).second)
+    if (!tensor_index.emplace(tensor.name, b.tensors.size()).second)
       t["name"].fail(fmt::format("duplicate tensor '{}'", tensor.name));
     b.tensors.push_back(std::move(tensor));
   }
   auto check_tensor = [&](const Field& f) {
     std::string name = f.str();
-    if (!tensor_names.count(name)) f.fail(fmt::format("unknown tensor '{}'", name));
+    if (!tensor_index.count(name)) f.fail(fmt::format("unknown tensor '{}'", excerpt(name)));
     return name;
   };
   for (size_t i = 0; i < b.inputs.size(); ++i) check_tensor(root["inputs"].items()[i]);
   for (size_t i = 0; i < b.outputs.size(); ++i) check_tensor(root["outputs"].items()[i]);
 
+  // Nodes in execution order: each reads graph inputs and the outputs of nodes before it.
+  const std::set<std::string> graph_inputs(b.inputs.begin(), b.inputs.end());
+  std::set<std::string> available = graph_inputs;
   for (const Field& n : root["nodes"].items()) {
     BundleNode node;
     node.name = n["name"].str();
+    auto output = tensor_index.find(node.name);
+    if (output == tensor_index.end() || b.tensors[output->second].producer != node.name || available.count(node.name)) {
+      n["name"].fail(
+          fmt::format("node '{}' is defined twice or has no output tensor produced by it", excerpt(node.name)));
+    }
     node.op = n["op"].str();
     node.attrs = n["attrs"].raw();
     node.inputs = n["inputs"].strings();
+    for (size_t i = 0; i < node.inputs.size(); ++i) {
+      if (!available.count(node.inputs[i])) {
+        n["inputs"].items()[i].fail(
+            fmt::format("'{}' is neither a graph input nor the output of an earlier node", excerpt(node.inputs[i])));
+      }
+    }
     node.fused_from = n["fused_from"].strings();
     if (!n["dtype"].raw().is_null()) node.requested_dtype = n["dtype"].dtype();
+    available.insert(node.name);
     b.nodes.push_back(std::move(node));
+  }
+  auto is_node = [&](const std::string& name) { return available.count(name) && !graph_inputs.count(name); };
+  const std::vector<Field> tensor_fields = root["tensors"].items();
+  for (size_t t = 0; t < b.tensors.size(); ++t) {
+    const BundleTensor& tensor = b.tensors[t];
+    // A graph input has no producer; any other tensor is the output of the node of its name.
+    const bool is_input = graph_inputs.count(tensor.name) > 0;
+    if (is_input ? !tensor.producer.empty() : tensor.producer != tensor.name || !available.count(tensor.name)) {
+      tensor_fields[t]["producer"].fail(
+          fmt::format("tensor '{}' is not produced by node '{}'", excerpt(tensor.name), excerpt(tensor.producer)));
+    }
+    if (!tensor.alias_of.empty() && !tensor_index.count(tensor.alias_of)) {
+      tensor_fields[t]["alias_of"].fail(fmt::format("unknown tensor '{}'", excerpt(tensor.alias_of)));
+    }
   }
 
   Field checksums = root["checksums"];
@@ -376,7 +519,9 @@ Bundle bundle_from_json(const json& manifest) {
   for (const Field& k : root["kernels"].items()) {
     BundleKernel kernel;
     kernel.name = k["name"].str();
-    if (!is_identifier(kernel.name)) k["name"].fail(fmt::format("kernel name '{}' is not an identifier", kernel.name));
+    if (!is_identifier(kernel.name)) {
+      k["name"].fail(fmt::format("kernel name '{}' is not an identifier", excerpt(kernel.name)));
+    }
     if (!kernel_index.emplace(kernel.name, static_cast<int>(b.kernels.size())).second) {
       k["name"].fail(fmt::format("duplicate kernel '{}'", kernel.name));
     }
@@ -394,11 +539,11 @@ Bundle bundle_from_json(const json& manifest) {
   for (const Field& l : root["launches"].items()) {
     BundleLaunch launch;
     launch.node = l["node"].str();
-    if (b.find_node(launch.node) == nullptr) l["node"].fail(fmt::format("unknown node '{}'", launch.node));
+    if (!is_node(launch.node)) l["node"].fail(fmt::format("unknown node '{}'", excerpt(launch.node)));
     launch.index = l["index"].small_int();
     std::string kernel = l["kernel"].str();
     auto it = kernel_index.find(kernel);
-    if (it == kernel_index.end()) l["kernel"].fail(fmt::format("unknown kernel '{}'", kernel));
+    if (it == kernel_index.end()) l["kernel"].fail(fmt::format("unknown kernel '{}'", excerpt(kernel)));
     launch.kernel = it->second;
     launch.block = l["block"].int3();
     std::vector<Field> grid = l["grid"].items();
@@ -406,6 +551,8 @@ Bundle bundle_from_json(const json& manifest) {
     for (int d = 0; d < 3; ++d) launch.grid[d] = grid[d].expr();
     launch.dynamic_smem = l["dynamic_smem"].expr();
     launch.when = l["when"].expr();
+    check_launch_shape(l, launch);
+    int args_end = 0;
     for (const Field& a : l["args"].items()) {
       BundleArg arg;
       arg.kind = parse_enum<ArgKind>(a["kind"], {{"input", ArgKind::kInput},
@@ -420,6 +567,7 @@ Bundle bundle_from_json(const json& manifest) {
       arg.ptx_type = a["ptx_type"].str();
       arg.size = a["size"].small_int();
       arg.offset = a["offset"].small_int();
+      check_arg_layout(a, arg, args_end);
       if (is_pointer(arg.kind)) {
         arg.tensor = a["tensor"].str();
         arg.dtype = a["dtype"].dtype();
@@ -446,11 +594,17 @@ Bundle bundle_from_json(const json& manifest) {
     b.launches.push_back(std::move(launch));
   }
 
-  int64_t params_size = root["params_bin_size"].integer();
+  const int64_t params_size = root["params_bin_size"].integer();
+  if (params_size < 0) root["params_bin_size"].fail(fmt::format("{} is negative", params_size));
+  std::set<std::string> param_names;
   for (const Field& p : root["params"].items()) {
     BundleParam param;
     param.name = p["name"].str();
     param.node = p["node"].str();
+    if (!is_node(param.node)) p["node"].fail(fmt::format("unknown node '{}'", excerpt(param.node)));
+    if (!param_names.insert(param.name).second) {
+      p["name"].fail(fmt::format("duplicate parameter '{}'", excerpt(param.name)));
+    }
     param.slot = p["slot"].str();
     param.dtype = p["dtype"].dtype();
     param.shape = p["shape"].shape();
@@ -458,9 +612,10 @@ Bundle bundle_from_json(const json& manifest) {
         p["init"], {{"trained", ParamInit::kTrained}, {"zero", ParamInit::kZero}, {"host", ParamInit::kHost}});
     if (param.init == ParamInit::kHost) {
       int64_t offset = p["offset"].integer(), size = p["size"].integer();
-      if (offset < 0 || size < 0 || offset + size > params_size) {
-        p.fail(
-            fmt::format("bytes [{}, {}) lie outside {} ({} bytes)", offset, offset + size, kParamsFile, params_size));
+      if (offset < 0 || size < 0) p.fail(fmt::format("offset {} and size {} must not be negative", offset, size));
+      if (offset > params_size || size > params_size - offset) {
+        p.fail(fmt::format("bytes [{}, {}) lie outside {} ({} bytes)", offset, uint64_t(offset) + uint64_t(size),
+                           kParamsFile, params_size));
       }
       param.offset = static_cast<uint64_t>(offset);
       param.size = static_cast<uint64_t>(size);
@@ -471,10 +626,10 @@ Bundle bundle_from_json(const json& manifest) {
   for (const BundleLaunch& launch : b.launches) {
     for (const BundleArg& arg : launch.args) {
       if (arg.kind != ArgKind::kParam) continue;
-      bool known =
-          std::any_of(b.params.begin(), b.params.end(), [&](const BundleParam& p) { return p.name == arg.tensor; });
-      if (!known)
-        throw Error(fmt::format("{}: launch of node '{}' uses unknown param '{}'", kManifest, launch.node, arg.tensor));
+      if (!param_names.count(arg.tensor)) {
+        throw Error(fmt::format("{}: launch of node '{}' uses unknown param '{}'", kManifest, launch.node,
+                                excerpt(arg.tensor)));
+      }
     }
   }
   return b;
@@ -517,24 +672,16 @@ Bundle read_bundle(const std::string& path) {
   if (!fs::is_directory(dir, ec)) {
     throw fail(fs::exists(dir, ec) ? "not a directory" : "no such directory");
   }
-  auto read = [&](const std::string& name) {
+  auto open = [&](const std::string& name) {
     if (!fs::exists(dir / name, ec)) throw fail(fmt::format("missing file {}", name));
-    try {
-      return read_file(dir / name);
-    } catch (const Error& e) {
-      throw fail(fmt::format("{}: {}", name, e.message()));
-    }
+    return std::make_unique<InputFile>((dir / name).string(), "bundle file");
   };
 
-  std::string text = read(kManifest);
+  const std::string text = open(kManifest)->read_all();
+  Bundle bundle;
   json manifest;
   try {
-    manifest = json::parse(text);
-  } catch (const json::parse_error& e) {
-    throw fail(fmt::format("{} is not valid JSON (truncated or corrupted?): {}", kManifest, e.what()));
-  }
-  Bundle bundle;
-  try {
+    manifest = parse_json_text(text, kManifest);
     bundle = bundle_from_json(manifest);
   } catch (const Error& e) {
     throw fail(e.message());
@@ -546,11 +693,19 @@ Bundle read_bundle(const std::string& path) {
       throw fail(fmt::format("{} has been altered: its SHA-256 is {}, the manifest says {}", name, actual, expected));
     }
   };
-  for (BundleKernel& kernel : bundle.kernels) {
-    kernel.ptx = read(kernel_file(kernel.name));
-    verify(kernel_file(kernel.name), kernel.ptx, kernel.sha256);
+  for (size_t k = 0; k < bundle.kernels.size(); ++k) {
+    BundleKernel& kernel = bundle.kernels[k];
+    const std::string file = kernel_file(kernel.name);
+    kernel.ptx = open(file)->read_all();
+    verify(file, kernel.ptx, kernel.sha256);
+    check_kernel_against_ptx(bundle, static_cast<int>(k), (dir / file).string());
   }
-  std::string params = read(kParamsFile);
+  const auto params_file = open(kParamsFile);
+  const uint64_t declared = manifest["params_bin_size"].get<uint64_t>();
+  if (params_file->size() != declared) {
+    throw fail(fmt::format("{} is {} bytes, the manifest says {}", kParamsFile, params_file->size(), declared));
+  }
+  const std::string params = params_file->read(0, declared);
   std::string params_sha;
   try {
     params_sha = Field(manifest, "")["checksums"][kParamsFile].str();

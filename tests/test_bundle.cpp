@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <csignal>
@@ -215,7 +216,7 @@ TEST(Bundle, TruncatedManifest) {
   std::string text = slurp(manifest);
   spit(manifest, text.substr(0, text.size() / 2));
   std::string message = load_error(path);
-  std::string prefix = fmt::format("bundle '{}': manifest.json is not valid JSON (truncated or corrupted?): ", path);
+  std::string prefix = fmt::format("bundle '{}': manifest.json is not valid JSON: parse error at line ", path);
   EXPECT_EQ(message.rfind(prefix, 0), 0u) << message;
 }
 
@@ -267,6 +268,117 @@ TEST(Bundle, MalformedManifestFieldsNameTheirPath) {
             prefix + "params[1]: bytes [0, 4096) lie outside params.bin (32 bytes)");
   EXPECT_EQ(with([](nlohmann::json& m) { m["tensors"][0]["dtype"] = "f64"; }),
             prefix + "tensors[0].dtype: unknown dtype 'f64'");
+}
+
+// What compile would never write is refused on load, as strictly as compile checks it.
+TEST(BundleValidation, ManifestValuesOutOfRangeAreRefused) {
+  ScratchDir dir;
+  const std::string path = dir.str("t.teeny");
+  write_bundle(sample(), path);
+  const nlohmann::json good = nlohmann::json::parse(slurp(fs::path(path) / "manifest.json"));
+  auto with = [&](const std::function<void(nlohmann::json&)>& edit) { return load_error_edited(path, good, edit); };
+  const std::string prefix = fmt::format("bundle '{}': manifest.json: ", path);
+  EXPECT_EQ(with([](nlohmann::json& m) { m["dims"][0]["min"] = 2000; }),
+            prefix + "dims[0]: min 2000 is greater than max 1024");
+  EXPECT_EQ(with([](nlohmann::json& m) { m["dims"][0]["default"] = 2000; }),
+            prefix + "dims[0]: default 2000 is outside [1, 1024]");
+  EXPECT_EQ(with([](nlohmann::json& m) { m["dims"][0]["min"] = 0; }),
+            prefix + "dims[0]: min must be at least 1, got 0");
+  EXPECT_EQ(with([](nlohmann::json& m) { m["dims"][0]["max"] = 18446744073709551615u; }),
+            prefix + "dims[0].max: 18446744073709551615 is out of range");
+  EXPECT_EQ(with([](nlohmann::json& m) { m["fixed"]["B"] = 5000; }), prefix + "fixed.B: 5000 is outside [1, 1024]");
+  EXPECT_EQ(with([](nlohmann::json& m) { m["launches"][0]["args"][0]["size"] = 1 << 29; }),
+            prefix +
+                "launches[0].args[0]: input argument 'x' has size 536870912 at offset 0; expected size 8 at "
+                "offset 0");
+  EXPECT_EQ(with([](nlohmann::json& m) { m["launches"][0]["args"][6]["offset"] = 44; }),
+            prefix + "launches[0].args[6]: i64 argument 'count' has size 8 at offset 44; expected size 8 at offset 48");
+  EXPECT_EQ(with([](nlohmann::json& m) { m["launches"][0]["grid"][2] = "70000"; }),
+            prefix + "launches[0].grid[2]: grid.z = 70000 is outside [1, 65535]");
+  EXPECT_EQ(with([](nlohmann::json& m) { m["launches"][0]["dynamic_smem"] = "300000"; }),
+            prefix +
+                "launches[0].dynamic_smem: 300000 bytes of dynamic shared memory is outside [0, 232448], what "
+                "CUDA GPUs allow");
+}
+
+TEST(BundleValidation, GraphOrderAndNamesAreChecked) {
+  ScratchDir dir;
+  const std::string path = dir.str("t.teeny");
+  write_bundle(sample(), path);
+  const nlohmann::json good = nlohmann::json::parse(slurp(fs::path(path) / "manifest.json"));
+  auto with = [&](const std::function<void(nlohmann::json&)>& edit) { return load_error_edited(path, good, edit); };
+  const std::string prefix = fmt::format("bundle '{}': manifest.json: ", path);
+  EXPECT_EQ(with([](nlohmann::json& m) { std::swap(m["nodes"][0], m["nodes"][1]); }),
+            prefix + "nodes[0].inputs[0]: 'a' is neither a graph input nor the output of an earlier node");
+  EXPECT_EQ(with([](nlohmann::json& m) { m["nodes"][1]["name"] = "a"; }),
+            prefix + "nodes[1].name: node 'a' is defined twice or has no output tensor produced by it");
+  EXPECT_EQ(with([](nlohmann::json& m) { m["tensors"][0]["producer"] = "a"; }),
+            prefix + "tensors[0].producer: tensor 'x' is not produced by node 'a'");
+  EXPECT_EQ(with([](nlohmann::json& m) { m["params"][0]["node"] = "zz"; }),
+            prefix + "params[0].node: unknown node 'zz'");
+}
+
+TEST(BundleValidation, NumbersAndNestingTheParserCannotHoldAreErrors) {
+  ScratchDir dir;
+  const std::string path = dir.str("t.teeny");
+  write_bundle(sample(), path);
+  const fs::path manifest = fs::path(path) / "manifest.json";
+  const std::string good = slurp(manifest);
+  spit(manifest, "{\"format_version\": 1e999}");
+  EXPECT_EQ(load_error(path), fmt::format("bundle '{}': manifest.json: number overflow parsing '1e999'", path));
+  nlohmann::json m = nlohmann::json::parse(good);
+  m["nodes"][0]["attrs"] = nlohmann::json::object();
+  std::string text = m.dump();
+  const std::string attrs = "\"attrs\":{}";
+  text.replace(text.find(attrs), attrs.size(), "\"attrs\":" + std::string(100000, '[') + std::string(100000, ']'));
+  spit(manifest, text);
+  const std::string message = load_error(path);
+  EXPECT_EQ(message.rfind(fmt::format("bundle '{}': manifest.json: lists and objects nested more than 64 deep, at "
+                                      "line 1, column ",
+                                      path),
+                          0),
+            0u)
+      << message;
+}
+
+// A kernel file swapped for another kernel's, its checksum updated to match: the manifest's
+// account of the entry no longer fits the PTX actually loaded.
+TEST(BundleValidation, SwappedKernelFileIsDetectedWithoutAGpu) {
+  ScratchDir dir;
+  const std::string path = dir.str("t.teeny");
+  write_bundle(sample(), path);
+  const BundleKernel& kernel = sample().kernels[1];
+  const std::string file = "kernels/" + kernel.name + ".ptx";
+  const std::string foreign =
+      ".version 8.0\n.target sm_90\n.address_size 64\n.visible .entry " + kernel.entry +
+      "(\n.param .u64 p0,\n.param .u64 p1,\n.param .u32 p2\n)\n.maxntid 128, 1, 1\n{\nret;\n}\n";
+  spit(fs::path(path) / file, foreign);
+  nlohmann::json m = nlohmann::json::parse(slurp(fs::path(path) / "manifest.json"));
+  m["checksums"][file] = sha256_hex(foreign);
+  spit(fs::path(path) / "manifest.json", m.dump());
+  const std::string where = fmt::format("kernel '{}' in {}/{}", kernel.name, path, file);
+  EXPECT_EQ(load_error(path), where +
+                                  ": the PTX entry's parameters are (.u64, .u64, .u32) but the manifest lists "
+                                  "(.u64, .u64, .u64, .u64, .u64, .u32, .u64, .f32)");
+  m["kernels"][1]["ptx_params"] = {".u64", ".u64", ".u32"};
+  spit(fs::path(path) / "manifest.json", m.dump());
+  EXPECT_EQ(load_error(path),
+            where + ": the PTX entry takes 3 parameters (20 bytes) but the manifest packs 8 (60 bytes) for launch 'b'");
+}
+
+TEST(BundleValidation, FilesThatAreNotRegularFilesAreRefused) {
+  ScratchDir dir;
+  const std::string path = dir.str("t.teeny");
+  write_bundle(sample(), path);
+  fs::remove(fs::path(path) / "params.bin");
+  fs::create_directory(fs::path(path) / "params.bin");
+  EXPECT_EQ(load_error(path), fmt::format("cannot read bundle file '{}/params.bin': is a directory", path));
+  fs::remove(fs::path(path) / "params.bin");
+  ASSERT_EQ(mkfifo((fs::path(path) / "params.bin").c_str(), 0600), 0);
+  EXPECT_EQ(load_error(path), fmt::format("cannot read bundle file '{}/params.bin': not a regular file", path));
+  fs::remove(fs::path(path) / "params.bin");
+  spit(fs::path(path) / "params.bin", std::string(33, '\0'));
+  EXPECT_EQ(load_error(path), fmt::format("bundle '{}': params.bin is 33 bytes, the manifest says 32", path));
 }
 
 TEST(BundleWrite, ReplacesAnExistingBundleOnlyOnSuccess) {

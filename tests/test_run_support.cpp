@@ -2,6 +2,9 @@
 
 #include <vector>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 namespace teeny::testing_run {
 
 namespace {
@@ -28,6 +31,22 @@ BundleArg int_arg(const std::string& name, Expr value, int offset) {
   arg.offset = offset;
   arg.value = std::move(value);
   return arg;
+}
+
+// A kernel for `launch` whose PTX entry does nothing but takes the launch's arguments, as
+// read_bundle checks.
+BundleKernel placeholder_kernel(const BundleLaunch& launch) {
+  BundleKernel kernel;
+  kernel.name = launch.node == "h" ? "affine" : "add";
+  kernel.entry = kernel.name + "_entry_point";
+  std::vector<std::string> params;
+  for (size_t i = 0; i < launch.args.size(); ++i) {
+    kernel.ptx_params.push_back(launch.args[i].ptx_type);
+    params.push_back(fmt::format(".param {} {}_param_{}", launch.args[i].ptx_type, kernel.entry, i));
+  }
+  kernel.ptx = fmt::format(".version 8.0\n.target sm_90\n.address_size 64\n.visible .entry {}(\n{}\n)\n{{\nret;\n}}\n",
+                           kernel.entry, fmt::join(params, ",\n"));
+  return kernel;
 }
 
 }  // namespace
@@ -105,14 +124,6 @@ Bundle tiny_bundle() {
       BundleNode{"s", "test.add", nlohmann::json::object(), {"h", "x"}, std::nullopt, {}},
       BundleNode{"out", "test.flat", nlohmann::json::object(), {"s"}, std::nullopt, {}},
   };
-  for (const char* name : {"affine", "add"}) {
-    BundleKernel kernel;
-    kernel.name = name;
-    kernel.entry = std::string(name) + "_entry_point";
-    kernel.ptx = ".version 8.0\n.target sm_90\n.address_size 64\n.visible .entry " + kernel.entry + "()\n{\nret;\n}\n";
-    bundle.kernels.push_back(kernel);
-  }
-
   BundleLaunch affine;
   affine.node = "h";
   affine.kernel = 0;
@@ -133,6 +144,7 @@ Bundle tiny_bundle() {
   add.bytes = b * 3 * 4 * 3;
   add.flops = b * 3;
   bundle.launches = {affine, add};
+  for (const BundleLaunch& launch : bundle.launches) bundle.kernels.push_back(placeholder_kernel(launch));
 
   BundleParam weight;
   weight.name = "h.weight";

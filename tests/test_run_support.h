@@ -20,7 +20,8 @@ Registry test_registry();
 //                                    h.bias [3] (host bytes 0.5, 1, 1.5)
 //   s   = test.add(h, x)   [B, 3]
 //   out = test.flat(s)     [B*3]   (a view of s)
-// outputs: [out]. Two kernels with placeholder PTX (enough for everything but a GPU).
+// outputs: [out]. Two kernels with placeholder PTX whose entries take the launches' arguments
+// (enough for everything but a GPU).
 Bundle tiny_bundle();
 
 }  // namespace teeny::testing_run
