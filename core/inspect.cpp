@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <set>
+#include <unordered_map>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -16,6 +17,12 @@ class Inspector {
   Inspector(const Bundle& bundle, const Bindings& dims, const InspectDevice& device)
       : bundle_(bundle), bindings_(dims) {
     bindings_.insert(device.symbols.begin(), device.symbols.end());
+    for (const BundleTensor& t : bundle.tensors) tensors_.emplace(t.name, &t);
+    for (const BundleParam& p : bundle.params) {
+      params_.emplace(p.name, &p);
+      params_of_node_[p.node].push_back(&p);
+    }
+    for (const BundleLaunch& l : bundle.launches) launches_of_node_[l.node].push_back(&l);
   }
 
   InspectedExpr expr(const Expr& e) {
@@ -91,15 +98,15 @@ class Inspector {
     switch (a.kind) {
       case ArgKind::kInput:
       case ArgKind::kOutput: {
-        const BundleTensor& t = bundle_.tensor(a.tensor);
+        const BundleTensor& t = tensor_named(a.tensor);
         out.bound_to = t.alias_of.empty() ? a.tensor : fmt::format("{} (buffer of {})", a.tensor, t.alias_of);
         out.value = tensor_value(t);
         break;
       }
       case ArgKind::kParam:
         out.bound_to = a.tensor;
-        for (const BundleParam& p : bundle_.params) {
-          if (p.name != a.tensor) continue;
+        if (auto it = params_.find(a.tensor); it != params_.end()) {
+          const BundleParam& p = *it->second;
           try {
             out.value = fmt::format("{} {}", dtype_name(p.dtype), shape_text(eval_shape(p.shape, bindings_)));
           } catch (const Error& error) {
@@ -170,34 +177,61 @@ class Inspector {
     out.op = n.op;
     out.attrs = n.attrs;
     out.inputs = n.inputs;
-    out.output = tensor(bundle_.tensor(n.name));
-    for (const BundleParam& p : bundle_.params) {
-      if (p.node == n.name) out.params.push_back(param(p));
+    out.output = tensor(tensor_named(n.name));
+    if (auto it = params_of_node_.find(n.name); it != params_of_node_.end()) {
+      for (const BundleParam* p : it->second) out.params.push_back(param(*p));
     }
-    for (const BundleLaunch& l : bundle_.launches) {
-      if (l.node == n.name) out.launches.push_back(launch(l));
+    if (auto it = launches_of_node_.find(n.name); it != launches_of_node_.end()) {
+      for (const BundleLaunch* l : it->second) out.launches.push_back(launch(*l));
     }
     out.fused_from = n.fused_from;
     return out;
   }
 
   void totals(Inspection& out) {
-    Expr param_bytes = 0, bytes = 0, flops = 0;
+    std::vector<Expr> param_bytes, bytes, flops;
     for (const BundleParam& p : bundle_.params) {
-      param_bytes = param_bytes + product(p.shape) * Expr(static_cast<int64_t>(dtype_size(p.dtype)));
+      param_bytes.push_back(product(p.shape) * Expr(static_cast<int64_t>(dtype_size(p.dtype))));
     }
     for (const BundleLaunch& l : bundle_.launches) {
-      bytes = bytes + l.when * l.bytes;
-      flops = flops + l.when * l.flops;
+      bytes.push_back(l.when * l.bytes);
+      flops.push_back(l.when * l.flops);
     }
     out.node_count = bundle_.nodes.size();
     out.kernel_count = bundle_.kernels.size();
     out.launch_count = bundle_.launches.size();
     out.param_count = bundle_.params.size();
-    out.param_bytes = expr(param_bytes);
-    out.bytes = expr(bytes);
-    out.flops = expr(flops);
+    out.param_bytes = total(param_bytes);
+    out.bytes = total(bytes);
+    out.flops = total(flops);
     out.params_bin_bytes = bundle_.param_bytes.size();
+  }
+
+  // The sum of `terms` with like terms gathered, so that a bundle of 10^5 identical launches
+  // totals one term times 10^5, not a sum 10^5 terms long.
+  InspectedExpr total(const std::vector<Expr>& terms) {
+    std::vector<std::pair<Expr, int64_t>> distinct;  // in first-seen order, with their counts
+    std::unordered_map<std::string, size_t> position;
+    for (const Expr& term : terms) {
+      auto [it, inserted] = position.emplace(term.str(), distinct.size());
+      if (inserted) distinct.emplace_back(term, 0);
+      ++distinct[it->second].second;
+    }
+    try {
+      std::vector<Expr> gathered;
+      for (const auto& [term, count] : distinct) gathered.push_back(term * Expr(count));
+      return expr(sum(gathered));
+    } catch (const Error& error) {  // an overflow, or a sum too large to hold
+      InspectedExpr out;
+      out.error = error.message();
+      return out;
+    }
+  }
+
+  const BundleTensor& tensor_named(const std::string& name) const {
+    auto it = tensors_.find(name);
+    if (it == tensors_.end()) throw Error(fmt::format("bundle has no tensor '{}'", name));
+    return *it->second;
   }
 
   std::vector<std::string> unbound_device_symbols() const {
@@ -212,6 +246,11 @@ class Inspector {
   const Bundle& bundle_;
   Bindings bindings_;
   std::set<std::string> unbound_;
+  // Lookups by name: scanning the bundle for each node made inspect quadratic in its size.
+  std::unordered_map<std::string, const BundleTensor*> tensors_;
+  std::unordered_map<std::string, const BundleParam*> params_;
+  std::unordered_map<std::string, std::vector<const BundleParam*>> params_of_node_;
+  std::unordered_map<std::string, std::vector<const BundleLaunch*>> launches_of_node_;
 };
 
 std::vector<InspectedDim> inspected_dims(const Bundle& bundle, const Bindings& dims) {
