@@ -1,6 +1,7 @@
 // teeny's entry point: registers the subcommands, runs the chosen one, and is the only place
 // that catches teeny::Error (rendered to stderr; exit code from the error).
 #include <iostream>
+#include <new>
 
 #include <CLI/CLI.hpp>
 
@@ -44,6 +45,11 @@ int main(int argc, char** argv) {
     std::cout.flush();
     std::cerr << e.render();
     return static_cast<int>(e.code());
+  } catch (const std::bad_alloc&) {
+    // Sizes every check let through can still be more than this machine holds.
+    std::cout.flush();
+    std::cerr << "teeny: error: out of host memory\n";
+    return static_cast<int>(teeny::ExitCode::kInvalidInput);
   } catch (const std::exception& e) {
     // A bug, not bad input: still a message and an exit code rather than an abort.
     std::cerr << "teeny: internal error: " << e.what() << "\n";

@@ -2,12 +2,37 @@
 
 #include <fmt/format.h>
 
+#include "core/input_file.h"
+
 namespace teeny {
 
 namespace {
 
 TensorType symbolic_type(const BundleTensor& tensor) {
   return TensorType{tensor.dtype, tensor.shape, tensor.row_stride};
+}
+
+// The values of the node's params in the op's own slot order; the bundle records which param
+// buffer holds each slot.
+std::vector<HostTensor> node_params(const Bundle& bundle, const OpDef& def, const OpContext& ctx,
+                                    const std::map<std::string, HostTensor>& params) {
+  std::vector<HostTensor> values;
+  if (!def.params) return values;
+  for (const ParamSpec& spec : def.params(ctx)) {
+    const BundleParam* found = nullptr;
+    for (const BundleParam& param : bundle.params) {
+      if (param.node == ctx.node && param.slot == spec.slot) found = &param;
+    }
+    if (!found) {
+      throw Error(fmt::format("the bundle has no parameter for slot '{}'", spec.slot));
+    }
+    auto value = params.find(found->name);
+    if (value == params.end()) {
+      throw Error(fmt::format("no value for parameter '{}'", found->name));
+    }
+    values.push_back(value->second);
+  }
+  return values;
 }
 
 }  // namespace
@@ -35,30 +60,16 @@ HostTensor reference_node(const BoundBundle& bound, const Registry& registry, si
 
   const BoundTensor& output = bound.tensor(node.name);
   RefContext ref{ctx, inputs, {}, output.shape};
-  if (def->params) {
-    // The op's own slot order; the bundle records which param buffer holds each slot.
-    for (const ParamSpec& spec : def->params(ctx)) {
-      const BundleParam* found = nullptr;
-      for (const BundleParam& param : bundle.params) {
-        if (param.node == node.name && param.slot == spec.slot) found = &param;
-      }
-      if (!found) {
-        throw Error(fmt::format("{}: the bundle has no parameter for slot '{}'", where, spec.slot));
-      }
-      auto value = params.find(found->name);
-      if (value == params.end()) {
-        throw Error(fmt::format("{}: no value for parameter '{}'", where, found->name));
-      }
-      ref.params.push_back(value->second);
-    }
-  }
-
   HostTensor result;
   try {
+    ref.params = node_params(bundle, *def, ctx, params);
     result = def->reference(ref);
   } catch (Error& error) {
     error.context(where);
     throw;
+  } catch (const nlohmann::json::exception& error) {  // attrs of a bundle edited by hand
+    throw Error(
+        fmt::format("{}: attrs {} do not fit the op: {}", where, excerpt(node.attrs.dump()), json_error_text(error)));
   }
   if (result.shape != output.shape || static_cast<int64_t>(result.data.size()) != output.numel()) {
     throw Error(fmt::format("{}: returned shape [{}] with {} values; expected [{}]", where,
