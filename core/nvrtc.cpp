@@ -176,7 +176,7 @@ std::string default_cache_dir() {
 }
 
 int arch_sm(const std::string& arch) {
-  static const std::regex arch_pattern("(sm|compute)_([0-9]+)[af]?");
+  static const std::regex arch_pattern("(sm|compute)_([0-9]{1,4})[af]?");
   std::smatch match;
   if (!std::regex_match(arch, match, arch_pattern)) {
     throw Error(fmt::format("invalid --arch '{}': expected sm_NN or compute_NN, e.g. sm_90", arch));

@@ -15,6 +15,9 @@ struct Token {
   int line = 0;
 };
 
+// The most bytes of parameters a kernel may take (CUDA 12.1 and later, Volta and later).
+constexpr int kMaxParamBytes = 32764;
+
 bool is_word_char(char c) {
   return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '$' || c == '%' || c == '.';
 }
@@ -101,7 +104,7 @@ class EntryParser {
 
   [[noreturn]] void fail(const std::string& expected) const {
     int line = pos_ < tokens_.size() ? tokens_[pos_].line : (tokens_.empty() ? 0 : tokens_.back().line);
-    std::string found = pos_ < tokens_.size() ? fmt::format("'{}'", tokens_[pos_].text) : "end of file";
+    std::string found = pos_ < tokens_.size() ? fmt::format("'{}'", excerpt(tokens_[pos_].text)) : "end of file";
     throw Error(
         fmt::format("{}:{}: cannot read PTX entry declaration: expected {}, found {}", what_, line, expected, found));
   }
@@ -111,8 +114,11 @@ class EntryParser {
     return tokens_[pos_++].text;
   }
 
-  int expect_int(const std::string& what) {
+  // A count or size in a declaration, at most `max`: PTX's own limits (1024 threads, 4 KiB to
+  // 32 KiB of parameters) are far below what a hostile file may write.
+  int expect_int(const std::string& what, int max) {
     if (!is_integer(peek())) fail(what);
+    if (peek().size() > 9 || std::stoi(peek()) > max) fail(fmt::format("{} of at most {}", what, max));
     return std::stoi(tokens_[pos_++].text);
   }
 
@@ -145,7 +151,7 @@ class EntryParser {
     while (pos_ < tokens_.size() && peek()[0] == '.') {
       std::string attr = tokens_[pos_++].text;
       if (attr == ".align") {
-        int value = expect_int("an alignment");
+        int value = expect_int("an alignment", kMaxParamBytes);
         if (param.is_pointer) {
           param.pointee_align = value;
         } else {
@@ -163,7 +169,7 @@ class EntryParser {
     int count = 1;
     if (peek() == "[") {
       ++pos_;
-      count = expect_int("an array length");
+      count = expect_int("an array length", kMaxParamBytes);
       expect("]");
     }
     int element = ptx_type_size(param.type);
@@ -180,7 +186,7 @@ class EntryParser {
         ++pos_;
         std::array<int, 3> ntid{1, 1, 1};
         for (int d = 0; d < 3; ++d) {
-          ntid[d] = expect_int("a thread count");
+          ntid[d] = expect_int("a thread count", 1024);
           if (peek() != ",") break;
           ++pos_;
         }

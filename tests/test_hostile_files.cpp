@@ -180,6 +180,13 @@ TEST_F(HostileRunFiles, EditedAttrsAreAnErrorOfTheNode) {
             "must be number, but is string");
 }
 
+TEST(HostileFlags, AnArchNumberPastIntIsAnError) {
+  Command r = testing::run_teeny("compile " + std::string(TEENY_SOURCE_DIR) +
+                                 "/graphs/mnist_mlp.yaml --arch sm_99999999999 -o /nonexistent/x.teeny");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.err, "teeny: error: invalid --arch 'sm_99999999999': expected sm_NN or compute_NN, e.g. sm_90\n");
+}
+
 // ---- nesting -----------------------------------------------------------------------------------
 
 TEST(Nesting, DeepYamlIsRefusedBeforeParsing) {

@@ -138,6 +138,24 @@ TEST(Ptx, MalformedDeclarationNamesFileAndLine) {
   }
 }
 
+// Numbers a hostile PTX file may write past int's range (std::stoi threw, an "internal error").
+TEST(Ptx, HugeNumbersInDeclarationsAreErrors) {
+  auto error_of = [](const std::string& ptx) {
+    try {
+      parse_ptx_entries(ptx, "kernels/k.ptx");
+    } catch (const Error& e) {
+      return e.message();
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(error_of(".visible .entry k()\n.maxntid 99999999999999999999, 1, 1\n{ ret; }\n"),
+            "kernels/k.ptx:2: cannot read PTX entry declaration: expected a thread count of at most 1024, found "
+            "'99999999999999999999'");
+  EXPECT_EQ(error_of(".visible .entry k(\n.param .align 8 .b8 k_param_0[4294967296]\n)\n{ ret; }\n"),
+            "kernels/k.ptx:2: cannot read PTX entry declaration: expected an array length of at most 32764, found "
+            "'4294967296'");
+}
+
 TEST(Ptx, TypeSizes) {
   EXPECT_EQ(ptx_type_size(".u64"), 8);
   EXPECT_EQ(ptx_type_size(".s32"), 4);
