@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
@@ -301,7 +302,106 @@ const BundleNode* Bundle::find_node(const std::string& name) const {
 
 // ---- manifest ---------------------------------------------------------------------------------
 
-json bundle_to_json(const Bundle& bundle) {
+namespace {
+
+json tensor_json(const BundleTensor& t) {
+  json out = {{"name", t.name},
+              {"dtype", dtype_name(t.dtype)},
+              {"shape", shape_json(t.shape)},
+              {"row_stride", t.row_stride.str()},
+              {"producer", t.producer},
+              {"alias_of", t.alias_of}};
+  if (t.id_bound > 0) out["id_bound"] = t.id_bound;
+  return out;
+}
+
+json node_json(const BundleNode& n) {
+  json out = {{"name", n.name}, {"op", n.op}, {"attrs", n.attrs}, {"inputs", n.inputs}, {"fused_from", n.fused_from}};
+  out["dtype"] = n.requested_dtype ? json(dtype_name(*n.requested_dtype)) : json(nullptr);
+  return out;
+}
+
+json kernel_json(const BundleKernel& k) {
+  return {{"name", k.name},
+          {"entry", k.entry},
+          {"file", kernel_file(k.name)},
+          {"target", k.target},
+          {"source", {{"file", k.source_file}, {"line", k.source_line}}},
+          {"reqntid", k.reqntid ? array_json(*k.reqntid) : json(nullptr)},
+          {"maxntid", k.maxntid ? array_json(*k.maxntid) : json(nullptr)},
+          {"ptx_params", k.ptx_params}};
+}
+
+json arg_json(const BundleArg& a) {
+  json arg = {{"kind", arg_kind_name(a.kind)}, {"name", a.name}, {"c_type", a.c_type},
+              {"ptx_type", a.ptx_type},        {"size", a.size}, {"offset", a.offset}};
+  if (is_pointer(a.kind)) {
+    arg["tensor"] = a.tensor;
+    arg["dtype"] = dtype_name(a.dtype);
+  } else if (a.kind == ArgKind::kF32) {
+    arg["value"] = float_json(a.fvalue);
+  } else if (a.kind == ArgKind::kTensorMap) {
+    arg["of"] = a.map.of;
+    arg["cols"] = a.map.cols.str();
+    arg["rows"] = a.map.rows.str();
+    arg["row_stride"] = a.map.row_stride.str();
+    arg["box"] = {a.map.box_cols, a.map.box_rows};
+    arg["swizzle"] = a.map.swizzle;
+  } else {
+    arg["value"] = a.value.str();
+  }
+  return arg;
+}
+
+json launch_json(const BundleLaunch& l, const std::vector<BundleKernel>& kernels) {
+  json args = json::array();
+  for (const BundleArg& a : l.args) args.push_back(arg_json(a));
+  return {{"node", l.node},
+          {"index", l.index},
+          {"kernel", kernels.at(l.kernel).name},
+          {"block", array_json(l.block)},
+          {"grid", {l.grid[0].str(), l.grid[1].str(), l.grid[2].str()}},
+          {"dynamic_smem", l.dynamic_smem.str()},
+          {"args", std::move(args)},
+          {"bytes", l.bytes.str()},
+          {"flops", l.flops.str()},
+          {"when", l.when.str()}};
+}
+
+json param_json(const BundleParam& p) {
+  json param = {{"name", p.name},
+                {"node", p.node},
+                {"slot", p.slot},
+                {"dtype", dtype_name(p.dtype)},
+                {"shape", shape_json(p.shape)},
+                {"init", param_init_name(p.init)}};
+  if (p.init == ParamInit::kHost) {
+    param["offset"] = p.offset;
+    param["size"] = p.size;
+  }
+  if (const auto& range = p.hints.random_range) param["random_range"] = {(*range)[0], (*range)[1]};
+  if (!p.hints.unused_state.empty()) param["unused_state"] = p.hints.unused_state;
+  return param;
+}
+
+// A list of the manifest, made an entry at a time, so that the manifest's text can be written
+// without holding the whole tree.
+struct ManifestList {
+  const char* key;
+  size_t size;
+  std::function<json(size_t)> entry;
+};
+
+std::vector<ManifestList> manifest_lists(const Bundle& b) {
+  return {{"tensors", b.tensors.size(), [&](size_t i) { return tensor_json(b.tensors[i]); }},
+          {"nodes", b.nodes.size(), [&](size_t i) { return node_json(b.nodes[i]); }},
+          {"kernels", b.kernels.size(), [&](size_t i) { return kernel_json(b.kernels[i]); }},
+          {"launches", b.launches.size(), [&](size_t i) { return launch_json(b.launches[i], b.kernels); }},
+          {"params", b.params.size(), [&](size_t i) { return param_json(b.params[i]); }}};
+}
+
+// The manifest but for its lists, with the kernels' checksums given (one per kernel).
+json manifest_head(const Bundle& bundle, const std::vector<std::string>& kernel_sha256) {
   json m;
   m["format_version"] = bundle.format_version;
   m["teeny_version"] = bundle.teeny_version;
@@ -314,105 +414,60 @@ json bundle_to_json(const Bundle& bundle) {
   for (const BundleDim& d : bundle.dims) {
     dims.push_back({{"name", d.name}, {"min", d.min}, {"max", d.max}, {"default", d.default_value}});
   }
-  m["dims"] = dims;
+  m["dims"] = std::move(dims);
   m["fixed"] = json::object();
   for (const auto& [name, value] : bundle.fixed) m["fixed"][name] = value;
   m["inputs"] = bundle.inputs;
   m["outputs"] = bundle.outputs;
-
-  json tensors = json::array();
-  for (const BundleTensor& t : bundle.tensors) {
-    tensors.push_back({{"name", t.name},
-                       {"dtype", dtype_name(t.dtype)},
-                       {"shape", shape_json(t.shape)},
-                       {"row_stride", t.row_stride.str()},
-                       {"producer", t.producer},
-                       {"alias_of", t.alias_of}});
-    if (t.id_bound > 0) tensors.back()["id_bound"] = t.id_bound;
-  }
-  m["tensors"] = tensors;
-
-  json nodes = json::array();
-  for (const BundleNode& n : bundle.nodes) {
-    json node = {
-        {"name", n.name}, {"op", n.op}, {"attrs", n.attrs}, {"inputs", n.inputs}, {"fused_from", n.fused_from}};
-    node["dtype"] = n.requested_dtype ? json(dtype_name(*n.requested_dtype)) : json(nullptr);
-    nodes.push_back(std::move(node));
-  }
-  m["nodes"] = nodes;
-
-  json kernels = json::array();
-  json checksums = json::object();
-  for (const BundleKernel& k : bundle.kernels) {
-    kernels.push_back({{"name", k.name},
-                       {"entry", k.entry},
-                       {"file", kernel_file(k.name)},
-                       {"target", k.target},
-                       {"source", {{"file", k.source_file}, {"line", k.source_line}}},
-                       {"reqntid", k.reqntid ? array_json(*k.reqntid) : json(nullptr)},
-                       {"maxntid", k.maxntid ? array_json(*k.maxntid) : json(nullptr)},
-                       {"ptx_params", k.ptx_params}});
-    checksums[kernel_file(k.name)] = k.sha256;
-  }
-  m["kernels"] = kernels;
-
-  json launches = json::array();
-  for (const BundleLaunch& l : bundle.launches) {
-    json args = json::array();
-    for (const BundleArg& a : l.args) {
-      json arg = {{"kind", arg_kind_name(a.kind)}, {"name", a.name}, {"c_type", a.c_type},
-                  {"ptx_type", a.ptx_type},        {"size", a.size}, {"offset", a.offset}};
-      if (is_pointer(a.kind)) {
-        arg["tensor"] = a.tensor;
-        arg["dtype"] = dtype_name(a.dtype);
-      } else if (a.kind == ArgKind::kF32) {
-        arg["value"] = float_json(a.fvalue);
-      } else if (a.kind == ArgKind::kTensorMap) {
-        arg["of"] = a.map.of;
-        arg["cols"] = a.map.cols.str();
-        arg["rows"] = a.map.rows.str();
-        arg["row_stride"] = a.map.row_stride.str();
-        arg["box"] = {a.map.box_cols, a.map.box_rows};
-        arg["swizzle"] = a.map.swizzle;
-      } else {
-        arg["value"] = a.value.str();
-      }
-      args.push_back(std::move(arg));
-    }
-    launches.push_back({{"node", l.node},
-                        {"index", l.index},
-                        {"kernel", bundle.kernels.at(l.kernel).name},
-                        {"block", array_json(l.block)},
-                        {"grid", {l.grid[0].str(), l.grid[1].str(), l.grid[2].str()}},
-                        {"dynamic_smem", l.dynamic_smem.str()},
-                        {"args", args},
-                        {"bytes", l.bytes.str()},
-                        {"flops", l.flops.str()},
-                        {"when", l.when.str()}});
-  }
-  m["launches"] = launches;
-
-  json params = json::array();
-  for (const BundleParam& p : bundle.params) {
-    json param = {{"name", p.name},
-                  {"node", p.node},
-                  {"slot", p.slot},
-                  {"dtype", dtype_name(p.dtype)},
-                  {"shape", shape_json(p.shape)},
-                  {"init", param_init_name(p.init)}};
-    if (p.init == ParamInit::kHost) {
-      param["offset"] = p.offset;
-      param["size"] = p.size;
-    }
-    if (const auto& range = p.hints.random_range) param["random_range"] = {(*range)[0], (*range)[1]};
-    if (!p.hints.unused_state.empty()) param["unused_state"] = p.hints.unused_state;
-    params.push_back(std::move(param));
-  }
-  m["params"] = params;
   m["params_bin_size"] = bundle.param_bytes.size();
+
+  json checksums = json::object();
+  for (size_t k = 0; k < bundle.kernels.size(); ++k) checksums[kernel_file(bundle.kernels[k].name)] = kernel_sha256[k];
   checksums[kParamsFile] =
       sha256_hex(std::string_view(reinterpret_cast<const char*>(bundle.param_bytes.data()), bundle.param_bytes.size()));
-  m["checksums"] = checksums;
+  m["checksums"] = std::move(checksums);
+  return m;
+}
+
+// The manifest's text: bundle_to_json's JSON, compact, with each entry of a list on a line of its
+// own. Written an entry at a time: the whole tree of a bundle of 10^5 launches took seconds to
+// build and gigabytes to hold, and its indented text was 1.8 KB a launch.
+std::string manifest_text(const Bundle& bundle, const std::vector<std::string>& kernel_sha256) {
+  json head = manifest_head(bundle, kernel_sha256);
+  const std::vector<ManifestList> lists = manifest_lists(bundle);
+  for (const ManifestList& list : lists) head[list.key] = nullptr;  // its place among the keys, in order
+  std::string out = "{";
+  const char* separator = "\n  ";
+  for (const auto& [key, value] : head.items()) {
+    out += separator + json(key).dump() + ": ";
+    separator = ",\n  ";
+    auto list = std::find_if(lists.begin(), lists.end(), [&](const ManifestList& l) { return key == l.key; });
+    if (list == lists.end()) {
+      out += value.dump();
+      continue;
+    }
+    out += "[";
+    for (size_t i = 0; i < list->size; ++i) out += (i == 0 ? "\n    " : ",\n    ") + list->entry(i).dump();
+    out += list->size == 0 ? "]" : "\n  ]";
+  }
+  return out + "\n}\n";
+}
+
+std::vector<std::string> recorded_sha256(const std::vector<BundleKernel>& kernels) {
+  std::vector<std::string> sha256;
+  for (const BundleKernel& k : kernels) sha256.push_back(k.sha256);
+  return sha256;
+}
+
+}  // namespace
+
+json bundle_to_json(const Bundle& bundle) {
+  json m = manifest_head(bundle, recorded_sha256(bundle.kernels));
+  for (const ManifestList& list : manifest_lists(bundle)) {
+    json entries = json::array();
+    for (size_t i = 0; i < list.size; ++i) entries.push_back(list.entry(i));
+    m[list.key] = std::move(entries);
+  }
   return m;
 }
 
@@ -650,18 +705,17 @@ void write_bundle(const Bundle& bundle, const std::string& path) {
     if (!is_identifier(kernel.name)) throw fail(fmt::format("kernel name '{}' is not an identifier", kernel.name));
   }
   write_directory_atomically(path, "bundle", [&](const fs::path& temp) {
-    // Checksums are of the bytes written, whatever the in-memory bundle said.
-    Bundle written = bundle;
     fs::create_directory(temp / "kernels", ec);
     if (ec) throw Error(fmt::format("cannot create {}: {}", (temp / "kernels").string(), ec.message()));
-    for (BundleKernel& kernel : written.kernels) {
+    std::vector<std::string> written_sha256;  // of the bytes written, whatever the in-memory bundle said
+    for (const BundleKernel& kernel : bundle.kernels) {
       write_new_file(temp / kernel_file(kernel.name), kernel.ptx);
-      kernel.sha256 = sha256_hex(kernel.ptx);
+      written_sha256.push_back(sha256_hex(kernel.ptx));
     }
     write_new_file(temp / kParamsFile, std::string_view(reinterpret_cast<const char*>(bundle.param_bytes.data()),
                                                         bundle.param_bytes.size()));
     // The manifest goes last: a directory with a manifest is complete.
-    write_new_file(temp / kManifest, bundle_to_json(written).dump(2) + "\n");
+    write_new_file(temp / kManifest, manifest_text(bundle, written_sha256));
   });
 }
 
