@@ -441,7 +441,7 @@ std::string manifest_text(const Bundle& bundle, const std::vector<std::string>& 
   for (const auto& [key, value] : head.items()) {
     out += separator + json(key).dump() + ": ";
     separator = ",\n  ";
-    auto list = std::find_if(lists.begin(), lists.end(), [&](const ManifestList& l) { return key == l.key; });
+    auto list = std::find_if(lists.begin(), lists.end(), [&key = key](const ManifestList& l) { return key == l.key; });
     if (list == lists.end()) {
       out += value.dump();
       continue;
