@@ -1,8 +1,8 @@
 #include "core/host_executor.h"
 
-#include <fmt/format.h>
+#include <algorithm>
 
-#include "core/input_file.h"
+#include <fmt/format.h>
 
 namespace teeny {
 
@@ -35,6 +35,59 @@ std::vector<HostTensor> node_params(const Bundle& bundle, const OpDef& def, cons
   return values;
 }
 
+bool is_int_list(const nlohmann::json& value) {
+  return value.is_array() &&
+         std::all_of(value.begin(), value.end(), [](const auto& v) { return v.is_number_integer(); });
+}
+
+// Whether `value` is stored as the spec parser stores an attr of `type` (core/attrs.h).
+bool has_stored_type(AttrType type, const nlohmann::json& value, const std::vector<std::string>& choices) {
+  switch (type) {
+    case AttrType::kInt:
+      return value.is_number_integer();
+    case AttrType::kFloat:
+      return value.is_number();
+    case AttrType::kBool:
+      return value.is_boolean();
+    case AttrType::kEnum:
+      return value.is_string() && std::find(choices.begin(), choices.end(), value.get<std::string>()) != choices.end();
+    case AttrType::kIntPair:
+      return is_int_list(value) && value.size() == 2;
+    case AttrType::kIntList:
+      return is_int_list(value);
+    case AttrType::kIntListList:
+      return value.is_array() && std::all_of(value.begin(), value.end(), is_int_list);
+    case AttrType::kShape:
+      return value.is_array() && std::all_of(value.begin(), value.end(), [](const auto& v) { return v.is_string(); });
+  }
+  return false;
+}
+
+// A bundle's attrs are data: checked against the op's schema and domains as the spec parser
+// checks a spec's, since a hand-edited manifest can hold anything.
+void check_node_attrs(const OpDef& def, const nlohmann::json& attrs) {
+  if (!attrs.is_object()) throw Error(fmt::format("attrs {} are not an object", excerpt(attrs.dump())));
+  for (const auto& item : attrs.items()) {
+    const auto spec =
+        std::find_if(def.attrs.begin(), def.attrs.end(), [&](const AttrSpec& s) { return s.name == item.key(); });
+    if (spec == def.attrs.end()) throw Error(fmt::format("unknown attr '{}'", excerpt(item.key())));
+  }
+  for (const AttrSpec& spec : def.attrs) {
+    const auto value = attrs.find(spec.name);
+    if (value == attrs.end() || value->is_null()) {
+      if (spec.optional) continue;
+      throw Error(fmt::format("attr '{}' is missing", spec.name));
+    }
+    if (!has_stored_type(spec.type, *value, spec.choices)) {
+      throw Error(
+          fmt::format("attr '{}' must be {}, got {}", spec.name, attr_type_name(spec.type), excerpt(value->dump())));
+    }
+    if (std::string problem = attr_domain_problem(spec, *value); !problem.empty()) {
+      throw Error(fmt::format("attr '{}' {}", spec.name, problem));
+    }
+  }
+}
+
 }  // namespace
 
 HostTensor reference_node(const BoundBundle& bound, const Registry& registry, size_t node_index,
@@ -44,7 +97,7 @@ HostTensor reference_node(const BoundBundle& bound, const Registry& registry, si
   const OpDef* def = registry.find(node.op);
   if (!def) {
     throw Error(fmt::format("bundle {}: node '{}' uses op '{}', which this teeny does not know", bound.label, node.name,
-                            node.op));
+                            excerpt(node.op)));
   }
   const std::string where = fmt::format("host reference of node '{}' ({})", node.name, node.op);
   if (inputs.size() != node.inputs.size()) {
@@ -62,14 +115,12 @@ HostTensor reference_node(const BoundBundle& bound, const Registry& registry, si
   RefContext ref{ctx, inputs, {}, output.shape};
   HostTensor result;
   try {
+    check_node_attrs(*def, node.attrs);
     ref.params = node_params(bundle, *def, ctx, params);
     result = def->reference(ref);
   } catch (Error& error) {
     error.context(where);
     throw;
-  } catch (const nlohmann::json::exception& error) {  // attrs of a bundle edited by hand
-    throw Error(
-        fmt::format("{}: attrs {} do not fit the op: {}", where, excerpt(node.attrs.dump()), json_error_text(error)));
   }
   if (result.shape != output.shape || static_cast<int64_t>(result.data.size()) != output.numel()) {
     throw Error(fmt::format("{}: returned shape [{}] with {} values; expected [{}]", where,
