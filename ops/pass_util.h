@@ -3,9 +3,9 @@
 #pragma once
 
 #include <functional>
-#include <map>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "core/graph.h"
@@ -26,8 +26,8 @@ class GraphUses {
 
  private:
   const Graph& graph_;
-  std::map<std::string, int> uses_;
-  std::map<std::string, size_t> index_;
+  std::unordered_map<std::string, int> uses_;
+  std::unordered_map<std::string, size_t> index_;
 };
 
 // A pattern found ending at one node: the node that takes its place and the earlier nodes it
