@@ -60,26 +60,36 @@ int write_synced(const fs::path& file, std::string_view bytes) {
 
 bool process_alive(long pid) { return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM; }
 
-// The pid in a name sibling_name made (".<base>.tmp-<pid>-<n>" or ".<base>.old-<pid>-<n>"), or 0.
-long owner_pid(const std::string& name) {
-  if (name.empty() || name[0] != '.') return 0;
+// What a name sibling_name made says: ".<base>.<kind>-<pid>-<n>".
+struct Sibling {
+  std::string base;
+  bool set_aside = false;  // kind "old": a previous directory moved out of the way
+  long pid = 0;            // 0: not such a name
+};
+
+Sibling parse_sibling(const std::string& name) {
+  if (name.empty() || name[0] != '.') return {};
   for (const char* kind : {".tmp-", ".old-"}) {
     const size_t at = name.rfind(kind);
-    if (at == std::string::npos || at == 0) continue;
+    if (at == std::string::npos || at <= 1) continue;
     const char* digits = name.c_str() + at + 5;
     char* end = nullptr;
     const long pid = std::strtol(digits, &end, 10);
-    if (end == digits || *end != '-' || end[1] == '\0') continue;
+    if (end == digits || *end != '-') continue;
     const char* counter = end + 1;
     std::strtoul(counter, &end, 10);
-    if (std::isdigit(static_cast<unsigned char>(*counter)) && *end == '\0' && pid > 0) return pid;
+    if (std::isdigit(static_cast<unsigned char>(*counter)) && *end == '\0' && pid > 0) {
+      return {name.substr(1, at - 1), kind[1] == 'o', pid};
+    }
   }
-  return 0;
+  return {};
 }
 
 // Temporary files and directories, and set-aside directories, that a teeny process left in
 // `parent` when it died mid-write (SIGKILL, power loss), whatever target they were for: any
-// teeny command that writes into a folder clears them, so none survives the next one. Once per
+// teeny command that writes into a folder clears them, so none survives the next one. A
+// set-aside directory whose target is missing (killed between the two renames of
+// move_into_place's fallback) is the previous version: it is put back, not removed. Once per
 // folder and process.
 void remove_stale_siblings(const fs::path& parent) {
   static std::mutex mutex;
@@ -91,8 +101,14 @@ void remove_stale_siblings(const fs::path& parent) {
     if (!cleaned.insert(folder.string()).second) return;
   }
   for (const fs::directory_entry& entry : fs::directory_iterator(folder, ec)) {
-    const long pid = owner_pid(entry.path().filename().string());
-    if (pid > 0 && !process_alive(pid)) fs::remove_all(entry.path(), ec);
+    const Sibling sibling = parse_sibling(entry.path().filename().string());
+    if (sibling.pid == 0 || process_alive(sibling.pid)) continue;
+    const fs::path target = folder / sibling.base;
+    if (sibling.set_aside && !fs::exists(target, ec)) {
+      fs::rename(entry.path(), target, ec);
+    } else {
+      fs::remove_all(entry.path(), ec);
+    }
   }
 }
 

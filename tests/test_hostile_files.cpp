@@ -26,6 +26,9 @@ using testing::Command;
 using testing::ScratchDir;
 using testing::spit;
 
+// A pid that cannot be running: beyond the kernel's pid limit.
+constexpr const char* kDeadPid = "99999999";
+
 std::string repeat(const std::string& text, size_t times) {
   std::string out;
   out.reserve(text.size() * times);
@@ -229,15 +232,13 @@ TEST(Nesting, JsonScanSkipsStrings) {
 
 // ---- crash-safe writes -------------------------------------------------------------------------
 
-// A pid that cannot be running: beyond the kernel's pid limit.
-constexpr const char* kDeadPid = "99999999";
-
 TEST(StaleTemporaries, AnyWriteIntoAFolderRemovesThoseOfDeadWriters) {
   ScratchDir dir;
   const fs::path stale_dir = dir.path() / fmt::format(".m.teeny.tmp-{}-0", kDeadPid);
   fs::create_directories(stale_dir / "kernels");
   spit(stale_dir / "manifest.json", "{");
-  fs::create_directory(dir.path() / fmt::format(".old.teeny.old-{}-3", kDeadPid));
+  fs::create_directory(dir.path() / "b.teeny");
+  fs::create_directory(dir.path() / fmt::format(".b.teeny.old-{}-3", kDeadPid));  // b.teeny is there
   spit(dir.path() / fmt::format(".probs.npy.tmp-{}-7", kDeadPid), "partial");
   const std::string live = fmt::format(".other.npy.tmp-{}-0", static_cast<long>(::getpid()));
   spit(dir.path() / live, "being written");
@@ -248,7 +249,37 @@ TEST(StaleTemporaries, AnyWriteIntoAFolderRemovesThoseOfDeadWriters) {
   std::vector<std::string> names;
   for (const auto& entry : fs::directory_iterator(dir.path())) names.push_back(entry.path().filename().string());
   std::sort(names.begin(), names.end());
-  EXPECT_EQ(names, (std::vector<std::string>{".notes.tmp-draft", live, "out.npy"}));
+  EXPECT_EQ(names, (std::vector<std::string>{".notes.tmp-draft", live, "b.teeny", "out.npy"}));
+}
+
+// The command line's writes clean up too: `run --output-dir` into a folder a killed teeny left
+// temporaries in, and `compile -o` next to a killed compile's temporary bundle.
+TEST_F(HostileRunFiles, CommandsThatWriteRemoveDeadWritersTemporaries) {
+  const fs::path out = dir_->path() / "out";
+  fs::create_directory(out);
+  spit(out / fmt::format(".probs.npy.tmp-{}-0", kDeadPid), "partial");
+  Command r = teeny("run m.teeny --device cpu --bind B=2 --output-dir out");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_FALSE(fs::exists(out / fmt::format(".probs.npy.tmp-{}-0", kDeadPid)));
+  EXPECT_TRUE(fs::exists(out / "probs.npy"));
+
+  const fs::path stale = dir_->path() / fmt::format(".m.teeny.tmp-{}-1", kDeadPid);
+  fs::create_directories(stale / "kernels");
+  r = teeny("compile " + std::string(TEENY_SOURCE_DIR) + "/graphs/mnist_mlp.yaml -o m.teeny");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_FALSE(fs::exists(stale));
+}
+
+// A kill between the two renames of the fallback replacement (no RENAME_EXCHANGE) leaves the
+// previous bundle set aside and none at the target: the next write puts it back.
+TEST(StaleTemporaries, ASetAsideBundleWithoutItsTargetIsPutBack) {
+  ScratchDir dir;
+  const fs::path set_aside = dir.path() / fmt::format(".m.teeny.old-{}-0", kDeadPid);
+  fs::create_directory(set_aside);
+  spit(set_aside / "manifest.json", "{}");
+  write_npy(dir.str("out.npy"), HostTensor{DType::kF32, {1}, {1}});
+  EXPECT_FALSE(fs::exists(set_aside));
+  EXPECT_EQ(testing::slurp(dir.path() / "m.teeny" / "manifest.json"), "{}");
 }
 
 }  // namespace
