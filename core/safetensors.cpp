@@ -1,5 +1,6 @@
 #include "core/safetensors.h"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <set>
@@ -49,6 +50,15 @@ const char* safetensors_dtype(DType dtype) {
 
 std::string describe(const ParamShape& param) {
   return fmt::format("{} {} {}", param.name, shape_text(param.shape), dtype_name(param.dtype));
+}
+
+// At most ten of `items`, then how many more: a file of a million stray tensors makes one line.
+std::string some_of(const std::vector<std::string>& items, const char* separator) {
+  constexpr size_t kShown = 10;
+  const std::vector<std::string> shown(items.begin(), items.begin() + std::min(items.size(), kShown));
+  std::string text = fmt::format("{}", fmt::join(shown, separator));
+  if (items.size() > kShown) text += fmt::format("{}and {} more", separator, items.size() - kShown);
+  return text;
 }
 
 }  // namespace
@@ -200,21 +210,21 @@ LoadedWeights load_weights(const std::string& path, const std::vector<ParamShape
       if (computed.count(entry.name)) {
         extra.push_back(fmt::format("'{}' (computed by teeny, not trained)", entry.name));
       } else {
-        extra.push_back(fmt::format("'{}'{}", entry.name, did_you_mean(entry.name, trained_names)));
+        extra.push_back(fmt::format("'{}'{}", excerpt(entry.name), did_you_mean(entry.name, trained_names)));
       }
       continue;
     }
     const ParamShape& param = *it->second;
     seen.insert(param.name);
     if (entry.shape != param.shape) {
-      mismatched.push_back(
-          fmt::format("'{}' is {} {}, expected {}", entry.name, entry.dtype, shape_text(entry.shape), describe(param)));
+      mismatched.push_back(fmt::format("'{}' is {} {}, expected {}", entry.name, entry.dtype,
+                                       excerpt(shape_text(entry.shape)), describe(param)));
       continue;
     }
     const bool file_is_float = is_float(entry.tensor.dtype);
     if (file_is_float != is_float(param.dtype)) {
-      mismatched.push_back(
-          fmt::format("'{}' is {} {}, expected {}", entry.name, entry.dtype, shape_text(entry.shape), describe(param)));
+      mismatched.push_back(fmt::format("'{}' is {} {}, expected {}", entry.name, entry.dtype,
+                                       excerpt(shape_text(entry.shape)), describe(param)));
       continue;
     }
     if (entry.tensor.dtype != param.dtype) {
@@ -231,8 +241,8 @@ LoadedWeights load_weights(const std::string& path, const std::vector<ParamShape
   if (!missing.empty() || !extra.empty() || !mismatched.empty()) {
     std::vector<std::string> problems;
     if (!missing.empty()) problems.push_back(fmt::format("missing {}", fmt::join(missing, ", ")));
-    if (!mismatched.empty()) problems.push_back(fmt::format("mismatched {}", fmt::join(mismatched, "; ")));
-    if (!extra.empty()) problems.push_back(fmt::format("not in the bundle {}", fmt::join(extra, ", ")));
+    if (!mismatched.empty()) problems.push_back(fmt::format("mismatched {}", some_of(mismatched, "; ")));
+    if (!extra.empty()) problems.push_back(fmt::format("not in the bundle {}", some_of(extra, ", ")));
     throw Error(fmt::format("weights {} do not match the bundle: {}", path, fmt::join(problems, "; ")))
         .note(expected_note());
   }

@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <string>
 
+#include <fmt/format.h>
+
 #include "core/error.h"
 #include "core/safetensors.h"
 #include "tests/file_test_util.h"
@@ -224,6 +226,21 @@ TEST_F(LoadWeightsTest, MissingExtraAndMismatchedAreListed) {
   EXPECT_EQ(load_error(tensors), "weights " + f +
                                      " do not match the bundle: mismatched 'fc1.bias' is I32 [2], expected "
                                      "fc1.bias [2] f32; 'fc1.weight' is F32 [3, 2], expected fc1.weight [2, 3] f32");
+}
+
+// A file of many stray tensors, or of one with a huge name, still makes a one-line error.
+TEST_F(LoadWeightsTest, StrayTensorsAreListedShortly) {
+  const std::string f = path("w.safetensors");
+  auto tensors = good();
+  for (int i = 0; i < 12; ++i) tensors[fmt::format("stray{:02}", i)] = HostTensor{DType::kF32, {1}, {0}};
+  EXPECT_EQ(load_error(tensors), "weights " + f +
+                                     " do not match the bundle: not in the bundle 'stray00', 'stray01', 'stray02', "
+                                     "'stray03', 'stray04', 'stray05', 'stray06', 'stray07', 'stray08', 'stray09', "
+                                     "and 2 more");
+  tensors = good();
+  tensors[std::string(1000000, 'n')] = HostTensor{DType::kF32, {1}, {0}};
+  EXPECT_EQ(load_error(tensors),
+            "weights " + f + " do not match the bundle: not in the bundle '" + std::string(77, 'n') + "...'");
 }
 
 }  // namespace
