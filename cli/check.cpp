@@ -2,6 +2,7 @@
 // symbolic type and its concrete shape under the bindings.
 #include <iostream>
 #include <memory>
+#include <unordered_map>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -60,8 +61,11 @@ void run_check(const CheckFlags& flags) {
   out += "\nnodes\n" + format_table(nodes, "  ");
 
   std::vector<Row> outputs{{"OUTPUT", "DTYPE", "SHAPE", "BOUND"}};
+  std::unordered_map<std::string, const TensorType*> types;  // Graph::find_tensor scans the nodes
+  for (const GraphInput& input : graph.inputs) types.emplace(input.name, &input.type);
+  for (const Node& node : graph.nodes) types.emplace(node.name, &node.ctx.output);
   for (const std::string& name : graph.outputs) {
-    const TensorType& type = *graph.find_tensor(name);
+    const TensorType& type = *types.at(name);
     outputs.push_back({name, dtype_name(type.dtype), symbolic(type), concrete(shapes.at(name))});
   }
   out += "\noutputs\n" + format_table(outputs, "  ");
