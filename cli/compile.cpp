@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "core/binding.h"
 #include "core/compile.h"
 #include "core/executor.h"
 #include "core/graph.h"
@@ -40,15 +41,15 @@ void run_compile(const CompileFlags& flags) {
   CompileStats stats;
   Bundle bundle = compile_graph(graph, registry(), options, &stats);
   std::string path = flags.output.empty() ? graph.name + ".teeny" : flags.output;
+  // Sizes and memory at the default binding (and the fixed dims), checked as a run checks them.
+  Bindings bindings = bundle_bindings(bundle, {});
+  const BoundBundle checked = bind_bundle(bundle, bindings, path);
   write_bundle(bundle, path);
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
   for (const std::string& warning : stats.warnings) std::cerr << "teeny: warning: " << warning << "\n";
-  Bindings bindings = bundle_bindings(bundle, {});
-  int64_t param_bytes = 0;
-  for (const BundleParam& param : bundle.params) {
-    param_bytes += product(param.shape).eval(bindings) * static_cast<int64_t>(dtype_size(param.dtype));
-  }
+  uint64_t param_bytes = 0;  // within kMaxBindingBytes: bind_bundle checked
+  for (const BoundParam& param : checked.params) param_bytes += param.bytes;
   std::string binding_text;
   for (const auto& [name, value] : bindings)
     binding_text += fmt::format("{}{}={}", binding_text.empty() ? "" : ", ", name, value);

@@ -286,6 +286,7 @@ void inspect(const InspectFlags& flags) {
     return;
   }
   const Bindings dims = bundle_bindings(bundle, flags.binds);
+  bind_bundle(bundle, dims, flags.bundle);  // sizes and memory within the limits, as run checks them
   const Inspection view = inspect_bundle(bundle, dims, inspected_device(flags),
                                          flags.node.empty() ? std::nullopt : std::optional<std::string>(flags.node));
   std::cout << (flags.format == "json" ? render_json(view).dump(2) + "\n" : render_table(view, flags.bundle));

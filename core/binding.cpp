@@ -59,6 +59,18 @@ class Evaluator {
 
 // ---- tensors, params and memory -------------------------------------------------------------
 
+// tensor_bytes, failing with the bundle, `what` (a tensor or param), its shape and the dims.
+uint64_t bytes_of(const std::string& what, DType dtype, const Shape& shape, const std::vector<int64_t>& concrete,
+                  int64_t row_stride, const Evaluator& eval) {
+  try {
+    return static_cast<uint64_t>(tensor_bytes(dtype, concrete, row_stride));
+  } catch (const Error& error) {
+    const std::string bound = shape_str(shape) == shape_text(concrete) ? "" : " = " + shape_text(concrete);
+    throw eval.fail(
+        fmt::format("{} has shape {}{} with {}: {}", what, shape_str(shape), bound, eval.dims_text(), error.message()));
+  }
+}
+
 BoundTensor bind_tensor(const BundleTensor& tensor, const Evaluator& eval) {
   BoundTensor t;
   t.name = tensor.name;
@@ -79,8 +91,8 @@ BoundTensor bind_tensor(const BundleTensor& tensor, const Evaluator& eval) {
     throw eval.fail(fmt::format("tensor '{}' has row stride {} ('{}'), less than its last dim {}", t.name, t.row_stride,
                                 tensor.row_stride.str(), last));
   }
-  t.rows = t.numel() / last;
-  t.bytes = static_cast<uint64_t>(t.rows) * t.row_stride * dtype_size(t.dtype);
+  t.bytes = bytes_of(fmt::format("tensor '{}'", t.name), t.dtype, tensor.shape, t.shape, t.row_stride, eval);
+  t.rows = t.numel() / last;  // fits: the bytes do
   return t;
 }
 
@@ -100,8 +112,11 @@ BoundParam bind_param(const BundleParam& param, const Bundle& bundle, const Eval
                                   shape_str(param.shape), shape_text(p.shape), eval.dims_text()));
     }
   }
-  p.bytes = static_cast<uint64_t>(numel_of(p.shape)) * dtype_size(p.dtype);
-  if (p.init == ParamInit::kHost && (param.size != p.bytes || param.offset + param.size > bundle.param_bytes.size())) {
+  p.bytes = bytes_of(fmt::format("parameter '{}'", p.name), p.dtype, param.shape, p.shape,
+                     p.shape.empty() ? 1 : p.shape.back(), eval);
+  const uint64_t held = bundle.param_bytes.size();
+  if (p.init == ParamInit::kHost &&
+      (param.size != p.bytes || param.offset > held || param.size > held - param.offset)) {
     throw eval.fail(
         fmt::format("parameter '{}' has {} init bytes at offset {} (params.bin holds {}), but {} {} "
                     "needs {}",
@@ -154,6 +169,22 @@ MemoryPlan plan_activations(const Bundle& bundle, const std::vector<BoundTensor>
   } catch (const Error& error) {
     throw eval.fail(error.message());
   }
+}
+
+// The activation arena and every param together within kMaxBindingBytes.
+void check_binding_bytes(const BoundBundle& bound, const Evaluator& eval) {
+  uint64_t params = 0, total = 0;
+  bool overflow = false;
+  for (const BoundParam& p : bound.params) overflow |= __builtin_add_overflow(params, p.bytes, &params);
+  overflow |= __builtin_add_overflow(params, bound.plan.arena_bytes, &total);
+  if (!overflow && total <= static_cast<uint64_t>(kMaxBindingBytes)) return;
+  const std::string taken = overflow ? "2^64 bytes or more"
+                                     : fmt::format("{} bytes ({} of activations, planned, and {} of parameters)", total,
+                                                   bound.plan.arena_bytes, params);
+  throw eval.fail(
+      fmt::format("with {} the activations and parameters take {}; one binding may take at most 2^42 "
+                  "bytes (4 TiB)",
+                  eval.dims_text(), taken));
 }
 
 // ---- launches -------------------------------------------------------------------------------
@@ -398,6 +429,7 @@ BoundBundle bind_bundle(const Bundle& bundle, const Bindings& dims, const std::s
     bound.params.push_back(bind_param(param, bundle, eval));
   }
   bound.plan = plan_activations(bundle, bound.tensors, eval);
+  check_binding_bytes(bound, eval);
   return bound;
 }
 

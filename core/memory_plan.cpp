@@ -10,7 +10,17 @@ namespace teeny {
 
 namespace {
 
-uint64_t align_up(uint64_t value, uint64_t alignment) { return (value + alignment - 1) / alignment * alignment; }
+// a + b: an arena that would reach 2^64 bytes (2^24 tensors of 1 TiB) is an error, not an
+// offset that wraps.
+uint64_t checked_add(uint64_t a, uint64_t b) {
+  uint64_t sum = 0;
+  if (__builtin_add_overflow(a, b, &sum)) throw Error("memory plan: the activations need 2^64 bytes or more");
+  return sum;
+}
+
+uint64_t align_up(uint64_t value, uint64_t alignment) {
+  return checked_add(value, alignment - 1) / alignment * alignment;
+}
 
 struct Root {
   std::string name;
@@ -162,13 +172,13 @@ MemoryPlan plan_memory(const std::vector<PlanEntry>& entries, uint64_t alignment
     for (size_t other_index : live) {
       const Root& other = roots[other_index];
       const uint64_t other_end = other.offset + align_up(std::max<uint64_t>(other.bytes, 1), alignment);
-      if (offset + size <= other.offset) break;  // fits in the gap before `other`
+      if (checked_add(offset, size) <= other.offset) break;  // fits in the gap before `other`
       offset = std::max(offset, other_end);
     }
     root.offset = offset;
     placed.add(index, root.first, root.last);
-    plan.arena_bytes = std::max(plan.arena_bytes, offset + size);
-    plan.naive_bytes += size;
+    plan.arena_bytes = std::max(plan.arena_bytes, checked_add(offset, size));
+    plan.naive_bytes = checked_add(plan.naive_bytes, size);
   }
 
   plan.buffers = static_cast<int>(roots.size());

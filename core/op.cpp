@@ -13,6 +13,65 @@ bool is_padded(const TensorType& type) { return !type.shape.empty() && type.row_
 
 namespace {
 
+// The element size times `factors`; nothing past 64 bits.
+std::optional<int64_t> checked_bytes(DType dtype, const std::vector<int64_t>& factors) {
+  int64_t bytes = static_cast<int64_t>(dtype_size(dtype));
+  for (int64_t factor : factors) {
+    if (__builtin_mul_overflow(bytes, factor, &bytes)) return std::nullopt;
+  }
+  return bytes;
+}
+
+// Why `what`, taking `bytes` (at least that many, where dims are symbolic), is too large, or "".
+std::string size_problem(const std::string& what, std::optional<int64_t> bytes, bool at_least) {
+  if (bytes && *bytes <= kMaxTensorBytes) return "";
+  const std::string taken =
+      !bytes ? "2^63 bytes or more" : fmt::format("{}{} bytes", at_least ? "at least " : "", *bytes);
+  return fmt::format("{} takes {}; one tensor may take at most 2^40 bytes (1 TiB)", what, taken);
+}
+
+}  // namespace
+
+int64_t tensor_bytes(DType dtype, const std::vector<int64_t>& shape, int64_t row_stride) {
+  std::vector<int64_t> factors(shape.begin(), shape.end());
+  if (!factors.empty()) factors.back() = row_stride;
+  const std::optional<int64_t> bytes = checked_bytes(dtype, factors);
+  std::string what = fmt::format("{} {}", dtype_name(dtype), shape_text(shape));
+  if (!shape.empty() && row_stride != shape.back()) what += fmt::format(" with row stride {}", row_stride);
+  if (std::string problem = size_problem(what, bytes, false); !problem.empty()) throw Error(problem);
+  return *bytes;
+}
+
+std::string tensor_size_problem(const TensorType& type) {
+  if (type.shape.empty()) return "";
+  // Each symbolic extent is at least 1 and the row stride at least the last dim, so the constant
+  // ones bound the bytes from below. A constant below 1 is an error of its own elsewhere.
+  std::vector<int64_t> factors;
+  bool symbolic = false;
+  auto factor = [&](const Expr& e) {
+    const std::optional<int64_t> value = e.const_value();
+    symbolic |= !value;
+    factors.push_back(value ? std::max<int64_t>(*value, 1) : 1);
+  };
+  for (size_t d = 0; d + 1 < type.shape.size(); ++d) factor(type.shape[d]);
+  factor(type.row_stride.is_const() ? type.row_stride : type.shape.back());
+  symbolic |= !type.row_stride.is_const();
+  std::string what = fmt::format("{} {}", dtype_name(type.dtype), shape_str(type.shape));
+  if (is_padded(type)) what += fmt::format(" with row stride {}", type.row_stride.str());
+  return size_problem(what, checked_bytes(type.dtype, factors), symbolic);
+}
+
+void check_sizes(const TensorType& output, const std::vector<ParamSpec>& params) {
+  if (std::string problem = tensor_size_problem(output); !problem.empty()) throw Error("output " + problem);
+  for (const ParamSpec& param : params) {
+    if (std::string problem = tensor_size_problem(contiguous(param.dtype, param.shape)); !problem.empty()) {
+      throw Error(fmt::format("parameter '{}': {}", param.slot, problem));
+    }
+  }
+}
+
+namespace {
+
 KernelArg named_arg(ArgKind kind, std::string name) {
   KernelArg a;
   a.kind = kind;
@@ -130,12 +189,12 @@ std::string tensor_map_problem(const TensorMapSpec& spec, DType dtype) {
     if (value && (*value < 1 || *value > kMaxExtent)) return fmt::format("{} {} is outside 1..2^32", what, *value);
   }
   if (std::optional<int64_t> stride = spec.row_stride.const_value()) {
-    if (*stride * element % 16 != 0) {
-      return fmt::format("{} is not a multiple of 16", bytes("row stride", *stride));
+    int64_t stride_bytes = 0;
+    if (__builtin_mul_overflow(*stride, element, &stride_bytes)) {
+      return fmt::format("row stride {} x {} bytes of {} is not below 2^40 bytes", *stride, element, dtype_name(dtype));
     }
-    if (*stride * element >= (int64_t{1} << 40)) {
-      return fmt::format("{} is not below 2^40", bytes("row stride", *stride));
-    }
+    if (stride_bytes % 16 != 0) return fmt::format("{} is not a multiple of 16", bytes("row stride", *stride));
+    if (stride_bytes >= (int64_t{1} << 40)) return fmt::format("{} is not below 2^40", bytes("row stride", *stride));
     std::optional<int64_t> cols = spec.cols.const_value();
     if (cols && *stride < *cols) return fmt::format("row stride {} is less than cols {}", *stride, *cols);
   }
@@ -183,7 +242,10 @@ std::string arg_c_type(const KernelArg& arg) {
 
 int64_t HostTensor::numel() const {
   int64_t n = 1;
-  for (auto d : shape) n *= d;
+  for (int64_t extent : shape) {
+    if (__builtin_mul_overflow(n, extent, &n))
+      throw Error(fmt::format("shape {} has 2^63 elements or more", shape_text(shape)));
+  }
   return n;
 }
 

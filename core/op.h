@@ -31,6 +31,18 @@ struct TensorType {
 TensorType contiguous(DType dtype, Shape shape);  // row_stride = natural
 bool is_padded(const TensorType& type);           // row_stride != last dim
 
+// ---- size limits (docs/spec.md, "Limits") ------------------------------------------------
+inline constexpr int64_t kMaxTensorBytes = int64_t{1} << 40;   // one tensor or param: 1 TiB
+inline constexpr int64_t kMaxBindingBytes = int64_t{1} << 42;  // a binding's activations and params: 4 TiB
+
+// The bytes of a tensor of `dtype` and (positive) `shape` whose rows are `row_stride` elements
+// apart: rows x row stride x element size. Throws Error naming the dtype and shape where that is
+// over kMaxTensorBytes or does not fit in 64 bits.
+int64_t tensor_bytes(DType dtype, const std::vector<int64_t>& shape, int64_t row_stride);
+// Why no tensor of `type` can exist, or "": its constant extents and row stride alone (each
+// symbolic one is at least 1) take more than kMaxTensorBytes.
+std::string tensor_size_problem(const TensorType& type);
+
 // What an op sees at graph level: the node's name, attrs and input types.
 struct OpContext {
   std::string node;
@@ -79,6 +91,10 @@ struct ParamSpec {
   std::vector<uint8_t> host_bytes;  // kHost only; compile checks size == numel * dtype size
   ParamHints hints{};
 };
+
+// Throws Error where an op's output or one of its params is over the size limit at every
+// binding (tensor_size_problem), naming which: "parameter 'weight': f32 [...] takes ...".
+void check_sizes(const TensorType& output, const std::vector<ParamSpec>& params);
 
 // The weights-file names of `hints.unused_state` beside the param named `param_name`.
 std::vector<std::string> unused_state_names(const std::string& param_name, const ParamHints& hints);

@@ -381,6 +381,8 @@ class SpecParser {
       DType type = DType::kF32;
       if (auto it = keys.find("dtype"); it != keys.end()) type = dtype(it->second, what);
       input.type = contiguous(type, shape(require(keys, "shape", position(field.value), what), what));
+      if (std::string problem = tensor_size_problem(input.type); !problem.empty())
+        throw error(keys.at("shape").value_pos, what + problem);
       types_[name] = {true, graph_.inputs.size()};
       graph_.inputs.push_back(std::move(input));
     }
@@ -735,7 +737,7 @@ class SpecParser {
       if (node.ctx.requested_dtype && node.ctx.output.dtype != *node.ctx.requested_dtype)
         throw OpError("dtype", fmt::format("op '{}' produces {} here, not the requested {}", op.name,
                                            dtype_name(node.ctx.output.dtype), dtype_name(*node.ctx.requested_dtype)));
-      if (op.params) op.params(node.ctx);
+      check_sizes(node.ctx.output, op.params ? op.params(node.ctx) : std::vector<ParamSpec>{});
     } catch (const OpError& e) {
       throw relocate(node, e.key, e);
     } catch (const Error& e) {
@@ -859,11 +861,14 @@ std::map<std::string, std::vector<int64_t>> bind_shapes(const Graph& graph, cons
       if (auto it = bindings.find(dim); it != bindings.end()) parts.push_back(fmt::format("{}={}", dim, it->second));
     return join(parts);
   };
-  // Evaluates one shape; a failure or a size <= 0 is reported by `fail`.
-  auto evaluate = [&](const Shape& shape, const std::function<Error(std::string)>& fail) {
+  // Evaluates one shape; a failure, a size <= 0 or too many bytes is reported by `fail`.
+  auto evaluate = [&](const TensorType& type, const std::function<Error(std::string)>& fail) {
+    const Shape& shape = type.shape;
     std::vector<int64_t> concrete;
+    int64_t row_stride = 1;
     try {
       concrete = eval_shape(shape, bindings);
+      if (!shape.empty()) row_stride = type.row_stride.eval(bindings);
     } catch (const Error& e) {
       throw fail(
           fmt::format("cannot evaluate shape {} with {}: {}", shape_str(shape), bindings_text(shape), e.message()));
@@ -872,18 +877,24 @@ std::map<std::string, std::vector<int64_t>> bind_shapes(const Graph& graph, cons
       if (size <= 0)
         throw fail(fmt::format("shape {} is [{}] with {}; sizes must be positive", shape_str(shape),
                                fmt::join(concrete, ", "), bindings_text(shape)));
+    try {
+      tensor_bytes(type.dtype, concrete, row_stride);
+    } catch (const Error& e) {
+      throw fail(fmt::format("shape {} is [{}] with {}: {}", shape_str(shape), fmt::join(concrete, ", "),
+                             bindings_text(shape), e.message()));
+    }
     return concrete;
   };
   std::map<std::string, std::vector<int64_t>> shapes;
   for (const GraphInput& input : graph.inputs)
-    shapes[input.name] = evaluate(input.type.shape, [&](std::string message) {
+    shapes[input.name] = evaluate(input.type, [&](std::string message) {
       Error e(fmt::format("input '{}': {}", input.name, message));
       if (graph.source && input.pos.line > 0) e.at(graph.source->location(input.pos.line, input.pos.column));
       return e;
     });
   for (const Node& node : graph.nodes)
-    shapes[node.name] = evaluate(node.ctx.output.shape,
-                                 [&](std::string message) { return graph.error_at(node, "op", std::move(message)); });
+    shapes[node.name] =
+        evaluate(node.ctx.output, [&](std::string message) { return graph.error_at(node, "op", std::move(message)); });
   return shapes;
 }
 
