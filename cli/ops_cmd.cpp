@@ -56,6 +56,8 @@ nlohmann::json op_json(const OpDef& op) {
     if (attr.default_value) entry["default"] = *attr.default_value;
     if (!attr.choices.empty()) entry["choices"] = attr.choices;
     if (attr.min_value) entry["min"] = *attr.min_value;
+    if (attr.min_exclusive) entry["min_exclusive"] = true;
+    if (attr.max_value) entry["max"] = *attr.max_value;
     attrs.push_back(entry);
   }
   nlohmann::json out = {{"name", op.name},          {"doc", op.doc},           {"inputs", inputs},
@@ -92,7 +94,7 @@ std::string op_details(const OpDef& op) {
                              : attr.optional    ? "(optional)"
                                                 : "(required)";
       std::string doc = attr.doc;
-      if (attr.min_value) doc += fmt::format("; at least {}", *attr.min_value);
+      if (std::string domain = attr_domain_text(attr); !domain.empty()) doc += "; " + domain;
       attrs.push_back({attr.name, type, fallback, doc});
     }
     out += "  attrs:\n" + format_table(attrs, "    ");

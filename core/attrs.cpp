@@ -1,6 +1,9 @@
 #include "core/attrs.h"
 
+#include <cmath>
+
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "core/error.h"
 
@@ -39,6 +42,44 @@ Shape Attrs::shape(const std::string& name) const {
       out.push_back(Expr::parse(entry.get<std::string>()));
   }
   return out;
+}
+
+namespace {
+
+// The numbers of `value` the domain applies to: the value itself, or every integer in its lists.
+void collect_numbers(const nlohmann::json& value, std::vector<const nlohmann::json*>& out) {
+  if (value.is_array()) {
+    for (const nlohmann::json& item : value) collect_numbers(item, out);
+  } else if (value.is_number()) {
+    out.push_back(&value);
+  }
+}
+
+std::string number_text(double number) { return fmt::format("{}", number); }
+
+}  // namespace
+
+std::string attr_domain_problem(const AttrSpec& spec, const nlohmann::json& value) {
+  std::vector<const nlohmann::json*> numbers;
+  collect_numbers(value, numbers);
+  for (const nlohmann::json* item : numbers) {
+    const double number = item->get<double>();
+    const std::string got = ", got " + (item->is_number_float() ? number_text(number) : item->dump());
+    if (!std::isfinite(number)) return "must be a finite number" + got;
+    if (spec.min_value && spec.min_exclusive && !(number > *spec.min_value))
+      return "must be greater than " + number_text(*spec.min_value) + got;
+    if (spec.min_value && number < *spec.min_value) return "must be at least " + number_text(*spec.min_value) + got;
+    if (spec.max_value && number > *spec.max_value) return "must be at most " + number_text(*spec.max_value) + got;
+  }
+  return "";
+}
+
+std::string attr_domain_text(const AttrSpec& spec) {
+  std::vector<std::string> bounds;
+  if (spec.min_value)
+    bounds.push_back((spec.min_exclusive ? "greater than " : "at least ") + number_text(*spec.min_value));
+  if (spec.max_value) bounds.push_back("at most " + number_text(*spec.max_value));
+  return bounds.empty() ? "" : fmt::format("{}", fmt::join(bounds, " and "));
 }
 
 std::string attr_type_name(AttrType type) {

@@ -32,9 +32,19 @@ struct AttrSpec {
   std::optional<nlohmann::json> default_value;  // absent = required (unless `optional`)
   std::vector<std::string> choices;             // kEnum only
   bool optional = false;                        // may be absent with no default (e.g. sdpa's `scale`)
-  // Optional range check for kInt / kFloat: inclusive lower bound.
-  std::optional<double> min_value;
+  // The domain of a kInt or kFloat value and of each integer of a kIntPair, kIntList or
+  // kIntListList (attr_domain_problem); a kFloat is also finite.
+  std::optional<double> min_value;  // lower bound, inclusive unless min_exclusive
+  bool min_exclusive = false;       // min_value itself is out of the domain (eps > 0)
+  std::optional<double> max_value;  // upper bound, inclusive
 };
+
+// What is outside the domain of `spec` in `value` (already of the attr's type), as "must be at
+// least 1, got 0", or "" where all of it is inside.
+std::string attr_domain_problem(const AttrSpec& spec, const nlohmann::json& value);
+// The domain as `teeny ops` shows it: "at least 1", "greater than 0", "at least 0 and at most
+// 65536", or "".
+std::string attr_domain_text(const AttrSpec& spec);
 
 // Validated attribute values (defaults filled in). Accessors throw teeny::Error if the
 // name is not in the op's schema — that is a bug in the op, not in the user's spec.

@@ -617,6 +617,8 @@ class SpecParser {
         continue;
       }
       values[spec.name] = attr_value(spec, it->second, what);
+      if (std::string problem = attr_domain_problem(spec, values[spec.name]); !problem.empty())
+        throw error(it->second.value_pos, fmt::format("{}attr '{}' {}", what, spec.name, problem));
     }
     return values;
   }
@@ -667,23 +669,14 @@ class SpecParser {
       for (const auto& item : list) out.push_back(int_of(item));
       return out;
     };
-    auto check_min = [&](double number) {
-      if (spec.min_value && number < *spec.min_value)
-        throw error(field.value_pos, fmt::format("{}attr '{}' must be at least {}, got {}", what, spec.name,
-                                                 *spec.min_value, value.Scalar()));
-    };
 
     switch (spec.type) {
-      case AttrType::kInt: {
-        int64_t number = int_of(value);
-        check_min(static_cast<double>(number));
-        return number;
-      }
+      case AttrType::kInt:
+        return int_of(value);
       case AttrType::kFloat: {
         if (!value.IsScalar()) throw bad();
         double number = 0;
         if (!YAML::convert<double>::decode(value, number)) throw bad();
-        check_min(number);
         return number;
       }
       case AttrType::kBool: {

@@ -73,7 +73,7 @@ OpDef batchnorm2d_op() {
       "inference batch norm over x [B, C, H, W]: (x - running_mean) / sqrt(running_var + eps) * "
       "weight + bias; params [C]";
   def.inputs = {{"x", "[B, C, H, W]"}};
-  def.attrs = {{"eps", AttrType::kFloat, "added to the variance", nlohmann::json(1e-5), {}, false, 0.0}};
+  def.attrs = {{"eps", AttrType::kFloat, "added to the variance", nlohmann::json(1e-5), {}, false, 0.0, true}};
   const OpDef meta = def;
   def.infer = [meta](const OpContext& ctx) {
     const DType dtype = output_float_dtype(meta, ctx, common_float_dtype(meta, ctx));

@@ -53,7 +53,7 @@ OpDef conv2d_bn_silu_op() {
       "params conv.weight [Co, C/groups, kH, kW], bn.weight/bias/running_mean/running_var [Co]";
   def.inputs = {{"x", "[B, C, H, W]"}};
   def.attrs = conv_attr_specs();
-  def.attrs.push_back({"eps", AttrType::kFloat, "batch-norm epsilon", nlohmann::json(1e-3), {}, false, 0.0});
+  def.attrs.push_back({"eps", AttrType::kFloat, "batch-norm epsilon", nlohmann::json(1e-3), {}, false, 0.0, true});
   const OpDef meta = def;
   def.infer = [meta](const OpContext& ctx) {
     const DType dtype = output_float_dtype(meta, ctx, common_float_dtype(meta, ctx));

@@ -22,6 +22,8 @@ OpDef norm_op(const std::string& name, bool rms) {
                 : "y = (x - mean) / sqrt(var + eps) * weight + bias, over the last dim (biased var)";
   def.inputs = {{"x", "input [..., D]"}};
   def.attrs.push_back(attr_spec("eps", AttrType::kFloat, "added to the variance", nlohmann::json(rms ? 1e-6 : 1e-5)));
+  def.attrs.back().min_value = 0.0;
+  def.attrs.back().min_exclusive = true;
   if (!rms)
     def.attrs.push_back(attr_spec("affine", AttrType::kBool, "learnable weight and bias", nlohmann::json(true)));
   def.dtypes = float_dtypes();

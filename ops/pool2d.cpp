@@ -24,15 +24,25 @@ Window2d pool_window(const Attrs& attrs) {
 
 std::vector<AttrSpec> pool_attr_specs() {
   return {
-      {"kernel_size", AttrType::kIntPair, "window: n or [kH, kW]", std::nullopt, {}, false, {}},
-      {"stride", AttrType::kIntPair, "step: n or [sH, sW]; default = kernel_size", std::nullopt, {}, true, {}},
+      {"kernel_size", AttrType::kIntPair, "window: n or [kH, kW]", std::nullopt, {}, false, 1.0, false, kMaxWindow},
+      {"stride",
+       AttrType::kIntPair,
+       "step: n or [sH, sW]; default = kernel_size",
+       std::nullopt,
+       {},
+       true,
+       1.0,
+       false,
+       kMaxWindow},
       {"padding",
        AttrType::kIntPair,
        "implicit padding: n or [pH, pW], at most half the kernel",
        nlohmann::json(0),
        {},
        false,
-       {}},
+       0.0,
+       false,
+       kMaxWindow},
   };
 }
 
@@ -41,9 +51,6 @@ TensorType infer_pool(const OpDef& meta, const OpContext& ctx) {
   const TensorType& x = ctx.inputs.at(0);
   check_nchw(meta.name, x);
   const Window2d p = pool_window(ctx.attrs);
-  require_at_least("kernel_size", p.kh, p.kw, 1);
-  require_at_least("stride", p.sh, p.sw, 1);
-  require_at_least("padding", p.ph, p.pw, 0);
   // PyTorch's rule: a window must always overlap the input.
   if (2 * p.ph > p.kh || 2 * p.pw > p.kw)
     throw OpError("attrs.padding",

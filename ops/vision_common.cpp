@@ -14,10 +14,26 @@ std::vector<AttrSpec> conv_attr_specs() {
   const auto one = nlohmann::json(1);
   return {
       {"out_channels", AttrType::kInt, "output channels (Co)", std::nullopt, {}, false, 1.0},
-      {"kernel_size", AttrType::kIntPair, "kernel size: n or [kH, kW]", std::nullopt, {}, false, {}},
-      {"stride", AttrType::kIntPair, "stride: n or [sH, sW]", one, {}, false, {}},
-      {"padding", AttrType::kIntPair, "zero padding: n or [pH, pW]", nlohmann::json(0), {}, false, {}},
-      {"dilation", AttrType::kIntPair, "dilation: n or [dH, dW]", one, {}, false, {}},
+      {"kernel_size",
+       AttrType::kIntPair,
+       "kernel size: n or [kH, kW]",
+       std::nullopt,
+       {},
+       false,
+       1.0,
+       false,
+       kMaxWindow},
+      {"stride", AttrType::kIntPair, "stride: n or [sH, sW]", one, {}, false, 1.0, false, kMaxWindow},
+      {"padding",
+       AttrType::kIntPair,
+       "zero padding: n or [pH, pW]",
+       nlohmann::json(0),
+       {},
+       false,
+       0.0,
+       false,
+       kMaxWindow},
+      {"dilation", AttrType::kIntPair, "dilation: n or [dH, dW]", one, {}, false, 1.0, false, kMaxWindow},
       {"groups", AttrType::kInt, "channel groups; groups = C is depthwise", one, {}, false, 1.0},
   };
 }
@@ -38,11 +54,6 @@ Shape ConvGeometry::weight_shape() const {
 }
 
 Shape ConvGeometry::output_shape() const { return {batch, Expr(a.out_channels), out_h, out_w}; }
-
-void require_at_least(const std::string& name, int64_t h, int64_t w, int64_t min) {
-  if (h < min || w < min)
-    throw OpError("attrs." + name, fmt::format("{} must be >= {}, got [{}, {}]", name, min, h, w));
-}
 
 std::string window_template(const Window2d& w) {
   return fmt::format("tn_window<{}, {}, {}, {}, {}, {}, {}, {}>", w.kh, w.kw, w.sh, w.sw, w.ph, w.pw, w.dh, w.dw);
@@ -90,10 +101,6 @@ ConvGeometry conv_geometry(const std::string& op, const OpContext& ctx) {
   g.a = conv_attrs(ctx.attrs);
   g.in_channels = *channels;
   const ConvAttrs& a = g.a;
-  require_at_least("kernel_size", a.kh, a.kw, 1);
-  require_at_least("stride", a.sh, a.sw, 1);
-  require_at_least("padding", a.ph, a.pw, 0);
-  require_at_least("dilation", a.dh, a.dw, 1);
   if (g.in_channels % a.groups != 0)
     throw OpError("attrs.groups", fmt::format("in_channels {} is not divisible by groups {}", g.in_channels, a.groups));
   if (a.out_channels % a.groups != 0)

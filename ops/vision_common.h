@@ -16,8 +16,10 @@ namespace teeny::ops {
 // Requires x [B, C, H, W], unpadded; throws OpError("inputs", ...) naming `op`.
 void check_nchw(const std::string& op, const TensorType& x);
 
-// Throws OpError at attrs.<name> unless h and w are >= min: "stride must be >= 1, got [0, 1]".
-void require_at_least(const std::string& name, int64_t h, int64_t w, int64_t min);
+// The largest kernel size, stride, padding and dilation (the attrs' schema says so): the
+// window's arithmetic (d*(k-1)+1, 2*p) and the kernels' int template arguments stay far from
+// overflow.
+inline constexpr double kMaxWindow = 1 << 20;
 
 // A sliding window per axis (height, width): kernel size, stride, zero padding, dilation.
 struct Window2d {

@@ -15,6 +15,9 @@ namespace {
 
 constexpr const char* kOp = "yolo.detect_decode";
 constexpr int kBlockA = 128;  // anchors per CTA, one per thread
+// The largest h, w and stride of a level (the attr's schema says so): sums of h*w stay far from
+// overflow.
+constexpr double kMaxLevelValue = 1 << 20;
 
 struct Level {
   int64_t h, w, stride;
@@ -50,9 +53,8 @@ TensorType infer_decode(const OpDef& meta, const OpContext& ctx) {
   std::vector<std::string> terms;
   for (size_t i = 0; i < lists.size(); ++i) {
     const auto& l = lists[i];
-    if (l.size() != 3 || l[0] < 1 || l[1] < 1 || l[2] < 1)
-      throw OpError("attrs.levels", fmt::format("level {} must be [h, w, stride] with positive values, got [{}]", i,
-                                                fmt::join(l, ", ")));
+    if (l.size() != 3)
+      throw OpError("attrs.levels", fmt::format("level {} must be [h, w, stride], got [{}]", i, fmt::join(l, ", ")));
     anchors += l[0] * l[1];
     terms.push_back(fmt::format("{}*{}", l[0], l[1]));
   }
@@ -137,7 +139,9 @@ OpDef yolo_detect_decode_op() {
                 std::nullopt,
                 {},
                 false,
-                std::nullopt}};
+                1.0,
+                false,
+                kMaxLevelValue}};
   const OpDef meta = def;
   def.infer = [meta](const OpContext& ctx) { return infer_decode(meta, ctx); };
   def.params = decode_params;

@@ -270,9 +270,9 @@ TEST(VisionShape, Errors) {
   EXPECT_EQ(parse_error(one_op("conv2d", "{out_channels: 4, kernel_size: 3}", "[B, B, 8, 8]")),
             "node 'n': conv2d needs a constant channel count, got C = B");
   EXPECT_EQ(parse_error(one_op("conv2d", "{out_channels: 4, kernel_size: 3, stride: [0, 1]}", "[B, 3, 8, 8]")),
-            "node 'n': stride must be >= 1, got [0, 1]");
+            "node 'n': attr 'stride' must be at least 1, got 0");
   EXPECT_EQ(parse_error(one_op("conv2d", "{out_channels: 4, kernel_size: 3, padding: -1}", "[B, 3, 8, 8]")),
-            "node 'n': padding must be >= 0, got [-1, -1]");
+            "node 'n': attr 'padding' must be at least 0, got -1");
   EXPECT_EQ(parse_error(one_op("conv2d", "{out_channels: 4, kernel_size: 3, dilation: 2}", "[B, 3, 4, 9]")),
             "node 'n': the dilated kernel height 5 is larger than the padded input height 4 + 2*0");
   EXPECT_EQ(parse_error(one_op("conv2d_bn_silu", "{out_channels: 4, kernel_size: [1, 7]}", "[B, 3, 8, 6]")),
@@ -288,9 +288,9 @@ TEST(VisionShape, Errors) {
   EXPECT_EQ(parse_error(one_op("yolo.detect_decode", kTinyLevels, "[B, 5, 7]")),
             "node 'n': yolo.detect_decode expects boxes [B, 4, A], got [B, 5, 7]");
   EXPECT_EQ(parse_error(one_op("yolo.detect_decode", "{levels: [[2, 3, 8], [1, 0, 16]]}", "[B, 4, 6]")),
-            "node 'n': level 1 must be [h, w, stride] with positive values, got [1, 0, 16]");
+            "node 'n': attr 'levels' must be at least 1, got 0");
   EXPECT_EQ(parse_error(one_op("yolo.detect_decode", "{levels: [[2, 3]]}", "[B, 4, 6]")),
-            "node 'n': level 0 must be [h, w, stride] with positive values, got [2, 3]");
+            "node 'n': level 0 must be [h, w, stride], got [2, 3]");
 }
 
 // ---- fusion pass -----------------------------------------------------------------------------

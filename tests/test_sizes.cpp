@@ -213,5 +213,63 @@ TEST(BindSizes, TheMemoryPlanDoesNotWrap) {
   EXPECT_EQ(message([&] { plan_memory(entries); }), "memory plan: the activations need 2^64 bytes or more");
 }
 
+// ---- attribute domains ----------------------------------------------------------------------
+
+std::string attr_error(const std::string& op, const std::string& attrs, const std::string& shape = "[B, 3, 8, 8]") {
+  return check_error(spec(shape, "  - {name: r, op: " + op + ", inputs: [x], attrs: " + attrs + "}\n"));
+}
+
+TEST(AttrDomains, ValuesOutsideTheSchemaAreErrorsAtTheValue) {
+  EXPECT_EQ(attr_error("layernorm", "{eps: -1}", "[B, 8]"),
+            "teeny: error: t.yaml:7:56: node 'r': attr 'eps' must be greater than 0, got -1\n"
+            "    - {name: r, op: layernorm, inputs: [x], attrs: {eps: -1}}\n"
+            "                                                         ^\n");
+  EXPECT_EQ(attr_error("rmsnorm", "{eps: 0}", "[B, 8]"),
+            "teeny: error: t.yaml:7:54: node 'r': attr 'eps' must be greater than 0, got 0\n"
+            "    - {name: r, op: rmsnorm, inputs: [x], attrs: {eps: 0}}\n"
+            "                                                       ^\n");
+  EXPECT_EQ(message([] {
+              parse_graph(spec("[B, 8]", "  - {name: r, op: scale, inputs: [x], attrs: {value: .nan}}\n"), "t.yaml",
+                          op_testing::registry());
+            }),
+            "node 'r': attr 'value' must be a finite number, got nan");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"{out_channels: 4, kernel_size: 0}", "attr 'kernel_size' must be at least 1, got 0"},
+      {"{out_channels: 4, kernel_size: 3, dilation: [1, 0]}", "attr 'dilation' must be at least 1, got 0"},
+      {"{out_channels: 4, kernel_size: 3, stride: 2097152}", "attr 'stride' must be at most 1048576, got 2097152"},
+      {"{out_channels: 4, kernel_size: 3, groups: 0}", "attr 'groups' must be at least 1, got 0"},
+      {"{out_channels: 4, kernel_size: 3, eps: -0.001}", "attr 'eps' must be greater than 0, got -0.001"},
+  };
+  for (const auto& [attrs, expected] : cases) {
+    EXPECT_EQ(message([&, &attrs = attrs] {
+                parse_graph(
+                    spec("[B, 3, 8, 8]", "  - {name: r, op: conv2d_bn_silu, inputs: [x], attrs: " + attrs + "}\n"),
+                    "t.yaml", op_testing::registry());
+              }),
+              "node 'r': " + expected)
+        << attrs;
+  }
+  EXPECT_EQ(message([] {
+              parse_graph(spec("[B, 3, 8, 8]",
+                               "  - {name: r, op: maxpool2d, inputs: [x], attrs: {kernel_size: 2, "
+                               "padding: -1}}\n"),
+                          "t.yaml", op_testing::registry());
+            }),
+            "node 'r': attr 'padding' must be at least 0, got -1");
+}
+
+TEST(AttrDomains, TheDomainIsShownWithTheSchema) {
+  AttrSpec eps{};
+  eps.min_value = 0.0;
+  eps.min_exclusive = true;
+  EXPECT_EQ(attr_domain_text(eps), "greater than 0");
+  AttrSpec window{};
+  window.min_value = 1.0;
+  window.max_value = 1048576.0;
+  EXPECT_EQ(attr_domain_text(window), "at least 1 and at most 1048576");
+  EXPECT_EQ(attr_domain_text(AttrSpec{}), "");
+  EXPECT_EQ(attr_domain_problem(window, nlohmann::json::array({{3, 1}, {2, 0}})), "must be at least 1, got 0");
+}
+
 }  // namespace
 }  // namespace teeny
