@@ -28,6 +28,9 @@ namespace {
 
 constexpr const char* kManifest = "manifest.json";
 constexpr const char* kParamsFile = "params.bin";
+// The largest manifest written or read: about 1 KB a launch, so a million launches (a 10^5-node
+// chain takes 93 MB). Compile refuses to write what teeny would refuse to read.
+constexpr uint64_t kManifestLimit = uint64_t{1} << 30;
 
 std::string kernel_file(const std::string& name) { return "kernels/" + name + ".ptx"; }
 
@@ -257,10 +260,8 @@ void check_launch_against_ptx(const BundleLaunch& launch, const PtxEntry& entry,
   }
 }
 
-// The manifest's account of a kernel against its loaded PTX.
-void check_kernel_against_ptx(const Bundle& bundle, int index, const std::string& file) {
-  const BundleKernel& kernel = bundle.kernels[index];
-  const std::string where = fmt::format("kernel '{}' in {}", kernel.name, file);
+// The manifest's account of a kernel against its loaded PTX; returns the kernel's entry.
+PtxEntry check_kernel_against_ptx(const BundleKernel& kernel, const std::string& where, const std::string& file) {
   const std::vector<PtxEntry> entries = parse_ptx_entries(kernel.ptx, file);
   const PtxEntry* entry = find_visible_entry(entries, kernel.entry);
   if (entry == nullptr) {
@@ -277,9 +278,7 @@ void check_kernel_against_ptx(const Bundle& bundle, int index, const std::string
                             ntid_text(entry->reqntid), ntid_text(entry->maxntid), ntid_text(kernel.reqntid),
                             ntid_text(kernel.maxntid)));
   }
-  for (const BundleLaunch& launch : bundle.launches) {
-    if (launch.kernel == index) check_launch_against_ptx(launch, *entry, where);
-  }
+  return *entry;
 }
 
 }  // namespace
@@ -715,7 +714,12 @@ void write_bundle(const Bundle& bundle, const std::string& path) {
     write_new_file(temp / kParamsFile, std::string_view(reinterpret_cast<const char*>(bundle.param_bytes.data()),
                                                         bundle.param_bytes.size()));
     // The manifest goes last: a directory with a manifest is complete.
-    write_new_file(temp / kManifest, manifest_text(bundle, written_sha256));
+    const std::string manifest = manifest_text(bundle, written_sha256);
+    if (manifest.size() > kManifestLimit) {
+      throw Error(fmt::format("its manifest would take {} MiB, more than the {} MiB limit of what teeny reads",
+                              manifest.size() >> 20, kManifestLimit >> 20));
+    }
+    write_new_file(temp / kManifest, manifest);
   });
 }
 
@@ -731,7 +735,7 @@ Bundle read_bundle(const std::string& path) {
     return std::make_unique<InputFile>((dir / name).string(), "bundle file");
   };
 
-  const std::string text = open(kManifest)->read_all();
+  const std::string text = open(kManifest)->read_all(kManifestLimit);
   Bundle bundle;
   json manifest;
   try {
@@ -747,12 +751,17 @@ Bundle read_bundle(const std::string& path) {
       throw fail(fmt::format("{} has been altered: its SHA-256 is {}, the manifest says {}", name, actual, expected));
     }
   };
-  for (size_t k = 0; k < bundle.kernels.size(); ++k) {
-    BundleKernel& kernel = bundle.kernels[k];
+  std::vector<PtxEntry> entries;
+  std::vector<std::string> wheres;
+  for (BundleKernel& kernel : bundle.kernels) {
     const std::string file = kernel_file(kernel.name);
     kernel.ptx = open(file)->read_all();
     verify(file, kernel.ptx, kernel.sha256);
-    check_kernel_against_ptx(bundle, static_cast<int>(k), (dir / file).string());
+    wheres.push_back(fmt::format("kernel '{}' in {}", kernel.name, (dir / file).string()));
+    entries.push_back(check_kernel_against_ptx(kernel, wheres.back(), (dir / file).string()));
+  }
+  for (const BundleLaunch& launch : bundle.launches) {
+    check_launch_against_ptx(launch, entries[launch.kernel], wheres[launch.kernel]);
   }
   const auto params_file = open(kParamsFile);
   const uint64_t declared = manifest["params_bin_size"].get<uint64_t>();

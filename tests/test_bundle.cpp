@@ -377,6 +377,12 @@ TEST(BundleValidation, FilesThatAreNotRegularFilesAreRefused) {
   ASSERT_EQ(mkfifo((fs::path(path) / "params.bin").c_str(), 0600), 0);
   EXPECT_EQ(load_error(path), fmt::format("cannot read bundle file '{}/params.bin': not a regular file", path));
   fs::remove(fs::path(path) / "params.bin");
+  const fs::path manifest = fs::path(path) / "manifest.json";
+  fs::resize_file(manifest, (uint64_t{1} << 30) + 1);  // sparse
+  EXPECT_EQ(load_error(path),
+            fmt::format("cannot read bundle file '{}/manifest.json': larger than the 1024 MiB limit", path));
+  write_bundle(sample(), path);
+  fs::remove(fs::path(path) / "params.bin");
   spit(fs::path(path) / "params.bin", std::string(33, '\0'));
   EXPECT_EQ(load_error(path), fmt::format("bundle '{}': params.bin is 33 bytes, the manifest says 32", path));
 }
