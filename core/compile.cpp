@@ -68,23 +68,34 @@ class GraphCompiler {
       }
     }
     if (options_.fixed.empty()) return;
-    auto fix = [&](TensorType& type) {
-      type.shape = fixed(type.shape);
-      type.row_stride = type.row_stride.substitute(options_.fixed);
+    auto fix = [&](TensorType& type, const std::string& what) {
+      try {
+        type.shape = fixed(type.shape);
+        type.row_stride = fixed(type.row_stride);
+      } catch (Error& error) {  // an overflow: name the tensor too
+        throw error.context(fmt::format("{} {}", what, shape_str(type.shape)));
+      }
     };
-    for (GraphInput& input : graph_.inputs) fix(input.type);
+    for (GraphInput& input : graph_.inputs) fix(input.type, fmt::format("input '{}'", input.name));
     for (Node& node : graph_.nodes) {
-      for (TensorType& type : node.ctx.inputs) fix(type);
-      fix(node.ctx.output);
+      for (TensorType& type : node.ctx.inputs) fix(type, fmt::format("node '{}' input", node.name));
+      fix(node.ctx.output, fmt::format("node '{}'", node.name));
     }
   }
 
   Shape fixed(const Shape& shape) const {
     Shape out;
-    for (const Expr& e : shape) out.push_back(e.substitute(options_.fixed));
+    for (const Expr& e : shape) out.push_back(fixed(e));
     return out;
   }
-  Expr fixed(const Expr& e) const { return e.substitute(options_.fixed); }
+  // `e` with the dims of compile --bind substituted; an overflow names the binding.
+  Expr fixed(const Expr& e) const {
+    try {
+      return e.substitute(options_.fixed);
+    } catch (Error& error) {
+      throw error.context(fmt::format("with --bind {}", bindings_text(options_.fixed)));
+    }
+  }
 
   void describe_graph() {
     bundle_.teeny_version = TEENY_VERSION;

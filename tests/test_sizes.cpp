@@ -7,6 +7,7 @@
 #include <functional>
 
 #include "core/binding.h"
+#include "core/compile.h"
 #include "core/graph.h"
 #include "core/memory_plan.h"
 #include "tests/file_test_util.h"
@@ -133,6 +134,15 @@ TEST(SpecSizes, ShapeArithmeticThatOverflowsIsAnError) {
             "overflow evaluating 'B*922337203685477580': 40*922337203685477580 is out of the 64-bit range\n"
             "    x: {dtype: f32, shape: [\"B*922337203685477580\"]}\n"
             "    ^\n");
+}
+
+// compile --bind substitutes the dims into every shape before anything is bound.
+TEST(SpecSizes, ACompileTimeBindingThatOverflowsNamesTheTensorAndTheBinding) {
+  const Graph graph = parse_graph(spec("[\"B*B*1000000000\"]"), "t.yaml", op_testing::registry());
+  CompileOptions options;
+  options.fixed = {{"B", 1048576}};
+  EXPECT_EQ(message([&] { compile_graph(graph, op_testing::registry(), options); }),
+            "input 'x' [B*B*1000000000]: with --bind B=1048576: integer overflow in '1099511627776*1000000000'");
 }
 
 // The crashes of issue 22 through the binary: each is exit code 1 with one clean error.
