@@ -600,6 +600,8 @@ Bundle bundle_from_json(const json& manifest) {
     if (it == kernel_index.end()) l["kernel"].fail(fmt::format("unknown kernel '{}'", excerpt(kernel)));
     launch.kernel = it->second;
     launch.block = l["block"].int3();
+    // CUDA's limits here; the kernel's .reqntid and .maxntid once its PTX is loaded (read_bundle).
+    if (std::string problem = block_problem(launch.block, PtxEntry{}); !problem.empty()) l["block"].fail(problem);
     std::vector<Field> grid = l["grid"].items();
     if (grid.size() != 3) l["grid"].fail(fmt::format("expected 3 expressions, found {}", grid.size()));
     for (int d = 0; d < 3; ++d) launch.grid[d] = grid[d].expr();

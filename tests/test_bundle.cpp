@@ -293,6 +293,12 @@ TEST(BundleValidation, ManifestValuesOutOfRangeAreRefused) {
                 "offset 0");
   EXPECT_EQ(with([](nlohmann::json& m) { m["launches"][0]["args"][6]["offset"] = 44; }),
             prefix + "launches[0].args[6]: i64 argument 'count' has size 8 at offset 44; expected size 8 at offset 48");
+  EXPECT_EQ(with([](nlohmann::json& m) {
+              m["launches"][0]["block"] = {2048, 1, 1};
+            }),
+            prefix +
+                "launches[0].block: block [2048, 1, 1] is not a valid CUDA block (each dim >= 1, z <= 64, at most "
+                "1024 threads)");
   EXPECT_EQ(with([](nlohmann::json& m) { m["launches"][0]["grid"][2] = "70000"; }),
             prefix + "launches[0].grid[2]: grid.z = 70000 is outside [1, 65535]");
   EXPECT_EQ(with([](nlohmann::json& m) { m["launches"][0]["dynamic_smem"] = "300000"; }),
@@ -364,6 +370,22 @@ TEST(BundleValidation, SwappedKernelFileIsDetectedWithoutAGpu) {
   spit(fs::path(path) / "manifest.json", m.dump());
   EXPECT_EQ(load_error(path),
             where + ": the PTX entry takes 3 parameters (20 bytes) but the manifest packs 8 (60 bytes) for launch 'b'");
+}
+
+TEST(BundleValidation, BlocksAreCheckedAgainstTheLoadedPtx) {
+  ScratchDir dir;
+  const std::string path = dir.str("t.teeny");
+  write_bundle(sample(), path);
+  const nlohmann::json good = nlohmann::json::parse(slurp(fs::path(path) / "manifest.json"));
+  const BundleKernel& kernel = sample().kernels[0];
+  ASSERT_EQ(kernel.maxntid, (std::array<int, 3>{128, 1, 1}));
+  EXPECT_EQ(load_error_edited(path, good,
+                              [](nlohmann::json& m) {
+                                m["launches"][0]["block"] = {256, 1, 1};
+                              }),
+            fmt::format("kernel '{0}' in {1}/kernels/{0}.ptx: launch 'a': block [256, 1, 1] exceeds '.maxntid 128, 1, "
+                        "1' of '{2}': expected at most 128 threads, found 256",
+                        kernel.name, path, kernel.entry));
 }
 
 TEST(BundleValidation, FilesThatAreNotRegularFilesAreRefused) {
