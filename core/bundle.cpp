@@ -525,8 +525,8 @@ Bundle bundle_from_json(const json& manifest) {
     if (!tensor_index.count(name)) f.fail(fmt::format("unknown tensor '{}'", excerpt(name)));
     return name;
   };
-  for (size_t i = 0; i < b.inputs.size(); ++i) check_tensor(root["inputs"].items()[i]);
-  for (size_t i = 0; i < b.outputs.size(); ++i) check_tensor(root["outputs"].items()[i]);
+  for (const Field& input : root["inputs"].items()) check_tensor(input);
+  for (const Field& output : root["outputs"].items()) check_tensor(output);
 
   // Nodes in execution order: each reads graph inputs and the outputs of nodes before it.
   const std::set<std::string> graph_inputs(b.inputs.begin(), b.inputs.end());

@@ -88,6 +88,12 @@ void check_node_attrs(const OpDef& def, const nlohmann::json& attrs) {
   }
 }
 
+// The bundle's tensor `name` by the bound bundle's index (its tensors are in the bundle's order):
+// Bundle::tensor scans, which made a long chain quadratic.
+const BundleTensor& bundle_tensor(const BoundBundle& bound, const std::string& name) {
+  return bound.bundle->tensors[static_cast<size_t>(&bound.tensor(name) - bound.tensors.data())];
+}
+
 }  // namespace
 
 HostTensor reference_node(const BoundBundle& bound, const Registry& registry, size_t node_index,
@@ -107,9 +113,9 @@ HostTensor reference_node(const BoundBundle& bound, const Registry& registry, si
   OpContext ctx;
   ctx.node = node.name;
   ctx.attrs = Attrs(node.attrs);
-  for (const std::string& input : node.inputs) ctx.inputs.push_back(symbolic_type(bundle.tensor(input)));
+  for (const std::string& input : node.inputs) ctx.inputs.push_back(symbolic_type(bundle_tensor(bound, input)));
   ctx.requested_dtype = node.requested_dtype;
-  ctx.output = symbolic_type(bundle.tensor(node.name));
+  ctx.output = symbolic_type(bundle_tensor(bound, node.name));
 
   const BoundTensor& output = bound.tensor(node.name);
   RefContext ref{ctx, inputs, {}, output.shape};
