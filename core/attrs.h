@@ -34,9 +34,9 @@ struct AttrSpec {
   bool optional = false;                        // may be absent with no default (e.g. sdpa's `scale`)
   // The domain of a kInt or kFloat value and of each integer of a kIntPair, kIntList or
   // kIntListList (attr_domain_problem); a kFloat is also finite.
-  std::optional<double> min_value;  // lower bound, inclusive unless min_exclusive
-  bool min_exclusive = false;       // min_value itself is out of the domain (eps > 0)
-  std::optional<double> max_value;  // upper bound, inclusive
+  std::optional<double> min_value{};  // lower bound, inclusive unless min_exclusive
+  bool min_exclusive = false;         // min_value itself is out of the domain (eps > 0)
+  std::optional<double> max_value{};  // upper bound, inclusive
 };
 
 // What is outside the domain of `spec` in `value` (already of the attr's type), as "must be at

@@ -172,9 +172,9 @@ struct KernelSource {
   // Uses instructions of the target's arch-specific variant only (sm_90a: wgmma, setmaxnreg):
   // compiled for `<arch>a`, whose PTX loads only on exactly that SM version.
   bool arch_specific = false;
-  std::string header;    // e.g. "elementwise.cuh"
-  std::string function;  // the template the entry calls, e.g. "tn_unary<float, 256, 4, tn_relu>"
-  std::vector<KernelArg> params;
+  std::string header{};    // e.g. "elementwise.cuh"
+  std::string function{};  // the template the entry calls, e.g. "tn_unary<float, 256, 4, tn_relu>"
+  std::vector<KernelArg> params{};
   int max_threads = 0;  // __launch_bounds__ (the PTX .maxntid compile checks the block against)
   int min_blocks = 0;   // __launch_bounds__'s second argument; 0: none
 };

@@ -831,7 +831,7 @@ Bindings bind_dims(const std::vector<DimDecl>& dims, const std::vector<std::stri
   for (const std::string& bind : binds) {
     size_t eq = bind.find('=');
     std::string name = eq == std::string::npos ? "" : bind.substr(0, eq);
-    std::optional<int64_t> value = eq == std::string::npos ? std::nullopt : parse_int(bind.substr(eq + 1));
+    std::optional<int64_t> value = parse_int(eq == std::string::npos ? "" : bind.substr(eq + 1));
     if (name.empty() || !value)
       throw Error(fmt::format("malformed --bind '{}': expected DIM=N, e.g. --bind B=64", bind));
     auto it = std::find_if(dims.begin(), dims.end(), [&](const DimDecl& dim) { return dim.name == name; });
