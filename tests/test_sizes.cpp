@@ -10,6 +10,7 @@
 #include "core/compile.h"
 #include "core/graph.h"
 #include "core/memory_plan.h"
+#include "tests/error_test_util.h"
 #include "tests/file_test_util.h"
 #include "tests/op_test_util.h"
 #include "tests/teeny_command.h"
@@ -17,23 +18,8 @@
 namespace teeny {
 namespace {
 
-std::string rendered(const std::function<void()>& body) {
-  try {
-    body();
-  } catch (const Error& e) {
-    return e.render();
-  }
-  return "no error";
-}
-
-std::string message(const std::function<void()>& body) {
-  try {
-    body();
-  } catch (const Error& e) {
-    return e.message();
-  }
-  return "no error";
-}
+using testing::message;
+using testing::rendered;
 
 // A spec with one input `x` of `shape` and the nodes given (YAML lines under `nodes:`).
 std::string spec(const std::string& shape, const std::string& nodes = "  - {name: r, op: relu, inputs: [x]}\n") {

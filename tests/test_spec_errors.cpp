@@ -8,11 +8,14 @@
 
 #include "core/graph.h"
 #include "ops/ops.h"
+#include "tests/error_test_util.h"
 #include "tests/op_test_util.h"
 #include "tests/spec_test_ops.h"
 
 namespace teeny {
 namespace {
+
+using testing::rendered;
 
 const char* kBase = R"(name: net
 dims:
@@ -32,15 +35,6 @@ std::string with_line(int line, const std::string& text) {
   std::string out, current;
   for (int n = 1; std::getline(in, current); ++n) out += (n == line ? text : current) + "\n";
   return out;
-}
-
-std::string rendered(const std::function<void()>& body) {
-  try {
-    body();
-  } catch (const Error& e) {
-    return e.render();
-  }
-  return "no error";
 }
 
 class SpecError : public ::testing::Test {
