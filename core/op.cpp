@@ -22,9 +22,10 @@ std::optional<int64_t> checked_bytes(DType dtype, const std::vector<int64_t>& fa
   return bytes;
 }
 
-// Why `what`, taking `bytes` (at least that many, where dims are symbolic), is too large, or "".
+bool fits(std::optional<int64_t> bytes) { return bytes && *bytes <= kMaxTensorBytes; }
+
+// Why `what`, taking `bytes` (at least that many, where dims are symbolic), is too large.
 std::string size_problem(const std::string& what, std::optional<int64_t> bytes, bool at_least) {
-  if (bytes && *bytes <= kMaxTensorBytes) return "";
   const std::string taken =
       !bytes ? "2^63 bytes or more" : fmt::format("{}{} bytes", at_least ? "at least " : "", *bytes);
   return fmt::format("{} takes {}; one tensor may take at most 2^40 bytes (1 TiB)", what, taken);
@@ -36,10 +37,10 @@ int64_t tensor_bytes(DType dtype, const std::vector<int64_t>& shape, int64_t row
   std::vector<int64_t> factors(shape.begin(), shape.end());
   if (!factors.empty()) factors.back() = row_stride;
   const std::optional<int64_t> bytes = checked_bytes(dtype, factors);
+  if (fits(bytes)) return *bytes;
   std::string what = fmt::format("{} {}", dtype_name(dtype), shape_text(shape));
   if (!shape.empty() && row_stride != shape.back()) what += fmt::format(" with row stride {}", row_stride);
-  if (std::string problem = size_problem(what, bytes, false); !problem.empty()) throw Error(problem);
-  return *bytes;
+  throw Error(size_problem(what, bytes, false));
 }
 
 std::string tensor_size_problem(const TensorType& type) {
@@ -56,9 +57,11 @@ std::string tensor_size_problem(const TensorType& type) {
   for (size_t d = 0; d + 1 < type.shape.size(); ++d) factor(type.shape[d]);
   factor(type.row_stride.is_const() ? type.row_stride : type.shape.back());
   symbolic |= !type.row_stride.is_const();
+  const std::optional<int64_t> bytes = checked_bytes(type.dtype, factors);
+  if (fits(bytes)) return "";  // the common case, without formatting the shape
   std::string what = fmt::format("{} {}", dtype_name(type.dtype), shape_str(type.shape));
   if (is_padded(type)) what += fmt::format(" with row stride {}", type.row_stride.str());
-  return size_problem(what, checked_bytes(type.dtype, factors), symbolic);
+  return size_problem(what, bytes, symbolic);
 }
 
 void check_sizes(const TensorType& output, const std::vector<ParamSpec>& params) {

@@ -11,11 +11,13 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <yaml-cpp/exceptions.h>
 #include <yaml-cpp/yaml.h>
 
 #include "core/graph.h"
 #include "core/identifier.h"
 #include "core/input_file.h"
+#include "core/yaml_tree.h"
 
 namespace teeny {
 
@@ -109,29 +111,26 @@ std::optional<int64_t> parse_int(const std::string& text) {
   return value;
 }
 
-Position position(const YAML::Node& node) {
-  YAML::Mark mark = node.Mark();
-  if (mark.is_null()) return {};
-  return {mark.line + 1, mark.column + 1};
-}
+Position position(const YamlValue& value) { return {value.line(), value.column()}; }
 
 // What a YAML value is, for "got ..." in messages.
-std::string describe(const YAML::Node& node) {
-  switch (node.Type()) {
-    case YAML::NodeType::Scalar:
-      return fmt::format("'{}'", excerpt(node.Scalar()));
-    case YAML::NodeType::Sequence:
-      return node.size() ? "a list" : "an empty list";
-    case YAML::NodeType::Map:
-      return node.size() ? "a map" : "an empty map";
-    default:
-      return "nothing";
+std::string describe(const YamlValue& value) {
+  switch (value.kind()) {
+    case YamlValue::Kind::kScalar:
+      return fmt::format("'{}'", excerpt(value.scalar()));
+    case YamlValue::Kind::kSequence:
+      return value.size() ? "a list" : "an empty list";
+    case YamlValue::Kind::kMap:
+      return value.size() ? "a map" : "an empty map";
+    case YamlValue::Kind::kNull:
+      break;
   }
+  return "nothing";
 }
 
 struct Field {
-  YAML::Node key;
-  YAML::Node value;
+  YamlValue key;
+  YamlValue value;
   Position key_pos;
   Position value_pos;  // the key's position when the value is empty
 };
@@ -151,8 +150,8 @@ class SpecParser {
     graph_.source = source_;
   }
 
-  Graph parse(const YAML::Node& root) {
-    if (!root.IsMap())
+  Graph parse(const YamlValue& root) {
+    if (!root.is_map())
       throw error(position(root).line ? position(root) : Position{1, 1},
                   fmt::format("a graph spec must be a map with keys {}, got {}", join(kTopKeys), describe(root)));
     Fields top = fields(root, kTopKeys, "", "top-level ");
@@ -175,14 +174,14 @@ class SpecParser {
 
   // The entries of a map with string keys; unknown keys (when `allowed` is non-empty) and
   // duplicate keys are errors. `what` prefixes messages ("node 'fc1': ").
-  Fields fields(const YAML::Node& map, const std::vector<std::string>& allowed, const std::string& what,
+  Fields fields(const YamlValue& map, const std::vector<std::string>& allowed, const std::string& what,
                 const std::string& key_kind = "") const {
     Fields out;
-    for (const auto& entry : map) {
-      Position key_pos = position(entry.first);
-      if (!entry.first.IsScalar())
-        throw error(key_pos, fmt::format("{}keys must be names, got {}", what, describe(entry.first)));
-      const std::string& key = entry.first.Scalar();
+    for (const YamlEntry& entry : map.entries()) {
+      Position key_pos = position(entry.key);
+      if (!entry.key.is_scalar())
+        throw error(key_pos, fmt::format("{}keys must be names, got {}", what, describe(entry.key)));
+      const std::string& key = entry.key.scalar();
       if (!allowed.empty() && std::find(allowed.begin(), allowed.end(), key) == allowed.end())
         throw error(key_pos,
                     fmt::format("{}unknown {}key '{}'{}", what, key_kind, excerpt(key), did_you_mean(key, allowed)))
@@ -190,9 +189,9 @@ class SpecParser {
       if (auto it = out.find(key); it != out.end())
         throw error(key_pos, fmt::format("{}duplicate key '{}' (first at line {}, column {})", what, excerpt(key),
                                          it->second.key_pos.line, it->second.key_pos.column));
-      Position value_pos = position(entry.second);
-      if (entry.second.IsNull() || value_pos.line == 0) value_pos = key_pos;
-      out[key] = Field{entry.first, entry.second, key_pos, value_pos};
+      Position value_pos = position(entry.value);
+      if (entry.value.is_null() || value_pos.line == 0) value_pos = key_pos;
+      out.emplace(key, Field{entry.key, entry.value, key_pos, value_pos});
     }
     return out;
   }
@@ -202,15 +201,15 @@ class SpecParser {
                        const std::string& key_kind = "") const {
     auto it = map.find(key);
     if (it == map.end()) throw error(map_pos, fmt::format("{}missing {}key '{}'", what, key_kind, key));
-    if (it->second.value.IsNull()) throw error(it->second.key_pos, fmt::format("{}key '{}' has no value", what, key));
+    if (it->second.value.is_null()) throw error(it->second.key_pos, fmt::format("{}key '{}' has no value", what, key));
     return it->second;
   }
 
   std::string scalar(const Field& field, const std::string& what, const std::string& key, const char* expected) const {
-    if (!field.value.IsScalar())
+    if (!field.value.is_scalar())
       throw error(field.value_pos,
                   fmt::format("{}'{}' must be {}, got {}", what, key, expected, describe(field.value)));
-    return field.value.Scalar();
+    return field.value.scalar();
   }
 
   std::string identifier(const Field& field, const std::string& kind) const {
@@ -231,8 +230,8 @@ class SpecParser {
   }
 
   void parse_dims(const Field& dims_field) {
-    if (dims_field.value.IsNull()) return;
-    if (!dims_field.value.IsMap())
+    if (dims_field.value.is_null()) return;
+    if (!dims_field.value.is_map())
       throw error(dims_field.value_pos,
                   fmt::format("'dims' must be a map of dim names to {{min, max, default}}, got {}",
                               describe(dims_field.value)));
@@ -250,7 +249,7 @@ class SpecParser {
                                                "at run time",
                                                name, join(device_symbols())));
       std::string what = fmt::format("dim '{}': ", excerpt(name));
-      if (!field.value.IsMap())
+      if (!field.value.is_map())
         throw error(field.value_pos,
                     fmt::format("{}expected a map {{min, max, default}}, got {}", what, describe(field.value)));
       Fields keys = fields(field.value, kDimKeys, what);
@@ -277,9 +276,7 @@ class SpecParser {
     }
   }
 
-  // Map entries in source order (yaml-cpp iterates in order; Fields is keyed by name).
-  // Sorts pointers, not the entries: assigning a YAML::Node (as sorting's swaps would) does not
-  // rebind it but overwrites the node it refers to, so two swapped entries ended up the same.
+  // Map entries in source order (Fields is keyed by name).
   static std::vector<std::pair<std::string, Field>> ordered(const Fields& map) {
     std::vector<const Fields::value_type*> sorted;
     for (const auto& entry : map) sorted.push_back(&entry);
@@ -311,13 +308,13 @@ class SpecParser {
   }
 
   // One shape entry: an int, a dim name or an expression string over declared dims.
-  Expr shape_entry(const YAML::Node& entry, const std::string& what, bool allow_negative_one = false) const {
+  Expr shape_entry(const YamlValue& entry, const std::string& what, bool allow_negative_one = false) const {
     Position pos = position(entry);
-    if (!entry.IsScalar())
+    if (!entry.is_scalar())
       throw error(pos, fmt::format("{}a shape entry must be an int, a dim name or an "
                                    "expression string, got {}",
                                    what, describe(entry)));
-    const std::string& text = entry.Scalar();
+    const std::string& text = entry.scalar();
     Expr expr;
     try {
       expr = Expr::parse(text);
@@ -332,11 +329,11 @@ class SpecParser {
   }
 
   Shape shape(const Field& field, const std::string& what) const {
-    if (!field.value.IsSequence())
+    if (!field.value.is_sequence())
       throw error(field.value_pos,
                   fmt::format("{}'shape' must be a list like [B, 784], got {}", what, describe(field.value)));
     Shape out;
-    for (const auto& entry : field.value) out.push_back(shape_entry(entry, what));
+    for (const YamlValue& entry : field.value.items()) out.push_back(shape_entry(entry, what));
     return out;
   }
 
@@ -360,7 +357,7 @@ class SpecParser {
   }
 
   void parse_inputs(const Field& inputs_field) {
-    if (!inputs_field.value.IsMap() || inputs_field.value.size() == 0)
+    if (!inputs_field.value.is_map() || inputs_field.value.size() == 0)
       throw error(inputs_field.value_pos, fmt::format("'inputs' must be a non-empty map of input names to {{dtype, "
                                                       "shape}}, got {}",
                                                       describe(inputs_field.value)));
@@ -370,7 +367,7 @@ class SpecParser {
                                                "'_', not starting with a digit)",
                                                excerpt(name)));
       std::string what = fmt::format("input '{}': ", excerpt(name));
-      if (!field.value.IsMap())
+      if (!field.value.is_map())
         throw error(field.value_pos,
                     fmt::format("{}expected a map {{dtype, shape}}, got {}", what, describe(field.value)));
       Fields keys = fields(field.value, kInputKeys, what);
@@ -390,19 +387,17 @@ class SpecParser {
 
   // Names and inputs of every node, read leniently: forward references and cycles are
   // reported with the later node's line, before that node itself is validated.
-  std::vector<Sketch> sketch_nodes(const YAML::Node& nodes) const {
+  std::vector<Sketch> sketch_nodes(const YamlValue& nodes) const {
     std::vector<Sketch> sketches;
-    for (const auto& node : nodes) {
+    for (const YamlValue& node : nodes.items()) {
       Sketch sketch;
       sketch.pos = position(node);
-      if (node.IsMap()) {
-        for (const auto& entry : node) {
-          if (!entry.first.IsScalar()) continue;
-          if (entry.first.Scalar() == "name" && entry.second.IsScalar()) sketch.name = entry.second.Scalar();
-          if (entry.first.Scalar() == "inputs" && entry.second.IsSequence())
-            for (const auto& input : entry.second)
-              if (input.IsScalar()) sketch.inputs.push_back(input.Scalar());
-        }
+      for (const YamlEntry& entry : node.entries()) {
+        if (!entry.key.is_scalar()) continue;
+        if (entry.key.scalar() == "name" && entry.value.is_scalar()) sketch.name = entry.value.scalar();
+        if (entry.key.scalar() == "inputs")
+          for (const YamlValue& input : entry.value.items())
+            if (input.is_scalar()) sketch.inputs.push_back(input.scalar());
       }
       sketches.push_back(std::move(sketch));
     }
@@ -445,18 +440,18 @@ class SpecParser {
   }
 
   void parse_nodes(const Field& nodes_field) {
-    if (!nodes_field.value.IsSequence() || nodes_field.value.size() == 0)
+    if (!nodes_field.value.is_sequence() || nodes_field.value.size() == 0)
       throw error(nodes_field.value_pos,
                   fmt::format("'nodes' must be a non-empty list of nodes, got {}", describe(nodes_field.value)));
     std::vector<Sketch> sketches = sketch_nodes(nodes_field.value);
     size_t index = 0;
-    for (const auto& yaml_node : nodes_field.value) parse_node(yaml_node, index++, sketches);
+    for (const YamlValue& yaml_node : nodes_field.value.items()) parse_node(yaml_node, index++, sketches);
   }
 
-  void parse_node(const YAML::Node& yaml_node, size_t index, const std::vector<Sketch>& sketches) {
+  void parse_node(const YamlValue& yaml_node, size_t index, const std::vector<Sketch>& sketches) {
     Position node_pos = position(yaml_node);
     std::string anon = fmt::format("node #{}: ", index + 1);
-    if (!yaml_node.IsMap())
+    if (!yaml_node.is_map())
       throw error(node_pos,
                   fmt::format("{}expected a map {{name, op, inputs, attrs}}, got {}", anon, describe(yaml_node)));
     // Keys are checked before the name is known to be usable, so name the node by its
@@ -509,18 +504,18 @@ class SpecParser {
 
   void parse_node_inputs(Node& node, const Field& field, const std::string& what, size_t index,
                          const std::vector<Sketch>& sketches) {
-    if (!field.value.IsSequence())
+    if (!field.value.is_sequence())
       throw error(field.value_pos,
                   fmt::format("{}'inputs' must be a list of names, got {}", what, describe(field.value)));
     const OpDef& op = *node.op;
     size_t i = 0;
-    for (const auto& entry : field.value) {
+    for (const YamlValue& entry : field.value.items()) {
       std::string key = fmt::format("inputs.{}", i++);
       Position pos = position(entry);
       node.key_pos[key] = pos;
-      if (!entry.IsScalar())
+      if (!entry.is_scalar())
         throw error(pos, fmt::format("{}input entries must be names, got {}", what, describe(entry)));
-      const std::string& input = entry.Scalar();
+      const std::string& input = entry.scalar();
       if (input == node.name)
         throw error(pos, fmt::format("{}cycle: {} -> {}", what, excerpt(node.name), excerpt(node.name)));
       const TensorType* type = defined_type(input);
@@ -586,9 +581,9 @@ class SpecParser {
 
     Fields given;
     auto attrs_it = keys.find("attrs");
-    if (attrs_it != keys.end() && !attrs_it->second.value.IsNull()) {
+    if (attrs_it != keys.end() && !attrs_it->second.value.is_null()) {
       const Field& field = attrs_it->second;
-      if (!field.value.IsMap())
+      if (!field.value.is_map())
         throw error(field.value_pos, fmt::format("{}'attrs' must be a map of attr names to "
                                                  "values, got {}",
                                                  what, describe(field.value)));
@@ -652,21 +647,21 @@ class SpecParser {
   }
 
   nlohmann::json attr_value(const AttrSpec& spec, const Field& field, const std::string& what) {
-    const YAML::Node& value = field.value;
+    const YamlValue& value = field.value;
     auto bad = [&]() {
       return error(field.value_pos, fmt::format("{}attr '{}' must be {}, got {}", what, spec.name,
                                                 expected_text(spec.type), describe(value)));
     };
-    auto int_of = [&](const YAML::Node& item) {
-      if (!item.IsScalar()) throw bad();
-      std::optional<int64_t> parsed = parse_int(item.Scalar());
+    auto int_of = [&](const YamlValue& item) {
+      if (!item.is_scalar()) throw bad();
+      std::optional<int64_t> parsed = parse_int(item.scalar());
       if (!parsed) throw bad();
       return *parsed;
     };
-    auto int_list = [&](const YAML::Node& list) {
-      if (!list.IsSequence()) throw bad();
+    auto int_list = [&](const YamlValue& list) {
+      if (!list.is_sequence()) throw bad();
       std::vector<int64_t> out;
-      for (const auto& item : list) out.push_back(int_of(item));
+      for (const YamlValue& item : list.items()) out.push_back(int_of(item));
       return out;
     };
 
@@ -674,19 +669,19 @@ class SpecParser {
       case AttrType::kInt:
         return int_of(value);
       case AttrType::kFloat: {
-        if (!value.IsScalar()) throw bad();
+        if (!value.is_scalar()) throw bad();
         double number = 0;
-        if (!YAML::convert<double>::decode(value, number)) throw bad();
+        if (!YAML::convert<double>::decode(YAML::Node(value.scalar()), number)) throw bad();
         return number;
       }
       case AttrType::kBool: {
         bool flag = false;
-        if (!value.IsScalar() || !YAML::convert<bool>::decode(value, flag)) throw bad();
+        if (!value.is_scalar() || !YAML::convert<bool>::decode(YAML::Node(value.scalar()), flag)) throw bad();
         return flag;
       }
       case AttrType::kEnum: {
-        if (!value.IsScalar()) throw bad();
-        const std::string& text = value.Scalar();
+        if (!value.is_scalar()) throw bad();
+        const std::string& text = value.scalar();
         if (std::find(spec.choices.begin(), spec.choices.end(), text) == spec.choices.end())
           throw error(field.value_pos,
                       fmt::format("{}attr '{}' must be one of {}; got '{}'{}", what, spec.name, join(spec.choices),
@@ -694,7 +689,7 @@ class SpecParser {
         return text;
       }
       case AttrType::kIntPair: {
-        if (value.IsScalar()) {
+        if (value.is_scalar()) {
           int64_t n = int_of(value);
           return nlohmann::json::array({n, n});
         }
@@ -705,16 +700,16 @@ class SpecParser {
       case AttrType::kIntList:
         return int_list(value);
       case AttrType::kIntListList: {
-        if (!value.IsSequence()) throw bad();
+        if (!value.is_sequence()) throw bad();
         nlohmann::json lists = nlohmann::json::array();
-        for (const auto& item : value) lists.push_back(int_list(item));
+        for (const YamlValue& item : value.items()) lists.push_back(int_list(item));
         return lists;
       }
       case AttrType::kShape: {
-        if (!value.IsSequence()) throw bad();
+        if (!value.is_sequence()) throw bad();
         nlohmann::json entries = nlohmann::json::array();
         std::string entry_what = fmt::format("{}attr '{}': ", what, spec.name);
-        for (const auto& item : value)
+        for (const YamlValue& item : value.items())
           entries.push_back(shape_entry(item, entry_what, /*allow_negative_one=*/true).str());
         return entries;
       }
@@ -754,7 +749,7 @@ class SpecParser {
 
   // ---- outputs ---------------------------------------------------------------------------
   void parse_outputs(const Field& field) {
-    if (!field.value.IsSequence() || field.value.size() == 0)
+    if (!field.value.is_sequence() || field.value.size() == 0)
       throw error(field.value_pos, fmt::format("'outputs' must be a non-empty list of names, "
                                                "got {}",
                                                describe(field.value)));
@@ -762,10 +757,10 @@ class SpecParser {
     for (const GraphInput& input : graph_.inputs) known.push_back(input.name);
     for (const Node& node : graph_.nodes) known.push_back(node.name);
     std::set<std::string> listed;
-    for (const auto& entry : field.value) {
+    for (const YamlValue& entry : field.value.items()) {
       Position pos = position(entry);
-      if (!entry.IsScalar()) throw error(pos, fmt::format("output entries must be names, got {}", describe(entry)));
-      const std::string& name = entry.Scalar();
+      if (!entry.is_scalar()) throw error(pos, fmt::format("output entries must be names, got {}", describe(entry)));
+      const std::string& name = entry.scalar();
       if (!defined_type(name))
         throw error(pos, fmt::format("undefined output '{}'{}", excerpt(name), did_you_mean(name, known)));
       if (!listed.insert(name).second) throw error(pos, fmt::format("output '{}' is listed twice", excerpt(name)));
@@ -776,7 +771,7 @@ class SpecParser {
   std::shared_ptr<const SourceFile> source_;
   const Registry& registry_;
   Graph graph_;
-  std::map<std::string, Position> defined_;
+  std::unordered_map<std::string, Position> defined_;
   // Where the type of each graph input and parsed node is: Graph::find_tensor scans the nodes,
   // which made parsing quadratic in their number.
   struct TensorSlot {
@@ -808,15 +803,15 @@ Graph parse_graph(const std::string& text, const std::string& path, const Regist
     throw Error(fmt::format("lists and maps nested more than {} deep", kMaxNesting))
         .at(source->location(deep->line, deep->column));
   }
-  YAML::Node root;
+  YamlDocument document;
   try {
-    root = YAML::Load(text);
+    document = load_yaml(text);
   } catch (const YAML::Exception& e) {
     Error error(fmt::format("YAML syntax error: {}", e.msg));
     if (!e.mark.is_null()) error.at(source->location(e.mark.line + 1, e.mark.column + 1));
     throw error;
   }
-  return SpecParser(source, registry).parse(root);
+  return SpecParser(source, registry).parse(YamlValue::root(document));
 }
 
 Graph load_graph(const std::string& path, const Registry& registry) {
