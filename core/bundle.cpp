@@ -1,6 +1,7 @@
 #include "core/bundle.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <filesystem>
 #include <functional>
@@ -8,6 +9,8 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <string_view>
+#include <type_traits>
 
 #include <fmt/format.h>
 
@@ -33,17 +36,6 @@ constexpr const char* kParamsFile = "params.bin";
 constexpr uint64_t kManifestLimit = uint64_t{1} << 30;
 
 std::string kernel_file(const std::string& name) { return "kernels/" + name + ".ptx"; }
-
-json shape_json(const Shape& shape) {
-  json out = json::array();
-  for (const Expr& e : shape) out.push_back(e.str());
-  return out;
-}
-
-template <size_t N>
-json array_json(const std::array<int, N>& values) {
-  return json(std::vector<int>(values.begin(), values.end()));
-}
 
 // Non-finite floats have no JSON number; they are stored as strings.
 json float_json(double value) {
@@ -303,100 +295,181 @@ const BundleNode* Bundle::find_node(const std::string& name) const {
 
 namespace {
 
-json tensor_json(const BundleTensor& t) {
-  json out = {{"name", t.name},
-              {"dtype", dtype_name(t.dtype)},
-              {"shape", shape_json(t.shape)},
-              {"row_stride", t.row_stride.str()},
-              {"producer", t.producer},
-              {"alias_of", t.alias_of}};
-  if (t.id_bound > 0) out["id_bound"] = t.id_bound;
-  return out;
+// Compact JSON exactly as nlohmann's dump() writes it, appended to one string: a manifest of 10^5
+// launches took seconds to build as trees of json objects. nlohmann's objects keep their keys
+// sorted, so the callers write each object's keys in sorted order (a test holds them to it).
+class JsonWriter {
+ public:
+  explicit JsonWriter(std::string& out) : out_(out) {}
+
+  JsonWriter& key(std::string_view name) {
+    separate();
+    append_string(name);
+    out_ += ':';
+    comma_ = false;
+    return *this;
+  }
+  JsonWriter& string(std::string_view text) {
+    separate();
+    append_string(text);
+    comma_ = true;
+    return *this;
+  }
+  JsonWriter& string(const Expr& e) { return string(e.str()); }
+  template <typename Int>
+  JsonWriter& integer(Int value) {
+    static_assert(std::is_integral_v<Int>);
+    separate();
+    char digits[24];
+    out_.append(digits, std::to_chars(digits, digits + sizeof(digits), value).ptr);
+    comma_ = true;
+    return *this;
+  }
+  // Anything else (doubles, null, attrs) as nlohmann writes it: rare, or no faster by hand.
+  JsonWriter& value(const json& v) {
+    separate();
+    out_ += v.dump();
+    comma_ = true;
+    return *this;
+  }
+  JsonWriter& begin(char bracket) {
+    separate();
+    out_ += bracket;
+    comma_ = false;
+    return *this;
+  }
+  JsonWriter& end(char bracket) {
+    out_ += bracket;
+    comma_ = true;
+    return *this;
+  }
+  template <typename List>
+  JsonWriter& strings(const List& items) {
+    begin('[');
+    for (const auto& item : items) string(item);
+    return end(']');
+  }
+  template <size_t N>
+  JsonWriter& integers(const std::array<int, N>& values) {
+    begin('[');
+    for (int v : values) integer(v);
+    return end(']');
+  }
+
+ private:
+  void separate() {
+    if (comma_) out_ += ',';
+  }
+  // Plain printable ASCII is written as is; anything else nlohmann escapes (and checks as UTF-8).
+  void append_string(std::string_view text) {
+    const bool plain = std::all_of(text.begin(), text.end(), [](char c) {
+      return static_cast<unsigned char>(c) >= 0x20 && static_cast<unsigned char>(c) < 0x80 && c != '"' && c != '\\';
+    });
+    if (!plain) {
+      out_ += json(text).dump();
+      return;
+    }
+    out_ += '"';
+    out_ += text;
+    out_ += '"';
+  }
+
+  std::string& out_;
+  bool comma_ = false;
+};
+
+void write_tensor(JsonWriter& w, const BundleTensor& t) {
+  w.begin('{').key("alias_of").string(t.alias_of).key("dtype").string(dtype_name(t.dtype));
+  if (t.id_bound > 0) w.key("id_bound").integer(t.id_bound);
+  w.key("name").string(t.name).key("producer").string(t.producer).key("row_stride").string(t.row_stride);
+  w.key("shape").strings(t.shape).end('}');
 }
 
-json node_json(const BundleNode& n) {
-  json out = {{"name", n.name}, {"op", n.op}, {"attrs", n.attrs}, {"inputs", n.inputs}, {"fused_from", n.fused_from}};
-  out["dtype"] = n.requested_dtype ? json(dtype_name(*n.requested_dtype)) : json(nullptr);
-  return out;
-}
-
-json kernel_json(const BundleKernel& k) {
-  return {{"name", k.name},
-          {"entry", k.entry},
-          {"file", kernel_file(k.name)},
-          {"target", k.target},
-          {"source", {{"file", k.source_file}, {"line", k.source_line}}},
-          {"reqntid", k.reqntid ? array_json(*k.reqntid) : json(nullptr)},
-          {"maxntid", k.maxntid ? array_json(*k.maxntid) : json(nullptr)},
-          {"ptx_params", k.ptx_params}};
-}
-
-json arg_json(const BundleArg& a) {
-  json arg = {{"kind", arg_kind_name(a.kind)}, {"name", a.name}, {"c_type", a.c_type},
-              {"ptx_type", a.ptx_type},        {"size", a.size}, {"offset", a.offset}};
-  if (is_pointer(a.kind)) {
-    arg["tensor"] = a.tensor;
-    arg["dtype"] = dtype_name(a.dtype);
-  } else if (a.kind == ArgKind::kF32) {
-    arg["value"] = float_json(a.fvalue);
-  } else if (a.kind == ArgKind::kTensorMap) {
-    arg["of"] = a.map.of;
-    arg["cols"] = a.map.cols.str();
-    arg["rows"] = a.map.rows.str();
-    arg["row_stride"] = a.map.row_stride.str();
-    arg["box"] = {a.map.box_cols, a.map.box_rows};
-    arg["swizzle"] = a.map.swizzle;
+void write_node(JsonWriter& w, const BundleNode& n) {
+  w.begin('{').key("attrs").value(n.attrs).key("dtype");
+  if (n.requested_dtype) {
+    w.string(dtype_name(*n.requested_dtype));
   } else {
-    arg["value"] = a.value.str();
+    w.value(nullptr);
   }
-  return arg;
+  w.key("fused_from").strings(n.fused_from).key("inputs").strings(n.inputs);
+  w.key("name").string(n.name).key("op").string(n.op).end('}');
 }
 
-json launch_json(const BundleLaunch& l, const std::vector<BundleKernel>& kernels) {
-  json args = json::array();
-  for (const BundleArg& a : l.args) args.push_back(arg_json(a));
-  return {{"node", l.node},
-          {"index", l.index},
-          {"kernel", kernels.at(l.kernel).name},
-          {"block", array_json(l.block)},
-          {"grid", {l.grid[0].str(), l.grid[1].str(), l.grid[2].str()}},
-          {"dynamic_smem", l.dynamic_smem.str()},
-          {"args", std::move(args)},
-          {"bytes", l.bytes.str()},
-          {"flops", l.flops.str()},
-          {"when", l.when.str()}};
-}
-
-json param_json(const BundleParam& p) {
-  json param = {{"name", p.name},
-                {"node", p.node},
-                {"slot", p.slot},
-                {"dtype", dtype_name(p.dtype)},
-                {"shape", shape_json(p.shape)},
-                {"init", param_init_name(p.init)}};
-  if (p.init == ParamInit::kHost) {
-    param["offset"] = p.offset;
-    param["size"] = p.size;
+void write_ntid(JsonWriter& w, const std::optional<std::array<int, 3>>& ntid) {
+  if (ntid) {
+    w.integers(*ntid);
+  } else {
+    w.value(nullptr);
   }
-  if (const auto& range = p.hints.random_range) param["random_range"] = {(*range)[0], (*range)[1]};
-  if (!p.hints.unused_state.empty()) param["unused_state"] = p.hints.unused_state;
-  return param;
 }
 
-// A list of the manifest, made an entry at a time, so that the manifest's text can be written
-// without holding the whole tree.
+void write_kernel(JsonWriter& w, const BundleKernel& k) {
+  w.begin('{').key("entry").string(k.entry).key("file").string(kernel_file(k.name)).key("maxntid");
+  write_ntid(w, k.maxntid);
+  w.key("name").string(k.name).key("ptx_params").strings(k.ptx_params).key("reqntid");
+  write_ntid(w, k.reqntid);
+  w.key("source").begin('{').key("file").string(k.source_file).key("line").integer(k.source_line).end('}');
+  w.key("target").string(k.target).end('}');
+}
+
+// The keys every argument has, from "kind" to "size", sorted in with its kind's own keys.
+void write_arg(JsonWriter& w, const BundleArg& a) {
+  const bool map = a.kind == ArgKind::kTensorMap;
+  w.begin('{');
+  if (map) w.key("box").begin('[').integer(a.map.box_cols).integer(a.map.box_rows).end(']');
+  w.key("c_type").string(a.c_type);
+  if (map) w.key("cols").string(a.map.cols);
+  if (is_pointer(a.kind)) w.key("dtype").string(dtype_name(a.dtype));
+  w.key("kind").string(arg_kind_name(a.kind)).key("name").string(a.name);
+  if (map) w.key("of").string(a.map.of);
+  w.key("offset").integer(a.offset).key("ptx_type").string(a.ptx_type);
+  if (map) w.key("row_stride").string(a.map.row_stride).key("rows").string(a.map.rows);
+  w.key("size").integer(a.size);
+  if (map) w.key("swizzle").integer(a.map.swizzle);
+  if (is_pointer(a.kind)) w.key("tensor").string(a.tensor);
+  if (a.kind == ArgKind::kF32) w.key("value").value(float_json(a.fvalue));
+  if (a.kind == ArgKind::kI32 || a.kind == ArgKind::kI64) w.key("value").string(a.value);
+  w.end('}');
+}
+
+void write_launch(JsonWriter& w, const BundleLaunch& l, const std::vector<BundleKernel>& kernels) {
+  w.begin('{').key("args").begin('[');
+  for (const BundleArg& a : l.args) write_arg(w, a);
+  w.end(']').key("block").integers(l.block).key("bytes").string(l.bytes);
+  w.key("dynamic_smem").string(l.dynamic_smem).key("flops").string(l.flops).key("grid").strings(l.grid);
+  w.key("index").integer(l.index).key("kernel").string(kernels.at(l.kernel).name).key("node").string(l.node);
+  w.key("when").string(l.when).end('}');
+}
+
+void write_param(JsonWriter& w, const BundleParam& p) {
+  const bool host = p.init == ParamInit::kHost;
+  w.begin('{').key("dtype").string(dtype_name(p.dtype)).key("init").string(param_init_name(p.init));
+  w.key("name").string(p.name).key("node").string(p.node);
+  if (host) w.key("offset").integer(p.offset);
+  if (const auto& range = p.hints.random_range) {
+    w.key("random_range").begin('[').value((*range)[0]).value((*range)[1]).end(']');
+  }
+  w.key("shape").strings(p.shape);
+  if (host) w.key("size").integer(p.size);
+  w.key("slot").string(p.slot);
+  if (!p.hints.unused_state.empty()) w.key("unused_state").strings(p.hints.unused_state);
+  w.end('}');
+}
+
+// A list of the manifest, written an entry at a time.
 struct ManifestList {
   const char* key;
   size_t size;
-  std::function<json(size_t)> entry;
+  std::function<void(JsonWriter&, size_t)> write;
 };
 
 std::vector<ManifestList> manifest_lists(const Bundle& b) {
-  return {{"tensors", b.tensors.size(), [&](size_t i) { return tensor_json(b.tensors[i]); }},
-          {"nodes", b.nodes.size(), [&](size_t i) { return node_json(b.nodes[i]); }},
-          {"kernels", b.kernels.size(), [&](size_t i) { return kernel_json(b.kernels[i]); }},
-          {"launches", b.launches.size(), [&](size_t i) { return launch_json(b.launches[i], b.kernels); }},
-          {"params", b.params.size(), [&](size_t i) { return param_json(b.params[i]); }}};
+  return {{"tensors", b.tensors.size(), [&](JsonWriter& w, size_t i) { write_tensor(w, b.tensors[i]); }},
+          {"nodes", b.nodes.size(), [&](JsonWriter& w, size_t i) { write_node(w, b.nodes[i]); }},
+          {"kernels", b.kernels.size(), [&](JsonWriter& w, size_t i) { write_kernel(w, b.kernels[i]); }},
+          {"launches", b.launches.size(), [&](JsonWriter& w, size_t i) { write_launch(w, b.launches[i], b.kernels); }},
+          {"params", b.params.size(), [&](JsonWriter& w, size_t i) { write_param(w, b.params[i]); }}};
 }
 
 // The manifest but for its lists, with the kernels' checksums given (one per kernel).
@@ -428,8 +501,8 @@ json manifest_head(const Bundle& bundle, const std::vector<std::string>& kernel_
   return m;
 }
 
-// The manifest's text: bundle_to_json's JSON, compact, with each entry of a list on a line of its
-// own. Written an entry at a time: the whole tree of a bundle of 10^5 launches took seconds to
+// The manifest's text: compact JSON as nlohmann writes it, with each entry of a list on a line of
+// its own. Written an entry at a time: the whole tree of a bundle of 10^5 launches took seconds to
 // build and gigabytes to hold, and its indented text was 1.8 KB a launch.
 std::string manifest_text(const Bundle& bundle, const std::vector<std::string>& kernel_sha256) {
   json head = manifest_head(bundle, kernel_sha256);
@@ -446,7 +519,11 @@ std::string manifest_text(const Bundle& bundle, const std::vector<std::string>& 
       continue;
     }
     out += "[";
-    for (size_t i = 0; i < list->size; ++i) out += (i == 0 ? "\n    " : ",\n    ") + list->entry(i).dump();
+    for (size_t i = 0; i < list->size; ++i) {
+      out += i == 0 ? "\n    " : ",\n    ";
+      JsonWriter writer(out);
+      list->write(writer, i);
+    }
     out += list->size == 0 ? "]" : "\n  ]";
   }
   return out + "\n}\n";
@@ -460,14 +537,9 @@ std::vector<std::string> recorded_sha256(const std::vector<BundleKernel>& kernel
 
 }  // namespace
 
+// The manifest's text read back: what write_bundle writes is all there is to compare.
 json bundle_to_json(const Bundle& bundle) {
-  json m = manifest_head(bundle, recorded_sha256(bundle.kernels));
-  for (const ManifestList& list : manifest_lists(bundle)) {
-    json entries = json::array();
-    for (size_t i = 0; i < list.size; ++i) entries.push_back(list.entry(i));
-    m[list.key] = std::move(entries);
-  }
-  return m;
+  return json::parse(manifest_text(bundle, recorded_sha256(bundle.kernels)));
 }
 
 Bundle bundle_from_json(const json& manifest) {

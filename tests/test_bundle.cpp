@@ -6,7 +6,9 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <cmath>
 #include <csignal>
+#include <sstream>
 
 #include <fmt/format.h>
 
@@ -192,6 +194,47 @@ TEST(Bundle, DeviceExpressionsAndRunHintsRoundTrip) {
             prefix + "params[0].unused_state: expected an array, found number");
   EXPECT_EQ(with([](nlohmann::json& e) { e["tensors"][0]["id_bound"] = "many"; }),
             prefix + "tensors[0].id_bound: expected an integer, found \"many\"");
+}
+
+// Each value of the manifest's text, one per line (a list's entries, or the value of a key of the
+// top level), as nlohmann's compact dump of it: keys sorted, numbers and escapes written its way.
+void expect_nlohmann_dumps(const std::string& text) {
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.empty() && line.back() == ',') line.pop_back();
+    if (line == "{" || line == "}" || line == "  ]") continue;
+    std::string value = line.rfind("    ", 0) == 0 ? line.substr(4) : line.substr(line.find("\": ") + 3);
+    if (value == "[") continue;
+    EXPECT_EQ(nlohmann::json::parse(value).dump(), value);
+  }
+}
+
+TEST(Bundle, ManifestTextIsNlohmannsDumpOfBundleToJson) {
+  static const Registry registry = testing::test_registry();
+  ScratchDir dir;
+  Graph graph = testing::test_graph(registry, "  - {name: t1, op: t.tensor_map, inputs: [x, z]}\n", "t1");
+  Bundle bundle = sample();
+  for (const BundleLaunch& launch : compile_graph(graph, registry, testing::test_options(dir.str("cache"))).launches) {
+    bundle.launches.push_back(launch);
+    bundle.launches.back().kernel = 0;
+  }
+  // Every optional field set, and strings that need escaping.
+  bundle.spec_path = "dir/\xc3\xa9\t\"spec\".yaml";
+  bundle.nodes[0].requested_dtype = DType::kF32;
+  bundle.nodes[0].fused_from = {"x\\y", "z"};
+  bundle.kernels[0].reqntid = std::array<int, 3>{128, 1, 1};
+  bundle.launches[1].args[7].fvalue = std::nan("");
+  bundle.tensors[0].id_bound = 50;
+  bundle.params[0].hints.random_range = std::array<double, 2>{1e-05, 1.5};
+  bundle.params[0].hints.unused_state = {"num_batches_tracked"};
+
+  const std::string path = dir.str("t.teeny");
+  write_bundle(bundle, path);
+  const std::string text = slurp(fs::path(path) / "manifest.json");
+  expect_nlohmann_dumps(text);
+  EXPECT_EQ(nlohmann::json::parse(text), bundle_to_json(bundle));
+  EXPECT_EQ(bundle_to_json(bundle)["launches"][1]["args"][7]["value"], "nan");
+  EXPECT_EQ(bundle_to_json(bundle)["graph"]["spec"], bundle.spec_path);
 }
 
 TEST(Bundle, CorruptedPtxNamesTheFile) {
