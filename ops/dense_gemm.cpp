@@ -17,11 +17,15 @@ constexpr int kTmaStoreBox = 32;
 // every sm_90 part has this limit, and binding checks each launch against the device's
 // SMEM_PER_BLOCK.
 constexpr int64_t kMaxBlockSmem = 227 * 1024;
-// Small-M kernels (ops/kernels/gemv.cuh). 8 warps a block (gemv_threads) keep enough weight loads in flight
-// per SM to cover HBM latency even when N gives few blocks. The 16-bit kernel's x rows come in
-// MMA groups of 8; two groups keep its registers clear of spills. f32 takes 4 weight rows a block
-// and up to 8 x rows (32 accumulators a thread).
+// Small-M kernels (ops/kernels/gemv.cuh). The 16-bit kernel's x rows come in MMA groups of 8;
+// two groups keep its registers clear of spills. 16 warps a block, each with 2 K chunks a step
+// double-buffered, stream the weight faster than 8 warps with 4 single-buffered chunks, from
+// 4096 to 28672 rows and columns, at M of 1 to 16 (sweep against cuBLAS with a cold L2). f32 takes
+// 4 weight rows a block of 8 warps and up to 8 x rows (32 accumulators a thread).
+constexpr int kGemvMmaWarps = 16;
 constexpr int kGemvMmaGroups = 2;
+constexpr int kGemvMmaUnroll = 2;
+constexpr int kGemvF32Warps = 8;
 constexpr int kGemvF32RowsN = 4;
 constexpr int kGemvF32Rows = 8;
 
@@ -148,13 +152,16 @@ int gemv_max_rows(DType dtype) { return dtype == DType::kF32 ? kGemvF32Rows : 8 
 
 int gemv_rows_per_block(DType dtype) { return dtype == DType::kF32 ? kGemvF32RowsN : 16; }
 
+int gemv_threads(DType dtype) { return 32 * (dtype == DType::kF32 ? kGemvF32Warps : kGemvMmaWarps); }
+
 std::string gemv_kernel_class(DType dtype, bool has_bias, const GemmEpilogue& epilogue) {
   const std::string epilogue_class = gemm_epilogue_class(dtype, has_bias, epilogue);
   if (dtype == DType::kF32) {
-    return fmt::format("tn_gemv_simt<{}, {}, {}, {}>", gemv_threads(), kGemvF32RowsN, kGemvF32Rows, epilogue_class);
+    return fmt::format("tn_gemv_simt<{}, {}, {}, {}>", gemv_threads(dtype), kGemvF32RowsN, kGemvF32Rows,
+                       epilogue_class);
   }
-  return fmt::format("tn_gemv_mma<{}, {}, {}, {}>", dtype_c_type(dtype), gemv_threads() / 32, kGemvMmaGroups,
-                     epilogue_class);
+  return fmt::format("tn_gemv_mma<{}, {}, {}, {}, {}>", dtype_c_type(dtype), kGemvMmaWarps, kGemvMmaGroups,
+                     kGemvMmaUnroll, epilogue_class);
 }
 
 std::string gemm_kernel_class(DType dtype, GemmBLayout layout, bool has_bias, const GemmTile& tile,

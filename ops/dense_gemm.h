@@ -91,11 +91,11 @@ std::string gemm_kernel_class(DType dtype, GemmBLayout layout, bool has_bias, co
 std::string gemm_epilogue_class(DType dtype, bool has_bias, const GemmEpilogue& epilogue);
 
 // Small-M linear (ops/kernels/gemv.cuh): x with at most gemv_max_rows(dtype) rows streams the
-// weight once, gemv_rows_per_block(dtype) of its rows a block of gemv_threads() threads.
+// weight once, gemv_rows_per_block(dtype) of its rows a block of gemv_threads(dtype) threads.
 int gemv_max_rows(DType dtype);
 int gemv_rows_per_block(DType dtype);
-constexpr int gemv_threads() { return 256; }
-// Its kernel class, e.g. "tn_gemv_mma<__nv_bfloat16, 8, 2, tn_gemm_epilogue<...>>".
+int gemv_threads(DType dtype);
+// Its kernel class, e.g. "tn_gemv_mma<__nv_bfloat16, 16, 2, 2, tn_gemm_epilogue<...>>".
 std::string gemv_kernel_class(DType dtype, bool has_bias, const GemmEpilogue& epilogue);
 
 // Output tiles per matrix.

@@ -133,7 +133,7 @@ void add_small_m(Lowering& lowering, const LinearProblem& p, const GemmEpilogue&
   Launch launch;
   launch.kernel = static_cast<int>(lowering.kernels.size());
   launch.args = linear_args(p, epilogue);
-  launch.block = {gemv_threads(), 1, 1};
+  launch.block = {gemv_threads(p.dtype), 1, 1};
   launch.grid = {ceil_div(p.n, Expr(gemv_rows_per_block(p.dtype))), Expr(1), Expr(1)};
   launch.dynamic_smem = Expr(0);
   launch.when = when;
@@ -142,7 +142,7 @@ void add_small_m(Lowering& lowering, const LinearProblem& p, const GemmEpilogue&
       fmt::format("linear_{}_gemv{}{}", dtype_name(p.dtype), p.has_bias ? "_bias" : "", epilogue.suffix());
   lowering.kernels.push_back(template_kernel(name, "gemm.cuh",
                                              linear_entry(epilogue, gemv_kernel_class(p.dtype, p.has_bias, epilogue)),
-                                             launch.args, gemv_threads(), TEENY_KERNEL_ORIGIN));
+                                             launch.args, gemv_threads(p.dtype), TEENY_KERNEL_ORIGIN));
   lowering.launches.push_back(launch);
 }
 

@@ -398,12 +398,13 @@ TEST(GemmAttentionLowering, FewRowsStreamTheWeight) {
   ASSERT_EQ(lowering.launches.size(), 2u);
   const Launch& gemv = lowering.launches[0];
   EXPECT_EQ(lowering.kernels.at(gemv.kernel).name, "linear_bf16_gemv_bias");
-  EXPECT_EQ(lowering.kernels.at(gemv.kernel).function,
-            "tn_linear<tn_gemv_mma<__nv_bfloat16, 8, 2, tn_gemm_epilogue<__nv_bfloat16, tn_act_none, true, false>>>");
+  EXPECT_EQ(
+      lowering.kernels.at(gemv.kernel).function,
+      "tn_linear<tn_gemv_mma<__nv_bfloat16, 16, 2, 2, tn_gemm_epilogue<__nv_bfloat16, tn_act_none, true, false>>>");
   EXPECT_EQ(gemv.when.str(), "le(B*S, 16)");
   EXPECT_EQ(lowering.launches[1].when.str(), "le(17, B*S)");
   EXPECT_EQ(gemv.grid[0].eval({}), 257);  // 16 weight rows a block
-  EXPECT_EQ(gemv.block[0], 256);
+  EXPECT_EQ(gemv.block[0], 512);          // 16 warps split K
   EXPECT_EQ(gemv.bytes.eval({{"B", 1}, {"S", 1}}), 2LL * (4096 + 4100 * 4096 + 4100 + 4100));
   // f32 streams up to 8 rows, 4 weight rows a block.
   const OpContext f32 = context("linear", {{"out_features", 1000}, {"bias", false}}, {tensor(DType::kF32, {B, 4096})});
@@ -411,6 +412,7 @@ TEST(GemmAttentionLowering, FewRowsStreamTheWeight) {
   EXPECT_EQ(f32_lowering.kernels.at(f32_lowering.launches[0].kernel).name, "linear_f32_gemv");
   EXPECT_EQ(f32_lowering.launches[0].when.str(), "le(B, 8)");
   EXPECT_EQ(f32_lowering.launches[0].grid[0].eval({}), 250);
+  EXPECT_EQ(f32_lowering.launches[0].block[0], 256);
   // A constant M decides at compile time: one variant, no condition.
   const OpContext fixed = context("linear", {{"out_features", 64}, {"bias", true}}, {tensor(DType::kF16, {4, 256})});
   const Lowering fixed_lowering = op("linear").lower(fixed);

@@ -62,19 +62,58 @@ __device__ __forceinline__ void tn_gemv_store(T* __restrict__ C, const T* __rest
 // not depend on which k each MMA slot holds, so every lane loads 16 contiguous bytes of W (rows
 // lane / 4 and lane / 4 + 8) and of x (row lane / 4) at k = 32c + 8 (lane % 4), and two MMAs
 // take the low and high halves: the fragments line up without shuffles or shared memory.
-// Warp w takes K chunks c = w, w + kWarps, ...; the warps' partial tiles are summed at the end.
-template <typename T, int kWarps, int kGroups, class Epilogue>
+// Warp w takes K chunks c = w, w + kWarps, ..., kUnroll of them a step, and issues the next
+// step's weight loads before this step's MMAs, so its loads stay in flight back to back. Many
+// warps a block, each with a short K range, keep more loads in flight per SM than more blocks
+// would (the registers of the double buffer allow few blocks an SM). The warps' partial tiles
+// are summed at the end.
+template <typename T, int kWarps, int kGroups, int kUnroll, class Epilogue>
 struct tn_gemv_mma {
   static constexpr bool kHasBias = Epilogue::kHasBias, kHasResidual = Epilogue::kHasResidual;
   static constexpr bool kPersistent = false;
-  static constexpr int kRowsN = 16, kChunk = 32, kUnroll = 4;
+  static constexpr int kRowsN = 16, kChunk = 32, kStep = kWarps * kUnroll;
+
+  // The weight chunks of one step: kUnroll chunks of 32 columns, rows r and r + 8.
+  struct Step {
+    uint4 lo[kUnroll], hi[kUnroll];
+  };
+
+  static __device__ __forceinline__ void load_step(Step& s, const T* w_lo, const T* w_hi, bool lo_ok, bool hi_ok,
+                                                   int c0, int K, bool vec_ok) {
+    const int t = threadIdx.x % 4;
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int k = (c0 + u * kWarps) * kChunk + 8 * t;
+      s.lo[u] = tn_gemv_chunk<T, true>(w_lo, lo_ok, k, K, vec_ok);
+      s.hi[u] = tn_gemv_chunk<T, true>(w_hi, hi_ok, k, K, vec_ok);
+    }
+  }
+
+  static __device__ __forceinline__ void compute_step(const Step& s, float (&acc)[kGroups][4], const T* x, int M,
+                                                      int c0, int K, int ldx, bool vec_ok) {
+    const int lane = threadIdx.x % 32, r = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int k = (c0 + u * kWarps) * kChunk + 8 * t;
+      if (k - 8 * t >= K) break;
+      const unsigned first[4] = {s.lo[u].x, s.hi[u].x, s.lo[u].y, s.hi[u].y};
+      const unsigned second[4] = {s.lo[u].z, s.hi[u].z, s.lo[u].w, s.hi[u].w};
+#pragma unroll
+      for (int g = 0; g < kGroups; ++g) {
+        const int m = g * 8 + r;
+        const uint4 b = tn_gemv_chunk<T, false>(x + (long long)m * ldx, m < M, k, K, vec_ok);
+        tn_mma16816<T>(acc[g], first, b.x, b.y);
+        tn_mma16816<T>(acc[g], second, b.z, b.w);
+      }
+    }
+  }
 
   static __device__ __forceinline__ void block(const T* __restrict__ x, const T* __restrict__ W,
                                                const T* __restrict__ bias, T* __restrict__ C, int M, int N, int K,
                                                int ldx, int ldw, int ldc, int pid, const T* __restrict__ R = nullptr,
                                                int ldr = 0) {
     __shared__ float partial[kWarps][kGroups][4][32];
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, r = lane / 4, t = lane % 4;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, r = lane / 4;
     const int n0 = pid * kRowsN;
     const bool vec_ok = K % 8 == 0 && ldx % 8 == 0 && ldw % 8 == 0 && tn_aligned16(x) && tn_aligned16(W);
     const T* w_lo = W + (long long)(n0 + r) * ldw;
@@ -82,28 +121,13 @@ struct tn_gemv_mma {
     const bool lo_ok = n0 + r < N, hi_ok = n0 + r + 8 < N;
     float acc[kGroups][4] = {};
     const int chunks = (K + kChunk - 1) / kChunk;
-    for (int c0 = warp; c0 < chunks; c0 += kWarps * kUnroll) {
-      uint4 a_lo[kUnroll], a_hi[kUnroll];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int k = (c0 + u * kWarps) * kChunk + 8 * t;
-        a_lo[u] = tn_gemv_chunk<T, true>(w_lo, lo_ok, k, K, vec_ok);
-        a_hi[u] = tn_gemv_chunk<T, true>(w_hi, hi_ok, k, K, vec_ok);
-      }
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int k = (c0 + u * kWarps) * kChunk + 8 * t;
-        if (k - 8 * t >= K) break;
-        const unsigned first[4] = {a_lo[u].x, a_hi[u].x, a_lo[u].y, a_hi[u].y};
-        const unsigned second[4] = {a_lo[u].z, a_hi[u].z, a_lo[u].w, a_hi[u].w};
-#pragma unroll
-        for (int g = 0; g < kGroups; ++g) {
-          const int m = g * 8 + r;
-          const uint4 b = tn_gemv_chunk<T, false>(x + (long long)m * ldx, m < M, k, K, vec_ok);
-          tn_mma16816<T>(acc[g], first, b.x, b.y);
-          tn_mma16816<T>(acc[g], second, b.z, b.w);
-        }
-      }
+    Step current{};
+    load_step(current, w_lo, w_hi, lo_ok, hi_ok, warp, K, vec_ok);
+    for (int c0 = warp; c0 < chunks; c0 += kStep) {
+      Step next{};
+      if (c0 + kStep < chunks) load_step(next, w_lo, w_hi, lo_ok, hi_ok, c0 + kStep, K, vec_ok);
+      compute_step(current, acc, x, M, c0, K, ldx, vec_ok);
+      current = next;
     }
 #pragma unroll
     for (int g = 0; g < kGroups; ++g)
