@@ -515,22 +515,30 @@ class Parser {
 
 Expr Expr::parse(const std::string& text) { return Parser(text).parse(); }
 
-Expr product(const Shape& shape) {
-  Expr p(1);
-  for (const auto& d : shape) p = p * d;
-  return p;
-}
+namespace {
 
-Expr sum(const std::vector<Expr>& terms) {
-  if (terms.empty()) return Expr(0);
-  std::vector<Expr> level = terms;
+// terms[0] op terms[1] op ... paired level by level, so the tree is log2(n) deep: a left-deep
+// chain of a rank-300 shape's product would pass the nesting limit.
+template <typename Op>
+Expr balanced(std::vector<Expr> level, int64_t identity, Op op) {
+  if (level.empty()) return Expr(identity);
   while (level.size() > 1) {
     std::vector<Expr> next;
     for (size_t i = 0; i < level.size(); i += 2)
-      next.push_back(i + 1 < level.size() ? level[i] + level[i + 1] : level[i]);
+      next.push_back(i + 1 < level.size() ? op(level[i], level[i + 1]) : level[i]);
     level = std::move(next);
   }
   return level[0];
+}
+
+}  // namespace
+
+Expr product(const Shape& shape) {
+  return balanced(shape, 1, [](const Expr& a, const Expr& b) { return a * b; });
+}
+
+Expr sum(const std::vector<Expr>& terms) {
+  return balanced(terms, 0, [](const Expr& a, const Expr& b) { return a + b; });
 }
 
 std::string shape_str(const Shape& shape) {

@@ -123,7 +123,7 @@ struct DeviceFacts {
 };
 Bindings device_bindings(const DeviceFacts& facts);  // {SMS: ..., SMEM_PER_BLOCK: ..., L2_BYTES: ...}
 
-Expr product(const Shape& shape);                           // 1 for a scalar shape
+Expr product(const Shape& shape);                           // 1 for a scalar shape; balanced, as sum
 Expr sum(const std::vector<Expr>& terms);                   // 0 for none; balanced, so depth grows as log2
 std::string shape_str(const Shape& shape);                  // "[B, 784]"
 std::string shape_text(const std::vector<int64_t>& shape);  // "[64, 784]"

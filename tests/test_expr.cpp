@@ -212,6 +212,12 @@ TEST(Expr, TreesBuiltInCodeAreBoundedToo) {
   EXPECT_LE(total.depth(), 15);
   EXPECT_EQ(total.eval(values), 10000 * 9999 / 2);
   EXPECT_EQ(sum({}).const_value(), 0);
+  // So does the product of a high-rank shape (its elements), which a left-deep chain would not.
+  const Expr elements = product(Shape(300, Expr::dim("B")));
+  EXPECT_LE(elements.depth(), 15);
+  EXPECT_EQ(elements.eval({{"B", 1}}), 1);
+  EXPECT_EQ(product(Shape{Expr::dim("B"), Expr(3), Expr::dim("S")}).eval({{"B", 2}, {"S", 5}}), 30);
+  EXPECT_EQ(product({}).const_value(), 1);
 }
 
 TEST(Expr, FoldingThatOverflowsIsAnError) {
