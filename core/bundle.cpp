@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <limits>
@@ -295,17 +296,17 @@ const BundleNode* Bundle::find_node(const std::string& name) const {
 
 namespace {
 
-// Compact JSON exactly as nlohmann's dump() writes it, appended to one string: a manifest of 10^5
+// Compact JSON exactly as nlohmann's dump() writes it, into one buffer: a manifest of 10^5
 // launches took seconds to build as trees of json objects. nlohmann's objects keep their keys
 // sorted, so the callers write each object's keys in sorted order (a test holds them to it).
 class JsonWriter {
  public:
-  explicit JsonWriter(std::string& out) : out_(out) {}
-
+  // `name` is a key of the manifest's format: plain ASCII, nothing to escape.
   JsonWriter& key(std::string_view name) {
     separate();
-    append_string(name);
-    out_ += ':';
+    append('"');
+    append(name);
+    append("\":");
     comma_ = false;
     return *this;
   }
@@ -321,25 +322,25 @@ class JsonWriter {
     static_assert(std::is_integral_v<Int>);
     separate();
     char digits[24];
-    out_.append(digits, std::to_chars(digits, digits + sizeof(digits), value).ptr);
+    append(std::string_view(digits, std::to_chars(digits, digits + sizeof(digits), value).ptr - digits));
     comma_ = true;
     return *this;
   }
   // Anything else (doubles, null, attrs) as nlohmann writes it: rare, or no faster by hand.
   JsonWriter& value(const json& v) {
     separate();
-    out_ += v.dump();
+    append(v.dump());
     comma_ = true;
     return *this;
   }
   JsonWriter& begin(char bracket) {
     separate();
-    out_ += bracket;
+    append(bracket);
     comma_ = false;
     return *this;
   }
   JsonWriter& end(char bracket) {
-    out_ += bracket;
+    append(bracket);
     comma_ = true;
     return *this;
   }
@@ -355,26 +356,51 @@ class JsonWriter {
     for (int v : values) integer(v);
     return end(']');
   }
+  // Text between values (the manifest's line breaks and indents), as is; no comma follows it.
+  JsonWriter& raw(std::string_view text) {
+    append(text);
+    comma_ = false;
+    return *this;
+  }
+  std::string take() && {
+    out_.resize(size_);
+    return std::move(out_);
+  }
 
  private:
   void separate() {
-    if (comma_) out_ += ',';
+    if (comma_) append(',');
   }
   // Plain printable ASCII is written as is; anything else nlohmann escapes (and checks as UTF-8).
   void append_string(std::string_view text) {
-    const bool plain = std::all_of(text.begin(), text.end(), [](char c) {
-      return static_cast<unsigned char>(c) >= 0x20 && static_cast<unsigned char>(c) < 0x80 && c != '"' && c != '\\';
-    });
-    if (!plain) {
-      out_ += json(text).dump();
-      return;
+    for (char c : text) {
+      if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x80 || c == '"' || c == '\\') {
+        append(json(text).dump());
+        return;
+      }
     }
-    out_ += '"';
-    out_ += text;
-    out_ += '"';
+    room(text.size() + 2);
+    out_[size_++] = '"';
+    std::memcpy(&out_[size_], text.data(), text.size());
+    size_ += text.size();
+    out_[size_++] = '"';
+  }
+  // std::string's own appends are calls into the library, a few per value; these are inline.
+  void room(size_t bytes) {
+    if (size_ + bytes > out_.size()) out_.resize(std::max(2 * out_.size(), size_ + bytes + 4096));
+  }
+  void append(char c) {
+    room(1);
+    out_[size_++] = c;
+  }
+  void append(std::string_view text) {
+    room(text.size());
+    std::memcpy(&out_[size_], text.data(), text.size());
+    size_ += text.size();
   }
 
-  std::string& out_;
+  std::string out_;  // [0, size_) written
+  size_t size_ = 0;
   bool comma_ = false;
 };
 
@@ -508,25 +534,26 @@ std::string manifest_text(const Bundle& bundle, const std::vector<std::string>& 
   json head = manifest_head(bundle, kernel_sha256);
   const std::vector<ManifestList> lists = manifest_lists(bundle);
   for (const ManifestList& list : lists) head[list.key] = nullptr;  // its place among the keys, in order
-  std::string out = "{";
+  JsonWriter w;
+  w.raw("{");
   const char* separator = "\n  ";
   for (const auto& [key, value] : head.items()) {
-    out += separator + json(key).dump() + ": ";
+    w.raw(separator).raw(json(key).dump()).raw(": ");
     separator = ",\n  ";
     auto list = std::find_if(lists.begin(), lists.end(), [&key = key](const ManifestList& l) { return key == l.key; });
     if (list == lists.end()) {
-      out += value.dump();
+      w.raw(value.dump());
       continue;
     }
-    out += "[";
+    w.raw("[");
     for (size_t i = 0; i < list->size; ++i) {
-      out += i == 0 ? "\n    " : ",\n    ";
-      JsonWriter writer(out);
-      list->write(writer, i);
+      w.raw(i == 0 ? "\n    " : ",\n    ");
+      list->write(w, i);
     }
-    out += list->size == 0 ? "]" : "\n  ]";
+    w.raw(list->size == 0 ? "]" : "\n  ]");
   }
-  return out + "\n}\n";
+  w.raw("\n}\n");
+  return std::move(w).take();
 }
 
 std::vector<std::string> recorded_sha256(const std::vector<BundleKernel>& kernels) {
