@@ -39,8 +39,8 @@ void run_compile(const CompileFlags& flags) {
 
   auto start = std::chrono::steady_clock::now();
   CompileStats stats;
-  Bundle bundle = compile_graph(graph, registry(), options, &stats);
-  std::string path = flags.output.empty() ? graph.name + ".teeny" : flags.output;
+  Bundle bundle = compile_graph(std::move(graph), registry(), options, &stats);
+  std::string path = flags.output.empty() ? bundle.graph_name + ".teeny" : flags.output;
   // Sizes and memory at the default binding (and the fixed dims), checked as a run checks them.
   Bindings bindings = bundle_bindings(bundle, {});
   const BoundBundle checked = bind_bundle(bundle, bindings, path);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <map>
+#include <optional>
 #include <set>
 #include <unordered_map>
 
@@ -17,7 +18,8 @@ namespace {
 
 std::string join_params(const std::vector<std::string>& items) { return fmt::format("({})", fmt::join(items, ", ")); }
 
-std::string describe(const KernelArg& arg) { return fmt::format("{} {}", arg_c_type(arg), arg.name); }
+std::string describe(const std::string& c_type, const std::string& name) { return c_type + " " + name; }
+std::string describe(const KernelArg& arg) { return describe(arg_c_type(arg), arg.name); }
 
 // ---- helpers -------------------------------------------------------------------------------
 
@@ -36,8 +38,8 @@ struct PendingLaunch {
 
 class GraphCompiler {
  public:
-  GraphCompiler(const Graph& graph, const Registry& registry, const CompileOptions& options, CompileStats& stats)
-      : graph_(graph), registry_(registry), options_(options), stats_(stats) {}
+  GraphCompiler(Graph graph, const Registry& registry, const CompileOptions& options, CompileStats& stats)
+      : graph_(std::move(graph)), registry_(registry), options_(options), stats_(stats) {}
 
   Bundle run() {
     if (options_.fuse) {
@@ -45,9 +47,10 @@ class GraphCompiler {
     }
     fix_dims();
     describe_graph();
-    for (const Node& node : graph_.nodes) lower_node(node);
+    for (Node& node : graph_.nodes) lower_node(node);
     compile_sources();
-    for (const PendingLaunch& pending : pending_) verify_launch(pending);
+    bundle_.launches.reserve(pending_.size());
+    for (PendingLaunch& pending : pending_) verify_launch(pending);
     stats_.kernels = static_cast<int>(bundle_.kernels.size());
     return std::move(bundle_);
   }
@@ -107,6 +110,8 @@ class GraphCompiler {
     for (const DimDecl& dim : graph_.dims) {
       bundle_.dims.push_back({dim.name, dim.min, dim.max, dim.default_value});
     }
+    bundle_.tensors.reserve(graph_.inputs.size() + graph_.nodes.size());
+    bundle_.nodes.reserve(graph_.nodes.size());
     for (const GraphInput& input : graph_.inputs) {
       bundle_.inputs.push_back(input.name);
       bundle_.tensors.push_back({input.name, input.type.dtype, input.type.shape, input.type.row_stride, "", ""});
@@ -151,18 +156,30 @@ class GraphCompiler {
 
   // Every expression stored in the bundle may only use the graph's dims, and a launch's also the
   // device symbols (bound where it runs); a param's shape may not: its data cannot depend on the GPU.
-  void check_dims_known(const Node& node, const Expr& e, const std::string& what,
-                        bool device_symbols_allowed = true) const {
+  // `what()` names the expression in the error; it is made only then (a few per launch, 10^5 launches).
+  template <typename What>
+  void check_dims_known(const Node& node, const Expr& e, const What& what, bool device_symbols_allowed = true) const {
+    if (dims_known(e, device_symbols_allowed)) return;
     for (const std::string& dim : e.dims()) {
       if (graph_.find_dim(dim) == nullptr && !(device_symbols_allowed && is_device_symbol(dim))) {
-        throw node_error(node, fmt::format("{} '{}' uses '{}', which is not a dim of the graph", what, e.str(), dim));
+        throw node_error(node, fmt::format("{} '{}' uses '{}', which is not a dim of the graph", what(), e.str(), dim));
       }
     }
   }
 
+  // The check above without the sorted list of names Expr::dims() makes, wanted only for the error.
+  bool dims_known(const Expr& e, bool device_symbols_allowed) const {
+    if (e.kind() == Expr::Kind::kDim) {
+      return graph_.find_dim(e.dim_name()) != nullptr || (device_symbols_allowed && is_device_symbol(e.dim_name()));
+    }
+    return e.is_const() || (dims_known(e.lhs(), device_symbols_allowed) && dims_known(e.rhs(), device_symbols_allowed));
+  }
+
   // ---- per node ------------------------------------------------------------------------------
 
-  void lower_node(const Node& node) {
+  // The graph is this compiler's copy: its node's context is given the target for the lowering,
+  // rather than a copy of the context made per node.
+  void lower_node(Node& node) {
     const OpContext& ctx = node.ctx;
     std::vector<ParamSpec> specs = node.op->params ? node.op->params(ctx) : std::vector<ParamSpec>{};
     std::map<std::string, std::string> param_names = add_params(node, specs);
@@ -175,31 +192,30 @@ class GraphCompiler {
     buffer_of_[node.name] = node.name;
     bundle_.tensors.push_back(std::move(tensor));
 
-    OpContext target_ctx = ctx;
-    target_ctx.target_sm = arch_sm(options_.arch);
-    Lowering lowering = node.op->lower(target_ctx);
+    node.ctx.target_sm = target_sm();
+    Lowering lowering = node.op->lower(ctx);
     std::vector<int> kernel_ids;
     for (const KernelSource& kernel : lowering.kernels) kernel_ids.push_back(add_kernel(node, kernel));
     for (size_t i = 0; i < lowering.launches.size(); ++i) {
-      Launch launch = lowering.launches[i];
-      std::string where = fmt::format("launch {}", i);
+      Launch& launch = lowering.launches[i];
+      auto where = [i](const char* what) { return fmt::format("launch {}{}", i, what); };
       if (launch.kernel < 0 || launch.kernel >= static_cast<int>(kernel_ids.size())) {
-        throw node_error(node, fmt::format("{}: kernel index {} is out of range (the lowering has {} kernels)", where,
-                                           launch.kernel, kernel_ids.size()));
+        throw node_error(node, fmt::format("{}: kernel index {} is out of range (the lowering has {} kernels)",
+                                           where(""), launch.kernel, kernel_ids.size()));
       }
       for (Expr& g : launch.grid) g = fixed(g);
       launch.dynamic_smem = fixed(launch.dynamic_smem);
       launch.bytes = fixed(launch.bytes);
       launch.flops = fixed(launch.flops);
       launch.when = fixed(launch.when);
-      for (int d = 0; d < 3; ++d) check_dims_known(node, launch.grid[d], where + " grid");
-      check_dims_known(node, launch.dynamic_smem, where + " dynamic shared memory");
-      check_dims_known(node, launch.bytes, where + " cost (bytes)");
-      check_dims_known(node, launch.flops, where + " cost (FLOPs)");
-      check_dims_known(node, launch.when, where + " condition (when)");
+      for (int d = 0; d < 3; ++d) check_dims_known(node, launch.grid[d], [&] { return where(" grid"); });
+      check_dims_known(node, launch.dynamic_smem, [&] { return where(" dynamic shared memory"); });
+      check_dims_known(node, launch.bytes, [&] { return where(" cost (bytes)"); });
+      check_dims_known(node, launch.flops, [&] { return where(" cost (FLOPs)"); });
+      check_dims_known(node, launch.when, [&] { return where(" condition (when)"); });
       for (size_t a = 0; a < launch.args.size(); ++a) {
         KernelArg& arg = launch.args[a];
-        const std::string arg_where = fmt::format("{}, argument {} '{}'", where, a, arg.name);
+        auto arg_where = [&] { return fmt::format("{}, argument {} '{}'", where(""), a, arg.name); };
         if (arg.kind == ArgKind::kI32 || arg.kind == ArgKind::kI64) {
           arg.value = fixed(arg.value);
           check_dims_known(node, arg.value, arg_where);
@@ -208,13 +224,19 @@ class GraphCompiler {
           for (auto [what, e] : {std::pair{"cols", &arg.map.cols}, std::pair{"rows", &arg.map.rows},
                                  std::pair{"row stride", &arg.map.row_stride}}) {
             *e = fixed(*e);
-            check_dims_known(node, *e, fmt::format("{} {}", arg_where, what));
+            check_dims_known(node, *e, [&, what = what] { return fmt::format("{} {}", arg_where(), what); });
           }
         }
         check_arg_binding(node, specs, i, launch.args, a);
       }
       pending_.push_back({&node, static_cast<int>(i), kernel_ids[launch.kernel], std::move(launch), param_names});
     }
+  }
+
+  // --arch as an SM number, parsed once (at the first lowering, where an invalid --arch is found).
+  int target_sm() {
+    if (!target_sm_) target_sm_ = arch_sm(options_.arch);
+    return *target_sm_;
   }
 
   // Views share their input's buffer; a view may only reinterpret contiguous rows.
@@ -258,7 +280,10 @@ class GraphCompiler {
       param.shape = fixed(spec.shape);
       param.init = spec.init;
       param.hints = spec.hints;
-      for (const Expr& e : param.shape) check_dims_known(node, e, fmt::format("param '{}' shape", name), false);
+      for (const Expr& e : param.shape) {
+        check_dims_known(
+            node, e, [&] { return fmt::format("param '{}' shape", name); }, false);
+      }
       if (spec.init == ParamInit::kHost) add_host_bytes(node, spec, param);
       bundle_.params.push_back(std::move(param));
     }
@@ -291,21 +316,22 @@ class GraphCompiler {
   void check_arg_binding(const Node& node, const std::vector<ParamSpec>& specs, size_t launch,
                          const std::vector<KernelArg>& args, size_t position) const {
     const KernelArg& arg = args[position];
-    std::string where = fmt::format("launch {}, argument {} '{}'", launch, position, arg.name);
-    auto check_dtype = [&](DType actual, const std::string& what) {
+    // Made only for an error: this runs for every argument of every launch.
+    auto where = [&] { return fmt::format("launch {}, argument {} '{}'", launch, position, arg.name); };
+    auto check_dtype = [&](DType actual, const auto& what) {
       if (arg.dtype != actual) {
-        throw node_error(node, fmt::format("{}: dtype mismatch: expected {} ({}), found {}", where, dtype_name(actual),
-                                           what, dtype_name(arg.dtype)));
+        throw node_error(node, fmt::format("{}: dtype mismatch: expected {} ({}), found {}", where(),
+                                           dtype_name(actual), what(), dtype_name(arg.dtype)));
       }
     };
     switch (arg.kind) {
       case ArgKind::kInput:
         if (arg.input_index < 0 || arg.input_index >= static_cast<int>(node.ctx.inputs.size())) {
-          throw node_error(node, fmt::format("{}: input index {} is out of range (the node has {} inputs)", where,
+          throw node_error(node, fmt::format("{}: input index {} is out of range (the node has {} inputs)", where(),
                                              arg.input_index, node.ctx.inputs.size()));
         }
         check_dtype(node.ctx.inputs[arg.input_index].dtype,
-                    fmt::format("input {} '{}'", arg.input_index, node.inputs[arg.input_index]));
+                    [&] { return fmt::format("input {} '{}'", arg.input_index, node.inputs[arg.input_index]); });
         break;
       case ArgKind::kParam: {
         auto spec = std::find_if(specs.begin(), specs.end(), [&](const ParamSpec& s) { return s.slot == arg.slot; });
@@ -313,13 +339,13 @@ class GraphCompiler {
           std::vector<std::string> slots;
           for (const ParamSpec& s : specs) slots.push_back(s.slot);
           throw node_error(node,
-                           fmt::format("{}: no param slot '{}'{}", where, arg.slot, did_you_mean(arg.slot, slots)));
+                           fmt::format("{}: no param slot '{}'{}", where(), arg.slot, did_you_mean(arg.slot, slots)));
         }
-        check_dtype(spec->dtype, fmt::format("param slot '{}'", arg.slot));
+        check_dtype(spec->dtype, [&] { return fmt::format("param slot '{}'", arg.slot); });
         break;
       }
       case ArgKind::kOutput:
-        check_dtype(node.ctx.output.dtype, "the node's output");
+        check_dtype(node.ctx.output.dtype, [] { return "the node's output"; });
         break;
       case ArgKind::kI32:
       case ArgKind::kI64:
@@ -332,17 +358,17 @@ class GraphCompiler {
           for (const KernelArg& a : args) {
             if (is_pointer(a.kind)) pointers.push_back(a.name);
           }
-          throw node_error(node, fmt::format("{}: tensor map of '{}', which is not an argument of the launch{}", where,
-                                             arg.map.of, did_you_mean(arg.map.of, pointers)));
+          throw node_error(node, fmt::format("{}: tensor map of '{}', which is not an argument of the launch{}",
+                                             where(), arg.map.of, did_you_mean(arg.map.of, pointers)));
         }
         if (!is_pointer(target->kind)) {
           throw node_error(node, fmt::format("{}: tensor map of '{}', an argument of kind {}; a tensor map views "
                                              "an input, param or output",
-                                             where, arg.map.of, arg_kind_name(target->kind)));
+                                             where(), arg.map.of, arg_kind_name(target->kind)));
         }
         std::string problem = tensor_map_problem(arg.map, target->dtype);
         if (!problem.empty()) {
-          throw node_error(node, fmt::format("{}: tensor map of '{}': {}", where, arg.map.of, problem));
+          throw node_error(node, fmt::format("{}: tensor map of '{}': {}", where(), arg.map.of, problem));
         }
         break;
       }
@@ -375,6 +401,9 @@ class GraphCompiler {
     out.source_file = kernel.file;
     out.source_line = kernel.line;
     bundle_.kernels.push_back(std::move(out));
+    std::vector<std::string> param_text;
+    for (const KernelArg& param : unique.params) param_text.push_back(describe(param));
+    param_text_.push_back(std::move(param_text));
     sources_.push_back(std::move(unique));
     kernel_by_source_[text] = id;
     return id;
@@ -411,18 +440,16 @@ class GraphCompiler {
 
   // ---- verification ----------------------------------------------------------------------------
 
-  void check_launch_matches_params(const Node& node, const std::string& where, const BundleKernel& kernel,
-                                   const KernelSource& source, const std::vector<std::string>& launch_text) {
-    const std::vector<KernelArg>& params = source.params;
-    std::vector<std::string> param_text;
-    for (const KernelArg& param : params) param_text.push_back(describe(param));
-    for (size_t p = 0; p < std::max(launch_text.size(), params.size()); ++p) {
+  void check_launch_matches_params(const Node& node, int launch, const BundleKernel& kernel,
+                                   const std::vector<std::string>& param_text,
+                                   const std::vector<std::string>& launch_text) {
+    for (size_t p = 0; p < std::max(launch_text.size(), param_text.size()); ++p) {
       std::string expected, found;
       if (p >= launch_text.size()) {
         expected = fmt::format("'{}'", param_text[p]);
         found = fmt::format("nothing (the launch passes {} arguments)", launch_text.size());
-      } else if (p >= params.size()) {
-        expected = fmt::format("nothing (the kernel takes {} parameters)", params.size());
+      } else if (p >= param_text.size()) {
+        expected = fmt::format("nothing (the kernel takes {} parameters)", param_text.size());
         found = fmt::format("'{}'", launch_text[p]);
       } else if (launch_text[p] != param_text[p]) {
         expected = fmt::format("'{}'", param_text[p]);
@@ -430,25 +457,28 @@ class GraphCompiler {
       } else {
         continue;
       }
-      throw node_error(node, fmt::format("{}, argument {}: does not match kernel '{}': expected {}, found {}", where, p,
-                                         kernel.name, expected, found))
+      throw node_error(node, fmt::format("launch {}, argument {}: does not match kernel '{}': expected {}, found {}",
+                                         launch, p, kernel.name, expected, found))
           .note("launch arguments: " + join_params(launch_text))
           .note(fmt::format("kernel parameters ({}:{}): {}", kernel.source_file, kernel.source_line,
                             join_params(param_text)));
     }
   }
 
-  void verify_launch(const PendingLaunch& pending) {
+  // Moves the pending launch into the bundle.
+  void verify_launch(PendingLaunch& pending) {
     const Node& node = *pending.node;
     const BundleKernel& kernel = bundle_.kernels[pending.kernel];
-    const Launch& launch = pending.launch;
-    const std::string where = fmt::format("launch {}", pending.index);
+    Launch& launch = pending.launch;
+    auto where = [&] { return fmt::format("launch {}", pending.index); };
 
     // (a) the launch passes the kernel's parameters: count, kinds, dtypes, names.
-    std::vector<std::string> launch_text;
-    for (const KernelArg& arg : launch.args) launch_text.push_back(describe(arg));
-    const KernelSource& source = sources_[pending.kernel];
-    check_launch_matches_params(node, where, kernel, source, launch_text);
+    std::vector<std::string> c_types, launch_text;
+    for (const KernelArg& arg : launch.args) {
+      c_types.push_back(arg_c_type(arg));
+      launch_text.push_back(describe(c_types.back(), arg.name));
+    }
+    check_launch_matches_params(node, pending.index, kernel, param_text_[pending.kernel], launch_text);
 
     // (b) the PTX entry exists, and its parameters have the arguments' sizes and alignments.
     const PtxEntry* entry = find_visible_entry(entries_[pending.kernel], kernel.entry);
@@ -456,12 +486,13 @@ class GraphCompiler {
       std::vector<std::string> names;
       for (const PtxEntry& e : entries_[pending.kernel])
         names.push_back((e.visible ? ".visible .entry " : ".entry ") + e.name);
-      throw node_error(
-          node, fmt::format("{}: kernel '{}' has no '.visible .entry {}' in its PTX", where, kernel.name, kernel.entry))
+      throw node_error(node, fmt::format("{}: kernel '{}' has no '.visible .entry {}' in its PTX", where(), kernel.name,
+                                         kernel.entry))
           .note(names.empty() ? std::string("the PTX declares no entries")
                               : fmt::format("the PTX declares: {}", fmt::join(names, ", ")));
     }
     std::vector<BundleArg> args;
+    args.reserve(launch.args.size());
     int offset = 0;
     for (size_t p = 0; p < std::max(launch.args.size(), entry->params.size()); ++p) {
       if (p >= entry->params.size() || p >= launch.args.size()) {
@@ -473,27 +504,27 @@ class GraphCompiler {
                                 : fmt::format("nothing (the entry has {} parameters)", entry->params.size());
         throw node_error(
             node, fmt::format("{}, argument {}: PTX parameter mismatch in '.visible .entry {}': expected {}, found {}",
-                              where, p, kernel.entry, expected, found));
+                              where(), p, kernel.entry, expected, found));
       }
-      const KernelArg& arg = launch.args[p];
+      KernelArg& arg = launch.args[p];
       const PtxParam& ptx = entry->params[p];
       ArgLayout layout = arg_layout(arg);
       if (ptx.size != layout.size || ptx.align != layout.align) {
         throw node_error(node, fmt::format("{}, argument {}: PTX parameter mismatch in '.visible .entry {}': expected "
                                            "size {} align {} for '{}', found {} size {} align {}",
-                                           where, p, kernel.entry, layout.size, layout.align, launch_text[p], ptx.type,
-                                           ptx.size, ptx.align));
+                                           where(), p, kernel.entry, layout.size, layout.align, launch_text[p],
+                                           ptx.type, ptx.size, ptx.align));
       }
       // CUDA's parameter buffer: each argument at the next multiple of its alignment.
       offset = (offset + ptx.align - 1) / ptx.align * ptx.align;
-      args.push_back(bundle_arg(node, pending, arg, ptx, offset));
+      args.push_back(bundle_arg(node, pending, std::move(arg), std::move(c_types[p]), ptx, offset));
       offset += ptx.size;
     }
 
     // (c) the block against the PTX's launch-shape directives.
     const std::array<int, 3>& block = launch.block;
     if (std::string problem = block_problem(block, *entry); !problem.empty()) {
-      throw node_error(node, fmt::format("{}: {}", where, problem));
+      throw node_error(node, fmt::format("{}: {}", where(), problem));
     }
 
     BundleLaunch out;
@@ -501,56 +532,60 @@ class GraphCompiler {
     out.index = pending.index;
     out.kernel = pending.kernel;
     out.block = block;
-    out.grid = launch.grid;
-    out.dynamic_smem = launch.dynamic_smem;
-    out.when = launch.when;
+    out.grid = std::move(launch.grid);
+    out.dynamic_smem = std::move(launch.dynamic_smem);
+    out.when = std::move(launch.when);
     out.args = std::move(args);
-    out.bytes = launch.bytes;
-    out.flops = launch.flops;
+    out.bytes = std::move(launch.bytes);
+    out.flops = std::move(launch.flops);
     bundle_.launches.push_back(std::move(out));
   }
 
-  BundleArg bundle_arg(const Node& node, const PendingLaunch& pending, const KernelArg& arg, const PtxParam& ptx,
-                       int offset) const {
-    BundleArg out;
-    out.kind = arg.kind;
-    out.name = arg.name;
-    out.c_type = arg_c_type(arg);
-    out.ptx_type = ptx.type;
-    out.size = ptx.size;
-    out.offset = offset;
-    out.value = arg.value;
-    out.fvalue = arg.fvalue;
-    out.dtype = arg.dtype;
-    out.map = arg.map;
-    switch (arg.kind) {
-      case ArgKind::kInput:
-        out.tensor = node.inputs[arg.input_index];
-        break;
-      case ArgKind::kOutput:
-        out.tensor = node.name;
-        break;
-      case ArgKind::kParam:
-        out.tensor = pending.param_names.at(arg.slot);
-        break;
-      default:
-        break;
-    }
-    return out;
+  // Built in one piece from the moved argument: a BundleArg assigned field by field first
+  // default-constructs (allocates) the expressions it then replaces.
+  BundleArg bundle_arg(const Node& node, const PendingLaunch& pending, KernelArg&& arg, std::string c_type,
+                       const PtxParam& ptx, int offset) const {
+    return BundleArg{arg.kind,
+                     std::move(arg.name),
+                     std::move(c_type),
+                     ptx.type,
+                     ptx.size,
+                     offset,
+                     tensor_of(node, pending, arg),
+                     std::move(arg.value),
+                     arg.fvalue,
+                     arg.dtype,
+                     std::move(arg.map)};
   }
 
-  Graph graph_;  // a copy: passes and compile --bind rewrite it
+  // What a pointer argument points at: the node's input or output tensor, or its param.
+  static std::string tensor_of(const Node& node, const PendingLaunch& pending, const KernelArg& arg) {
+    switch (arg.kind) {
+      case ArgKind::kInput:
+        return node.inputs[arg.input_index];
+      case ArgKind::kOutput:
+        return node.name;
+      case ArgKind::kParam:
+        return pending.param_names.at(arg.slot);
+      default:
+        return "";
+    }
+  }
+
+  Graph graph_;  // its own (a copy, or moved in): passes and compile --bind rewrite it
   const Registry& registry_;
   const CompileOptions& options_;
   CompileStats& stats_;
   Bundle bundle_;
-  std::map<std::string, std::string> buffer_of_;              // tensor -> tensor owning its buffer
+  std::unordered_map<std::string, std::string> buffer_of_;    // tensor -> tensor owning its buffer
   std::unordered_map<std::string, std::string> param_owner_;  // param name -> node
   std::map<std::string, int> kernel_by_source_;               // original source -> bundle kernel
   std::set<std::string> used_names_;
-  std::vector<KernelSource> sources_;           // per bundle kernel, entry substituted
-  std::vector<std::vector<PtxEntry>> entries_;  // per bundle kernel
+  std::vector<KernelSource> sources_;                 // per bundle kernel, entry substituted
+  std::vector<std::vector<std::string>> param_text_;  // per bundle kernel: its parameters, described
+  std::vector<std::vector<PtxEntry>> entries_;        // per bundle kernel
   std::vector<PendingLaunch> pending_;
+  std::optional<int> target_sm_;
 };
 
 }  // namespace
@@ -575,27 +610,36 @@ std::string block_problem(const std::array<int, 3>& block, const PtxEntry& entry
   return "";
 }
 
+// Appended rather than formatted: compile makes one for every node, to find the kernels nodes share.
 std::string kernel_translation_unit(const KernelSource& kernel, const std::string& entry) {
-  std::vector<std::string> params, names;
-  for (const KernelArg& arg : kernel.params) {
-    params.push_back(describe(arg));
-    names.push_back(arg.name);
-  }
   std::string bounds;
   if (kernel.max_threads > 0 && kernel.min_blocks > 0) {
     bounds = fmt::format("__launch_bounds__({}, {}) ", kernel.max_threads, kernel.min_blocks);
   } else if (kernel.max_threads > 0) {
     bounds = fmt::format("__launch_bounds__({}) ", kernel.max_threads);
   }
-  return fmt::format("#include \"{}\"\n\nextern \"C\" __global__ void {}{}({}) {{\n  {}({});\n}}\n", kernel.header,
-                     bounds, entry, fmt::join(params, ", "), kernel.function, fmt::join(names, ", "));
+  std::string out = "#include \"" + kernel.header + "\"\n\nextern \"C\" __global__ void " + bounds + entry + "(";
+  for (size_t i = 0; i < kernel.params.size(); ++i) {
+    if (i > 0) out += ", ";
+    out += describe(kernel.params[i]);
+  }
+  out += ") {\n  " + kernel.function + "(";
+  for (size_t i = 0; i < kernel.params.size(); ++i) {
+    if (i > 0) out += ", ";
+    out += kernel.params[i].name;
+  }
+  return out + ");\n}\n";
 }
 
 Bundle compile_graph(const Graph& graph, const Registry& registry, const CompileOptions& options, CompileStats* stats) {
+  return compile_graph(Graph(graph), registry, options, stats);
+}
+
+Bundle compile_graph(Graph&& graph, const Registry& registry, const CompileOptions& options, CompileStats* stats) {
   CompileStats local;
   CompileStats& out = stats != nullptr ? *stats : local;
   out = CompileStats{};
-  return GraphCompiler(graph, registry, options, out).run();
+  return GraphCompiler(std::move(graph), registry, options, out).run();
 }
 
 }  // namespace teeny

@@ -40,6 +40,9 @@ struct CompileStats {
 
 Bundle compile_graph(const Graph& graph, const Registry& registry, const CompileOptions& options,
                      CompileStats* stats = nullptr);
+// The same without copying `graph`, which passes and --bind rewrite as they compile it.
+Bundle compile_graph(Graph&& graph, const Registry& registry, const CompileOptions& options,
+                     CompileStats* stats = nullptr);
 
 // ---- pieces of verification, exposed for tests --------------------------------------------
 
