@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <limits>
-#include <map>
-#include <set>
+#include <unordered_map>
+#include <unordered_set>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -31,11 +31,13 @@ class Evaluator {
 
   Error fail(const std::string& message) const { return Error(fmt::format("bundle {}: {}", label_, message)); }
 
-  int64_t operator()(const Expr& expr, const std::string& what) const {
+  // `what()` names the expression in an error; it is made only then (a few per tensor and launch).
+  template <typename What>
+  int64_t operator()(const Expr& expr, const What& what) const {
     try {
       return expr.eval(all_);
     } catch (const Error& error) {
-      throw fail(fmt::format("cannot evaluate {} '{}' with {}: {}", what, expr.str(), with(expr), error.message()));
+      throw fail(fmt::format("cannot evaluate {} '{}' with {}: {}", what(), expr.str(), with(expr), error.message()));
     }
   }
 
@@ -59,15 +61,16 @@ class Evaluator {
 
 // ---- tensors, params and memory -------------------------------------------------------------
 
-// tensor_bytes, failing with the bundle, `what` (a tensor or param), its shape and the dims.
-uint64_t bytes_of(const std::string& what, DType dtype, const Shape& shape, const std::vector<int64_t>& concrete,
+// tensor_bytes, failing with the bundle, `what()` (a tensor or param), its shape and the dims.
+template <typename What>
+uint64_t bytes_of(const What& what, DType dtype, const Shape& shape, const std::vector<int64_t>& concrete,
                   int64_t row_stride, const Evaluator& eval) {
   try {
     return static_cast<uint64_t>(tensor_bytes(dtype, concrete, row_stride));
   } catch (const Error& error) {
     const std::string bound = shape_str(shape) == shape_text(concrete) ? "" : " = " + shape_text(concrete);
-    throw eval.fail(
-        fmt::format("{} has shape {}{} with {}: {}", what, shape_str(shape), bound, eval.dims_text(), error.message()));
+    throw eval.fail(fmt::format("{} has shape {}{} with {}: {}", what(), shape_str(shape), bound, eval.dims_text(),
+                                error.message()));
   }
 }
 
@@ -79,19 +82,21 @@ BoundTensor bind_tensor(const BundleTensor& tensor, const Evaluator& eval) {
   t.alias_of = tensor.alias_of;
   t.id_bound = tensor.id_bound;
   for (size_t d = 0; d < tensor.shape.size(); ++d) {
-    t.shape.push_back(eval(tensor.shape[d], fmt::format("dim {} of tensor '{}'", d, t.name)));
+    t.shape.push_back(eval(tensor.shape[d], [&] { return fmt::format("dim {} of tensor '{}'", d, t.name); }));
   }
   if (std::any_of(t.shape.begin(), t.shape.end(), [](int64_t extent) { return extent <= 0; })) {
     throw eval.fail(fmt::format("tensor '{}' has shape {} = {} with {}; sizes must be positive", t.name,
                                 shape_str(tensor.shape), shape_text(t.shape), eval.dims_text()));
   }
   const int64_t last = t.shape.empty() ? 1 : t.shape.back();
-  t.row_stride = t.shape.empty() ? 1 : eval(tensor.row_stride, fmt::format("row stride of '{}'", t.name));
+  t.row_stride =
+      t.shape.empty() ? 1 : eval(tensor.row_stride, [&] { return fmt::format("row stride of '{}'", t.name); });
   if (t.row_stride < last) {
     throw eval.fail(fmt::format("tensor '{}' has row stride {} ('{}'), less than its last dim {}", t.name, t.row_stride,
                                 tensor.row_stride.str(), last));
   }
-  t.bytes = bytes_of(fmt::format("tensor '{}'", t.name), t.dtype, tensor.shape, t.shape, t.row_stride, eval);
+  t.bytes =
+      bytes_of([&] { return fmt::format("tensor '{}'", t.name); }, t.dtype, tensor.shape, t.shape, t.row_stride, eval);
   t.rows = t.numel() / last;  // fits: the bytes do
   return t;
 }
@@ -106,13 +111,13 @@ BoundParam bind_param(const BundleParam& param, const Bundle& bundle, const Eval
   p.host_offset = param.offset;
   p.hints = param.hints;
   for (size_t d = 0; d < param.shape.size(); ++d) {
-    p.shape.push_back(eval(param.shape[d], fmt::format("dim {} of parameter '{}'", d, p.name)));
+    p.shape.push_back(eval(param.shape[d], [&] { return fmt::format("dim {} of parameter '{}'", d, p.name); }));
     if (p.shape.back() <= 0) {
       throw eval.fail(fmt::format("parameter '{}' has shape {} = {} with {}; sizes must be positive", p.name,
                                   shape_str(param.shape), shape_text(p.shape), eval.dims_text()));
     }
   }
-  p.bytes = bytes_of(fmt::format("parameter '{}'", p.name), p.dtype, param.shape, p.shape,
+  p.bytes = bytes_of([&] { return fmt::format("parameter '{}'", p.name); }, p.dtype, param.shape, p.shape,
                      p.shape.empty() ? 1 : p.shape.back(), eval);
   const uint64_t held = bundle.param_bytes.size();
   if (p.init == ParamInit::kHost &&
@@ -126,8 +131,10 @@ BoundParam bind_param(const BundleParam& param, const Bundle& bundle, const Eval
   return p;
 }
 
-std::map<std::string, size_t> node_indices(const Bundle& bundle) {
-  std::map<std::string, size_t> indices;
+using NodeIndex = std::unordered_map<std::string, size_t>;  // node name -> index in Bundle::nodes
+
+NodeIndex node_indices(const Bundle& bundle) {
+  NodeIndex indices;
   for (size_t i = 0; i < bundle.nodes.size(); ++i) indices[bundle.nodes[i].name] = i;
   return indices;
 }
@@ -135,14 +142,14 @@ std::map<std::string, size_t> node_indices(const Bundle& bundle) {
 // Liveness in node steps. Graph inputs and outputs live through the whole run: inputs are read
 // again by every iteration, outputs are read back at the end.
 MemoryPlan plan_activations(const Bundle& bundle, const std::vector<BoundTensor>& tensors, const Evaluator& eval) {
-  const std::map<std::string, size_t> node_index = node_indices(bundle);
+  const NodeIndex node_index = node_indices(bundle);
   const int end = static_cast<int>(bundle.nodes.size());
-  std::map<std::string, int> last_use;
+  std::unordered_map<std::string, int> last_use;
   for (size_t i = 0; i < bundle.nodes.size(); ++i) {
     for (const std::string& input : bundle.nodes[i].inputs) last_use[input] = static_cast<int>(i);
   }
-  const std::set<std::string> graph_inputs(bundle.inputs.begin(), bundle.inputs.end());
-  const std::set<std::string> graph_outputs(bundle.outputs.begin(), bundle.outputs.end());
+  const std::unordered_set<std::string> graph_inputs(bundle.inputs.begin(), bundle.inputs.end());
+  const std::unordered_set<std::string> graph_outputs(bundle.outputs.begin(), bundle.outputs.end());
   std::vector<PlanEntry> entries;
   for (const BoundTensor& t : tensors) {
     PlanEntry entry;
@@ -192,8 +199,8 @@ void check_binding_bytes(const BoundBundle& bound, const Evaluator& eval) {
 constexpr const char* kAxes[] = {"x", "y", "z"};
 
 // The node, kernel and block of a launch, checked against the bundle.
-BoundLaunch launch_frame(const BundleLaunch& launch, const Bundle& bundle,
-                         const std::map<std::string, size_t>& node_index, const Evaluator& eval) {
+BoundLaunch launch_frame(const BundleLaunch& launch, const Bundle& bundle, const NodeIndex& node_index,
+                         const Evaluator& eval) {
   BoundLaunch l;
   l.node = launch.node;
   l.index = launch.index;
@@ -220,7 +227,7 @@ BoundLaunch launch_frame(const BundleLaunch& launch, const Bundle& bundle,
 std::array<int64_t, 3> bind_grid(const BundleLaunch& launch, const std::string& where, const Evaluator& eval) {
   std::array<int64_t, 3> grid{};
   for (int d = 0; d < 3; ++d) {
-    grid[d] = eval(launch.grid[d], fmt::format("grid.{} of launch '{}'", kAxes[d], where));
+    grid[d] = eval(launch.grid[d], [&] { return fmt::format("grid.{} of launch '{}'", kAxes[d], where); });
     const int64_t limit = d == 0 ? std::numeric_limits<int32_t>::max() : 65535;
     if (grid[d] <= 0 || grid[d] > limit) {
       throw eval.fail(fmt::format("launch '{}' has grid.{} = {} ('{}') with {}; it must be in [1, {}]", where, kAxes[d],
@@ -232,7 +239,8 @@ std::array<int64_t, 3> bind_grid(const BundleLaunch& launch, const std::string& 
 
 int64_t bind_shared_memory(const BundleLaunch& launch, const std::string& where, const DeviceFacts& device,
                            const Evaluator& eval) {
-  const int64_t bytes = eval(launch.dynamic_smem, fmt::format("dynamic shared memory of launch '{}'", where));
+  const int64_t bytes =
+      eval(launch.dynamic_smem, [&] { return fmt::format("dynamic shared memory of launch '{}'", where); });
   if (bytes < 0) throw eval.fail(fmt::format("launch '{}' has negative shared memory", where));
   if (bytes > device.smem_per_block) {
     throw eval.fail(
@@ -245,7 +253,8 @@ int64_t bind_shared_memory(const BundleLaunch& launch, const std::string& where,
 
 // One argument: its layout in the parameter buffer, what it points at, or its value. Tensor
 // maps get their extents here and their view in bind_tensor_maps.
-BoundArg bind_arg(const BundleArg& arg, const std::string& arg_where, const BoundBundle& bound, const Evaluator& eval) {
+template <typename Where>
+BoundArg bind_arg(const BundleArg& arg, const Where& arg_where, const BoundBundle& bound, const Evaluator& eval) {
   BoundArg b;
   b.kind = arg.kind;
   b.name = arg.name;
@@ -254,25 +263,26 @@ BoundArg bind_arg(const BundleArg& arg, const std::string& arg_where, const Boun
   b.target = arg.tensor;
   const ArgLayout layout = arg_layout(arg.kind);
   if (arg.size != layout.size || arg.offset < 0 || arg.offset % layout.align != 0) {
-    throw eval.fail(fmt::format("{} ({}) has size {} at offset {}; expected size {} at a multiple of {}", arg_where,
+    throw eval.fail(fmt::format("{} ({}) has size {} at offset {}; expected size {} at a multiple of {}", arg_where(),
                                 arg_kind_name(arg.kind), arg.size, arg.offset, layout.size, layout.align));
   }
   switch (arg.kind) {
     case ArgKind::kInput:
     case ArgKind::kOutput:
       if (!bound.tensor_index.count(arg.tensor)) {
-        throw eval.fail(fmt::format("{} names tensor '{}', which the bundle does not have", arg_where, arg.tensor));
+        throw eval.fail(fmt::format("{} names tensor '{}', which the bundle does not have", arg_where(), arg.tensor));
       }
       break;
     case ArgKind::kParam:
       if (!bound.param_index.count(arg.tensor)) {
-        throw eval.fail(fmt::format("{} names parameter '{}', which the bundle does not have", arg_where, arg.tensor));
+        throw eval.fail(
+            fmt::format("{} names parameter '{}', which the bundle does not have", arg_where(), arg.tensor));
       }
       break;
     case ArgKind::kI32:
       b.ivalue = eval(arg.value, arg_where);
       if (b.ivalue < std::numeric_limits<int32_t>::min() || b.ivalue > std::numeric_limits<int32_t>::max()) {
-        throw eval.fail(fmt::format("{} = {} ('{}') does not fit in a 32-bit int with {}", arg_where, b.ivalue,
+        throw eval.fail(fmt::format("{} = {} ('{}') does not fit in a 32-bit int with {}", arg_where(), b.ivalue,
                                     arg.value.str(), eval.with(arg.value)));
       }
       break;
@@ -283,9 +293,9 @@ BoundArg bind_arg(const BundleArg& arg, const std::string& arg_where, const Boun
       b.fvalue = arg.fvalue;
       break;
     case ArgKind::kTensorMap:
-      b.map.cols = eval(arg.map.cols, "cols of " + arg_where);
-      b.map.rows = eval(arg.map.rows, "rows of " + arg_where);
-      b.map.row_stride = eval(arg.map.row_stride, "row stride of " + arg_where);
+      b.map.cols = eval(arg.map.cols, [&] { return "cols of " + arg_where(); });
+      b.map.rows = eval(arg.map.rows, [&] { return "rows of " + arg_where(); });
+      b.map.row_stride = eval(arg.map.row_stride, [&] { return "row stride of " + arg_where(); });
       b.map.box_cols = arg.map.box_cols;
       b.map.box_rows = arg.map.box_rows;
       b.map.swizzle = arg.map.swizzle;
@@ -329,18 +339,18 @@ void bind_tensor_maps(const BundleLaunch& launch, BoundLaunch& l, const BoundBun
   }
 }
 
-BoundLaunch bind_launch(const BundleLaunch& launch, const BoundBundle& bound,
-                        const std::map<std::string, size_t>& node_index, const DeviceFacts& device,
-                        const Evaluator& eval) {
+BoundLaunch bind_launch(const BundleLaunch& launch, const BoundBundle& bound, const NodeIndex& node_index,
+                        const DeviceFacts& device, const Evaluator& eval) {
   BoundLaunch l = launch_frame(launch, *bound.bundle, node_index, eval);
   const std::string where = l.label();
   l.grid = bind_grid(launch, where, eval);
   l.dynamic_smem = bind_shared_memory(launch, where, device, eval);
-  l.bytes = eval(launch.bytes, fmt::format("bytes moved by launch '{}'", where));
-  l.flops = eval(launch.flops, fmt::format("FLOPs of launch '{}'", where));
+  l.bytes = eval(launch.bytes, [&] { return fmt::format("bytes moved by launch '{}'", where); });
+  l.flops = eval(launch.flops, [&] { return fmt::format("FLOPs of launch '{}'", where); });
   for (size_t a = 0; a < launch.args.size(); ++a) {
     const BundleArg& arg = launch.args[a];
-    l.args.push_back(bind_arg(arg, fmt::format("argument {} '{}' of launch '{}'", a, arg.name, where), bound, eval));
+    auto arg_where = [&] { return fmt::format("argument {} '{}' of launch '{}'", a, arg.name, where); };
+    l.args.push_back(bind_arg(arg, arg_where, bound, eval));
     // The end of the last argument: the bytes that hold every argument at its offset.
     l.param_buffer_bytes = std::max(l.param_buffer_bytes, static_cast<size_t>(arg.offset + arg.size));
   }
@@ -420,6 +430,8 @@ BoundBundle bind_bundle(const Bundle& bundle, const Bindings& dims, const std::s
   bound.label = label;
   bound.bindings = dims;
   const Evaluator eval(label, dims);
+  bound.tensors.reserve(bundle.tensors.size());
+  bound.tensor_index.reserve(bundle.tensors.size());
   for (const BundleTensor& tensor : bundle.tensors) {
     bound.tensor_index.emplace(tensor.name, bound.tensors.size());
     bound.tensors.push_back(bind_tensor(tensor, eval));
@@ -435,11 +447,11 @@ BoundBundle bind_bundle(const Bundle& bundle, const Bindings& dims, const std::s
 
 void bind_launches(BoundBundle& bound, const DeviceFacts& device) {
   const Evaluator eval(bound.label, bound.bindings, device_bindings(device));
-  const std::map<std::string, size_t> node_index = node_indices(*bound.bundle);
+  const NodeIndex node_index = node_indices(*bound.bundle);
   std::vector<BoundLaunch> launches;
   for (const BundleLaunch& launch : bound.bundle->launches) {
     const std::string where = launch_label(launch.node, launch.index);
-    if (eval(launch.when, fmt::format("condition (when) of launch '{}'", where)) == 0) continue;
+    if (eval(launch.when, [&] { return fmt::format("condition (when) of launch '{}'", where); }) == 0) continue;
     launches.push_back(bind_launch(launch, bound, node_index, device, eval));
   }
   bound.launches = std::move(launches);
