@@ -47,6 +47,7 @@ class GraphCompiler {
     }
     fix_dims();
     describe_graph();
+    pending_.reserve(graph_.nodes.size());  // most nodes launch one kernel
     for (Node& node : graph_.nodes) lower_node(node);
     compile_sources();
     bundle_.launches.reserve(pending_.size());
@@ -115,7 +116,6 @@ class GraphCompiler {
     for (const GraphInput& input : graph_.inputs) {
       bundle_.inputs.push_back(input.name);
       bundle_.tensors.push_back({input.name, input.type.dtype, input.type.shape, input.type.row_stride, "", ""});
-      buffer_of_[input.name] = input.name;
     }
     for (const Node& node : graph_.nodes) {
       BundleNode out;
@@ -189,7 +189,6 @@ class GraphCompiler {
       add_view(node, tensor);
       return;
     }
-    buffer_of_[node.name] = node.name;
     bundle_.tensors.push_back(std::move(tensor));
 
     node.ctx.target_sm = target_sm();
@@ -255,8 +254,9 @@ class GraphCompiler {
                                    "last dim {}), so a view must keep the last dim and stride",
                                    node.inputs[0], shape_str(out.shape), in.row_stride.str(), in.shape.back().str()));
     }
-    tensor.alias_of = buffer_of_.at(node.inputs[0]);
-    buffer_of_[node.name] = tensor.alias_of;
+    auto viewed = view_buffer_.find(node.inputs[0]);
+    tensor.alias_of = viewed == view_buffer_.end() ? node.inputs[0] : viewed->second;
+    view_buffer_.emplace(node.name, tensor.alias_of);
     bundle_.tensors.push_back(std::move(tensor));
   }
 
@@ -577,7 +577,7 @@ class GraphCompiler {
   const CompileOptions& options_;
   CompileStats& stats_;
   Bundle bundle_;
-  std::unordered_map<std::string, std::string> buffer_of_;    // tensor -> tensor owning its buffer
+  std::unordered_map<std::string, std::string> view_buffer_;  // view -> tensor owning its buffer (others: their own)
   std::unordered_map<std::string, std::string> param_owner_;  // param name -> node
   std::map<std::string, int> kernel_by_source_;               // original source -> bundle kernel
   std::set<std::string> used_names_;
