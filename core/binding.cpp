@@ -135,23 +135,31 @@ using NodeIndex = std::unordered_map<std::string, size_t>;  // node name -> inde
 
 NodeIndex node_indices(const Bundle& bundle) {
   NodeIndex indices;
+  indices.reserve(bundle.nodes.size());
   for (size_t i = 0; i < bundle.nodes.size(); ++i) indices[bundle.nodes[i].name] = i;
   return indices;
 }
 
 // Liveness in node steps. Graph inputs and outputs live through the whole run: inputs are read
 // again by every iteration, outputs are read back at the end.
-MemoryPlan plan_activations(const Bundle& bundle, const std::vector<BoundTensor>& tensors, const Evaluator& eval) {
+MemoryPlan plan_activations(const BoundBundle& bound, const Evaluator& eval) {
+  const Bundle& bundle = *bound.bundle;
+  const std::vector<BoundTensor>& tensors = bound.tensors;
   const NodeIndex node_index = node_indices(bundle);
   const int end = static_cast<int>(bundle.nodes.size());
-  std::unordered_map<std::string, int> last_use;
+  std::vector<int> last_use(tensors.size(), -1);  // per tensor: the last node reading it
   for (size_t i = 0; i < bundle.nodes.size(); ++i) {
-    for (const std::string& input : bundle.nodes[i].inputs) last_use[input] = static_cast<int>(i);
+    for (const std::string& input : bundle.nodes[i].inputs) {
+      if (auto t = bound.tensor_index.find(input); t != bound.tensor_index.end())
+        last_use[t->second] = static_cast<int>(i);
+    }
   }
   const std::unordered_set<std::string> graph_inputs(bundle.inputs.begin(), bundle.inputs.end());
   const std::unordered_set<std::string> graph_outputs(bundle.outputs.begin(), bundle.outputs.end());
   std::vector<PlanEntry> entries;
-  for (const BoundTensor& t : tensors) {
+  entries.reserve(tensors.size());
+  for (size_t k = 0; k < tensors.size(); ++k) {
+    const BoundTensor& t = tensors[k];
     PlanEntry entry;
     entry.name = t.name;
     entry.bytes = t.bytes;
@@ -165,8 +173,7 @@ MemoryPlan plan_activations(const Bundle& bundle, const std::vector<BoundTensor>
         throw eval.fail(fmt::format("tensor '{}' is produced by unknown node '{}'", t.name, t.producer));
       }
       entry.first_step = static_cast<int>(producer->second);
-      auto used = last_use.find(t.name);
-      entry.last_step = used == last_use.end() ? entry.first_step : std::max(entry.first_step, used->second);
+      entry.last_step = std::max(entry.first_step, last_use[k]);
       if (graph_outputs.count(t.name)) entry.last_step = end;
     }
     entries.push_back(std::move(entry));
@@ -440,7 +447,7 @@ BoundBundle bind_bundle(const Bundle& bundle, const Bindings& dims, const std::s
     bound.param_index.emplace(param.name, bound.params.size());
     bound.params.push_back(bind_param(param, bundle, eval));
   }
-  bound.plan = plan_activations(bundle, bound.tensors, eval);
+  bound.plan = plan_activations(bound, eval);
   check_binding_bytes(bound, eval);
   return bound;
 }
