@@ -301,12 +301,16 @@ namespace {
 // sorted, so the callers write each object's keys in sorted order (a test holds them to it).
 class JsonWriter {
  public:
-  // `name` is a key of the manifest's format: plain ASCII, nothing to escape.
-  JsonWriter& key(std::string_view name) {
+  // `name` is a key of the manifest's format, a literal: plain ASCII, nothing to escape.
+  template <size_t N>
+  JsonWriter& key(const char (&name)[N]) {
     separate();
-    append('"');
-    append(name);
-    append("\":");
+    room(N + 2);
+    out_[size_++] = '"';
+    std::memcpy(&out_[size_], name, N - 1);
+    size_ += N - 1;
+    out_[size_++] = '"';
+    out_[size_++] = ':';
     comma_ = false;
     return *this;
   }
