@@ -5,10 +5,11 @@ Both benchmarks write into one file per day and GPU, bench/results/<YYYY-MM-DD>-
 torch.cuda.get_device_name() as a slug, "NVIDIA H200" -> nvidia-h200), each under its own suite
 key, so a run of one keeps the other's results of the same day. Every case keeps its numbers;
 each band of cases gets the geometric mean and the worst of teeny's time over PyTorch's best
-(the fastest of the ways PyTorch was measured: eager and CUDA-graph replay). bench/README.md
+(the fastest of the ways PyTorch was measured: eager, CUDA-graph replay, and the GPU span of its
+kernels alone, which is how `teeny profile` times teeny). bench/README.md
 describes the format; scripts/bench_table.py renders the README's table from it.
 
-Only import_torch, median_us and torch_medians need PyTorch, and they import it when called, so
+Only import_torch, median_us, kernel_span_us and torch_medians need PyTorch, and they import it when called, so
 bench_table.py and tests use the rest without it.
 """
 import datetime
@@ -26,7 +27,9 @@ REPO = os.path.dirname(HERE)
 RESULTS_DIR = os.path.join(REPO, "bench", "results")
 FORMAT_VERSION = 1
 # The ways PyTorch is timed, as per-case fields; a case's best is the fastest of those measured.
-TORCH_MODES = {"eager": "eager_us", "CUDA graph": "graph_us"}
+# Eager and CUDA graph: CUDA events around a call, so they include the host's launch time;
+# kernels: the GPU span of the call's kernels (CUPTI), measured as teeny's own time is.
+TORCH_MODES = {"eager": "eager_us", "CUDA graph": "graph_us", "kernels": "kernels_us"}
 
 
 def import_torch(script):
@@ -58,12 +61,45 @@ def median_us(fn, iterations, warmup=20):
         times.append(start.elapsed_time(end) * 1000.0)
     return statistics.median(times)
 
+# The PyTorch columns of the scripts' tables, one per mode, and a case's cells for them.
+TORCH_HEADER = " | ".join(f"torch {mode} us" for mode in TORCH_MODES)
+
+
+def torch_cells(torch_us):
+    return " | ".join(f"{torch_us[mode]:.1f}" if mode in torch_us else "-" for mode in TORCH_MODES)
+
+
+def kernel_span_us(fn, iterations):
+    """Median over calls of the GPU span of fn's kernels and copies (first start to last end), from
+    CUPTI's activity records through torch.profiler: what `teeny profile` reports for teeny's
+    launches. Events around a call also hold the host's launch time, which dominates short calls.
+    None (with a warning) when the calls did not all run the same number of kernels."""
+    import torch
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(iterations):
+            fn()
+            torch.cuda.synchronize()
+    spans = sorted((e.time_range.start, e.time_range.end) for e in prof.events() if e.device_type == DeviceType.CUDA)
+    if not spans or len(spans) % iterations:
+        print(f"warning: {len(spans)} GPU activities in {iterations} calls; PyTorch's kernel time not measured",
+              file=sys.stderr)
+        return None
+    per_call = len(spans) // iterations
+    calls = [spans[i:i + per_call] for i in range(0, len(spans), per_call)]
+    return statistics.median(max(end for _, end in call) - call[0][0] for call in calls)
+
 
 def torch_medians(fn, inputs, iterations):
     """fn(*inputs) eager, then captured once as a CUDA graph (after three warm-up calls on a side
-    stream, as capture requires) and replayed: (eager median us, replay median us)."""
+    stream, as capture requires) and replayed, then its kernels alone: {mode: median us} for the
+    modes of TORCH_MODES measured."""
     import torch
     with torch.no_grad():
+        kernels = kernel_span_us(lambda: fn(*inputs), iterations)
         eager = median_us(lambda: fn(*inputs), iterations)
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
@@ -75,7 +111,8 @@ def torch_medians(fn, inputs, iterations):
         with torch.cuda.graph(graph):
             fn(*inputs)
         replay = median_us(graph.replay, iterations)
-    return eager, replay
+    measured = {"eager": eager, "CUDA graph": replay, "kernels": kernels}
+    return {mode: us for mode, us in measured.items() if us is not None}
 
 
 def teeny_profile(teeny, bundle, binds, iterations):

@@ -4,9 +4,9 @@
 Per op at representative shapes (elementwise and norms at [32768, 4096]; linear at 4096^3 and at
 MLP/GPT-2 shapes; sdpa at B=8, H=12, S=512/2048, Dh=64) and per dense graph (mnist_mlp at B=1/64;
 transformer_block, transformer_block_bf16, tiny_lm at B=1/64 x S=128/512): teeny's median GPU
-time (`teeny profile --format json`: runs[0].gpu_time.median_us), PyTorch eager and CUDA-graph
-medians (CUDA events around each iteration; TF32 off for f32), the ratio teeny / eager (< 1:
-teeny is faster), and teeny's achieved TFLOP/s or GB/s from the ops' cost expressions with the
+time (`teeny profile --format json`: runs[0].gpu_time.median_us), PyTorch's medians eager,
+CUDA-graph and of its kernels alone (bench_common.TORCH_MODES; TF32 off for f32), the ratio
+teeny / PyTorch's best (< 1: teeny is faster), and teeny's achieved TFLOP/s or GB/s from the ops' cost expressions with the
 percentage of the device ceiling (bandwidth and f32 peak from teeny's profile environment; the
 bf16 tensor-core ceiling is the H200's dense 989 TFLOP/s). Prints a Markdown table and writes every
 case, with the geometric mean and worst of teeny / PyTorch's best per band, to
@@ -22,7 +22,8 @@ import subprocess
 import sys
 import tempfile
 
-from bench_common import REPO, RESULTS_DIR, case_result, import_torch, teeny_profile, torch_medians, write_results
+from bench_common import (REPO, RESULTS_DIR, TORCH_HEADER, case_result, import_torch, teeny_profile, torch_cells,
+                          torch_medians, write_results)
 
 torch = import_torch("bench_dense")
 import torch.nn as nn  # noqa: E402
@@ -242,7 +243,7 @@ def main():
         return 1
 
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, TF32 off\n")
-    print("| case | teeny us | torch eager us | torch graph us | teeny/eager | teeny/graph | teeny rate (% of ceiling) |")
+    print(f"| case | teeny us | {TORCH_HEADER} | teeny/best | teeny rate (% of ceiling) |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | --- |")
     rows = []
     built = {}
@@ -253,13 +254,13 @@ def main():
         if path not in built:
             built[path] = build()
         inputs = make_inputs()
-        eager_us, graph_us = torch_medians(built[path], inputs, args.iterations)
+        torch_us = torch_medians(built[path], inputs, args.iterations)
         del inputs
-        row = case_result(label, band, teeny_us, {"eager": eager_us, "CUDA graph": graph_us}, flops, nbytes,
+        row = case_result(label, band, teeny_us, torch_us, flops, nbytes,
                           rate(flops, nbytes, teeny_us, env, tensor_cores), binds=binds)
         rows.append(row)
-        print(f"| {label} | {teeny_us:.1f} | {eager_us:.1f} | {graph_us:.1f} | {row['teeny_over_eager']:.2f} | "
-              f"{row['teeny_over_graph']:.2f} | {row['rate']} |", flush=True)
+        print(f"| {label} | {teeny_us:.1f} | {torch_cells(torch_us)} | {row['teeny_over_best']:.2f} | {row['rate']} |",
+              flush=True)
     run_info = {"script": "scripts/bench_dense.py", "argv": sys.argv[1:], "started": started,
                 "torch": torch.__version__, "tf32": False, "iterations": args.iterations, "only": args.only,
                 "teeny_environment": env}

@@ -4,9 +4,9 @@
 For every (K, N) of SHAPES (Llama-2-7B, Mistral-7B, GPT-2, BERT-large, ResNet's classifier and
 three awkward sizes), every dtype and every M of M_VALUES, one graph `y = linear(x[M, K], N)`
 (bias on) is compiled once with M symbolic and profiled at each M (`teeny profile --format json`:
-the median GPU time of an iteration, CUPTI), and PyTorch's F.linear is timed eager and as a
-replayed CUDA graph (TF32 off for f32). Per dtype and band of M (decode: M <= 16, small: 17-256,
-large: >= 257) it reports the geometric mean and worst of teeny / PyTorch's best, and per case
+the median GPU time of an iteration, CUPTI), and PyTorch's F.linear is timed eager, as a
+replayed CUDA graph and by its kernels' GPU time (bench_common.TORCH_MODES; TF32 off for f32).
+Per dtype and band of M (decode: M <= 16, small: 17-256, large: >= 257) it reports the geometric mean and worst of teeny / PyTorch's best, and per case
 the achieved rate: weight GB/s against HBM bandwidth where M <= 64 (the weight stream bounds it),
 else TFLOP/s against the dtype's peak. Results go into bench/results/<date>-<gpu>.json, suite
 "gemm" (scripts/bench_common.py).
@@ -21,7 +21,8 @@ import subprocess
 import sys
 import tempfile
 
-from bench_common import (RESULTS_DIR, REPO, band_summaries, case_result, import_torch, teeny_profile, torch_medians,
+from bench_common import (RESULTS_DIR, REPO, TORCH_HEADER, band_summaries, case_result, import_torch, teeny_profile,
+                          torch_cells, torch_medians,
                           write_results)
 
 torch = import_torch("bench_gemm")
@@ -83,8 +84,8 @@ def main():
     workdir = tempfile.mkdtemp(prefix="teeny-bench-gemm-")
 
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, TF32 off\n")
-    print("| case | teeny us | torch eager us | torch graph us | teeny/best | teeny rate |")
-    print("| --- | ---: | ---: | ---: | ---: | --- |")
+    print(f"| case | teeny us | {TORCH_HEADER} | teeny/best | teeny rate |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | --- |")
     rows, env = [], None
     for dtype in dtypes:
         for model, k, n in shapes:
@@ -98,12 +99,12 @@ def main():
             for m in ms:
                 teeny_us, flops, nbytes, env = teeny_profile(args.teeny, bundle, {"M": m}, args.iterations)
                 x = torch.randn(m, k, device=device).to(DTYPES[dtype])
-                eager_us, graph_us = torch_medians(lambda x: F.linear(x, weight, bias), [x], args.iterations)
+                torch_us = torch_medians(lambda x: F.linear(x, weight, bias), [x], args.iterations)
                 label = f"{model} M={m} K={k} N={n} {dtype}"
-                row = case_result(label, f"{dtype} {m_band(m)}", teeny_us, {"eager": eager_us, "CUDA graph": graph_us},
+                row = case_result(label, f"{dtype} {m_band(m)}", teeny_us, torch_us,
                                   flops, nbytes, rate(m, k, n, dtype, teeny_us, env), binds={"M": m})
                 rows.append(row)
-                print(f"| {label} | {teeny_us:.1f} | {eager_us:.1f} | {graph_us:.1f} | {row['teeny_over_best']:.2f} | "
+                print(f"| {label} | {teeny_us:.1f} | {torch_cells(torch_us)} | {row['teeny_over_best']:.2f} | "
                       f"{row['rate']} |", flush=True)
     run_info = {"script": "scripts/bench_gemm.py", "argv": sys.argv[1:], "started": started,
                 "torch": torch.__version__, "tf32": False, "iterations": args.iterations, "teeny_environment": env}

@@ -72,13 +72,17 @@ def render_table(chosen):
     files = sorted({shown_path(path) for path, _ in chosen.values()})
     gpu = chosen[suites[0]][1]["gpu"]
     torch_versions = sorted({chosen[suite][1]["suites"][suite].get("torch", "?") for suite in suites})
-    lines = [f"teeny's median GPU time over PyTorch's best ({' or '.join(TORCH_MODES)}, whichever is faster)",
-             f"per band of cases; below 1, teeny is faster. {gpu}, PyTorch "
+    lines = [f"teeny's median GPU time over PyTorch's best ({' or '.join(TORCH_MODES)}, whichever is fastest;",
+             "a suite that measured fewer names them)"
+             f" per band of cases; below 1, teeny is faster. {gpu}, PyTorch "
              f"{', '.join(torch_versions)}; from " + ", ".join(f"`{file}`" for file in files) + ".", "",
              "| suite | band | cases | geomean | worst case |", "| --- | --- | ---: | ---: | --- |"]
     for suite in suites:
         data = chosen[suite][1]["suites"][suite]
         label = suite + (f" (cases matching '{data['only']}' only)" if data.get("only") else "")
+        modes = [mode for mode, field in TORCH_MODES.items() if any(field in case for case in data["cases"])]
+        if len(modes) < len(TORCH_MODES):
+            label += f" (PyTorch {' or '.join(modes)})"
         for band in data["bands"]:
             worst = band["worst"]
             lines.append(f"| {label} | {band['band']} | {band['cases']} | {band['geomean_teeny_over_best']:.2f} | "

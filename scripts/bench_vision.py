@@ -3,9 +3,9 @@
 
 Per op at representative shapes, and each vision graph (lenet5, yolo_head) at B=1 and B=16:
 teeny's median GPU time (`teeny compile --bind B=N` then `teeny profile --format json`:
-runs[0].gpu_time.median_us), PyTorch
-eager and CUDA-graph medians (CUDA events around each iteration; cuDNN, TF32 off), the ratio
-teeny / eager (< 1 means teeny is faster), and teeny's achieved TFLOP/s or GB/s from the ops'
+runs[0].gpu_time.median_us), PyTorch's
+medians eager, CUDA-graph and of its kernels alone (bench_common.TORCH_MODES; cuDNN, TF32 off),
+the ratio teeny / PyTorch's best (< 1 means teeny is faster), and teeny's achieved TFLOP/s or GB/s from the ops'
 cost expressions. Prints a Markdown table and writes every case, with the geometric mean and worst
 of teeny / PyTorch's best per band, to bench/results/<date>-<gpu>.json (suite "vision";
 scripts/bench_common.py).
@@ -19,7 +19,8 @@ import subprocess
 import sys
 import tempfile
 
-from bench_common import REPO, RESULTS_DIR, case_result, import_torch, teeny_profile, torch_medians, write_results
+from bench_common import (REPO, RESULTS_DIR, TORCH_HEADER, case_result, import_torch, teeny_profile, torch_cells,
+                          torch_medians, write_results)
 
 torch = import_torch("bench_vision")
 import torch.nn.functional as F  # noqa: E402
@@ -148,7 +149,7 @@ def main():
     rows = []
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, "
           "TF32 off, fp32\n")
-    print("| case | B | teeny us | torch eager us | torch graph us | teeny/eager | teeny/graph | teeny rate |")
+    print(f"| case | B | teeny us | {TORCH_HEADER} | teeny/best | teeny rate |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
     env = None
     for label, band, path, batches, shape, build in cases:
@@ -157,13 +158,13 @@ def main():
             bundle = compiled_bundle(args.teeny, path, batch, workdir, f"{len(rows)}")
             teeny_us, flops, nbytes, env = teeny_profile(args.teeny, bundle, {"B": batch}, args.iterations)
             x = torch.randn(batch, *shape, device=device)
-            eager_us, graph_us = torch_medians(fn, [x], args.iterations)
+            torch_us = torch_medians(fn, [x], args.iterations)
             row = case_result(label, band or f"graphs, B={batch}", teeny_us,
-                              {"eager": eager_us, "CUDA graph": graph_us}, flops, nbytes,
+                              torch_us, flops, nbytes,
                               rate(flops, nbytes, teeny_us), batch=batch)
             rows.append(row)
-            print(f"| {label} | {batch} | {teeny_us:.1f} | {eager_us:.1f} | {graph_us:.1f} | "
-                  f"{row['teeny_over_eager']:.2f} | {row['teeny_over_graph']:.2f} | {row['rate']} |", flush=True)
+            print(f"| {label} | {batch} | {teeny_us:.1f} | {torch_cells(torch_us)} | {row['teeny_over_best']:.2f} | "
+                  f"{row['rate']} |", flush=True)
     run_info = {"script": "scripts/bench_vision.py", "argv": sys.argv[1:], "started": started,
                 "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(), "tf32": False,
                 "iterations": args.iterations, "op_batch": args.op_batch, "teeny_environment": env}
