@@ -48,7 +48,8 @@ class GraphCompiler {
     fix_dims();
     describe_graph();
     pending_.reserve(graph_.nodes.size());  // most nodes launch one kernel
-    for (Node& node : graph_.nodes) lower_node(node);
+    target_sm();  // an invalid --arch is an error of the flag, before any node
+    for (Node& node : graph_.nodes) lower_node_located(node);
     compile_sources();
     bundle_.launches.reserve(pending_.size());
     for (PendingLaunch& pending : pending_) verify_launch(pending);
@@ -179,6 +180,20 @@ class GraphCompiler {
 
   // The graph is this compiler's copy: its node's context is given the target for the lowering,
   // rather than a copy of the context made per node.
+  // lower_node, where an error that names no place (an overflow in the op's launch expressions,
+  // say) is put at the node.
+  void lower_node_located(Node& node) {
+    try {
+      lower_node(node);
+    } catch (const Error& e) {
+      if (e.location()) throw;
+      Error located = node_error(node, e.message());
+      located.with_code(e.code());
+      for (const std::string& note : e.notes()) located.note(note);
+      throw located;
+    }
+  }
+
   void lower_node(Node& node) {
     const OpContext& ctx = node.ctx;
     std::vector<ParamSpec> specs = node.op->params ? node.op->params(ctx) : std::vector<ParamSpec>{};
@@ -232,7 +247,7 @@ class GraphCompiler {
     }
   }
 
-  // --arch as an SM number, parsed once (at the first lowering, where an invalid --arch is found).
+  // --arch as an SM number, parsed once.
   int target_sm() {
     if (!target_sm_) target_sm_ = arch_sm(options_.arch);
     return *target_sm_;

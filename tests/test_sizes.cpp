@@ -131,6 +131,20 @@ TEST(SpecSizes, ACompileTimeBindingThatOverflowsNamesTheTensorAndTheBinding) {
             "input 'x' [B*B*1000000000]: with --bind B=1048576: integer overflow in '1099511627776*1000000000'");
 }
 
+// An overflow in an op's lowering (a convolution's FLOPs here) is put at the node.
+TEST(SpecSizes, AnOverflowWhileLoweringNamesTheNode) {
+  const Graph graph = parse_graph(
+      "name: c\ninputs:\n  x: {dtype: f32, shape: [1, 1073741824, 1, 1]}\nnodes:\n"
+      "  - {name: c1, op: conv2d, inputs: [x], attrs: {out_channels: 1, kernel_size: 1, padding: 185000, "
+      "bias: false}}\noutputs: [c1]\n",
+      "c.yaml", op_testing::registry());
+  EXPECT_EQ(rendered([&] { compile_graph(graph, op_testing::registry(), {}); }),
+            "teeny: error: c.yaml:5:20: node 'c1': op 'conv2d', integer overflow in '2147483648*136900740001'\n"
+            "    - {name: c1, op: conv2d, inputs: [x], attrs: {out_channels: 1, kernel_size: 1, padding: 185000, "
+            "bias: false}}\n"
+            "                     ^\n");
+}
+
 // The crashes of issue 22 through the binary: each is exit code 1 with one clean error.
 TEST(SpecSizes, HostileExpressionsEndInACleanError) {
   testing::ScratchDir dir;
