@@ -47,7 +47,7 @@ class GraphCompiler {
     }
     fix_dims();
     describe_graph();
-    pending_.reserve(graph_.nodes.size());  // most nodes launch one kernel
+    pending_.reserve(graph_.nodes.size());
     target_sm();  // an invalid --arch is an error of the flag, before any node
     for (Node& node : graph_.nodes) lower_node_located(node);
     compile_sources();
@@ -178,8 +178,6 @@ class GraphCompiler {
 
   // ---- per node ------------------------------------------------------------------------------
 
-  // The graph is this compiler's copy: its node's context is given the target for the lowering,
-  // rather than a copy of the context made per node.
   // lower_node, where an error that names no place (an overflow in the op's launch expressions,
   // say) is put at the node.
   void lower_node_located(Node& node) {
@@ -194,6 +192,8 @@ class GraphCompiler {
     }
   }
 
+  // The graph is this compiler's copy: its node's context is given the target for the lowering,
+  // rather than a copy of the context made per node.
   void lower_node(Node& node) {
     const OpContext& ctx = node.ctx;
     std::vector<ParamSpec> specs = node.op->params ? node.op->params(ctx) : std::vector<ParamSpec>{};
