@@ -2,6 +2,8 @@
 // yaml-cpp's own YAML::Load gives them, aliases, and the errors YAML::Load would not give.
 #include <gtest/gtest.h>
 
+#include <string>
+
 #include <yaml-cpp/exceptions.h>
 
 #include "core/graph.h"
@@ -81,24 +83,22 @@ TEST(YamlTree, AnAliasIsItsAnchoredValue) {
   EXPECT_EQ(root.value(3).scalar(), "3");
 }
 
-TEST(YamlTree, AnAliasFromInsideItsOwnListIsAnError) {
+// What load_yaml(text) throws: "<message> at <0-based line>:<0-based column>", or "no error".
+std::string yaml_error(const std::string& text) {
   try {
-    load_yaml("a: &x [1, *x]\n");
-    FAIL() << "no error";
+    load_yaml(text);
   } catch (const YAML::ParserException& e) {
-    EXPECT_EQ(e.msg, "alias to a list or map from inside it");
-    EXPECT_EQ(e.mark.line, 0);
-    EXPECT_EQ(e.mark.column, 10);
+    return e.msg + " at " + std::to_string(e.mark.line) + ":" + std::to_string(e.mark.column);
   }
+  return "no error";
+}
+
+TEST(YamlTree, AnAliasFromInsideItsOwnListIsAnError) {
+  EXPECT_EQ(yaml_error("a: &x [1, *x]\n"), "alias to a list or map from inside it at 0:10");
 }
 
 TEST(YamlTree, SyntaxErrorsAreYamlCppsOwn) {
-  try {
-    load_yaml("a: [1, 2\n");
-    FAIL() << "no error";
-  } catch (const YAML::ParserException& e) {
-    EXPECT_EQ(e.msg, "end of sequence flow not found");
-  }
+  EXPECT_EQ(yaml_error("a: [1, 2\n").rfind("end of sequence flow not found at ", 0), 0u);
   EXPECT_THROW(load_yaml("a: *undefined\n"), YAML::ParserException);
 }
 
