@@ -4,6 +4,8 @@
 
 #include "cli/table.h"
 #include "core/expr.h"
+#include "core/input_file.h"
+#include "core/json_field.h"
 #include "core/report.h"
 
 namespace teeny::cli {
@@ -62,6 +64,8 @@ std::string run_table(const ProfileReport& report, const ProfileRun& run) {
   out += fmt::format("host enqueue time per iteration: median {:.2f} us, p90 {:.2f}\n", run.enqueue_us.median,
                      run.enqueue_us.p90);
   out += fmt::format("noise: relative IQR {:.1f}% end-to-end\n", 100 * g.rel_iqr);
+  out += fmt::format("SM clock measured: {:.0f} MHz before the timed iterations, {:.0f} MHz after\n",
+                     run.sm_clock_before_mhz, run.sm_clock_after_mhz);
   if (run.excluded_records > 0)
     out += fmt::format("excluded: {} kernel records not launched by teeny (L2 flush)\n", run.excluded_records);
   for (const std::string& w : run.warnings) out += "warning: " + w + "\n";
@@ -75,6 +79,13 @@ std::string run_table(const ProfileReport& report, const ProfileRun& run) {
 nlohmann::json summary_json(const Summary& s) {
   return {{"count", s.count}, {"min_us", s.min}, {"median_us", s.median}, {"mean_us", s.mean},   {"p90_us", s.p90},
           {"max_us", s.max},  {"q1_us", s.q1},   {"q3_us", s.q3},         {"rel_iqr", s.rel_iqr}};
+}
+
+// The summary with the samples it summarises, in iteration order, for `teeny compare`.
+nlohmann::json timing_json(const Summary& s, const std::vector<double>& samples_us) {
+  nlohmann::json out = summary_json(s);
+  out["samples_us"] = samples_us;
+  return out;
 }
 
 std::string csv_field(const std::string& text) {
@@ -142,7 +153,9 @@ nlohmann::json profile_json(const ProfileReport& report) {
           {"entry", f.entry},
           {"grid", f.grid},
           {"block", f.block},
-          {"duration", summary_json(l.duration_us)},
+          {"ptx_sha256", f.ptx_sha256},
+          {"kernel_source", f.kernel_source},
+          {"duration", timing_json(l.duration_us, l.samples_us)},
           {"share_pct", 100 * l.share},
           {"bytes", f.bytes},
           {"flops", f.flops},
@@ -168,7 +181,9 @@ nlohmann::json profile_json(const ProfileReport& report) {
         {"warmup_s", run.warmup_seconds},
         {"iterations", run.iterations},
         {"excluded_records", run.excluded_records},
-        {"gpu_time", summary_json(run.gpu_time_us)},
+        {"sm_clock_before_mhz", run.sm_clock_before_mhz},
+        {"sm_clock_after_mhz", run.sm_clock_after_mhz},
+        {"gpu_time", timing_json(run.gpu_time_us, run.gpu_time_samples_us)},
         {"enqueue_time", summary_json(run.enqueue_us)},
         {"kernel_sum_median_us", run.kernel_sum_us},
         {"launches", launches},
@@ -215,6 +230,58 @@ std::string format_profile_csv(const ProfileReport& report) {
     }
   }
   return out;
+}
+
+namespace {
+
+// Summary and samples from a "duration" or "gpu_time" object; none when it has no samples.
+std::vector<double> samples_of(const JsonField& timing, Summary& summary) {
+  if (!timing.has("samples_us")) return {};
+  std::vector<double> samples = timing["samples_us"].numbers();
+  if (!samples.empty()) summary = summarize(samples);
+  return samples;
+}
+
+LaunchStats launch_from_json(const JsonField& j) {
+  LaunchStats l;
+  l.facts.index = static_cast<int>(j["index"].integer());
+  l.facts.node = j["node"].str();
+  l.facts.kernel = j["kernel"].str();
+  l.samples_us = samples_of(j["duration"], l.duration_us);
+  return l;
+}
+
+ProfileRun run_from_json(const JsonField& j) {
+  ProfileRun run;
+  const JsonField bindings = j["bindings"];
+  if (!bindings.value().is_object()) bindings.fail("expected an object of dims");
+  for (const auto& [dim, value] : bindings.value().items()) run.bindings[dim] = bindings[dim.c_str()].integer();
+  run.untrusted = j["untrusted_reasons"].strings();
+  if (!j["trusted"].boolean() && run.untrusted.empty()) run.untrusted.push_back("marked not trusted");
+  run.warnings = j["warnings"].strings();
+  if (j.has("sm_clock_before_mhz")) run.sm_clock_before_mhz = j["sm_clock_before_mhz"].number();
+  if (j.has("sm_clock_after_mhz")) run.sm_clock_after_mhz = j["sm_clock_after_mhz"].number();
+  run.gpu_time_samples_us = samples_of(j["gpu_time"], run.gpu_time_us);
+  run.iterations = static_cast<int>(run.gpu_time_samples_us.size());
+  for (const JsonField& launch : j["launches"].items()) run.launches.push_back(launch_from_json(launch));
+  return run;
+}
+
+}  // namespace
+
+ProfileReport read_profile_json(const std::string& path) {
+  const nlohmann::json doc = parse_json_text(read_input_file(path, "profile"), path);
+  const JsonField j(doc, path);
+  ProfileReport report;
+  report.bundle_path = j["bundle"].str();
+  report.graph_name = j["graph"].str();
+  const JsonField env = j["environment"];
+  report.environment.gpu_name = env["gpu_name"].str();
+  report.environment.timing_method = env["timing_method"].str();
+  report.environment.mode = env["mode"].str();
+  report.environment.cuda_graph = env["cuda_graph"].boolean();
+  for (const JsonField& run : j["runs"].items()) report.runs.push_back(run_from_json(run));
+  return report;
 }
 
 }  // namespace teeny::cli

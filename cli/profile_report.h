@@ -17,4 +17,8 @@ nlohmann::json profile_json(const ProfileReport& report);
 // One header row, then one row per launch per run.
 std::string format_profile_csv(const ProfileReport& report);
 
+// A profile_json document read back (for `teeny compare`): what identifies each run and launch,
+// the samples, and statistics recomputed from them. Errors name `path` and the field.
+ProfileReport read_profile_json(const std::string& path);
+
 }  // namespace teeny::cli

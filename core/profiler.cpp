@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <limits>
 #include <map>
@@ -12,6 +13,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "core/clock_probe.h"
 #include "core/driver.h"
 #include "core/error.h"
 #include "core/executor.h"
@@ -185,6 +187,7 @@ ProfileRun summarize_run(const Bindings& bindings, const std::vector<LaunchFacts
   }
   if (!matched.end_to_end_us.empty()) gpu_time = matched.end_to_end_us;
   if (!gpu_time.empty()) run.gpu_time_us = summarize(gpu_time);
+  run.gpu_time_samples_us = std::move(gpu_time);
   if (!enqueue_us.empty()) run.enqueue_us = summarize(enqueue_us);
 
   double mean_sum = 0;
@@ -192,6 +195,7 @@ ProfileRun summarize_run(const Bindings& bindings, const std::vector<LaunchFacts
     LaunchStats stats;
     stats.facts = launches[l];
     if (!durations[l].empty()) stats.duration_us = summarize(durations[l]);
+    stats.samples_us = std::move(durations[l]);
     const double median = stats.duration_us.median;
     if (median > 0) {
       // bytes / (us * 1e3) = bytes per ns = GB/s.
@@ -220,6 +224,34 @@ ProfileRun summarize_run(const Bindings& bindings, const std::vector<LaunchFacts
     run.warnings.push_back(
         fmt::format("noisy launches (relative IQR above {:.0f}%): {}", 100 * kNoisyLaunch, fmt::join(noisy, ", ")));
   return run;
+}
+
+ActivityBatch records_of_subject(const ActivityBatch& batch, size_t subject, size_t subjects) {
+  if (subjects == 1) return batch;
+  ActivityBatch out;
+  out.dropped = subject == 0 ? batch.dropped : 0;
+  std::unordered_map<uint32_t, bool> mine;  // correlation id -> belongs to `subject`
+  for (const ExternalCorrelation& c : batch.correlations) {
+    const auto [tag, launch] = decode_external_id(c.external_id);
+    const bool ours = ((tag >> kSubjectBit) & 1u) == subject;
+    mine[c.correlation_id] = ours;
+    if (ours) out.correlations.push_back({c.correlation_id, encode_external_id(tag & ~(1u << kSubjectBit), launch)});
+  }
+  for (const KernelRecord& record : batch.kernels) {
+    const auto it = mine.find(record.correlation_id);
+    if (it == mine.end() ? subject == 0 : it->second) out.kernels.push_back(record);
+  }
+  return out;
+}
+
+void record_clocks(ProfileRun& run, double before_mhz, double after_mhz) {
+  run.sm_clock_before_mhz = before_mhz;
+  run.sm_clock_after_mhz = after_mhz;
+  if (before_mhz > 0 && std::abs(after_mhz - before_mhz) > kClockDrift * before_mhz)
+    run.warnings.push_back(
+        fmt::format("the SM clock moved from {:.0f} MHz to {:.0f} MHz during the timed iterations (power or "
+                    "thermal limit?); the times mix both clocks",
+                    before_mhz, after_mhz));
 }
 
 std::pair<std::string, std::vector<int64_t>> parse_sweep(const std::string& text) {
@@ -277,6 +309,8 @@ std::vector<LaunchFacts> launch_facts(const cuda::Device& device, const GpuExecu
     f.bytes = launch.bytes;
     f.flops = launch.flops;
     f.tensor_cores = ptx_uses_f16_mma(kernel.ptx);
+    f.ptx_sha256 = kernel.sha256;
+    f.kernel_source = fmt::format("{}:{}", kernel.source_file, kernel.source_line);
     const CUfunction function = executor.function(i);
     const std::string what = fmt::format("querying kernel '{}' for node '{}'", kernel.name, f.node);
     TEENY_CU(driver, FuncGetAttribute, what, &f.registers, CU_FUNC_ATTRIBUTE_NUM_REGS, function);
@@ -428,79 +462,133 @@ class Session {
   Clock::time_point created_ = Clock::now();
 };
 
-ProfileRun profile_one(const Bundle& bundle, const std::string& bundle_path, const std::vector<std::string>& binds,
-                       std::shared_ptr<cuda::Device> device, CuptiTracer* tracer, const ProfileOptions& options,
-                       const Environment& env, std::vector<std::string>& notes, GpuExecutor::Modules& modules) {
-  BoundBundle bound = bind_bundle(bundle, bundle_bindings(bundle, binds), bundle_path);
-  bind_launches(bound, device->facts());
+// One bundle bound to one binding, loaded, with its data uploaded, ready to time.
+struct Subject {
+  std::unique_ptr<BoundBundle> bound;
+  std::unique_ptr<GpuExecutor> executor;
+  std::vector<LaunchFacts> facts;
+  std::unique_ptr<Session> session;
+  std::vector<double> enqueue_us;  // per timed iteration
+};
+
+std::unique_ptr<Subject> prepare_subject(const Bundle& bundle, const std::string& bundle_path,
+                                         const std::vector<std::string>& binds, std::shared_ptr<cuda::Device> device,
+                                         CuptiTracer* tracer, const ProfileOptions& options, const Environment& env,
+                                         std::vector<std::string>& notes, GpuExecutor::Modules& modules) {
+  auto subject = std::make_unique<Subject>();
+  subject->bound = std::make_unique<BoundBundle>(bind_bundle(bundle, bundle_bindings(bundle, binds), bundle_path));
+  bind_launches(*subject->bound, device->facts());
   DataOptions data_options;
   data_options.seed = options.seed;
   data_options.weights_path = options.weights_path;
   data_options.fill = ParamFill::kRandom;
-  const RunData data = prepare_data(bound, data_options);
+  const RunData data = prepare_data(*subject->bound, data_options);
   for (const std::string& note : data.notes)
     if (std::find(notes.begin(), notes.end(), note) == notes.end()) notes.push_back(note);
 
-  GpuExecutor executor(device, bound, modules);
-  modules = executor.modules();
-  executor.upload(data);
-  const std::vector<LaunchFacts> facts = launch_facts(*device, executor);
-  Session session(device, executor, tracer, options, env.l2_bytes);
+  subject->executor = std::make_unique<GpuExecutor>(device, *subject->bound, modules);
+  modules = subject->executor->modules();
+  subject->executor->upload(data);
+  subject->facts = launch_facts(*device, *subject->executor);
+  subject->session = std::make_unique<Session>(device, *subject->executor, tracer, options, env.l2_bytes);
+  return subject;
+}
 
-  ProfileRun run;
-  const auto warmup_start = Clock::now();
-  int warmup = 0;
-  while ((warmup < options.warmup_iterations || seconds_since(warmup_start) < options.warmup_min_seconds) &&
-         warmup < options.max_iterations) {
-    session.iteration(kWarmupTagBase + static_cast<uint32_t>(warmup));
-    ++warmup;
+// Every subject's iteration `iteration`, the order reversed on odd iterations so that none always
+// runs first or always after another's L2 footprint. Enqueue times go to `enqueue_us[subject]`.
+void iterate_all(std::vector<std::unique_ptr<Subject>>& subjects, uint32_t iteration, uint32_t tag_base,
+                 std::vector<double>* enqueue_us) {
+  const size_t n = subjects.size();
+  for (size_t k = 0; k < n; ++k) {
+    const size_t s = iteration % 2 == 0 ? k : n - 1 - k;
+    const double us = subjects[s]->session->iteration(subject_tag(s, tag_base + iteration));
+    if (enqueue_us) enqueue_us[s].push_back(us);
   }
+}
+
+// Runs the protocol over `subjects` (one binding of each bundle), interleaved; one run each.
+std::vector<ProfileRun> time_subjects(std::vector<std::unique_ptr<Subject>>& subjects, CuptiTracer* tracer,
+                                      const ProfileOptions& options, const Environment& env, const ClockProbe& probe) {
+  const auto warmup_start = Clock::now();
+  uint32_t warmup = 0;
+  while ((static_cast<int>(warmup) < options.warmup_iterations ||
+          seconds_since(warmup_start) < options.warmup_min_seconds) &&
+         static_cast<int>(warmup) < options.max_iterations)
+    iterate_all(subjects, warmup++, kWarmupTagBase, nullptr);
   const double warmup_seconds = seconds_since(warmup_start);
+  const cuda::Stream& stream = subjects.front()->executor->stream();
+  const double clock_before = probe.sm_clock_mhz(stream);
 
   // Every iteration ends with a stream synchronisation, so its kernels' records are complete.
-  if (tracer) tracer->take();  // warm-up records are not timed
-  session.take_event_timings();
+  if (tracer) tracer->take();  // warm-up records (and the probe's) are not timed
+  for (auto& subject : subjects) subject->session->take_event_timings();
 
-  std::vector<double> enqueue_us;
+  std::vector<std::vector<double>> enqueue_us(subjects.size());
   const auto timed_start = Clock::now();
+  uint32_t iterations = 0;
   bool capped = false;
-  while (static_cast<int>(enqueue_us.size()) < options.iterations || seconds_since(timed_start) < options.min_seconds) {
-    if (static_cast<int>(enqueue_us.size()) >= options.max_iterations) {
+  while (static_cast<int>(iterations) < options.iterations || seconds_since(timed_start) < options.min_seconds) {
+    if (static_cast<int>(iterations) >= options.max_iterations) {
       capped = true;
       break;
     }
-    enqueue_us.push_back(session.iteration(static_cast<uint32_t>(enqueue_us.size())));
+    iterate_all(subjects, iterations++, 0, enqueue_us.data());
   }
-  const uint32_t iterations = static_cast<uint32_t>(enqueue_us.size());
-  const MatchedRecords matched =
-      tracer ? match_records(tracer->take(), facts, iterations, options.cuda_graph) : session.take_event_timings();
-  run = summarize_run(bound.bindings, facts, matched, enqueue_us, env.peaks, options.keep_trace);
-  run.warmup_iterations = warmup;
-  run.warmup_seconds = warmup_seconds;
-  if (capped)
-    run.warnings.push_back(fmt::format("stopped at {} iterations before --min-time {} s was reached",
-                                       options.max_iterations, options.min_seconds));
-  if (!tracer && options.cuda_graph)
-    run.warnings.push_back(
-        "per-launch times unavailable: a CUDA graph replay timed with CUDA events gives only the "
-        "end-to-end time (CUPTI is needed for per-launch times)");
-  return run;
+  const ActivityBatch batch = tracer ? tracer->take() : ActivityBatch{};
+  const double clock_after = probe.sm_clock_mhz(stream);
+
+  std::vector<ProfileRun> runs;
+  for (size_t s = 0; s < subjects.size(); ++s) {
+    Subject& subject = *subjects[s];
+    const MatchedRecords matched = tracer ? match_records(records_of_subject(batch, s, subjects.size()), subject.facts,
+                                                          iterations, options.cuda_graph)
+                                          : subject.session->take_event_timings();
+    ProfileRun run =
+        summarize_run(subject.bound->bindings, subject.facts, matched, enqueue_us[s], env.peaks, options.keep_trace);
+    run.warmup_iterations = static_cast<int>(warmup);
+    run.warmup_seconds = warmup_seconds;
+    record_clocks(run, clock_before, clock_after);
+    if (capped)
+      run.warnings.push_back(fmt::format("stopped at {} iterations before --min-time {} s was reached",
+                                         options.max_iterations, options.min_seconds));
+    if (!tracer && options.cuda_graph)
+      run.warnings.push_back(
+          "per-launch times unavailable: a CUDA graph replay timed with CUDA events gives only the "
+          "end-to-end time (CUPTI is needed for per-launch times)");
+    runs.push_back(std::move(run));
+  }
+  return runs;
+}
+
+void check_options(const ProfileOptions& options) {
+  if (options.iterations < 1) throw Error(fmt::format("--iterations must be at least 1, got {}", options.iterations));
+  if (options.warmup_iterations < 0)
+    throw Error(fmt::format("--warmup must be 0 or more, got {}", options.warmup_iterations));
+  if (!(options.min_seconds >= 0))
+    throw Error(fmt::format("--min-time must be 0 or more seconds, got {}", options.min_seconds));
 }
 
 }  // namespace
 
 ProfileReport profile_bundle(const std::string& bundle_path, const std::vector<std::vector<std::string>>& bind_sets,
                              const std::string& sweep_dim, const ProfileOptions& options) {
-  if (options.iterations < 1) throw Error(fmt::format("--iterations must be at least 1, got {}", options.iterations));
-  if (options.warmup_iterations < 0)
-    throw Error(fmt::format("--warmup must be 0 or more, got {}", options.warmup_iterations));
-  if (!(options.min_seconds >= 0))
-    throw Error(fmt::format("--min-time must be 0 or more seconds, got {}", options.min_seconds));
-  const Bundle bundle = read_bundle(bundle_path);
+  return std::move(profile_bundles({bundle_path}, bind_sets, sweep_dim, options).front());
+}
+
+std::vector<ProfileReport> profile_bundles(const std::vector<std::string>& bundle_paths,
+                                           const std::vector<std::vector<std::string>>& bind_sets,
+                                           const std::string& sweep_dim, const ProfileOptions& options) {
+  check_options(options);
+  // One subject bit in the tags (kSubjectBit).
+  if (bundle_paths.empty() || bundle_paths.size() > 2)
+    throw Error(fmt::format("one or two bundles are profiled at once, not {}", bundle_paths.size()));
+  std::vector<Bundle> bundles;
+  for (const std::string& path : bundle_paths) bundles.push_back(read_bundle(path));
   // Bad dims are input errors: report them before touching the GPU (launches are bound for
   // the device once it is open).
-  for (const std::vector<std::string>& binds : bind_sets)
-    bind_bundle(bundle, bundle_bindings(bundle, binds), bundle_path);
+  for (size_t b = 0; b < bundles.size(); ++b)
+    for (const std::vector<std::string>& binds : bind_sets)
+      bind_bundle(bundles[b], bundle_bindings(bundles[b], binds), bundle_paths[b]);
   // Tracing starts before the driver is initialised and any context or module exists: CUPTI
   // attached to an existing context delivered no kernel records on the H200 machine.
   std::string why_not;
@@ -512,26 +600,36 @@ ProfileReport profile_bundle(const std::string& bundle_path, const std::vector<s
     tracer = CuptiTracer::start(&why_not);
   const cuda::Driver& driver = cuda::Driver::get();
   std::shared_ptr<cuda::Device> device = cuda::Device::open(driver);
+  const ClockProbe probe(device);
 
-  ProfileReport report;
-  report.bundle_path = bundle_path;
-  report.graph_name = bundle.graph_name;
-  report.sweep_dim = sweep_dim;
-  report.environment = describe_environment(*device, bundle);
-  Environment& env = report.environment;
-  env.mode = profile_mode_name(options.mode);
-  env.cuda_graph = options.cuda_graph;
+  std::vector<ProfileReport> reports(bundles.size());
+  for (size_t b = 0; b < bundles.size(); ++b) {
+    ProfileReport& report = reports[b];
+    report.bundle_path = bundle_paths[b];
+    report.graph_name = bundles[b].graph_name;
+    report.sweep_dim = sweep_dim;
+    report.environment = describe_environment(*device, bundles[b]);
+    Environment& env = report.environment;
+    env.mode = profile_mode_name(options.mode);
+    env.cuda_graph = options.cuda_graph;
+    env.cupti = tracer != nullptr;
+    env.timing_method =
+        tracer
+            ? "CUPTI activity records (CONCURRENT_KERNEL, joined by external correlation id)"
+            : fmt::format("CUDA events around each launch, about 0.5 us resolution (CUPTI unavailable: {})", why_not);
+  }
 
-  env.cupti = tracer != nullptr;
-  env.timing_method =
-      tracer ? "CUPTI activity records (CONCURRENT_KERNEL, joined by external correlation id)"
-             : fmt::format("CUDA events around each launch, about 0.5 us resolution (CUPTI unavailable: {})", why_not);
-
-  GpuExecutor::Modules modules;  // loaded by the first binding's executor, reused by the rest
-  for (const std::vector<std::string>& binds : bind_sets)
-    report.runs.push_back(
-        profile_one(bundle, bundle_path, binds, device, tracer.get(), options, env, report.notes, modules));
-  return report;
+  // Modules per bundle, loaded by its first binding's executor and reused by the rest.
+  std::vector<GpuExecutor::Modules> modules(bundles.size());
+  for (const std::vector<std::string>& binds : bind_sets) {
+    std::vector<std::unique_ptr<Subject>> subjects;
+    for (size_t b = 0; b < bundles.size(); ++b)
+      subjects.push_back(prepare_subject(bundles[b], bundle_paths[b], binds, device, tracer.get(), options,
+                                         reports[b].environment, reports[b].notes, modules[b]));
+    std::vector<ProfileRun> runs = time_subjects(subjects, tracer.get(), options, reports.front().environment, probe);
+    for (size_t b = 0; b < bundles.size(); ++b) reports[b].runs.push_back(std::move(runs[b]));
+  }
+  return reports;
 }
 
 }  // namespace teeny

@@ -53,6 +53,8 @@ struct LaunchFacts {
   double occupancy = 0;          // theoretical: active warps / max warps per SM
   int64_t bytes = 0, flops = 0;  // the op's cost expressions, evaluated
   bool tensor_cores = false;     // its PTX issues f16/bf16 MMAs: % of the tensor-core ceiling
+  // Which variant ran: the kernel's PTX hash and the op source that generated it (file:line).
+  std::string ptx_sha256, kernel_source;
 };
 
 // The GPU interval of one launch in one iteration (ns; CUPTI's clock or event offsets).
@@ -79,6 +81,17 @@ struct MatchedRecords {
 // order and against iteration 0.
 MatchedRecords match_records(const ActivityBatch& batch, const std::vector<LaunchFacts>& launches, uint32_t iterations,
                              bool cuda_graph);
+
+// Interleaved profiling (profile_bundles) tags subject `subject`'s iterations with its number in
+// bit 30 of the iteration (iterations stay far below 2^30), so one CUPTI batch holds them all.
+inline constexpr uint32_t kSubjectBit = 30;
+inline uint32_t subject_tag(size_t subject, uint32_t iteration) {
+  return static_cast<uint32_t>(subject << kSubjectBit) | iteration;
+}
+// The records of `subject` among `subjects`, with the subject bit cleared from their tags.
+// Records without a teeny tag (an L2 flush, the clock probe) go to subject 0, which reports
+// them as excluded.
+ActivityBatch records_of_subject(const ActivityBatch& batch, size_t subject, size_t subjects);
 
 // The device's ceilings used for "% of peak".
 struct DevicePeaks {
@@ -110,8 +123,9 @@ struct Environment {
 struct LaunchStats {
   LaunchFacts facts;
   Summary duration_us;
-  double share = 0;             // of the summed mean kernel time of an iteration, in [0, 1]
-  double gbps = 0, gflops = 0;  // at the median duration
+  std::vector<double> samples_us;  // the duration in each timed iteration, in order
+  double share = 0;                // of the summed mean kernel time of an iteration, in [0, 1]
+  double gbps = 0, gflops = 0;     // at the median duration
   // In %, against Environment::peaks: bandwidth, and compute against the ceiling of the
   // kernel's arithmetic (tensor16 for tensor-core kernels, else fp32; 0 when it is unknown).
   double pct_peak_bandwidth = 0, pct_peak_compute = 0;
@@ -130,7 +144,10 @@ struct ProfileRun {
   double warmup_seconds = 0;
   int iterations = 0;
   std::vector<LaunchStats> launches;
-  Summary gpu_time_us;                 // per iteration: first kernel start to last kernel end
+  Summary gpu_time_us;                      // per iteration: first kernel start to last kernel end
+  std::vector<double> gpu_time_samples_us;  // each timed iteration's, in order
+  // The SM clock measured (ClockProbe) just before and just after the timed iterations.
+  double sm_clock_before_mhz = 0, sm_clock_after_mhz = 0;
   Summary enqueue_us;                  // per iteration: host time to enqueue all launches
   double kernel_sum_us = 0;            // sum of the per-launch median durations
   std::vector<std::string> untrusted;  // why the numbers are not trusted; empty: trusted
@@ -150,6 +167,11 @@ struct ProfileReport {
 // Noise thresholds on the relative IQR above which a warning is attached to a run.
 inline constexpr double kNoisyEndToEnd = 0.05;
 inline constexpr double kNoisyLaunch = 0.10;
+// A measured SM clock that moves by more than this across the timed iterations gets a warning.
+inline constexpr double kClockDrift = 0.05;
+
+// Attaches the measured clocks to `run`, with a warning when they moved by more than kClockDrift.
+void record_clocks(ProfileRun& run, double before_mhz, double after_mhz);
 
 // Statistics, figures and warnings for one run from validated timings (CPU only; used by
 // profile_bundle and by tests with synthetic timings). `enqueue_us` has one entry per
@@ -174,5 +196,12 @@ std::pair<std::string, std::vector<int64_t>> parse_sweep(const std::string& text
 // driver/device or a CUDA/CUPTI failure.
 ProfileReport profile_bundle(const std::string& bundle_path, const std::vector<std::vector<std::string>>& bind_sets,
                              const std::string& sweep_dim, const ProfileOptions& options);
+
+// The same protocol for several bundles at once (`teeny compare` of two bundles): per binding,
+// their warm-up and timed iterations alternate (A B, then B A, ...), so clock and thermal drift
+// and the order of execution hit all of them alike. One report per bundle, in order.
+std::vector<ProfileReport> profile_bundles(const std::vector<std::string>& bundle_paths,
+                                           const std::vector<std::vector<std::string>>& bind_sets,
+                                           const std::string& sweep_dim, const ProfileOptions& options);
 
 }  // namespace teeny

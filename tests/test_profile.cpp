@@ -12,6 +12,7 @@
 
 #include "cli/chrome_trace.h"
 #include "cli/profile_report.h"
+#include "core/clock_probe.h"
 #include "core/driver.h"
 #include "core/error.h"
 #include "core/profiler.h"
@@ -354,6 +355,54 @@ TEST(ProfileSummary, QuietRunHasNoWarningsAndSkipsInvalidTimings) {
   EXPECT_DOUBLE_EQ(run.launches[0].pct_peak_bandwidth, 0);  // no peaks known: no percentage
 }
 
+TEST(ProfileMatch, InterleavedSubjectsSplitOneBatch) {
+  // Two subjects' iterations in one batch (as profile_bundles records them), plus an untagged
+  // record (the clock probe).
+  ActivityBatch batch;
+  const auto launches = two_launches();
+  uint32_t correlation = 0;
+  for (uint32_t i = 0; i < 3; ++i)
+    for (size_t s = 0; s < 2; ++s)
+      for (uint32_t l = 0; l < 2; ++l) {
+        KernelRecord r;
+        r.correlation_id = ++correlation;
+        r.start_ns = 1000 * correlation;
+        r.end_ns = r.start_ns + 10 + s;  // subject 1's kernels take 1 ns longer
+        r.name = launches[l].entry;
+        batch.kernels.push_back(r);
+        batch.correlations.push_back({correlation, encode_external_id(subject_tag(s, i), l)});
+      }
+  KernelRecord probe;
+  probe.correlation_id = ++correlation;
+  probe.name = "teeny_clock_probe";
+  batch.kernels.push_back(probe);
+  for (size_t s = 0; s < 2; ++s) {
+    const MatchedRecords m = match_records(records_of_subject(batch, s, 2), launches, 3, false);
+    EXPECT_TRUE(m.problems.empty()) << m.problems.front();
+    EXPECT_EQ(m.excluded_records, s == 0 ? 1u : 0u);
+    for (const auto& row : m.timings)
+      for (const LaunchTiming& t : row) EXPECT_EQ(t.end_ns - t.start_ns, 10 + s);
+  }
+}
+
+TEST(ProfileSummary, ClockDriftIsAWarning) {
+  ProfileRun steady, drifting;
+  record_clocks(steady, 1980, 1950);
+  EXPECT_TRUE(steady.warnings.empty());
+  EXPECT_DOUBLE_EQ(steady.sm_clock_after_mhz, 1950);
+  record_clocks(drifting, 1980, 1755);
+  EXPECT_EQ(drifting.warnings,
+            std::vector<std::string>{"the SM clock moved from 1980 MHz to 1755 MHz during the timed iterations "
+                                     "(power or thermal limit?); the times mix both clocks"});
+}
+
+TEST(ProfileClock, ProbeCompilesToPtxReadingBothClocks) {
+  const std::string ptx = clock_probe_ptx(9, 0);
+  EXPECT_NE(ptx.find(".entry teeny_clock_probe("), std::string::npos) << ptx;
+  EXPECT_NE(ptx.find("%globaltimer"), std::string::npos);
+  EXPECT_NE(ptx.find("%clock64"), std::string::npos);
+}
+
 TEST(ProfileSweep, ParsesAndRejects) {
   const auto [dim, values] = parse_sweep("B=1,8,64,512");
   EXPECT_EQ(dim, "B");
@@ -427,10 +476,12 @@ TEST(ProfileReport, JsonParsesWithUnitsAndEnvironment) {
   EXPECT_EQ(run["bindings"]["B"], 64);
   EXPECT_EQ(run["trusted"], true);
   EXPECT_DOUBLE_EQ(run["gpu_time"]["median_us"].get<double>(), 30);  // 25 and 35 us
+  EXPECT_EQ(run["gpu_time"]["samples_us"], nlohmann::json({25.0, 35.0}));
   const auto& fc1 = run["launches"][0];
   EXPECT_EQ(fc1["node"], "fc1");
   EXPECT_EQ(fc1["grid"], nlohmann::json({4, 2, 1}));
   EXPECT_DOUBLE_EQ(fc1["duration"]["median_us"].get<double>(), 15);
+  EXPECT_EQ(fc1["duration"]["samples_us"], nlohmann::json({10.0, 20.0}));  // iteration order
   EXPECT_DOUBLE_EQ(fc1["gbps"].get<double>(), 2e6 / 15e3);
   EXPECT_DOUBLE_EQ(fc1["share_pct"].get<double>(), 60);  // means 15 and 10
   EXPECT_EQ(fc1["registers_per_thread"], 40);
