@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
   teeny::cli::add_inspect_command(app);
   teeny::cli::add_run_command(app);
   teeny::cli::add_profile_command(app);
+  teeny::cli::add_compare_command(app);
 
   try {
     app.parse(argc, argv);

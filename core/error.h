@@ -15,6 +15,7 @@ enum class ExitCode : int {
   kInvalidInput = 1,   // spec, flags, bundle, data files
   kCheckMismatch = 2,  // `run --check` found a mismatch
   kGpu = 3,            // no driver/device, CUDA/NVRTC/CUPTI error, out of memory
+  kRegression = 4,     // `compare --threshold`: B is slower than A by more than the threshold
 };
 
 // A 1-based position in a text file, with the line's text for the caret display.

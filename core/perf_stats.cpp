@@ -144,11 +144,11 @@ double two_sided_p(const MannWhitney& mw, double n_pairs) {
 }
 
 // The k of the interval [d_(k), d_(N-k+1)]: the rank where U's normal approximation leaves
-// (1 - confidence) / 2 in each tail; at least 1.
+// (1 - confidence) / 2 in each tail; 0 when the samples are too small to reach the confidence.
 uint64_t interval_rank(uint64_t n_pairs, double sigma, double confidence) {
   const double z = normal_upper_quantile((1 - confidence) / 2);
   const double k = std::floor(static_cast<double>(n_pairs) / 2 - z * sigma);
-  return k < 1 ? 1 : static_cast<uint64_t>(k);
+  return k < 1 ? 0 : static_cast<uint64_t>(k);
 }
 
 // Ascending logs of an ascending sample; log is monotone, so they stay sorted.
@@ -198,6 +198,11 @@ RatioEstimate compare_samples(const std::vector<double>& a, const std::vector<do
   e.p_value = two_sided_p(mw, static_cast<double>(n_pairs));
   e.ratio = std::exp(differences.median());
   const uint64_t k = interval_rank(n_pairs, mw.sigma, confidence);
+  if (k == 0) {  // unbounded: no verdict from so few samples
+    e.ratio_low = 0;
+    e.ratio_high = std::numeric_limits<double>::infinity();
+    return e;
+  }
   e.ratio_low = std::exp(differences.order_statistic(k));
   e.ratio_high = std::exp(differences.order_statistic(n_pairs - k + 1));
   return e;

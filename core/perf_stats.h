@@ -9,8 +9,9 @@
 // - Hodges–Lehmann estimate: the median of all n_a*n_b pairwise differences d_ij = log b_j - log a_i.
 //   Its confidence interval inverts the Mann–Whitney test: [d_(k), d_(N-k+1)] (1-based order
 //   statistics among N = n_a*n_b), with k = floor(N/2 - z*sigma), z the two-sided normal quantile of
-//   the confidence and sigma the standard deviation of U. k < 1 gives the whole range d_(1)..d_(N):
-//   samples that small cannot reach the confidence, and the interval is narrower than claimed.
+//   the confidence and sigma the standard deviation of U. k < 1 means samples that small cannot
+//   reach the confidence at all: the interval is then unbounded, (0, inf), and the verdict "no
+//   difference", rather than the whole range d_(1)..d_(N), which would claim more than it knows.
 // - sigma is tie-corrected (coarse timers make ties common) and the same sigma serves the p-value and
 //   the interval, so the two answer the same question.
 // - Samples can hold 10^5 times each, so the pairs are never enumerated: an order statistic of the
@@ -29,7 +30,7 @@ struct RatioEstimate {
   size_t n_a = 0, n_b = 0;
   double median_a = 0, median_b = 0;     // sample medians (same units as input)
   double ratio = 1;                      // exp(HL estimate of log b - log a): B's time relative to A's
-  double ratio_low = 1, ratio_high = 1;  // confidence interval of `ratio` at `confidence`
+  double ratio_low = 1, ratio_high = 1;  // confidence interval of `ratio` at `confidence`; (0, inf): too few samples
   double p_value = 1;  // two-sided Mann–Whitney p (normal approximation, tie-corrected, continuity-corrected)
   double confidence = 0.95;
 };

@@ -69,9 +69,9 @@ BruteForce brute_force(const std::vector<double>& a, const std::vector<double>& 
   r.median_b = median_of(b);
   r.ratio = std::exp(n_pairs % 2 == 1 ? differences[n_pairs / 2]
                                       : (differences[n_pairs / 2 - 1] + differences[n_pairs / 2]) / 2);
-  const double k = std::max(1.0, std::floor(static_cast<double>(n_pairs) / 2 - z * sigma));
-  r.ratio_low = std::exp(differences[static_cast<size_t>(k) - 1]);
-  r.ratio_high = std::exp(differences[n_pairs - static_cast<size_t>(k)]);
+  const double k = std::floor(static_cast<double>(n_pairs) / 2 - z * sigma);
+  r.ratio_low = k < 1 ? 0 : std::exp(differences[static_cast<size_t>(k) - 1]);
+  r.ratio_high = k < 1 ? INFINITY : std::exp(differences[n_pairs - static_cast<size_t>(k)]);
   const double deviation = std::max(std::abs(u_b - static_cast<double>(n_pairs) / 2) - 0.5, 0.0);
   r.p_value = sigma == 0 ? 1 : std::erfc(deviation / sigma / std::sqrt(2.0));
   return r;
@@ -118,14 +118,20 @@ TEST(PerfStats, MatchesBruteForceOverAllPairs) {
 TEST(PerfStats, HandComputedSmallCase) {
   // Ratios b/a: 4/3, 5/3, 2, 2, 5/2, 3, 4, 5, 6 -> median 2.5. U_B = 9 of 9 pairs, mean 4.5,
   // sigma^2 = 3*3*7/12 = 5.25, z = (9 - 4.5 - 0.5) / sqrt(5.25), p = erfc(z / sqrt 2) = 0.0808556.
-  // k = floor(4.5 - 1.96 * 2.29) = 0 -> the whole range [4/3, 6].
+  // k = floor(4.5 - 1.96 * 2.29) = 0: three times each cannot reach 95%, the interval is unbounded
+  // and there is no verdict; at 80% (z 1.28), k = floor(4.5 - 2.94) = 1 -> the whole range [4/3, 6].
   const RatioEstimate e = compare_samples({3, 1, 2}, {6, 4, 5});
   EXPECT_DOUBLE_EQ(e.median_a, 2);
   EXPECT_DOUBLE_EQ(e.median_b, 5);
   EXPECT_NEAR(e.ratio, 2.5, 1e-12);
-  EXPECT_NEAR(e.ratio_low, 4.0 / 3.0, 1e-12);
-  EXPECT_NEAR(e.ratio_high, 6, 1e-12);
+  EXPECT_EQ(e.ratio_low, 0);
+  EXPECT_EQ(e.ratio_high, INFINITY);
+  EXPECT_EQ(verdict_of(e), Verdict::kSame);
   EXPECT_NEAR(e.p_value, 0.0808555983700523, 1e-12);
+  const RatioEstimate at80 = compare_samples({3, 1, 2}, {6, 4, 5}, 0.8);
+  EXPECT_NEAR(at80.ratio_low, 4.0 / 3.0, 1e-12);
+  EXPECT_NEAR(at80.ratio_high, 6, 1e-12);
+  EXPECT_EQ(verdict_of(at80), Verdict::kSlower);
 }
 
 TEST(PerfStats, HandComputedTies) {
