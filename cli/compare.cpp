@@ -21,7 +21,8 @@ struct CompareFlags {
   ProfileFlags profile;
   std::vector<CLI::Option*> profile_options;  // given only with two bundles
   std::string format = "table";
-  double confidence = 0.95;
+  CompareOptions compare;
+  double min_effect_pct = 100 * CompareOptions{}.min_effect;
   CLI::Option* threshold_option = nullptr;
   double threshold_pct = 0;
 };
@@ -63,10 +64,12 @@ void run_compare(const CompareFlags& flags) {
                     "of each: '{}' is {}, '{}' is {}",
                     flags.a, is_bundle(flags.a) ? "a directory (a bundle)" : "not", flags.b,
                     is_bundle(flags.b) ? "a directory (a bundle)" : "not"));
-  if (!(flags.confidence > 0 && flags.confidence < 1))
-    throw Error(fmt::format("--confidence must be between 0 and 1, got {}", flags.confidence));
+  if (!(flags.compare.confidence > 0 && flags.compare.confidence < 1))
+    throw Error(fmt::format("--confidence must be between 0 and 1, got {}", flags.compare.confidence));
+  CompareOptions options = flags.compare;
+  options.min_effect = flags.min_effect_pct / 100;
   const auto [a, b] = is_bundle(flags.a) ? profile_interleaved(flags) : read_profiles(flags);
-  const Comparison comparison = compare_profiles(a, flags.a, b, flags.b, flags.confidence);
+  const Comparison comparison = compare_profiles(a, flags.a, b, flags.b, options);
   print_run_warnings(a, flags.a);
   print_run_warnings(b, flags.b);
   if (flags.format == "json")
@@ -94,7 +97,11 @@ void add_compare_command(CLI::App& app) {
                       "exit with code 4 if B is slower than A end to end by more than PCT percent (and "
                       "significantly so)")
           ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--confidence", flags->confidence, "confidence of the intervals and verdicts (default 0.95)");
+  cmd->add_option("--confidence", flags->compare.confidence, "confidence of the intervals and verdicts (default 0.95)");
+  cmd->add_option(
+         "--min-effect", flags->min_effect_pct,
+         fmt::format("smallest difference called faster or slower, in percent (default {:g})", flags->min_effect_pct))
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--format", flags->format, "table (default) or json")->check(CLI::IsMember({"table", "json"}));
   flags->profile_options = add_profile_options(*cmd, flags->profile);
   cmd->callback([flags] { run_compare(*flags); });

@@ -14,7 +14,12 @@ constexpr const char* kMethod =
     "Mann-Whitney U test on log times; B/A is the Hodges-Lehmann estimate of the ratio of B's time to A's, "
     "with its confidence interval";
 
-std::string pct(double confidence) { return fmt::format("{:g}%", 100 * confidence); }
+std::string pct(double fraction) { return fmt::format("{:g}%", 100 * fraction); }
+
+std::string verdict_rule(const Comparison& c) {
+  return fmt::format("faster or slower when the {} CI excludes 1 and B/A is at least {} away from 1",
+                     pct(c.options.confidence), pct(c.options.min_effect));
+}
 
 std::string interval(const RatioEstimate& e) {
   if (!std::isfinite(e.ratio_high)) return "unbounded (too few samples)";
@@ -24,7 +29,7 @@ std::string interval(const RatioEstimate& e) {
 std::string run_table(const Comparison& c, const RunComparison& run) {
   std::string out = fmt::format("\n== {} ({}) ==\n", c.graph, bindings_text(run.bindings));
   std::vector<Row> rows{{"node", "kernel A", "kernel B", "A_median_us", "B_median_us", "B/A",
-                         fmt::format("{} CI", pct(c.confidence)), "verdict"}};
+                         fmt::format("{} CI", pct(c.options.confidence)), "verdict"}};
   const auto row = [&](const std::string& node, const std::string& ka, const std::string& kb, const RatioEstimate& e,
                        Verdict v) {
     rows.push_back({node, ka, kb, fmt::format("{:.2f}", e.median_a), fmt::format("{:.2f}", e.median_b),
@@ -66,7 +71,7 @@ nlohmann::json unmatched_json(const std::vector<UnmatchedLaunch>& launches) {
 
 std::string end_to_end_sentence(const Comparison& c, const RunComparison& run) {
   const RatioEstimate& e = run.end_to_end;
-  const std::string detail = fmt::format("(B/A {:.3f}, {} CI {})", e.ratio, pct(c.confidence), interval(e));
+  const std::string detail = fmt::format("(B/A {:.3f}, {} CI {})", e.ratio, pct(c.options.confidence), interval(e));
   const std::string where = bindings_text(run.bindings);
   switch (run.verdict) {
     case Verdict::kFaster:
@@ -76,7 +81,7 @@ std::string end_to_end_sentence(const Comparison& c, const RunComparison& run) {
     case Verdict::kSame:
       break;
   }
-  return fmt::format("end to end at {}: no difference at {} confidence {}", where, pct(c.confidence), detail);
+  return fmt::format("end to end at {}: no difference {}", where, detail);
 }
 
 std::string overall_verdict(const Comparison& c) {
@@ -86,15 +91,15 @@ std::string overall_verdict(const Comparison& c) {
 }
 
 std::string format_compare_table(const Comparison& c) {
-  std::string out =
-      fmt::format("teeny compare: {}\nA: {}\nB: {}\nstatistics: {}\n", c.graph, c.label_a, c.label_b, kMethod);
+  std::string out = fmt::format("teeny compare: {}\nA: {}\nB: {}\nstatistics: {}\nverdict: {}\n", c.graph, c.label_a,
+                                c.label_b, kMethod, verdict_rule(c));
   for (const std::string& w : c.warnings) out += "warning: " + w + "\n";
   for (const RunComparison& run : c.runs) out += run_table(c, run);
   const std::string verdict = overall_verdict(c);
   if (verdict == "mixed")
     out += "\nsummary: mixed: B is faster than A at some bindings and not at others\n";
   else if (verdict == "no difference")
-    out += fmt::format("\nsummary: no difference between A and B end to end at {} confidence\n", pct(c.confidence));
+    out += "\nsummary: no difference between A and B end to end\n";
   else
     out += fmt::format("\nsummary: B is {} than A end to end\n", verdict);
   return out;
@@ -109,6 +114,7 @@ nlohmann::json compare_json(const Comparison& c) {
       j["node"] = l.node;
       j["kernel_a"] = l.kernel_a;
       j["kernel_b"] = l.kernel_b;
+      j["same_ptx"] = l.same_ptx;
       launches.push_back(j);
     }
     runs.push_back({{"bindings", run.bindings},
@@ -118,8 +124,15 @@ nlohmann::json compare_json(const Comparison& c) {
                     {"only_in_b", unmatched_json(run.only_in_b)},
                     {"notes", run.notes}});
   }
-  return {{"graph", c.graph},           {"a", c.label_a},         {"b", c.label_b}, {"method", kMethod},
-          {"confidence", c.confidence}, {"warnings", c.warnings}, {"runs", runs},   {"verdict", overall_verdict(c)}};
+  return {{"graph", c.graph},
+          {"a", c.label_a},
+          {"b", c.label_b},
+          {"method", kMethod},
+          {"confidence", c.options.confidence},
+          {"min_effect_pct", 100 * c.options.min_effect},
+          {"warnings", c.warnings},
+          {"runs", runs},
+          {"verdict", overall_verdict(c)}};
 }
 
 }  // namespace teeny::cli

@@ -247,6 +247,7 @@ LaunchStats launch_from_json(const JsonField& j) {
   l.facts.index = static_cast<int>(j["index"].integer());
   l.facts.node = j["node"].str();
   l.facts.kernel = j["kernel"].str();
+  if (j.has("ptx_sha256")) l.facts.ptx_sha256 = j["ptx_sha256"].str();
   l.samples_us = samples_of(j["duration"], l.duration_us);
   return l;
 }

@@ -75,10 +75,10 @@ std::vector<const ProfileRun*> match_runs(const Labeled& a, const Labeled& b) {
   return matched;
 }
 
-void compare_launches(const ProfileRun& a, const ProfileRun& b, double confidence, RunComparison& out) {
+void compare_launches(const ProfileRun& a, const ProfileRun& b, const CompareOptions& options, RunComparison& out) {
   std::map<std::string, const LaunchStats*> in_a;
   for (const LaunchStats& l : a.launches) in_a[l.facts.node] = &l;
-  std::vector<std::string> no_samples;
+  std::vector<std::string> no_samples, placement;
   for (const LaunchStats& lb : b.launches) {
     const auto it = in_a.find(lb.facts.node);
     if (it == in_a.end()) {
@@ -95,8 +95,10 @@ void compare_launches(const ProfileRun& a, const ProfileRun& b, double confidenc
     c.node = lb.facts.node;
     c.kernel_a = la.facts.kernel;
     c.kernel_b = lb.facts.kernel;
-    c.estimate = compare_samples(la.samples_us, lb.samples_us, confidence);
-    c.verdict = verdict_of(c.estimate);
+    c.same_ptx = !la.facts.ptx_sha256.empty() && la.facts.ptx_sha256 == lb.facts.ptx_sha256;
+    c.estimate = compare_samples(la.samples_us, lb.samples_us, options.confidence);
+    c.verdict = verdict_with_min_effect(c.estimate, options.min_effect);
+    if (c.same_ptx && c.verdict != Verdict::kSame) placement.push_back(c.node);
     out.launches.push_back(std::move(c));
   }
   for (const LaunchStats& la : a.launches)
@@ -104,6 +106,11 @@ void compare_launches(const ProfileRun& a, const ProfileRun& b, double confidenc
   if (!no_samples.empty())
     out.notes.push_back(
         fmt::format("no per-launch samples (a CUDA graph timed with CUDA events) for {}", fmt::join(no_samples, ", ")));
+  if (!placement.empty())
+    out.notes.push_back(
+        fmt::format("{} ran the same PTX in A and B: that difference comes from where things "
+                    "are (buffers, code, neighbouring launches), not from the kernel",
+                    fmt::join(placement, ", ")));
 }
 
 // Both runs' SM clocks (measured around their timed iterations) when they differ enough to
@@ -119,14 +126,14 @@ void note_clocks(const Labeled& a, const ProfileRun& ra, const Labeled& b, const
 }  // namespace
 
 Comparison compare_profiles(const ProfileReport& a, const std::string& label_a, const ProfileReport& b,
-                            const std::string& label_b, double confidence) {
+                            const std::string& label_b, const CompareOptions& options) {
   const Labeled la{a, label_a}, lb{b, label_b};
   check_same_graph(la, lb);
   Comparison out;
   out.graph = a.graph_name;
   out.label_a = label_a;
   out.label_b = label_b;
-  out.confidence = confidence;
+  out.options = options;
   out.warnings = setup_warnings(la, lb);
   const std::vector<const ProfileRun*> matched = match_runs(la, lb);
   for (size_t r = 0; r < a.runs.size(); ++r) {
@@ -136,13 +143,20 @@ Comparison compare_profiles(const ProfileReport& a, const std::string& label_a, 
     check_trusted(lb, rb);
     RunComparison run;
     run.bindings = ra.bindings;
-    run.end_to_end = compare_samples(ra.gpu_time_samples_us, rb.gpu_time_samples_us, confidence);
-    run.verdict = verdict_of(run.end_to_end);
-    compare_launches(ra, rb, confidence, run);
+    run.end_to_end = compare_samples(ra.gpu_time_samples_us, rb.gpu_time_samples_us, options.confidence);
+    run.verdict = verdict_with_min_effect(run.end_to_end, options.min_effect);
+    compare_launches(ra, rb, options, run);
     note_clocks(la, ra, lb, rb, run);
     out.runs.push_back(std::move(run));
   }
   return out;
+}
+
+Verdict verdict_with_min_effect(const RatioEstimate& e, double min_effect) {
+  const Verdict v = verdict_of(e);
+  if (v == Verdict::kSlower && e.ratio >= 1 + min_effect) return v;
+  if (v == Verdict::kFaster && e.ratio <= 1 - min_effect) return v;
+  return Verdict::kSame;
 }
 
 std::vector<const RunComparison*> regressions(const Comparison& comparison, double threshold_pct) {

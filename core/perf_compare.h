@@ -12,10 +12,19 @@
 
 namespace teeny {
 
+struct CompareOptions {
+  double confidence = 0.95;
+  // A verdict of faster or slower also needs B/A to differ from 1 by at least this much: two
+  // instances of identical code (other buffers, other code addresses, another process) differ
+  // by about a percent, and a tiny kernel by more, with as much confidence as one likes.
+  double min_effect = 0.02;
+};
+
 // One launch present in both profiles.
 struct LaunchComparison {
   std::string node;  // its label: "<node>" or "<node>#<launch index>"
   std::string kernel_a, kernel_b;
+  bool same_ptx = false;  // both ran the same PTX: a difference is placement, not code
   RatioEstimate estimate;
   Verdict verdict = Verdict::kSame;
 };
@@ -37,7 +46,7 @@ struct RunComparison {
 
 struct Comparison {
   std::string graph, label_a, label_b;  // labels: the file or bundle each profile came from
-  double confidence = 0.95;
+  CompareOptions options;
   std::vector<RunComparison> runs;    // in A's run order
   std::vector<std::string> warnings;  // different GPUs, modes or timing methods
 };
@@ -46,10 +55,14 @@ struct Comparison {
 // the graphs differ, the bindings do not match run for run, or a run is not trusted or lacks
 // end-to-end samples.
 Comparison compare_profiles(const ProfileReport& a, const std::string& label_a, const ProfileReport& b,
-                            const std::string& label_b, double confidence = 0.95);
+                            const std::string& label_b, const CompareOptions& options = {});
+
+// Faster or slower when the interval excludes 1 (verdict_of) and B/A is at least
+// `min_effect` away from 1; else no difference.
+Verdict verdict_with_min_effect(const RatioEstimate& e, double min_effect);
 
 // With --threshold PCT: the runs whose end-to-end time B regressed by more than `threshold_pct`:
-// slower at the comparison's confidence, with the estimated ratio above 1 + PCT/100.
+// judged slower, with the estimated ratio above 1 + PCT/100.
 std::vector<const RunComparison*> regressions(const Comparison& comparison, double threshold_pct);
 
 }  // namespace teeny
