@@ -3,11 +3,13 @@
 // pairs of such nodes: building and freeing them took twice as long as scanning the text, in a
 // spec of 10^5 nodes. Here the whole document is two vectors, and a value is a handle into them.
 // An alias refers to its anchored value, as in YAML::Load, but never to a list or map that
-// contains it: the tree has no cycles.
+// contains it: the tree has no cycles. The common YAML of specs is read without yaml-cpp, to the
+// same document (load_yaml_subset).
 #ifndef TEENY_CORE_YAML_TREE_H
 #define TEENY_CORE_YAML_TREE_H
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -78,6 +80,13 @@ struct YamlEntry {
 // YAML::ParserException, with its mark, on a syntax error (as YAML::Load does) and on an alias to
 // a list or map from inside it.
 YamlDocument load_yaml(const std::string& text);
+
+// The two readers load_yaml uses, exposed for tests that compare them:
+// The document of a text in the subset of YAML that specs are written in (yaml_tree.cpp,
+// SubsetReader, says what it is), as yaml-cpp reads it; nothing for any other text.
+std::optional<YamlDocument> load_yaml_subset(const std::string& text);
+// yaml-cpp's event parser, for every text.
+YamlDocument load_yaml_cpp(const std::string& text);
 
 }  // namespace teeny
 

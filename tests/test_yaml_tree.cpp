@@ -2,13 +2,17 @@
 // yaml-cpp's own YAML::Load gives them, aliases, and the errors YAML::Load would not give.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <random>
 #include <string>
 
+#include <fmt/format.h>
 #include <yaml-cpp/exceptions.h>
 
 #include "core/graph.h"
 #include "core/yaml_tree.h"
 #include "tests/error_test_util.h"
+#include "tests/file_test_util.h"
 #include "tests/spec_test_ops.h"
 
 namespace teeny {
@@ -118,6 +122,169 @@ TEST(YamlTree, ASpecWithACyclicAliasIsAnErrorAtTheAlias) {
             "teeny: error: g.yaml:1:14: YAML syntax error: alias to a list or map from inside it\n"
             "  name: &n [g, *n]\n"
             "               ^\n");
+}
+
+// ---- the subset read without yaml-cpp ----------------------------------------------------------
+
+// Every field of a document, one value a line.
+std::string dump(const YamlDocument& doc) {
+  std::string out = fmt::format("root {}\n", doc.root);
+  for (const YamlDocument::Entry& e : doc.entries)
+    out += fmt::format("{} {}:{} [{}] {}+{}\n", static_cast<int>(e.kind), e.line, e.column, e.scalar, e.first, e.count);
+  for (uint32_t child : doc.children) out += fmt::format("{} ", child);
+  return out;
+}
+
+// Whether the subset reader took `text`; where it did, yaml-cpp must read the same document.
+bool read_alike(const std::string& text) {
+  const std::optional<YamlDocument> subset = load_yaml_subset(text);
+  if (!subset) return false;
+  try {
+    EXPECT_EQ(dump(*subset), dump(load_yaml_cpp(text))) << "text:\n" << text;
+  } catch (const YAML::Exception& e) {
+    ADD_FAILURE() << "the subset reader took a text yaml-cpp refuses (" << e.msg << "):\n" << text;
+  }
+  return true;
+}
+
+std::vector<std::string> spec_files() {
+  std::vector<std::string> texts;
+  for (const char* folder : {"/graphs", "/fuzz/corpus/spec"})
+    for (const auto& file : std::filesystem::directory_iterator(std::string(TEENY_SOURCE_DIR) + folder))
+      texts.push_back(testing::slurp(file.path()));
+  return texts;
+}
+
+const char* const kSubsetSpec =
+    "name: g  # a comment\n"
+    "dims:\n"
+    "  B: {min: 1, max: 8, default: 2}\n"
+    "\n"
+    "inputs:\n"
+    "  x: {dtype: f32, shape: [B, 16]}\n"
+    "  y:\n"
+    "    dtype: f32\n"
+    "    shape:\n"
+    "    - B*2\n"  // not in the subset: a list at its key's column
+    "nodes:\n"
+    "  - {name: a, op: relu, inputs: [x]}\n"
+    "  -   name: b\n"
+    "      op: scale\n"
+    "      inputs: [ a ]\n"
+    "      attrs: {value: -1.5e-3}\n"
+    "# between\n"
+    "  - {name: c, op: add, inputs: [a, b], attrs: {}}\n"
+    "outputs: [c]\n";
+
+TEST(YamlSubset, SpecsAreReadAsYamlCppReadsThem) {
+  for (const std::string& text : spec_files()) EXPECT_TRUE(read_alike(text)) << text;
+  std::string chain = "name: chain\ninputs:\n  x: {dtype: f32, shape: [B, 64]}\nnodes:\n";
+  for (int i = 0; i < 100; ++i)
+    chain += fmt::format("  - {{name: n{}, op: relu, inputs: [{}]}}\n", i, i ? "n" + std::to_string(i - 1) : "x");
+  EXPECT_TRUE(read_alike(chain + "outputs: [n99]"));
+  std::string spec = kSubsetSpec;
+  EXPECT_FALSE(read_alike(spec));
+  EXPECT_TRUE(read_alike(spec.replace(spec.find("    - B*2"), 4, "      ")));
+}
+
+TEST(YamlSubset, WhatItLeavesToYamlCpp) {
+  for (const char* text : {
+           "a: 'q'\n",
+           "a: \"q\"\n",
+           "a: &x 1\nb: *x\n",
+           "a: !!str 1\n",
+           "a: |\n  text\n",
+           "a: >\n  text\n",
+           "? a\n: 1\n",
+           "a:\nb: 1\n",
+           "a: null\n",
+           "a: Null\n",
+           "a: ~\n",
+           "null: 1\n",
+           "a: [null]\n",
+           "a: one\n  two\n",
+           "a: one\n  # folded into the scalar\n",
+           "a:\n- x\n",
+           "a: [1,\n  2]\n",
+           "a: [1, 2,]\n",
+           "a: {b}\n",
+           "a: {b:1}\n",
+           "a: [b: 1]\n",
+           "a:\tb\n",
+           "a: b\r\n",
+           "a: \xc3\xa9\n",
+           "--- \na: 1\n",
+           "a: 1\n...\n",
+           "%YAML 1.2\n---\na: 1\n",
+           "- - a\n",
+           "- \n- b\n",
+           "a: b: c\n",
+           "a: b:c\n",
+           "a: b#c\n",
+           "a: [b, c] d\n",
+           "a: x, y\n",
+           "a\n",
+           "[a, b]\n",
+           "  a: 1\n",
+           "",
+           "# only a comment\n",
+           "a: 1\n  b: 2\n",
+           "a:\n  b\n",
+           "a: -\n",
+           "a: *\n",
+           "- a\n b\n",
+       })
+    EXPECT_FALSE(read_alike(text)) << text;
+  EXPECT_FALSE(read_alike("a: " + std::string(101, '[') + std::string(101, ']') + "\n"));  // deeper than it reads
+  EXPECT_FALSE(read_alike(std::string(1100, 'k') + ": 1\n"));  // longer than a simple key may be
+}
+
+TEST(YamlSubset, ScalarsPositionsAndNestingAsYamlCppReadsThem) {
+  for (const char* text : {
+           "a: 1\nb: x y  z   # c\nc: -1\nd: .5\ne: (B + 1)*2 % 3/4\n",
+           "a:   # c\n  # c\n  b: 1\n",
+           "- a\n- [b, {c: d}]\n-\n  e: f\n- g: h\n  i: [ ]\n",
+           "a: {b: [c, [d, {}]], e: f}\n",
+           "a:\n    - x\n    -   y: 1\n        z: 2\n    - w\nb: 1",
+           "k : v\nl :   [ 1 , 2 ]\n",
+           "a: b\n\n   \nc: d\n",
+           "a: b\n# c\nd: e\n",
+           "a:\n  - b\n  # c\n  - d\n",
+       })
+    EXPECT_TRUE(read_alike(text)) << text;
+}
+
+// Specs with a few characters inserted, removed or repeated: the subset reader takes some and
+// must read those as yaml-cpp does, and refuse every one that yaml-cpp refuses.
+TEST(YamlSubset, MutatedSpecsAreReadAsYamlCppReadsThemOrLeftToIt) {
+  std::vector<std::string> seeds = spec_files();
+  seeds.push_back(kSubsetSpec);
+  const std::string inserted = " \n-:#[]{},.'\"&*!|>?~%\tax1";
+  std::mt19937 random(22);
+  auto below = [&](size_t n) { return std::uniform_int_distribution<size_t>(0, n - 1)(random); };
+  int taken = 0;
+  const int kTexts = 3000;
+  for (int i = 0; i < kTexts; ++i) {
+    std::string text = seeds[below(seeds.size())];
+    for (size_t edits = 1 + below(3); edits > 0 && !text.empty(); --edits) {
+      const size_t at = below(text.size());
+      switch (below(4)) {
+        case 0:
+          text.insert(at, 1, inserted[below(inserted.size())]);
+          break;
+        case 1:
+          text.erase(at, 1 + below(3));
+          break;
+        case 2:
+          text.insert(at, text.substr(at, below(40)));
+          break;
+        default:
+          text.insert(at, std::string(1 + below(4), ' '));
+      }
+    }
+    taken += read_alike(text) ? 1 : 0;
+  }
+  EXPECT_GT(taken, kTexts / 10);  // the comparison happened often enough to mean something
 }
 
 }  // namespace
