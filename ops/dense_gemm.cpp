@@ -17,17 +17,23 @@ constexpr int kTmaStoreBox = 32;
 // every sm_90 part has this limit, and binding checks each launch against the device's
 // SMEM_PER_BLOCK.
 constexpr int64_t kMaxBlockSmem = 227 * 1024;
-// Small-M kernels (ops/kernels/gemv.cuh). The 16-bit kernel's x rows come in MMA groups of 8;
-// two groups keep its registers clear of spills. 16 warps a block, each with 2 K chunks a step
-// double-buffered, stream the weight faster than 8 warps with 4 single-buffered chunks, from
-// 4096 to 28672 rows and columns, at M of 1 to 16 (sweep against cuBLAS with a cold L2). f32 takes
-// 4 weight rows a block of 8 warps and up to 8 x rows (32 accumulators a thread).
+// Small-M kernels (ops/kernels/gemv.cuh), one variant per bound on M: a kernel sized for 8 or 16
+// x rows wastes its reductions (f32: one warp sum per accumulator) and registers on one row, so
+// M picks the smallest variant that holds it (each launch's `when`). 16-bit: x rows come in MMA
+// groups of 8, one group up to 8 rows, two up to 16 (the most that stays clear of spills); 16
+// warps a block, each with 2 K chunks a step double-buffered, stream the weight faster than 8
+// warps with 4 single-buffered chunks, from 4096 to 28672 rows and columns (sweep against cuBLAS
+// with a cold L2). f32: 4 weight rows a block, M accumulators each; 8 warps, but 4 for 16 rows,
+// where 64 accumulators a thread leave room for fewer loads in flight and the x re-reads, not the
+// weight stream, dominate at small N and K.
 constexpr int kGemvMmaWarps = 16;
-constexpr int kGemvMmaGroups = 2;
 constexpr int kGemvMmaUnroll = 2;
-constexpr int kGemvF32Warps = 8;
 constexpr int kGemvF32RowsN = 4;
-constexpr int kGemvF32Rows = 8;
+struct GemvBucket {
+  int max_rows, warps;
+};
+constexpr GemvBucket kGemvF32Buckets[] = {{1, 8}, {4, 8}, {8, 8}, {16, 4}};
+constexpr GemvBucket kGemvMmaBuckets[] = {{8, kGemvMmaWarps}, {16, kGemvMmaWarps}};
 
 const char* layout_name(GemmBLayout layout) { return layout == GemmBLayout::kNK ? "nk" : "kn"; }
 
@@ -148,21 +154,24 @@ std::string gemm_epilogue_class(DType dtype, bool has_bias, const GemmEpilogue& 
   return fmt::format("tn_gemm_epilogue<{}, {}, {}, {}>", dtype_c_type(dtype), functor, has_bias, epilogue.residual);
 }
 
-int gemv_max_rows(DType dtype) { return dtype == DType::kF32 ? kGemvF32Rows : 8 * kGemvMmaGroups; }
-
-int gemv_rows_per_block(DType dtype) { return dtype == DType::kF32 ? kGemvF32RowsN : 16; }
-
-int gemv_threads(DType dtype) { return 32 * (dtype == DType::kF32 ? kGemvF32Warps : kGemvMmaWarps); }
-
-std::string gemv_kernel_class(DType dtype, bool has_bias, const GemmEpilogue& epilogue) {
+std::vector<GemvVariant> gemv_variants(DType dtype, bool has_bias, const GemmEpilogue& epilogue) {
   const std::string epilogue_class = gemm_epilogue_class(dtype, has_bias, epilogue);
+  std::vector<GemvVariant> variants;
   if (dtype == DType::kF32) {
-    return fmt::format("tn_gemv_simt<{}, {}, {}, {}>", gemv_threads(dtype), kGemvF32RowsN, kGemvF32Rows,
-                       epilogue_class);
+    for (const GemvBucket& b : kGemvF32Buckets)
+      variants.push_back(
+          {b.max_rows, 32 * b.warps, kGemvF32RowsN,
+           fmt::format("tn_gemv_simt<{}, {}, {}, {}>", 32 * b.warps, kGemvF32RowsN, b.max_rows, epilogue_class)});
+    return variants;
   }
-  return fmt::format("tn_gemv_mma<{}, {}, {}, {}, {}>", dtype_c_type(dtype), kGemvMmaWarps, kGemvMmaGroups,
-                     kGemvMmaUnroll, epilogue_class);
+  for (const GemvBucket& b : kGemvMmaBuckets)
+    variants.push_back({b.max_rows, 32 * b.warps, 16,
+                        fmt::format("tn_gemv_mma<{}, {}, {}, {}, {}>", dtype_c_type(dtype), b.warps, b.max_rows / 8,
+                                    kGemvMmaUnroll, epilogue_class)});
+  return variants;
 }
+
+int gemv_max_rows(DType dtype) { return gemv_variants(dtype, false, {}).back().max_rows; }
 
 std::string gemm_kernel_class(DType dtype, GemmBLayout layout, bool has_bias, const GemmTile& tile,
                               const GemmEpilogue& epilogue) {

@@ -91,12 +91,15 @@ std::string gemm_kernel_class(DType dtype, GemmBLayout layout, bool has_bias, co
 std::string gemm_epilogue_class(DType dtype, bool has_bias, const GemmEpilogue& epilogue);
 
 // Small-M linear (ops/kernels/gemv.cuh): x with at most gemv_max_rows(dtype) rows streams the
-// weight once, gemv_rows_per_block(dtype) of its rows a block of gemv_threads(dtype) threads.
+// weight once. One variant per bound on M, ascending; M runs the first that holds it.
+struct GemvVariant {
+  int max_rows = 0;          // serves M up to this (and above the previous variant's)
+  int threads = 0;           // a block
+  int rows_per_block = 0;    // of the weight
+  std::string kernel_class;  // e.g. "tn_gemv_mma<__nv_bfloat16, 16, 2, 2, tn_gemm_epilogue<...>>"
+};
+std::vector<GemvVariant> gemv_variants(DType dtype, bool has_bias, const GemmEpilogue& epilogue);
 int gemv_max_rows(DType dtype);
-int gemv_rows_per_block(DType dtype);
-int gemv_threads(DType dtype);
-// Its kernel class, e.g. "tn_gemv_mma<__nv_bfloat16, 16, 2, 2, tn_gemm_epilogue<...>>".
-std::string gemv_kernel_class(DType dtype, bool has_bias, const GemmEpilogue& epilogue);
 
 // Output tiles per matrix.
 Expr gemm_tiles(const GemmTile& tile, const Expr& m, const Expr& n);

@@ -128,22 +128,28 @@ std::string linear_entry(const GemmEpilogue& epilogue, const std::string& gemm_c
   return fmt::format("{}<{}>", epilogue.residual ? "tn_linear_residual" : "tn_linear", gemm_class);
 }
 
-// Few rows (decode): the weight-streaming kernel, one block per gemv_rows_per_block rows of W.
-void add_small_m(Lowering& lowering, const LinearProblem& p, const GemmEpilogue& epilogue, const Expr& when) {
-  Launch launch;
-  launch.kernel = static_cast<int>(lowering.kernels.size());
-  launch.args = linear_args(p, epilogue);
-  launch.block = {gemv_threads(p.dtype), 1, 1};
-  launch.grid = {ceil_div(p.n, Expr(gemv_rows_per_block(p.dtype))), Expr(1), Expr(1)};
-  launch.dynamic_smem = Expr(0);
-  launch.when = when;
-  set_linear_cost(launch, p, epilogue);
-  const std::string name =
-      fmt::format("linear_{}_gemv{}{}", dtype_name(p.dtype), p.has_bias ? "_bias" : "", epilogue.suffix());
-  lowering.kernels.push_back(template_kernel(name, "gemm.cuh",
-                                             linear_entry(epilogue, gemv_kernel_class(p.dtype, p.has_bias, epilogue)),
-                                             launch.args, gemv_threads(p.dtype), TEENY_KERNEL_ORIGIN));
-  lowering.launches.push_back(launch);
+// Few rows (decode): the weight-streaming kernels, one block per few rows of W; M picks the
+// variant, where it can be at most gemv_max_rows.
+void add_small_m(Lowering& lowering, const LinearProblem& p, const GemmEpilogue& epilogue) {
+  int above = 0;  // the previous variant's bound
+  for (const GemvVariant& v : gemv_variants(p.dtype, p.has_bias, epilogue)) {
+    const Expr when = above == 0 ? le(p.m, Expr(v.max_rows)) : le(Expr(above + 1), p.m) * le(p.m, Expr(v.max_rows));
+    above = v.max_rows;
+    if (when == Expr(0)) continue;
+    Launch launch;
+    launch.kernel = static_cast<int>(lowering.kernels.size());
+    launch.args = linear_args(p, epilogue);
+    launch.block = {v.threads, 1, 1};
+    launch.grid = {ceil_div(p.n, Expr(v.rows_per_block)), Expr(1), Expr(1)};
+    launch.dynamic_smem = Expr(0);
+    launch.when = when;
+    set_linear_cost(launch, p, epilogue);
+    const std::string name = fmt::format("linear_{}_gemv_m{}{}{}", dtype_name(p.dtype), v.max_rows,
+                                         p.has_bias ? "_bias" : "", epilogue.suffix());
+    lowering.kernels.push_back(template_kernel(name, "gemm.cuh", linear_entry(epilogue, v.kernel_class), launch.args,
+                                               v.threads, TEENY_KERNEL_ORIGIN));
+    lowering.launches.push_back(launch);
+  }
 }
 
 // More rows: the tiled GEMM (ops/dense_gemm.h), f32 split over K where that fills the GPU.
@@ -211,7 +217,7 @@ Lowering lower_linear(const OpContext& ctx, const GemmEpilogue& epilogue) {
   // Which variant runs is decided by M at run time (le folds to a constant where M is one).
   const Expr small = le(p.m, Expr(gemv_max_rows(p.dtype)));
   Lowering lowering;
-  if (small != Expr(0)) add_small_m(lowering, p, epilogue, small);
+  if (small != Expr(0)) add_small_m(lowering, p, epilogue);
   if (small != Expr(1)) add_tiled(lowering, ctx, p, epilogue, le(Expr(gemv_max_rows(p.dtype) + 1), p.m));
   return lowering;
 }
@@ -282,13 +288,13 @@ OpDef linear_op() {
           {"[B, 1100] -> 4100 " + dt,
            case_graph({"B"}, {{"x", dtype, "[B, 1100]"}}, {{"y", "linear", {"x"}, {{"out_features", 4100}}}}),
            {{{"B", 1100}}}});
-      // Few rows stream the weight (the small-M kernel, up to 8 rows in f32 and 16 in 16-bit),
-      // more take the tiled GEMM: both sides of each threshold, N not a multiple of a block's
-      // rows, K over many chunks.
+      // Few rows stream the weight (the small-M kernels, a variant up to 1, 4, 8 and 16 rows in
+      // f32 and up to 8 and 16 in 16-bit), more take the tiled GEMM: both sides of each bound, N not a multiple of a
+      // block's rows, K over many chunks.
       cases.push_back(
           {"[B, 4096] -> 1000, small M " + dt,
            case_graph({"B"}, {{"x", dtype, "[B, 4096]"}}, {{"y", "linear", {"x"}, {{"out_features", 1000}}}}),
-           {{{"B", 1}}, {{"B", 8}}, {{"B", 9}}, {{"B", 16}}, {{"B", 17}}}});
+           {{{"B", 1}}, {{"B", 2}}, {{"B", 4}}, {{"B", 5}}, {{"B", 8}}, {{"B", 9}}, {{"B", 16}}, {{"B", 17}}}});
       cases.push_back({"[B, 5, W] -> 130, no bias " + dt,
                        case_graph({"B", "W"}, {{"x", dtype, "[B, 5, W]"}},
                                   {{"y", "linear", {"x"}, {{"out_features", 130}, {"bias", false}}}}),

@@ -41,10 +41,10 @@ inline const OpDef& op(const std::string& name) {
   return *def;
 }
 
-// A linear's lowering without its small-M variant (the "_gemv" kernel and its launch, for x with
+// A linear's lowering without its small-M variants (the "_gemv" kernels and their launches, for x with
 // few rows), kernel indices renumbered: the tiled GEMM's launches alone.
 inline Lowering tiled_linear(Lowering lowering) {
-  for (size_t k = 0; k < lowering.kernels.size(); ++k) {
+  for (size_t k = lowering.kernels.size(); k-- > 0;) {
     if (lowering.kernels[k].name.find("_gemv") == std::string::npos) continue;
     lowering.kernels.erase(lowering.kernels.begin() + static_cast<long>(k));
     std::vector<Launch> kept;
@@ -54,7 +54,6 @@ inline Lowering tiled_linear(Lowering lowering) {
       kept.push_back(std::move(launch));
     }
     lowering.launches = std::move(kept);
-    break;
   }
   return lowering;
 }

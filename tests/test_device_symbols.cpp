@@ -142,16 +142,20 @@ TEST_F(OneBundleManyGpus, LaunchesRunOnlyWhereTheirConditionHolds) {
     }
     return names;
   };
-  EXPECT_EQ(kernels_of_fc1(8), (std::vector<std::string>{"linear_f32_gemv_bias"}));
-  EXPECT_EQ(kernels_of_fc1(9), (std::vector<std::string>{"linear_zero_f32", "linear_f32_nk_bias_128x128x32_wgmma_pp"}));
+  EXPECT_EQ(kernels_of_fc1(1), (std::vector<std::string>{"linear_f32_gemv_m1_bias"}));
+  EXPECT_EQ(kernels_of_fc1(8), (std::vector<std::string>{"linear_f32_gemv_m8_bias"}));
+  EXPECT_EQ(kernels_of_fc1(16), (std::vector<std::string>{"linear_f32_gemv_m16_bias"}));
+  EXPECT_EQ(kernels_of_fc1(17),
+            (std::vector<std::string>{"linear_zero_f32", "linear_f32_nk_bias_128x128x32_wgmma_pp"}));
   const auto when = [&](int index) {
     for (const BundleLaunch& launch : bundle.launches) {
       if (launch.node == "fc1" && launch.index == index) return launch.when.str();
     }
     return std::string("none");
   };
-  EXPECT_EQ(when(0), "le(B, 8)");
-  EXPECT_EQ(when(2), "le(9, B)");
+  EXPECT_EQ(when(0), "le(B, 1)");
+  EXPECT_EQ(when(1), "le(2, B)*le(B, 4)");
+  EXPECT_EQ(when(4), "le(17, B)");
 }
 
 TEST_F(OneBundleManyGpus, ElementwiseGridsAreOneWaveOfTheBoundDevice) {
@@ -227,7 +231,7 @@ TEST_F(OneBundleManyGpus, InspectEvaluatesForTheGivenSmCount) {
   ASSERT_EQ(json.exit_code, 0) << json.err;
   const nlohmann::json view = nlohmann::json::parse(json.out);
   EXPECT_EQ(view["device"]["symbols"], (nlohmann::json{{"SMS", 78}}));
-  EXPECT_EQ(view["nodes"][0]["launches"][1]["grid"][0],
+  EXPECT_EQ(view["nodes"][0]["launches"][2]["grid"][0],
             (nlohmann::json{{"expr", "min(ceil_div(B*S, 128)*6, SMS)"}, {"value", 6}}));  // B=1, S=128: 6 tiles
 }
 
@@ -251,7 +255,7 @@ TEST_F(OneBundleManyGpus, InspectWithoutADeviceKeepsGridsSymbolicAndSaysHow) {
   const nlohmann::json view = nlohmann::json::parse(json.out);
   EXPECT_EQ(view["device"],
             (nlohmann::json{{"source", nullptr}, {"symbols", nlohmann::json::object()}, {"unbound", {"SMS"}}}));
-  EXPECT_EQ(view["nodes"][0]["launches"][1]["grid"][0],
+  EXPECT_EQ(view["nodes"][0]["launches"][2]["grid"][0],
             (nlohmann::json{{"expr", "min(ceil_div(B*S, 128)*6, SMS)"}, {"needs", {"SMS"}}}));
 }
 

@@ -389,36 +389,47 @@ TEST(GemmAttentionLowering, LinearSplitsKWhenTilesCannotFillTheGpu) {
   EXPECT_EQ(tiled_linear(op("linear").lower(bf16)).launches.size(), 1u);
 }
 
-// Few rows of x (decode) stream the weight through the small-M kernel; more take the tiled
-// GEMM. Which runs is decided by the bound M, through each launch's `when`.
+// Few rows of x (decode) stream the weight through a small-M kernel sized for M; more take the
+// tiled GEMM. Which runs is decided by the bound M, through each launch's `when`.
 TEST(GemmAttentionLowering, FewRowsStreamTheWeight) {
   const OpContext bf16 =
       context("linear", {{"out_features", 4100}, {"bias", true}}, {tensor(DType::kBF16, {B, S, 4096})});
   const Lowering lowering = op("linear").lower(bf16);
-  ASSERT_EQ(lowering.launches.size(), 2u);
-  const Launch& gemv = lowering.launches[0];
-  EXPECT_EQ(lowering.kernels.at(gemv.kernel).name, "linear_bf16_gemv_bias");
+  ASSERT_EQ(lowering.launches.size(), 3u);
+  const Launch& gemv8 = lowering.launches[0];
+  const Launch& gemv16 = lowering.launches[1];
+  EXPECT_EQ(lowering.kernels.at(gemv8.kernel).name, "linear_bf16_gemv_m8_bias");
   EXPECT_EQ(
-      lowering.kernels.at(gemv.kernel).function,
+      lowering.kernels.at(gemv8.kernel).function,
+      "tn_linear<tn_gemv_mma<__nv_bfloat16, 16, 1, 2, tn_gemm_epilogue<__nv_bfloat16, tn_act_none, true, false>>>");
+  EXPECT_EQ(
+      lowering.kernels.at(gemv16.kernel).function,
       "tn_linear<tn_gemv_mma<__nv_bfloat16, 16, 2, 2, tn_gemm_epilogue<__nv_bfloat16, tn_act_none, true, false>>>");
-  EXPECT_EQ(gemv.when.str(), "le(B*S, 16)");
-  EXPECT_EQ(lowering.launches[1].when.str(), "le(17, B*S)");
-  EXPECT_EQ(gemv.grid[0].eval({}), 257);  // 16 weight rows a block
-  EXPECT_EQ(gemv.block[0], 512);          // 16 warps split K
-  EXPECT_EQ(gemv.bytes.eval({{"B", 1}, {"S", 1}}), 2LL * (4096 + 4100 * 4096 + 4100 + 4100));
-  // f32 streams up to 8 rows, 4 weight rows a block.
+  EXPECT_EQ(gemv8.when.str(), "le(B*S, 8)");
+  EXPECT_EQ(gemv16.when.str(), "le(9, B*S)*le(B*S, 16)");
+  EXPECT_EQ(lowering.launches[2].when.str(), "le(17, B*S)");
+  EXPECT_EQ(gemv16.grid[0].eval({}), 257);  // 16 weight rows a block
+  EXPECT_EQ(gemv16.block[0], 512);          // 16 warps split K
+  EXPECT_EQ(gemv16.bytes.eval({{"B", 1}, {"S", 1}}), 2LL * (4096 + 4100 * 4096 + 4100 + 4100));
+  // f32 streams up to 16 rows, 4 weight rows a block, in variants for 1, 4, 8 and 16 rows.
   const OpContext f32 = context("linear", {{"out_features", 1000}, {"bias", false}}, {tensor(DType::kF32, {B, 4096})});
   const Lowering f32_lowering = op("linear").lower(f32);
-  EXPECT_EQ(f32_lowering.kernels.at(f32_lowering.launches[0].kernel).name, "linear_f32_gemv");
-  EXPECT_EQ(f32_lowering.launches[0].when.str(), "le(B, 8)");
+  ASSERT_EQ(f32_lowering.launches.size(), 6u);  // 4 variants, then the zeroing and the tiled GEMM
+  EXPECT_EQ(f32_lowering.kernels.at(f32_lowering.launches[0].kernel).name, "linear_f32_gemv_m1");
+  EXPECT_EQ(f32_lowering.kernels.at(f32_lowering.launches[0].kernel).function,
+            "tn_linear<tn_gemv_simt<256, 4, 1, tn_gemm_epilogue<float, tn_act_none, false, false>>>");
+  EXPECT_EQ(f32_lowering.launches[0].when.str(), "le(B, 1)");
+  EXPECT_EQ(f32_lowering.launches[2].when.str(), "le(5, B)*le(B, 8)");
+  EXPECT_EQ(f32_lowering.launches[3].when.str(), "le(9, B)*le(B, 16)");
   EXPECT_EQ(f32_lowering.launches[0].grid[0].eval({}), 250);
   EXPECT_EQ(f32_lowering.launches[0].block[0], 256);
+  EXPECT_EQ(f32_lowering.launches[3].block[0], 128);
   // A constant M decides at compile time: one variant, no condition.
   const OpContext fixed = context("linear", {{"out_features", 64}, {"bias", true}}, {tensor(DType::kF16, {4, 256})});
   const Lowering fixed_lowering = op("linear").lower(fixed);
   ASSERT_EQ(fixed_lowering.launches.size(), 1u);
   EXPECT_EQ(fixed_lowering.launches[0].when, Expr(1));
-  EXPECT_EQ(fixed_lowering.kernels.at(0).name, "linear_f16_gemv_bias");
+  EXPECT_EQ(fixed_lowering.kernels.at(0).name, "linear_f16_gemv_m8_bias");
   const OpContext many = context("linear", {{"out_features", 64}, {"bias", true}}, {tensor(DType::kF16, {17, 256})});
   EXPECT_EQ(op("linear").lower(many).launches.size(), 1u);
   EXPECT_EQ(op("linear").lower(many).kernels.at(0).name.find("_gemv"), std::string::npos);
