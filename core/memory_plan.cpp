@@ -1,6 +1,11 @@
 #include "core/memory_plan.h"
 
 #include <algorithm>
+#include <iterator>
+#include <map>
+#include <optional>
+#include <string_view>
+#include <unordered_map>
 
 #include <fmt/format.h>
 
@@ -23,80 +28,107 @@ uint64_t align_up(uint64_t value, uint64_t alignment) {
 }
 
 struct Root {
-  std::string name;
+  std::string_view name;
   uint64_t bytes = 0;
   int first = 0, last = 0;
   uint64_t offset = 0;
 };
 
-// The roots placed so far, by lifetime, to find those live at some step of a given lifetime in
-// time that grows with how many are, not with how many were placed (scanning every placed root
-// made planning a 10^5-node chain quadratic). A segment tree over the steps: a root is stored on
-// the tree nodes that tile its lifetime; two lifetimes share a step exactly when a node tiling
-// one is the same as, above or below a node tiling the other.
-class LiveRoots {
+// Byte ranges [begin, end) of some roots, merged where they overlap or touch.
+class ByteRanges {
  public:
-  LiveRoots(size_t roots, int first_step, int last_step) : first_step_(first_step), seen_(roots, 0) {
-    while (leaves_ < static_cast<size_t>(last_step - first_step + 1)) leaves_ *= 2;
-    stored_.resize(2 * leaves_);
-    in_subtree_.resize(2 * leaves_, 0);
-  }
+  bool empty() const { return ranges_.empty(); }
 
-  void add(size_t root, int first, int last) {
-    for (size_t node : tiling(first, last)) {
-      stored_[node].push_back(root);
-      for (size_t up = node; up > 0; up /= 2) ++in_subtree_[up];
-    }
-  }
-
-  // Every root added whose lifetime shares a step with [first, last], each once.
-  std::vector<size_t> live_with(int first, int last) {
-    ++query_;
-    std::vector<size_t> found;
-    auto report = [&](size_t node) {
-      for (size_t root : stored_[node]) {
-        if (seen_[root] == query_) continue;
-        seen_[root] = query_;
-        found.push_back(root);
-      }
-    };
-    std::vector<size_t> below;
-    for (size_t node : tiling(first, last)) {
-      for (size_t up = node / 2; up > 0; up /= 2) report(up);
-      below.push_back(node);
-      while (!below.empty()) {
-        size_t v = below.back();
-        below.pop_back();
-        if (in_subtree_[v] == 0) continue;
-        report(v);
-        if (v < leaves_) {
-          below.push_back(2 * v);
-          below.push_back(2 * v + 1);
-        }
+  void add(uint64_t begin, uint64_t end) {
+    auto next = ranges_.upper_bound(begin);  // the first range beginning after `begin`
+    if (next != ranges_.begin()) {
+      auto before = std::prev(next);
+      if (before->second >= end) return;  // already covered
+      if (before->second >= begin) {
+        begin = before->first;
+        ranges_.erase(before);
       }
     }
-    return found;
+    while (next != ranges_.end() && next->first <= end) {
+      end = std::max(end, next->second);
+      next = ranges_.erase(next);
+    }
+    ranges_.emplace_hint(next, begin, end);
+  }
+
+  // The end of the first range that overlaps [begin, end), if one does.
+  std::optional<uint64_t> blocking(uint64_t begin, uint64_t end) const {
+    auto next = ranges_.upper_bound(begin);
+    if (next != ranges_.begin() && std::prev(next)->second > begin) return std::prev(next)->second;
+    if (next != ranges_.end() && next->first < end) return next->second;
+    return std::nullopt;
   }
 
  private:
-  // The tree nodes whose step ranges tile [first, last] (node 1 is the root; leaves start at leaves_).
-  std::vector<size_t> tiling(int first, int last) const {
-    std::vector<size_t> nodes;
+  std::map<uint64_t, uint64_t> ranges_;  // begin -> end
+};
+
+// The bytes of the roots placed so far, by lifetime, to find the lowest offset clear of every
+// one live at some step of a given lifetime without visiting each (visiting each live root made
+// planning quadratic where many tensors stay live, as a graph's outputs do). A segment tree over
+// the steps: a root is stored on the tree nodes that tile its lifetime; two lifetimes share a step
+// exactly when a node tiling one is the same as, above or below a node tiling the other. Each
+// tree node keeps the merged bytes of the roots stored on it, and of those stored on it or below.
+class PlacedBytes {
+ public:
+  PlacedBytes(int first_step, int last_step) : first_step_(first_step) {
+    while (leaves_ < static_cast<size_t>(last_step - first_step + 1)) leaves_ *= 2;
+    own_.resize(2 * leaves_);
+    subtree_.resize(2 * leaves_);
+  }
+
+  void add(int first, int last, uint64_t begin, uint64_t end) {
+    for_tiling(first, last, [&](size_t node) {
+      own_[node].add(begin, end);
+      for (size_t up = node; up > 0; up /= 2) subtree_[up].add(begin, end);
+    });
+  }
+
+  // The lowest offset at which `size` bytes are clear of every root placed with a lifetime that
+  // shares a step with [first, last]. Each range that overlaps a candidate moves it past that
+  // range's end, where the lowest clear offset must be; it stops where none does.
+  uint64_t lowest_clear(int first, int last, uint64_t size) const {
+    std::vector<const ByteRanges*> live;
+    for_tiling(first, last, [&](size_t node) {
+      if (!subtree_[node].empty()) live.push_back(&subtree_[node]);
+      for (size_t up = node / 2; up > 0; up /= 2)
+        if (!own_[up].empty()) live.push_back(&own_[up]);
+    });
+    uint64_t offset = 0;
+    for (bool moved = true; moved;) {
+      moved = false;
+      for (const ByteRanges* ranges : live) {
+        if (std::optional<uint64_t> end = ranges->blocking(offset, checked_add(offset, size))) {
+          offset = *end;
+          moved = true;
+        }
+      }
+    }
+    return offset;
+  }
+
+ private:
+  // Calls visit(node) for each tree node of the tiling of [first, last] (node 1 is the root;
+  // leaves start at leaves_).
+  template <typename Visit>
+  void for_tiling(int first, int last, const Visit& visit) const {
     size_t lo = static_cast<size_t>(first - first_step_) + leaves_;
     size_t hi = static_cast<size_t>(last - first_step_) + leaves_ + 1;  // exclusive
     for (; lo < hi; lo /= 2, hi /= 2) {
-      if (lo & 1) nodes.push_back(lo++);
-      if (hi & 1) nodes.push_back(--hi);
+      if (lo & 1) visit(lo++);
+      if (hi & 1) visit(--hi);
     }
-    return nodes;
   }
 
   int first_step_;
   size_t leaves_ = 1;
-  std::vector<std::vector<size_t>> stored_;  // per tree node: the roots it helps tile
-  std::vector<size_t> in_subtree_;           // per tree node: roots stored at it or below
-  std::vector<uint32_t> seen_;               // per root: the last query that found it
-  uint32_t query_ = 0;
+  std::vector<ByteRanges> own_;      // per tree node: the roots stored on it
+  std::vector<ByteRanges> subtree_;  // per tree node: the roots stored on it or below
 };
 
 // How many of `roots` share a byte with another, in any lifetime.
@@ -122,7 +154,8 @@ int count_shared(const std::vector<Root>& roots, uint64_t alignment) {
 MemoryPlan plan_memory(const std::vector<PlanEntry>& entries, uint64_t alignment) {
   // Resolve every view to the non-view entry owning its bytes, and widen that owner's
   // lifetime to cover the view's.
-  std::map<std::string, size_t> root_of_entry;  // entry name -> index in roots
+  std::unordered_map<std::string_view, size_t> root_of_entry;  // entry name -> index in roots
+  root_of_entry.reserve(entries.size());
   std::vector<Root> roots;
   for (const PlanEntry& entry : entries) {
     if (root_of_entry.count(entry.name)) {
@@ -162,28 +195,24 @@ MemoryPlan plan_memory(const std::vector<PlanEntry>& entries, uint64_t alignment
     first_step = std::min(first_step, root.first);
     last_step = std::max(last_step, root.last);
   }
-  LiveRoots placed(roots.size(), first_step, last_step);
+  PlacedBytes placed(first_step, last_step);
   for (size_t index : order) {
     Root& root = roots[index];
     const uint64_t size = align_up(std::max<uint64_t>(root.bytes, 1), alignment);
-    std::vector<size_t> live = placed.live_with(root.first, root.last);
-    std::sort(live.begin(), live.end(), [&](size_t a, size_t b) { return roots[a].offset < roots[b].offset; });
-    uint64_t offset = 0;
-    for (size_t other_index : live) {
-      const Root& other = roots[other_index];
-      const uint64_t other_end = other.offset + align_up(std::max<uint64_t>(other.bytes, 1), alignment);
-      if (checked_add(offset, size) <= other.offset) break;  // fits in the gap before `other`
-      offset = std::max(offset, other_end);
-    }
-    root.offset = offset;
-    placed.add(index, root.first, root.last);
-    plan.arena_bytes = std::max(plan.arena_bytes, checked_add(offset, size));
+    root.offset = placed.lowest_clear(root.first, root.last, size);
+    const uint64_t end = checked_add(root.offset, size);
+    placed.add(root.first, root.last, root.offset, end);
+    plan.arena_bytes = std::max(plan.arena_bytes, end);
     plan.naive_bytes = checked_add(plan.naive_bytes, size);
   }
 
   plan.buffers = static_cast<int>(roots.size());
   plan.shared = count_shared(roots, alignment);
-  for (const auto& [name, root_index] : root_of_entry) plan.offsets[name] = roots[root_index].offset;
+  // Into the map in its own order, each at its end.
+  std::vector<std::pair<std::string_view, size_t>> by_name(root_of_entry.begin(), root_of_entry.end());
+  std::sort(by_name.begin(), by_name.end());
+  for (const auto& [name, root_index] : by_name)
+    plan.offsets.emplace_hint(plan.offsets.end(), std::string(name), roots[root_index].offset);
   return plan;
 }
 

@@ -172,6 +172,18 @@ TEST(MemoryPlan, ALongChainTakesTwoBuffersBesideItsInput) {
   EXPECT_EQ(plan.shared, 100000);
 }
 
+TEST(MemoryPlan, TensorsLiveToTheEndStackInOrder) {
+  // A chain whose every node is a graph output: all stay live, so each goes above the last.
+  std::vector<PlanEntry> entries{{"x", 1000, -1, 20000, ""}};
+  for (int i = 0; i < 20000; ++i) entries.push_back({"t" + std::to_string(i), 1000, i, 20000, ""});
+  const MemoryPlan plan = plan_memory(entries);
+  EXPECT_EQ(plan.arena_bytes, 20001 * 1024u);
+  EXPECT_EQ(plan.offsets.at("x"), 0u);
+  EXPECT_EQ(plan.offsets.at("t0"), 1024u);
+  EXPECT_EQ(plan.offsets.at("t19999"), 20000 * 1024u);
+  EXPECT_EQ(plan.shared, 0);
+}
+
 TEST(MemoryPlan, UnknownAliasIsAnError) {
   try {
     plan_memory({{"v", 16, 0, 1, "nowhere"}});
