@@ -98,9 +98,10 @@ void add_compare_command(CLI::App& app) {
                       "significantly so)")
           ->check(CLI::NonNegativeNumber);
   cmd->add_option("--confidence", flags->compare.confidence, "confidence of the intervals and verdicts (default 0.95)");
-  cmd->add_option(
-         "--min-effect", flags->min_effect_pct,
-         fmt::format("smallest difference called faster or slower, in percent (default {:g})", flags->min_effect_pct))
+  cmd->add_option("--min-effect", flags->min_effect_pct,
+                  fmt::format("how far from 1, in percent, the whole interval of B/A must lie to be called faster or "
+                              "slower (default {:g})",
+                              flags->min_effect_pct))
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--format", flags->format, "table (default) or json")->check(CLI::IsMember({"table", "json"}));
   flags->profile_options = add_profile_options(*cmd, flags->profile);

@@ -17,8 +17,8 @@ constexpr const char* kMethod =
 std::string pct(double fraction) { return fmt::format("{:g}%", 100 * fraction); }
 
 std::string verdict_rule(const Comparison& c) {
-  return fmt::format("faster or slower when the {} CI excludes 1 and B/A is at least {} away from 1",
-                     pct(c.options.confidence), pct(c.options.min_effect));
+  return fmt::format("faster or slower when the whole {} CI of B/A lies more than {} from 1", pct(c.options.confidence),
+                     pct(c.options.min_effect));
 }
 
 std::string interval(const RatioEstimate& e) {

@@ -153,9 +153,8 @@ Comparison compare_profiles(const ProfileReport& a, const std::string& label_a, 
 }
 
 Verdict verdict_with_min_effect(const RatioEstimate& e, double min_effect) {
-  const Verdict v = verdict_of(e);
-  if (v == Verdict::kSlower && e.ratio >= 1 + min_effect) return v;
-  if (v == Verdict::kFaster && e.ratio <= 1 - min_effect) return v;
+  if (e.ratio_low > 1 + min_effect) return Verdict::kSlower;
+  if (e.ratio_high < 1 - min_effect) return Verdict::kFaster;
   return Verdict::kSame;
 }
 

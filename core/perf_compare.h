@@ -14,9 +14,9 @@ namespace teeny {
 
 struct CompareOptions {
   double confidence = 0.95;
-  // A verdict of faster or slower also needs B/A to differ from 1 by at least this much: two
-  // instances of identical code (other buffers, other code addresses, another process) differ
-  // by about a percent, and a tiny kernel by more, with as much confidence as one likes.
+  // A verdict of faster or slower needs the whole confidence interval of B/A this far from 1:
+  // two instances of identical code (other buffers, other code addresses, another process)
+  // differ by about a percent, and a tiny kernel by more, with as much confidence as one likes.
   double min_effect = 0.02;
 };
 
@@ -57,8 +57,8 @@ struct Comparison {
 Comparison compare_profiles(const ProfileReport& a, const std::string& label_a, const ProfileReport& b,
                             const std::string& label_b, const CompareOptions& options = {});
 
-// Faster or slower when the interval excludes 1 (verdict_of) and B/A is at least
-// `min_effect` away from 1; else no difference.
+// Slower when the whole interval lies above 1 + min_effect, faster when it lies below
+// 1 - min_effect; else no difference (within the margin, or too noisy to tell).
 Verdict verdict_with_min_effect(const RatioEstimate& e, double min_effect);
 
 // With --threshold PCT: the runs whose end-to-end time B regressed by more than `threshold_pct`:
