@@ -15,7 +15,7 @@ BUILD=${BUILD_DIR:-$ROOT/build-clang}
 SECONDS_EACH=${1:-60}
 shift || true
 TARGETS=("$@")
-((${#TARGETS[@]})) || TARGETS=(spec expr npy safetensors bundle)
+((${#TARGETS[@]})) || TARGETS=(spec yaml expr npy safetensors bundle)
 
 mkdir -p "$BUILD/fuzz-findings"
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1}
