@@ -320,7 +320,11 @@ class JsonWriter {
     comma_ = true;
     return *this;
   }
-  JsonWriter& string(const Expr& e) { return string(e.str()); }
+  JsonWriter& string(const Expr& e) {
+    text_.clear();
+    e.append_str(text_);
+    return string(text_);
+  }
   template <typename Int>
   JsonWriter& integer(Int value) {
     static_assert(std::is_integral_v<Int>);
@@ -404,7 +408,8 @@ class JsonWriter {
     size_ += text.size();
   }
 
-  std::string out_;  // [0, size_) written
+  std::string out_;   // [0, size_) written
+  std::string text_;  // an expression's, reused
   size_t size_ = 0;
   bool comma_ = false;
 };

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <set>
 
 #include <fmt/format.h>
@@ -127,8 +128,21 @@ std::pair<Expr, int64_t> scaled_term(const Expr& e) {
 
 }  // namespace
 
+// Launches, args and tensors hold several small constants each (a grid's 1s, a default 0): one
+// node each for the whole program saves an allocation, and its freeing, per such Expr.
+std::shared_ptr<const Expr::Node> Expr::constant(int64_t value) {
+  constexpr int64_t kLow = -64, kHigh = 1024;
+  static const auto* shared = [] {
+    auto* nodes = new std::vector<std::shared_ptr<const Node>>();  // never freed: Exprs may outlive statics
+    for (int64_t v = kLow; v <= kHigh; ++v) nodes->push_back(std::make_shared<const Node>(Kind::kConst, v, ""));
+    return nodes;
+  }();
+  if (value >= kLow && value <= kHigh) return (*shared)[value - kLow];
+  return std::make_shared<const Node>(Kind::kConst, value, "");
+}
+
 Expr::Expr() : Expr(int64_t{0}) {}
-Expr::Expr(int64_t value) : node_(std::make_shared<const Node>(Kind::kConst, value, "")) {}
+Expr::Expr(int64_t value) : node_(constant(value)) {}
 Expr::Expr(std::shared_ptr<const Node> node) : node_(std::move(node)) {}
 
 Expr Expr::dim(const std::string& name) { return Expr(std::make_shared<const Node>(Kind::kDim, 0, name)); }
@@ -314,34 +328,67 @@ int precedence(Expr::Kind k) {
   }
 }
 
+void append_integer(std::string& out, int64_t value) {
+  char digits[24];
+  out.append(digits, std::to_chars(digits, digits + sizeof(digits), value).ptr);
+}
+
 }  // namespace
 
 std::string Expr::str() const {
+  std::string out;
+  append_str(out);
+  return out;
+}
+
+// Into one string: the tree's text made of a string per node took a third of writing a bundle.
+void Expr::append_str(std::string& out) const {
   switch (kind()) {
-    case Kind::kConst:
+    case Kind::kConst: {
       // INT64_MIN has no literal: its negation does not fit.
-      return node_->value == INT64_MIN ? "(-9223372036854775807 - 1)" : std::to_string(node_->value);
+      if (node_->value == INT64_MIN) {
+        out += "(-9223372036854775807 - 1)";
+        return;
+      }
+      append_integer(out, node_->value);
+      return;
+    }
     case Kind::kDim:
-      return node_->name;
+      out += node_->name;
+      return;
     default:
       break;
   }
-  if (const char* fn = function_name(kind())) return fmt::format("{}({}, {})", fn, lhs().str(), rhs().str());
-  int p = precedence(kind());
+  if (const char* fn = function_name(kind())) {
+    out += fn;
+    out += '(';
+    lhs().append_str(out);
+    out += ", ";
+    rhs().append_str(out);
+    out += ')';
+    return;
+  }
+  const int p = precedence(kind());
   auto operand = [&](const Expr& e, bool right) {
-    int q = precedence(e.kind());
+    const int q = precedence(e.kind());
     // A negative constant operand of * / % reads as unary minus; it binds tighter, so no parens.
-    bool paren = right ? q <= p : q < p;
-    return paren ? "(" + e.str() + ")" : e.str();
+    const bool paren = right ? q <= p : q < p;
+    if (paren) out += '(';
+    e.append_str(out);
+    if (paren) out += ')';
   };
-  if (kind() == Kind::kAdd && rhs().is_const() && *rhs().const_value() < 0 && *rhs().const_value() != INT64_MIN)
-    return fmt::format("{} - {}", operand(lhs(), false), -*rhs().const_value());
-  const char* op = kind() == Kind::kAdd        ? " + "
-                   : kind() == Kind::kSub      ? " - "
-                   : kind() == Kind::kMul      ? "*"
-                   : kind() == Kind::kFloorDiv ? "/"
-                                               : "%";
-  return operand(lhs(), false) + op + operand(rhs(), true);
+  operand(lhs(), false);
+  if (kind() == Kind::kAdd && rhs().is_const() && *rhs().const_value() < 0 && *rhs().const_value() != INT64_MIN) {
+    out += " - ";
+    append_integer(out, -*rhs().const_value());
+    return;
+  }
+  out += kind() == Kind::kAdd        ? " + "
+         : kind() == Kind::kSub      ? " - "
+         : kind() == Kind::kMul      ? "*"
+         : kind() == Kind::kFloorDiv ? "/"
+                                     : "%";
+  operand(rhs(), true);
 }
 
 // ---- parsing ---------------------------------------------------------------------------------

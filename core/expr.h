@@ -60,6 +60,7 @@ class Expr {
   std::vector<std::string> dims() const;
   // Readable, re-parsable form with minimal parentheses: "B*4", "ceil_div(B*S, 128)".
   std::string str() const;
+  void append_str(std::string& out) const;  // str() at the end of `out`
 
   friend bool operator==(const Expr& a, const Expr& b);
   friend bool operator!=(const Expr& a, const Expr& b) { return !(a == b); }
@@ -67,6 +68,8 @@ class Expr {
  private:
   struct Node;
   explicit Expr(std::shared_ptr<const Node> node);
+  // The node of a constant: shared for small ones (a default Expr is 0), made for the others.
+  static std::shared_ptr<const Node> constant(int64_t value);
   static Expr make(Kind kind, Expr lhs, Expr rhs);  // simplifies; throws on overflow or depth
   static Expr node(Kind kind, Expr lhs, Expr rhs);  // as given; throws past the depth or size limit
   static std::string written(Kind kind, const Expr& lhs, const Expr& rhs);  // as given, for errors
