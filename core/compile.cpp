@@ -27,14 +27,65 @@ std::string block_str(const std::array<int, 3>& block) {
   return fmt::format("[{}, {}, {}]", block[0], block[1], block[2]);
 }
 
-// A launch waiting for its kernel to be compiled and verified.
+// A launch waiting for its kernel to be compiled and verified: launch `index` of the lowering
+// its node shares.
 struct PendingLaunch {
   const Node* node;
-  int index;                                       // within the node
-  int kernel;                                      // bundle kernel index
-  Launch launch;                                   // fixed dims substituted
-  std::map<std::string, std::string> param_names;  // slot -> full name
+  int index;        // within the node
+  int kernel;       // bundle kernel index
+  size_t lowering;  // the SharedLowering it comes from
+  size_t params;    // the node's param names (slot -> full name), in GraphCompiler::param_names_
 };
+
+// What an op's lowering sees of a node (its context, but for the node's name) decides the
+// lowering: nodes alike in it share one, made for the first of them. A 10^5-node chain of one op
+// is lowered once, not 10^5 times.
+struct SharedLowering {
+  const Node* first;             // the node it was made for
+  std::vector<int> kernel;       // per launch: its bundle kernel
+  std::vector<Launch> launches;  // fixed dims substituted, checked
+  // Per launch, once verified: its arguments as the bundle holds them, but for their tensors.
+  std::vector<std::optional<std::vector<BundleArg>>> verified;
+};
+
+size_t combine(size_t seed, size_t value) { return seed ^ (value + 0x9e3779b97f4a7c15ULL + (seed << 6) + (seed >> 2)); }
+
+size_t expr_hash(const Expr& e) {
+  switch (e.kind()) {
+    case Expr::Kind::kConst:
+      return std::hash<int64_t>{}(*e.const_value());
+    case Expr::Kind::kDim:
+      return std::hash<std::string>{}(e.dim_name());
+    default:
+      return combine(combine(static_cast<size_t>(e.kind()), expr_hash(e.lhs())), expr_hash(e.rhs()));
+  }
+}
+
+size_t type_hash(const TensorType& type) {
+  size_t hash = combine(static_cast<size_t>(type.dtype), expr_hash(type.row_stride));
+  for (const Expr& e : type.shape) hash = combine(hash, expr_hash(e));
+  return hash;
+}
+
+bool same_type(const TensorType& a, const TensorType& b) {
+  return a.dtype == b.dtype && a.shape == b.shape && a.row_stride == b.row_stride;
+}
+
+// Of the op and what it sees of the context; the attrs are left to same_lowering.
+size_t lowering_hash(const Node& node) {
+  size_t hash = combine(std::hash<const OpDef*>{}(node.op), type_hash(node.ctx.output));
+  for (const TensorType& input : node.ctx.inputs) hash = combine(hash, type_hash(input));
+  return hash;
+}
+
+bool same_lowering(const Node& a, const Node& b) {
+  const OpContext& x = a.ctx;
+  const OpContext& y = b.ctx;
+  return a.op == b.op && x.target_sm == y.target_sm && x.requested_dtype == y.requested_dtype &&
+         same_type(x.output, y.output) &&
+         std::equal(x.inputs.begin(), x.inputs.end(), y.inputs.begin(), y.inputs.end(), same_type) &&
+         x.attrs.json() == y.attrs.json();
+}
 
 class GraphCompiler {
  public:
@@ -48,12 +99,14 @@ class GraphCompiler {
     fix_dims();
     describe_graph();
     pending_.reserve(graph_.nodes.size());
+    param_names_.reserve(graph_.nodes.size());
     target_sm();  // an invalid --arch is an error of the flag, before any node
     for (Node& node : graph_.nodes) lower_node_located(node);
     compile_sources();
     bundle_.launches.reserve(pending_.size());
-    for (PendingLaunch& pending : pending_) verify_launch(pending);
+    for (const PendingLaunch& pending : pending_) verify_launch(pending);
     stats_.kernels = static_cast<int>(bundle_.kernels.size());
+    move_nodes_to_bundle();
     return std::move(bundle_);
   }
 
@@ -113,23 +166,27 @@ class GraphCompiler {
       bundle_.dims.push_back({dim.name, dim.min, dim.max, dim.default_value});
     }
     bundle_.tensors.reserve(graph_.inputs.size() + graph_.nodes.size());
-    bundle_.nodes.reserve(graph_.nodes.size());
     for (const GraphInput& input : graph_.inputs) {
       bundle_.inputs.push_back(input.name);
       bundle_.tensors.push_back({input.name, input.type.dtype, input.type.shape, input.type.row_stride, "", ""});
     }
-    for (const Node& node : graph_.nodes) {
-      BundleNode out;
-      out.name = node.name;
-      out.op = node.op->name;
-      out.attrs = node.ctx.attrs.json();
-      out.inputs = node.inputs;
-      out.requested_dtype = node.ctx.requested_dtype;
-      out.fused_from = node.fused_from;
-      bundle_.nodes.push_back(std::move(out));
-    }
     bundle_.outputs = graph_.outputs;
     record_id_bounds();
+  }
+
+  // Last: the graph is not read after this, so its nodes' names and lists are moved, not copied.
+  void move_nodes_to_bundle() {
+    bundle_.nodes.reserve(graph_.nodes.size());
+    for (Node& node : graph_.nodes) {
+      BundleNode out;
+      out.name = std::move(node.name);
+      out.op = node.op->name;
+      out.attrs = node.ctx.attrs.json();
+      out.inputs = std::move(node.inputs);
+      out.requested_dtype = node.ctx.requested_dtype;
+      out.fused_from = std::move(node.fused_from);
+      bundle_.nodes.push_back(std::move(out));
+    }
   }
 
   // A graph input that a node reads as ids keeps the smallest bound its consumers declare
@@ -197,7 +254,7 @@ class GraphCompiler {
   void lower_node(Node& node) {
     const OpContext& ctx = node.ctx;
     std::vector<ParamSpec> specs = node.op->params ? node.op->params(ctx) : std::vector<ParamSpec>{};
-    std::map<std::string, std::string> param_names = add_params(node, specs);
+    param_names_.push_back(add_params(node, specs));
 
     BundleTensor tensor{node.name, ctx.output.dtype, ctx.output.shape, ctx.output.row_stride, node.name, ""};
     if (!node.op->lower) {
@@ -207,9 +264,31 @@ class GraphCompiler {
     bundle_.tensors.push_back(std::move(tensor));
 
     node.ctx.target_sm = target_sm();
-    Lowering lowering = node.op->lower(ctx);
+    const size_t shared = shared_lowering(node, specs);
+    const SharedLowering& lowering = lowerings_[shared];
+    for (size_t i = 0; i < lowering.launches.size(); ++i)
+      pending_.push_back({&node, static_cast<int>(i), lowering.kernel[i], shared, param_names_.size() - 1});
+  }
+
+  // The index in lowerings_ of the lowering `node` shares, made now if it is the first node so.
+  size_t shared_lowering(const Node& node, const std::vector<ParamSpec>& specs) {
+    const size_t hash = lowering_hash(node);
+    auto [first, last] = lowering_by_hash_.equal_range(hash);
+    for (auto it = first; it != last; ++it) {
+      if (same_lowering(*lowerings_[it->second].first, node)) return it->second;
+    }
+    lowerings_.push_back(lower(node, specs));
+    lowering_by_hash_.emplace(hash, lowerings_.size() - 1);
+    return lowerings_.size() - 1;
+  }
+
+  // The op's lowering of `node`: its kernels added to the bundle, its launches' expressions
+  // fixed (compile --bind) and checked.
+  SharedLowering lower(const Node& node, const std::vector<ParamSpec>& specs) {
+    Lowering lowering = node.op->lower(node.ctx);
     std::vector<int> kernel_ids;
     for (const KernelSource& kernel : lowering.kernels) kernel_ids.push_back(add_kernel(node, kernel));
+    SharedLowering out{&node, {}, {}, {}};
     for (size_t i = 0; i < lowering.launches.size(); ++i) {
       Launch& launch = lowering.launches[i];
       auto where = [i](const char* what) { return fmt::format("launch {}{}", i, what); };
@@ -243,8 +322,11 @@ class GraphCompiler {
         }
         check_arg_binding(node, specs, i, launch.args, a);
       }
-      pending_.push_back({&node, static_cast<int>(i), kernel_ids[launch.kernel], std::move(launch), param_names});
+      out.kernel.push_back(kernel_ids[launch.kernel]);
+      out.launches.push_back(std::move(launch));
     }
+    out.verified.resize(out.launches.size());
+    return out;
   }
 
   // --arch as an SM number, parsed once.
@@ -480,11 +562,34 @@ class GraphCompiler {
     }
   }
 
-  // Moves the pending launch into the bundle.
-  void verify_launch(PendingLaunch& pending) {
+  // Adds the pending launch to the bundle, verified once for all that share its lowering.
+  void verify_launch(const PendingLaunch& pending) {
+    SharedLowering& lowering = lowerings_[pending.lowering];
+    std::optional<std::vector<BundleArg>>& verified = lowering.verified[pending.index];
+    if (!verified) verified = verified_args(pending);
+    const Launch& launch = lowering.launches[pending.index];
+    std::vector<BundleArg> args = *verified;
+    for (size_t p = 0; p < args.size(); ++p) args[p].tensor = tensor_of(pending, launch.args[p]);
+
+    BundleLaunch out;
+    out.node = pending.node->name;
+    out.index = pending.index;
+    out.kernel = pending.kernel;
+    out.block = launch.block;
+    out.grid = launch.grid;
+    out.dynamic_smem = launch.dynamic_smem;
+    out.when = launch.when;
+    out.args = std::move(args);
+    out.bytes = launch.bytes;
+    out.flops = launch.flops;
+    bundle_.launches.push_back(std::move(out));
+  }
+
+  // The launch's arguments as the bundle holds them, but for their tensors, once it is verified.
+  std::vector<BundleArg> verified_args(const PendingLaunch& pending) {
     const Node& node = *pending.node;
     const BundleKernel& kernel = bundle_.kernels[pending.kernel];
-    Launch& launch = pending.launch;
+    const Launch& launch = lowerings_[pending.lowering].launches[pending.index];
     auto where = [&] { return fmt::format("launch {}", pending.index); };
 
     // (a) the launch passes the kernel's parameters: count, kinds, dtypes, names.
@@ -521,7 +626,7 @@ class GraphCompiler {
             node, fmt::format("{}, argument {}: PTX parameter mismatch in '.visible .entry {}': expected {}, found {}",
                               where(), p, kernel.entry, expected, found));
       }
-      KernelArg& arg = launch.args[p];
+      const KernelArg& arg = launch.args[p];
       const PtxParam& ptx = entry->params[p];
       ArgLayout layout = arg_layout(arg);
       if (ptx.size != layout.size || ptx.align != layout.align) {
@@ -532,56 +637,33 @@ class GraphCompiler {
       }
       // CUDA's parameter buffer: each argument at the next multiple of its alignment.
       offset = (offset + ptx.align - 1) / ptx.align * ptx.align;
-      args.push_back(bundle_arg(node, pending, std::move(arg), std::move(c_types[p]), ptx, offset));
+      args.push_back(bundle_arg(arg, std::move(c_types[p]), ptx, offset));
       offset += ptx.size;
     }
 
     // (c) the block against the PTX's launch-shape directives.
-    const std::array<int, 3>& block = launch.block;
-    if (std::string problem = block_problem(block, *entry); !problem.empty()) {
+    if (std::string problem = block_problem(launch.block, *entry); !problem.empty()) {
       throw node_error(node, fmt::format("{}: {}", where(), problem));
     }
-
-    BundleLaunch out;
-    out.node = node.name;
-    out.index = pending.index;
-    out.kernel = pending.kernel;
-    out.block = block;
-    out.grid = std::move(launch.grid);
-    out.dynamic_smem = std::move(launch.dynamic_smem);
-    out.when = std::move(launch.when);
-    out.args = std::move(args);
-    out.bytes = std::move(launch.bytes);
-    out.flops = std::move(launch.flops);
-    bundle_.launches.push_back(std::move(out));
+    return args;
   }
 
-  // Built in one piece from the moved argument: a BundleArg assigned field by field first
-  // default-constructs (allocates) the expressions it then replaces.
-  BundleArg bundle_arg(const Node& node, const PendingLaunch& pending, KernelArg&& arg, std::string c_type,
-                       const PtxParam& ptx, int offset) const {
-    return BundleArg{arg.kind,
-                     std::move(arg.name),
-                     std::move(c_type),
-                     ptx.type,
-                     ptx.size,
-                     offset,
-                     tensor_of(node, pending, arg),
-                     std::move(arg.value),
-                     arg.fvalue,
-                     arg.dtype,
-                     std::move(arg.map)};
+  // Built in one piece: a BundleArg assigned field by field first default-constructs the
+  // expressions it then replaces.
+  static BundleArg bundle_arg(const KernelArg& arg, std::string c_type, const PtxParam& ptx, int offset) {
+    return BundleArg{arg.kind, arg.name,  std::move(c_type), ptx.type,  ptx.size, offset,
+                     "",       arg.value, arg.fvalue,        arg.dtype, arg.map};
   }
 
   // What a pointer argument points at: the node's input or output tensor, or its param.
-  static std::string tensor_of(const Node& node, const PendingLaunch& pending, const KernelArg& arg) {
+  std::string tensor_of(const PendingLaunch& pending, const KernelArg& arg) const {
     switch (arg.kind) {
       case ArgKind::kInput:
-        return node.inputs[arg.input_index];
+        return pending.node->inputs[arg.input_index];
       case ArgKind::kOutput:
-        return node.name;
+        return pending.node->name;
       case ArgKind::kParam:
-        return pending.param_names.at(arg.slot);
+        return param_names_[pending.params].at(arg.slot);
       default:
         return "";
     }
@@ -600,6 +682,9 @@ class GraphCompiler {
   std::vector<std::vector<std::string>> param_text_;  // per bundle kernel: its parameters, described
   std::vector<std::vector<PtxEntry>> entries_;        // per bundle kernel
   std::vector<PendingLaunch> pending_;
+  std::vector<std::map<std::string, std::string>> param_names_;  // per lowered node: slot -> full name
+  std::vector<SharedLowering> lowerings_;
+  std::unordered_multimap<size_t, size_t> lowering_by_hash_;  // lowering_hash -> lowerings_ index
   std::optional<int> target_sm_;
 };
 
