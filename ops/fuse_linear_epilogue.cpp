@@ -6,6 +6,7 @@
 // keeps the linear's param names. A rewrite is made only when the fused output has exactly the
 // replaced node's type (dtype, shape and row stride: no broadcasting add, no new row padding),
 // so nothing downstream changes.
+#include <algorithm>
 #include <optional>
 #include <vector>
 
@@ -89,6 +90,9 @@ std::optional<Rewrite> rewrite_at(const Graph& graph, const GraphUses& uses, siz
 
 int fuse_linear_epilogue(Graph& graph, const Registry& registry) {
   const OpDef& fused = fused_op(registry, "fuse_linear_epilogue", "fused.linear");
+  // Without a linear there is nothing to fuse: then neither the uses nor a new node list are made.
+  auto is_linear = [](const Node& node) { return node.op->name == "linear" || node.op->name == "fused.linear"; };
+  if (std::none_of(graph.nodes.begin(), graph.nodes.end(), is_linear)) return 0;
   // One scan in graph order. A rewrite keeps every name's use count (the fused node reads what
   // the linear and its consumer read, in the consumer's place and under its name), so the uses
   // counted at the start stay true; and the fused node is seen again by its own consumer, later
@@ -103,6 +107,7 @@ int fuse_linear_epilogue(Graph& graph, const Registry& registry) {
     absorbed[rewrite->linear] = true;
     ++rewrites;
   }
+  if (rewrites == 0) return 0;
   std::vector<Node> kept;
   for (size_t i = 0; i < graph.nodes.size(); ++i)
     if (!absorbed[i]) kept.push_back(std::move(graph.nodes[i]));

@@ -1,5 +1,6 @@
 #include "ops/pass_util.h"
 
+#include <algorithm>
 #include <set>
 
 namespace teeny::ops {
@@ -39,6 +40,9 @@ std::vector<std::string> fused_from(const std::vector<const Node*>& originals) {
 
 int fuse_patterns(Graph& graph, const std::string& last_op,
                   const std::function<std::optional<Fusion>(const Node& node, const GraphUses& uses)>& match) {
+  // Most graphs have none of most patterns: then neither the uses nor a new node list are made.
+  if (std::none_of(graph.nodes.begin(), graph.nodes.end(), [&](const Node& node) { return node.op->name == last_op; }))
+    return 0;
   const GraphUses uses(graph);
   std::set<std::string> absorbed;
   int rewrites = 0;
@@ -50,6 +54,7 @@ int fuse_patterns(Graph& graph, const std::string& last_op,
     node = std::move(fusion->replacement);
     ++rewrites;
   }
+  if (absorbed.empty()) return rewrites;
   std::vector<Node> kept;
   for (Node& node : graph.nodes)
     if (!absorbed.count(node.name)) kept.push_back(std::move(node));
