@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <iterator>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string_view>
-#include <unordered_map>
 
 #include <fmt/format.h>
 
@@ -34,38 +34,83 @@ struct Root {
   uint64_t offset = 0;
 };
 
-// Byte ranges [begin, end) of some roots, merged where they overlap or touch.
+// Byte ranges [begin, end) of some roots, merged where they overlap or touch. Most tree nodes
+// hold one or two: those are kept in place, more in a map.
 class ByteRanges {
  public:
-  bool empty() const { return ranges_.empty(); }
+  bool empty() const { return count_ == 0 && !many_; }
 
   void add(uint64_t begin, uint64_t end) {
-    auto next = ranges_.upper_bound(begin);  // the first range beginning after `begin`
-    if (next != ranges_.begin()) {
-      auto before = std::prev(next);
-      if (before->second >= end) return;  // already covered
-      if (before->second >= begin) {
-        begin = before->first;
-        ranges_.erase(before);
+    if (many_) {
+      add_to(*many_, begin, end);
+      return;
+    }
+    Range merged[kFew + 1];
+    size_t count = 0;
+    bool placed = false;
+    for (size_t i = 0; i < count_; ++i) {
+      const Range& r = few_[i];
+      if (r.end < begin) {
+        merged[count++] = r;
+      } else if (end < r.begin) {
+        if (!placed) merged[count++] = {begin, end};
+        placed = true;
+        merged[count++] = r;
+      } else {  // overlapping or touching: one range
+        begin = std::min(begin, r.begin);
+        end = std::max(end, r.end);
       }
     }
-    while (next != ranges_.end() && next->first <= end) {
-      end = std::max(end, next->second);
-      next = ranges_.erase(next);
+    if (!placed) merged[count++] = {begin, end};
+    if (count <= kFew) {
+      std::copy(merged, merged + count, few_);
+      count_ = count;
+      return;
     }
-    ranges_.emplace_hint(next, begin, end);
+    many_ = std::make_unique<std::map<uint64_t, uint64_t>>();
+    for (size_t i = 0; i < count; ++i) many_->emplace(merged[i].begin, merged[i].end);
+    count_ = 0;
   }
 
   // The end of the first range that overlaps [begin, end), if one does.
   std::optional<uint64_t> blocking(uint64_t begin, uint64_t end) const {
-    auto next = ranges_.upper_bound(begin);
-    if (next != ranges_.begin() && std::prev(next)->second > begin) return std::prev(next)->second;
-    if (next != ranges_.end() && next->first < end) return next->second;
+    if (many_) {
+      auto next = many_->upper_bound(begin);
+      if (next != many_->begin() && std::prev(next)->second > begin) return std::prev(next)->second;
+      if (next != many_->end() && next->first < end) return next->second;
+      return std::nullopt;
+    }
+    for (size_t i = 0; i < count_; ++i)
+      if (few_[i].end > begin && few_[i].begin < end) return few_[i].end;
     return std::nullopt;
   }
 
  private:
-  std::map<uint64_t, uint64_t> ranges_;  // begin -> end
+  struct Range {
+    uint64_t begin = 0, end = 0;
+  };
+  static constexpr size_t kFew = 2;
+
+  static void add_to(std::map<uint64_t, uint64_t>& ranges, uint64_t begin, uint64_t end) {
+    auto next = ranges.upper_bound(begin);  // the first range beginning after `begin`
+    if (next != ranges.begin()) {
+      auto before = std::prev(next);
+      if (before->second >= end) return;  // already covered
+      if (before->second >= begin) {
+        begin = before->first;
+        ranges.erase(before);
+      }
+    }
+    while (next != ranges.end() && next->first <= end) {
+      end = std::max(end, next->second);
+      next = ranges.erase(next);
+    }
+    ranges.emplace_hint(next, begin, end);
+  }
+
+  Range few_[kFew];  // sorted, when many_ is not set
+  size_t count_ = 0;
+  std::unique_ptr<std::map<uint64_t, uint64_t>> many_;
 };
 
 // The bytes of the roots placed so far, by lifetime, to find the lowest offset clear of every
@@ -152,33 +197,48 @@ int count_shared(const std::vector<Root>& roots, uint64_t alignment) {
 }  // namespace
 
 MemoryPlan plan_memory(const std::vector<PlanEntry>& entries, uint64_t alignment) {
+  // Entries by name, then position: to find a name, and the offsets' own order.
+  std::vector<size_t> by_name(entries.size());
+  for (size_t i = 0; i < by_name.size(); ++i) by_name[i] = i;
+  std::sort(by_name.begin(), by_name.end(), [&](size_t a, size_t b) {
+    const int order = entries[a].name.compare(entries[b].name);
+    return order != 0 ? order < 0 : a < b;
+  });
+  std::vector<bool> repeated(entries.size(), false);  // per entry: an earlier one has its name
+  for (size_t k = 1; k < by_name.size(); ++k)
+    repeated[by_name[k]] = entries[by_name[k]].name == entries[by_name[k - 1]].name;
+  // The first entry named `name`, or npos.
+  auto first_named = [&](const std::string& name) {
+    auto it = std::lower_bound(by_name.begin(), by_name.end(), name,
+                               [&](size_t entry, const std::string& n) { return entries[entry].name < n; });
+    return it != by_name.end() && entries[*it].name == name ? *it : std::string::npos;
+  };
+
   // Resolve every view to the non-view entry owning its bytes, and widen that owner's
   // lifetime to cover the view's.
-  std::unordered_map<std::string_view, size_t> root_of_entry;  // entry name -> index in roots
-  root_of_entry.reserve(entries.size());
+  std::vector<size_t> root_of(entries.size());  // per entry: its index in roots
   std::vector<Root> roots;
-  for (const PlanEntry& entry : entries) {
-    if (root_of_entry.count(entry.name)) {
-      throw Error(fmt::format("memory plan: tensor '{}' appears twice", entry.name));
-    }
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const PlanEntry& entry = entries[i];
+    if (repeated[i]) throw Error(fmt::format("memory plan: tensor '{}' appears twice", entry.name));
     if (entry.alias_of.empty()) {
-      root_of_entry[entry.name] = roots.size();
+      root_of[i] = roots.size();
       roots.push_back({entry.name, entry.bytes, entry.first_step, entry.last_step});
       continue;
     }
-    auto source = root_of_entry.find(entry.alias_of);
-    if (source == root_of_entry.end()) {
+    const size_t source = first_named(entry.alias_of);
+    if (source == std::string::npos || source >= i) {
       throw Error(fmt::format("memory plan: view '{}' aliases '{}', which is not an earlier tensor", entry.name,
                               entry.alias_of));
     }
-    Root& root = roots[source->second];
+    Root& root = roots[root_of[source]];
     if (entry.bytes > root.bytes) {
       throw Error(fmt::format("memory plan: view '{}' ({} bytes) is larger than '{}' ({} bytes)", entry.name,
                               entry.bytes, root.name, root.bytes));
     }
     root.first = std::min(root.first, entry.first_step);
     root.last = std::max(root.last, entry.last_step);
-    root_of_entry[entry.name] = source->second;
+    root_of[i] = root_of[source];
   }
 
   std::vector<size_t> order(roots.size());
@@ -209,10 +269,7 @@ MemoryPlan plan_memory(const std::vector<PlanEntry>& entries, uint64_t alignment
   plan.buffers = static_cast<int>(roots.size());
   plan.shared = count_shared(roots, alignment);
   // Into the map in its own order, each at its end.
-  std::vector<std::pair<std::string_view, size_t>> by_name(root_of_entry.begin(), root_of_entry.end());
-  std::sort(by_name.begin(), by_name.end());
-  for (const auto& [name, root_index] : by_name)
-    plan.offsets.emplace_hint(plan.offsets.end(), std::string(name), roots[root_index].offset);
+  for (size_t i : by_name) plan.offsets.emplace_hint(plan.offsets.end(), entries[i].name, roots[root_of[i]].offset);
   return plan;
 }
 

@@ -26,6 +26,7 @@
 #include "core/memory_plan.h"
 #include "core/npy.h"
 #include "core/safetensors.h"
+#include "tests/error_test_util.h"
 #include "tests/file_test_util.h"
 #include "tests/teeny_command.h"
 #include "tests/test_run_support.h"
@@ -191,6 +192,30 @@ TEST(MemoryPlan, UnknownAliasIsAnError) {
   } catch (const Error& error) {
     EXPECT_EQ(error.message(), "memory plan: view 'v' aliases 'nowhere', which is not an earlier tensor");
   }
+}
+
+TEST(MemoryPlan, NamesAndAliasesAreChecked) {
+  using testing::message;
+  EXPECT_EQ(message([] {
+              plan_memory({{"a", 16, 0, 1, ""}, {"v", 16, 1, 2, "a"}, {"a", 16, 2, 3, ""}});
+            }),
+            "memory plan: tensor 'a' appears twice");
+  EXPECT_EQ(message([] {
+              plan_memory({{"v", 16, 0, 1, "b"}, {"b", 16, 0, 1, ""}});
+            }),
+            "memory plan: view 'v' aliases 'b', which is not an earlier tensor");
+  EXPECT_EQ(message([] {
+              plan_memory({{"v", 16, 0, 1, "v"}});
+            }),
+            "memory plan: view 'v' aliases 'v', which is not an earlier tensor");
+  EXPECT_EQ(message([] {
+              plan_memory({{"a", 16, 0, 1, ""}, {"v", 8, 1, 2, "a"}, {"w", 32, 2, 3, "v"}});
+            }),
+            "memory plan: view 'w' (32 bytes) is larger than 'a' (16 bytes)");
+  // A view of a view shares the first one's bytes.
+  const MemoryPlan plan = plan_memory({{"a", 16, 0, 1, ""}, {"v", 8, 1, 2, "a"}, {"w", 8, 2, 3, "v"}});
+  EXPECT_EQ(plan.offsets.at("w"), plan.offsets.at("a"));
+  EXPECT_EQ(plan.buffers, 1);
 }
 
 // ---- binding -------------------------------------------------------------------------------
