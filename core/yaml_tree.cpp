@@ -1,7 +1,6 @@
 #include "core/yaml_tree.h"
 
 #include <algorithm>
-#include <cctype>
 #include <sstream>
 
 #include <yaml-cpp/eventhandler.h>
@@ -209,16 +208,18 @@ class SubsetReader {
     return true;
   }
 
+  // ASCII letters and digits, as the C locale's isalnum, without a call per character.
+  static bool alnum(char c) { return (c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z'); }
   static bool plain_char(char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-' || c == '+' || c == '*' ||
-           c == '/' || c == '(' || c == ')' || c == '%';
+    return alnum(c) || c == '_' || c == '.' || c == '-' || c == '+' || c == '*' || c == '/' || c == '(' || c == ')' ||
+           c == '%';
   }
   // Where the plain scalar starting at p ends, spaces after it left out; p where none starts.
   // '*' and '%' cannot start one (an alias, a directive), nor can '-' or '+' alone.
   size_t plain_end(size_t p) const {
     const char c = at(p);
-    const bool starts = std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '/' || c == '(' ||
-                        c == ')' || ((c == '-' || c == '+') && plain_char(at(p + 1)));
+    const bool starts = alnum(c) || c == '_' || c == '.' || c == '/' || c == '(' || c == ')' ||
+                        ((c == '-' || c == '+') && plain_char(at(p + 1)));
     if (!starts) return p;
     size_t end = p + 1;
     while (true) {
