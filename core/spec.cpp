@@ -7,6 +7,8 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <stdexcept>
+#include <string_view>
 #include <unordered_map>
 
 #include <fmt/format.h>
@@ -134,13 +136,50 @@ struct Field {
   Position key_pos;
   Position value_pos;  // the key's position when the value is empty
 };
-using Fields = std::map<std::string, Field>;
+
+// A map's entries by key, in key order. A sorted vector, not a std::map: a node's map has a few
+// keys, and a tree of them took an allocation per key for each of 10^5 nodes.
+class Fields {
+ public:
+  using value_type = std::pair<std::string, Field>;
+  using const_iterator = std::vector<value_type>::const_iterator;
+
+  const_iterator begin() const { return entries_.begin(); }
+  const_iterator end() const { return entries_.end(); }
+  const_iterator find(std::string_view key) const {
+    auto it = lower_bound(key);
+    return it != entries_.end() && it->first == key ? it : entries_.end();
+  }
+  size_t count(std::string_view key) const { return find(key) != end() ? 1 : 0; }
+  const Field& at(std::string_view key) const {
+    auto it = find(key);
+    if (it == end()) throw std::out_of_range("Fields::at");
+    return it->second;
+  }
+  void emplace(const std::string& key, Field field) { entries_.emplace(lower_bound(key), key, std::move(field)); }
+
+ private:
+  const_iterator lower_bound(std::string_view key) const {
+    return std::lower_bound(entries_.begin(), entries_.end(), key,
+                            [](const value_type& entry, std::string_view k) { return entry.first < k; });
+  }
+
+  std::vector<value_type> entries_;
+};
 
 // A node as first seen, before validation: enough to name forward references and cycles.
 struct Sketch {
   std::string name;
   Position pos;
   std::vector<std::string> inputs;
+};
+
+// A graph input or node by its name: where it is first defined, and once parsed, its type.
+struct Defined {
+  Position pos;
+  bool typed = false;
+  bool input = false;  // its type is in graph.inputs[index], else in graph.nodes[index]
+  size_t index = 0;
 };
 
 class SpecParser {
@@ -175,9 +214,10 @@ class SpecParser {
   // The entries of a map with string keys; unknown keys (when `allowed` is non-empty) and
   // duplicate keys are errors. `what` prefixes messages ("node 'fc1': ").
   Fields fields(const YamlValue& map, const std::vector<std::string>& allowed, const std::string& what,
-                const std::string& key_kind = "") const {
+                std::string_view key_kind = "") const {
     Fields out;
-    for (const YamlEntry& entry : map.entries()) {
+    for (size_t i = 0; i < map.size(); ++i) {
+      const YamlEntry entry{map.key(i), map.value(i)};
       Position key_pos = position(entry.key);
       if (!entry.key.is_scalar())
         throw error(key_pos, fmt::format("{}keys must be names, got {}", what, describe(entry.key)));
@@ -197,8 +237,8 @@ class SpecParser {
   }
 
   // A key that must be present with a value; absent keys point at the enclosing map.
-  const Field& require(const Fields& map, const std::string& key, Position map_pos, const std::string& what,
-                       const std::string& key_kind = "") const {
+  const Field& require(const Fields& map, std::string_view key, Position map_pos, const std::string& what,
+                       std::string_view key_kind = "") const {
     auto it = map.find(key);
     if (it == map.end()) throw error(map_pos, fmt::format("{}missing {}key '{}'", what, key_kind, key));
     if (it->second.value.is_null()) throw error(it->second.key_pos, fmt::format("{}key '{}' has no value", what, key));
@@ -347,13 +387,20 @@ class SpecParser {
     return *parsed;
   }
 
-  // First definition of each name (graph input or node), for duplicate errors.
-  void claim_name(const std::string& name, Position pos, const std::string& what) {
-    auto [it, inserted] = defined_.emplace(name, pos);
+  // First definition of each name (graph input or node), for duplicate errors; its type comes
+  // with typed().
+  Defined& claim_name(const std::string& name, Position pos, const std::string& what) {
+    auto [it, inserted] = defined_.emplace(name, Defined{pos});
     if (!inserted)
-      throw error(pos,
-                  fmt::format("{}duplicate name '{}' (first defined on line {})", what, excerpt(name), it->second.line))
+      throw error(pos, fmt::format("{}duplicate name '{}' (first defined on line {})", what, excerpt(name),
+                                   it->second.pos.line))
           .note("graph input and node names must be unique");
+    return it->second;
+  }
+  static void typed(Defined& defined, bool input, size_t index) {
+    defined.typed = true;
+    defined.input = input;
+    defined.index = index;
   }
 
   void parse_inputs(const Field& inputs_field) {
@@ -371,7 +418,7 @@ class SpecParser {
         throw error(field.value_pos,
                     fmt::format("{}expected a map {{dtype, shape}}, got {}", what, describe(field.value)));
       Fields keys = fields(field.value, kInputKeys, what);
-      claim_name(name, field.key_pos, "");
+      Defined& defined = claim_name(name, field.key_pos, "");
       GraphInput input;
       input.name = name;
       input.pos = field.key_pos;
@@ -380,13 +427,14 @@ class SpecParser {
       input.type = contiguous(type, shape(require(keys, "shape", position(field.value), what), what));
       if (std::string problem = tensor_size_problem(input.type); !problem.empty())
         throw error(keys.at("shape").value_pos, what + problem);
-      types_[name] = {true, graph_.inputs.size()};
+      typed(defined, true, graph_.inputs.size());
       graph_.inputs.push_back(std::move(input));
     }
   }
 
   // Names and inputs of every node, read leniently: forward references and cycles are
-  // reported with the later node's line, before that node itself is validated.
+  // reported with the later node's line, before that node itself is validated. Made for such
+  // an error only.
   std::vector<Sketch> sketch_nodes(const YamlValue& nodes) const {
     std::vector<Sketch> sketches;
     for (const YamlValue& node : nodes.items()) {
@@ -402,6 +450,17 @@ class SpecParser {
       sketches.push_back(std::move(sketch));
     }
     return sketches;
+  }
+
+  // The name sketch_nodes gives a node: its last "name" key's, if that is a scalar; "" if none is.
+  static const std::string& sketched_name(const YamlValue& node) {
+    static const std::string kNone;
+    const std::string* name = &kNone;
+    for (size_t i = 0; i < node.size(); ++i) {
+      const YamlValue key = node.key(i);
+      if (key.is_scalar() && key.scalar() == "name" && node.value(i).is_scalar()) name = &node.value(i).scalar();
+    }
+    return *name;
   }
 
   // The path from `from` back to `target` through inputs of sketched nodes, if any. Depth
@@ -443,29 +502,33 @@ class SpecParser {
     if (!nodes_field.value.is_sequence() || nodes_field.value.size() == 0)
       throw error(nodes_field.value_pos,
                   fmt::format("'nodes' must be a non-empty list of nodes, got {}", describe(nodes_field.value)));
-    std::vector<Sketch> sketches = sketch_nodes(nodes_field.value);
-    size_t index = 0;
-    for (const YamlValue& yaml_node : nodes_field.value.items()) parse_node(yaml_node, index++, sketches);
+    const YamlValue& nodes = nodes_field.value;
+    graph_.nodes.reserve(nodes.size());
+    defined_.reserve(defined_.size() + nodes.size());
+    for (size_t index = 0; index < nodes.size(); ++index) parse_node(nodes, index);
   }
 
-  void parse_node(const YamlValue& yaml_node, size_t index, const std::vector<Sketch>& sketches) {
+  static std::string node_what(const std::string& name) { return "node '" + excerpt(name) + "': "; }
+
+  void parse_node(const YamlValue& nodes, size_t index) {
+    const YamlValue yaml_node = nodes.item(index);
     Position node_pos = position(yaml_node);
-    std::string anon = fmt::format("node #{}: ", index + 1);
+    const std::string anon = "node #" + std::to_string(index + 1) + ": ";
     if (!yaml_node.is_map())
       throw error(node_pos,
                   fmt::format("{}expected a map {{name, op, inputs, attrs}}, got {}", anon, describe(yaml_node)));
     // Keys are checked before the name is known to be usable, so name the node by its
     // name when it has a plain one.
-    std::string what = anon;
-    if (!sketches[index].name.empty()) what = fmt::format("node '{}': ", excerpt(sketches[index].name));
+    const std::string& sketched = sketched_name(yaml_node);
+    std::string what = sketched.empty() ? anon : node_what(sketched);
     Fields keys = fields(yaml_node, kNodeKeys, what);
 
     Node node;
     node.pos = node_pos;
     node.name = identifier(require(keys, "name", node_pos, anon), "node name");
-    what = fmt::format("node '{}': ", excerpt(node.name));
-    for (const auto& [key, field] : keys) node.key_pos[key] = field.value_pos;
-    claim_name(node.name, keys.at("name").value_pos, "");
+    if (node.name != sketched) what = node_what(node.name);
+    for (const auto& [key, field] : keys) node.key_pos.emplace_hint(node.key_pos.end(), key, field.value_pos);
+    Defined& defined = claim_name(node.name, keys.at("name").value_pos, "");
     node.ctx.node = node.name;
 
     const Field& op_field = require(keys, "op", node_pos, what);
@@ -477,7 +540,7 @@ class SpecParser {
           .note("`teeny ops` lists the registered ops");
     const OpDef& op = *node.op;
 
-    parse_node_inputs(node, require(keys, "inputs", node_pos, what), what, index, sketches);
+    parse_node_inputs(node, require(keys, "inputs", node_pos, what), what, nodes, index);
 
     if (auto it = keys.find("dtype"); it != keys.end()) {
       DType requested = dtype(it->second, what);
@@ -490,7 +553,7 @@ class SpecParser {
     node.ctx.attrs = Attrs(std::move(attrs));
 
     run_op(node);
-    types_[node.name] = {false, graph_.nodes.size()};
+    typed(defined, false, graph_.nodes.size());
     graph_.nodes.push_back(std::move(node));
   }
 
@@ -502,40 +565,43 @@ class SpecParser {
                                        dtype_name(type), whose, join(supported)));
   }
 
-  void parse_node_inputs(Node& node, const Field& field, const std::string& what, size_t index,
-                         const std::vector<Sketch>& sketches) {
+  void parse_node_inputs(Node& node, const Field& field, const std::string& what, const YamlValue& nodes,
+                         size_t index) {
     if (!field.value.is_sequence())
       throw error(field.value_pos,
                   fmt::format("{}'inputs' must be a list of names, got {}", what, describe(field.value)));
     const OpDef& op = *node.op;
-    size_t i = 0;
-    for (const YamlValue& entry : field.value.items()) {
-      std::string key = fmt::format("inputs.{}", i++);
+    for (size_t i = 0; i < field.value.size(); ++i) {
+      const YamlValue entry = field.value.item(i);
       Position pos = position(entry);
-      node.key_pos[key] = pos;
+      node.key_pos["inputs." + std::to_string(i)] = pos;
       if (!entry.is_scalar())
         throw error(pos, fmt::format("{}input entries must be names, got {}", what, describe(entry)));
       const std::string& input = entry.scalar();
       if (input == node.name)
         throw error(pos, fmt::format("{}cycle: {} -> {}", what, excerpt(node.name), excerpt(node.name)));
       const TensorType* type = defined_type(input);
-      if (!type) throw undefined_input(pos, what, node.name, input, index, sketches);
+      if (!type) throw undefined_input(pos, what, node.name, input, index, sketch_nodes(nodes));
       node.inputs.push_back(input);
       node.ctx.inputs.push_back(*type);
     }
 
-    std::vector<std::string> names;
-    for (const InputSpec& spec : op.inputs) names.push_back(spec.name);
+    auto input_names = [&] {
+      std::vector<std::string> names;
+      for (const InputSpec& spec : op.inputs) names.push_back(spec.name);
+      return names;
+    };
     size_t count = node.inputs.size();
     if (op.variadic) {
       size_t min_inputs = static_cast<size_t>(std::max(op.min_inputs, 1));
       if (count < min_inputs)
         throw graph_.error_at(node, "inputs",
                               fmt::format("op '{}' takes at least {} input{} ({}...), got {}", op.name, min_inputs,
-                                          min_inputs == 1 ? "" : "s", join(names), count));
+                                          min_inputs == 1 ? "" : "s", join(input_names()), count));
     } else if (op.optional_inputs > 0) {
       const size_t required = op.inputs.size() - static_cast<size_t>(op.optional_inputs);
       if (count < required || count > op.inputs.size()) {
+        std::vector<std::string> names = input_names();
         for (size_t k = required; k < names.size(); ++k) names[k] += "?";
         throw graph_.error_at(node, "inputs",
                               fmt::format("op '{}' takes {} to {} inputs ({}), got {}", op.name, required,
@@ -544,7 +610,7 @@ class SpecParser {
     } else if (count != op.inputs.size()) {
       throw graph_.error_at(node, "inputs",
                             fmt::format("op '{}' takes {} input{} ({}), got {}", op.name, op.inputs.size(),
-                                        op.inputs.size() == 1 ? "" : "s", join(names), count));
+                                        op.inputs.size() == 1 ? "" : "s", join(input_names()), count));
     }
     // Float inputs must be in the op's dtypes; integer inputs (ids) are the op's own check.
     for (size_t k = 0; k < count; ++k) {
@@ -576,12 +642,11 @@ class SpecParser {
   // ---- attrs ---------------------------------------------------------------------------
   nlohmann::json parse_attrs(Node& node, const Fields& keys, const std::string& what) {
     const OpDef& op = *node.op;
-    std::vector<std::string> names;
-    for (const AttrSpec& spec : op.attrs) names.push_back(spec.name);
-
     Fields given;
     auto attrs_it = keys.find("attrs");
     if (attrs_it != keys.end() && !attrs_it->second.value.is_null()) {
+      std::vector<std::string> names;
+      for (const AttrSpec& spec : op.attrs) names.push_back(spec.name);
       const Field& field = attrs_it->second;
       if (!field.value.is_map())
         throw error(field.value_pos, fmt::format("{}'attrs' must be a map of attr names to "
@@ -741,10 +806,10 @@ class SpecParser {
   }
 
   const TensorType* defined_type(const std::string& name) const {
-    auto it = types_.find(name);
-    if (it == types_.end()) return nullptr;
-    const TensorSlot& slot = it->second;
-    return slot.input ? &graph_.inputs[slot.index].type : &graph_.nodes[slot.index].ctx.output;
+    auto it = defined_.find(name);
+    if (it == defined_.end() || !it->second.typed) return nullptr;
+    const Defined& defined = it->second;
+    return defined.input ? &graph_.inputs[defined.index].type : &graph_.nodes[defined.index].ctx.output;
   }
 
   // ---- outputs ---------------------------------------------------------------------------
@@ -753,16 +818,19 @@ class SpecParser {
       throw error(field.value_pos, fmt::format("'outputs' must be a non-empty list of names, "
                                                "got {}",
                                                describe(field.value)));
-    std::vector<std::string> known;
-    for (const GraphInput& input : graph_.inputs) known.push_back(input.name);
-    for (const Node& node : graph_.nodes) known.push_back(node.name);
+    auto known = [&] {
+      std::vector<std::string> names;
+      for (const GraphInput& input : graph_.inputs) names.push_back(input.name);
+      for (const Node& node : graph_.nodes) names.push_back(node.name);
+      return names;
+    };
     std::set<std::string> listed;
     for (const YamlValue& entry : field.value.items()) {
       Position pos = position(entry);
       if (!entry.is_scalar()) throw error(pos, fmt::format("output entries must be names, got {}", describe(entry)));
       const std::string& name = entry.scalar();
       if (!defined_type(name))
-        throw error(pos, fmt::format("undefined output '{}'{}", excerpt(name), did_you_mean(name, known)));
+        throw error(pos, fmt::format("undefined output '{}'{}", excerpt(name), did_you_mean(name, known())));
       if (!listed.insert(name).second) throw error(pos, fmt::format("output '{}' is listed twice", excerpt(name)));
       graph_.outputs.push_back(name);
     }
@@ -771,14 +839,9 @@ class SpecParser {
   std::shared_ptr<const SourceFile> source_;
   const Registry& registry_;
   Graph graph_;
-  std::unordered_map<std::string, Position> defined_;
-  // Where the type of each graph input and parsed node is: Graph::find_tensor scans the nodes,
+  // Each graph input and node by name. Where its type is: Graph::find_tensor scans the nodes,
   // which made parsing quadratic in their number.
-  struct TensorSlot {
-    bool input;    // graph_.inputs, else graph_.nodes
-    size_t index;  // in that list
-  };
-  std::unordered_map<std::string, TensorSlot> types_;
+  std::unordered_map<std::string, Defined> defined_;
 };
 
 std::vector<std::string> split_lines(const std::string& text) {
