@@ -375,6 +375,11 @@ class JsonWriter {
     out_.resize(size_);
     return std::move(out_);
   }
+  size_t size() const { return size_; }
+  // Room for `bytes` more at once.
+  void expect(size_t bytes) {
+    if (size_ + bytes > out_.size()) out_.resize(size_ + bytes);
+  }
 
  private:
   void separate() {
@@ -557,8 +562,12 @@ std::string manifest_text(const Bundle& bundle, const std::vector<std::string>& 
     }
     w.raw("[");
     for (size_t i = 0; i < list->size; ++i) {
+      const size_t before = w.size();
       w.raw(i == 0 ? "\n    " : ",\n    ");
       list->write(w, i);
+      // Room for the rest of the list at its first entry's size, and a quarter more: the buffer
+      // grown by doubling was copied and cleared several times over for a large bundle.
+      if (i == 0) w.expect((w.size() - before) * (list->size - 1) / 4 * 5);
     }
     w.raw(list->size == 0 ? "]" : "\n  ]");
   }
