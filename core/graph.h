@@ -2,10 +2,14 @@
 // outputs, with symbolic types inferred and source positions kept for errors.
 #pragma once
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -42,13 +46,48 @@ struct GraphInput {
   Position pos;
 };
 
+// Where each key of a node's map is, by key ("op", "inputs.0", "attrs.k"): a node has a few, so
+// they are a sorted vector rather than a std::map, which took an allocation per key of 10^5 nodes.
+class KeyPositions {
+ public:
+  using value_type = std::pair<std::string, Position>;
+  using const_iterator = std::vector<value_type>::const_iterator;
+
+  const_iterator begin() const { return entries_.begin(); }
+  const_iterator end() const { return entries_.end(); }
+  size_t size() const { return entries_.size(); }
+  const_iterator find(std::string_view key) const {
+    auto it = lower_bound(key);
+    return it != entries_.end() && it->first == key ? it : entries_.end();
+  }
+  const Position& at(std::string_view key) const {
+    auto it = find(key);
+    if (it == entries_.end()) throw std::out_of_range("KeyPositions::at");
+    return it->second;
+  }
+  // The key's position, added (at {0, 0}) if it has none.
+  Position& operator[](std::string_view key) {
+    auto it = entries_.begin() + (lower_bound(key) - entries_.begin());
+    if (it == entries_.end() || it->first != key) it = entries_.insert(it, {std::string(key), Position{}});
+    return it->second;
+  }
+
+ private:
+  const_iterator lower_bound(std::string_view key) const {
+    return std::lower_bound(entries_.begin(), entries_.end(), key,
+                            [](const value_type& entry, std::string_view k) { return entry.first < k; });
+  }
+
+  std::vector<value_type> entries_;
+};
+
 struct Node {
   std::string name;
   const OpDef* op = nullptr;
-  std::vector<std::string> inputs;          // graph-input or earlier node names
-  OpContext ctx;                            // attrs, input types, output type
-  Position pos;                             // the node's map
-  std::map<std::string, Position> key_pos;  // "op", "inputs", "inputs.0", "attrs", "attrs.k", "dtype"
+  std::vector<std::string> inputs;  // graph-input or earlier node names
+  OpContext ctx;                    // attrs, input types, output type
+  Position pos;                     // the node's map
+  KeyPositions key_pos;             // "op", "inputs", "inputs.0", "attrs", "attrs.k", "dtype"
   // Graph passes (fusion) may rename param buffers: slot -> full dotted name, so a fused
   // node's params keep the names of the nodes it replaced. Absent slot: "<node>.<slot>".
   std::map<std::string, std::string> param_names;

@@ -527,7 +527,7 @@ class SpecParser {
     node.pos = node_pos;
     node.name = identifier(require(keys, "name", node_pos, anon), "node name");
     if (node.name != sketched) what = node_what(node.name);
-    for (const auto& [key, field] : keys) node.key_pos.emplace_hint(node.key_pos.end(), key, field.value_pos);
+    for (const auto& [key, field] : keys) node.key_pos[key] = field.value_pos;
     Defined& defined = claim_name(node.name, keys.at("name").value_pos, "");
     node.ctx.node = node.name;
 
