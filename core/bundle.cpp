@@ -376,6 +376,14 @@ class JsonWriter {
     return std::move(out_);
   }
   size_t size() const { return size_; }
+  // Text written before, [from, to), again at the end, as raw() writes it.
+  JsonWriter& again(size_t from, size_t to) {
+    room(to - from);
+    std::memcpy(&out_[size_], &out_[from], to - from);
+    size_ += to - from;
+    comma_ = false;
+    return *this;
+  }
   // Room for `bytes` more at once.
   void expect(size_t bytes) {
     if (size_ + bytes > out_.size()) out_.resize(size_ + bytes);
@@ -455,7 +463,8 @@ void write_kernel(JsonWriter& w, const BundleKernel& k) {
 }
 
 // The keys every argument has, from "kind" to "size", sorted in with its kind's own keys.
-void write_arg(JsonWriter& w, const BundleArg& a) {
+// `marks` gets where the tensor's value begins and ends, for a pointer.
+void write_arg(JsonWriter& w, const BundleArg& a, std::vector<size_t>& marks) {
   const bool map = a.kind == ArgKind::kTensorMap;
   w.begin('{');
   if (map) w.key("box").begin('[').integer(a.map.box_cols).integer(a.map.box_rows).end(']');
@@ -468,20 +477,81 @@ void write_arg(JsonWriter& w, const BundleArg& a) {
   if (map) w.key("row_stride").string(a.map.row_stride).key("rows").string(a.map.rows);
   w.key("size").integer(a.size);
   if (map) w.key("swizzle").integer(a.map.swizzle);
-  if (is_pointer(a.kind)) w.key("tensor").string(a.tensor);
+  if (is_pointer(a.kind)) {
+    marks.push_back(w.key("tensor").size());
+    marks.push_back(w.string(a.tensor).size());
+  }
   if (a.kind == ArgKind::kF32) w.key("value").value(float_json(a.fvalue));
   if (a.kind == ArgKind::kI32 || a.kind == ArgKind::kI64) w.key("value").string(a.value);
   w.end('}');
 }
 
-void write_launch(JsonWriter& w, const BundleLaunch& l, const std::vector<BundleKernel>& kernels) {
-  w.begin('{').key("args").begin('[');
-  for (const BundleArg& a : l.args) write_arg(w, a);
-  w.end(']').key("block").integers(l.block).key("bytes").string(l.bytes);
-  w.key("dynamic_smem").string(l.dynamic_smem).key("flops").string(l.flops).key("grid").strings(l.grid);
-  w.key("index").integer(l.index).key("kernel").string(kernels.at(l.kernel).name).key("node").string(l.node);
-  w.key("when").string(l.when).end('}');
+bool same_bits(double a, double b) { return std::memcmp(&a, &b, sizeof(double)) == 0; }
+
+bool same_but_tensor(const BundleArg& a, const BundleArg& b) {
+  return a.kind == b.kind && a.name == b.name && a.c_type == b.c_type && a.ptx_type == b.ptx_type && a.size == b.size &&
+         a.offset == b.offset && a.value == b.value && same_bits(a.fvalue, b.fvalue) && a.dtype == b.dtype &&
+         a.map.of == b.map.of && a.map.cols == b.map.cols && a.map.rows == b.map.rows &&
+         a.map.row_stride == b.map.row_stride && a.map.box_cols == b.map.box_cols && a.map.box_rows == b.map.box_rows &&
+         a.map.swizzle == b.map.swizzle;
 }
+
+// Launches: those of nodes alike (a chain of one op) differ only in their node, index and
+// tensors. The text of a launch is kept as where it lies in the writer's text between those
+// values, and a launch that is the same but for them is written from there, with its own.
+class LaunchWriter {
+ public:
+  explicit LaunchWriter(const std::vector<BundleKernel>& kernels) : kernels_(kernels) {}
+
+  void write(JsonWriter& w, const BundleLaunch& l) {
+    if (kept_ && same_but_names(*kept_, l)) {
+      write_again(w, l);
+      return;
+    }
+    kept_ = &l;
+    marks_.assign(1, w.size());
+    w.begin('{').key("args").begin('[');
+    for (const BundleArg& a : l.args) write_arg(w, a, marks_);
+    w.end(']').key("block").integers(l.block).key("bytes").string(l.bytes);
+    w.key("dynamic_smem").string(l.dynamic_smem).key("flops").string(l.flops).key("grid").strings(l.grid);
+    marks_.push_back(w.key("index").size());
+    marks_.push_back(w.integer(l.index).size());
+    marks_.push_back(w.key("kernel").string(kernels_.at(l.kernel).name).key("node").size());
+    marks_.push_back(w.string(l.node).size());
+    marks_.push_back(w.key("when").string(l.when).size());
+    w.end('}');
+  }
+
+ private:
+  static bool same_but_names(const BundleLaunch& a, const BundleLaunch& b) {
+    return a.kernel == b.kernel && a.block == b.block && a.grid == b.grid && a.dynamic_smem == b.dynamic_smem &&
+           a.bytes == b.bytes && a.flops == b.flops && a.when == b.when &&
+           std::equal(a.args.begin(), a.args.end(), b.args.begin(), b.args.end(), same_but_tensor);
+  }
+
+  // marks_: the launch's start, then each value's begin and end, then where its '}' is.
+  void write_again(JsonWriter& w, const BundleLaunch& l) {
+    size_t mark = 0;
+    auto text_to_next_value = [&] {
+      w.again(marks_[mark], marks_[mark + 1]);
+      mark += 2;
+    };
+    for (const BundleArg& a : l.args) {
+      if (!is_pointer(a.kind)) continue;
+      text_to_next_value();
+      w.string(a.tensor);
+    }
+    text_to_next_value();
+    w.integer(l.index);
+    text_to_next_value();
+    w.string(l.node);
+    w.again(marks_[mark], marks_[mark + 1]).end('}');
+  }
+
+  const std::vector<BundleKernel>& kernels_;
+  const BundleLaunch* kept_ = nullptr;
+  std::vector<size_t> marks_;
+};
 
 void write_param(JsonWriter& w, const BundleParam& p) {
   const bool host = p.init == ParamInit::kHost;
@@ -509,7 +579,10 @@ std::vector<ManifestList> manifest_lists(const Bundle& b) {
   return {{"tensors", b.tensors.size(), [&](JsonWriter& w, size_t i) { write_tensor(w, b.tensors[i]); }},
           {"nodes", b.nodes.size(), [&](JsonWriter& w, size_t i) { write_node(w, b.nodes[i]); }},
           {"kernels", b.kernels.size(), [&](JsonWriter& w, size_t i) { write_kernel(w, b.kernels[i]); }},
-          {"launches", b.launches.size(), [&](JsonWriter& w, size_t i) { write_launch(w, b.launches[i], b.kernels); }},
+          {"launches", b.launches.size(),
+           [&, launches = std::make_shared<LaunchWriter>(b.kernels)](JsonWriter& w, size_t i) {
+             launches->write(w, b.launches[i]);
+           }},
           {"params", b.params.size(), [&](JsonWriter& w, size_t i) { write_param(w, b.params[i]); }}};
 }
 
