@@ -237,6 +237,44 @@ TEST(Bundle, ManifestTextIsNlohmannsDumpOfBundleToJson) {
   EXPECT_EQ(bundle_to_json(bundle)["graph"]["spec"], bundle.spec_path);
 }
 
+TEST(Bundle, LaunchesAlikeButForTheirNamesAreWrittenWithTheirOwn) {
+  ScratchDir dir;
+  Bundle bundle = sample();
+  const size_t first = bundle.launches.size();
+  auto like_launch_0 = [&](const std::string& node, int index) {
+    BundleLaunch launch = bundle.launches[0];
+    launch.node = node;
+    launch.index = index;
+    for (BundleArg& arg : launch.args)
+      if (is_pointer(arg.kind)) arg.tensor = node + "." + arg.name;
+    return launch;
+  };
+  // Runs of launches alike but for node, index and tensors (one needing escapes), and one that
+  // differs in a cost between them.
+  bundle.launches.push_back(like_launch_0("b1", 1));
+  bundle.launches.push_back(like_launch_0("b\"2", 2));
+  bundle.launches.push_back(like_launch_0("b3", 3));
+  bundle.launches.back().bytes = Expr(777);
+  bundle.launches.push_back(like_launch_0("b4", 4));
+  bundle.launches.push_back(like_launch_0("b5", 5));
+
+  const std::string path = dir.str("t.teeny");
+  write_bundle(bundle, path);
+  const std::string text = slurp(fs::path(path) / "manifest.json");
+  expect_nlohmann_dumps(text);
+  const nlohmann::json launches = nlohmann::json::parse(text)["launches"];
+  for (size_t k = first; k < bundle.launches.size(); ++k) {
+    const BundleLaunch& launch = bundle.launches[k];
+    nlohmann::json expected = launches[0];  // written in full, first
+    expected["node"] = launch.node;
+    expected["index"] = launch.index;
+    for (size_t a = 0; a < launch.args.size(); ++a)
+      if (is_pointer(launch.args[a].kind)) expected["args"][a]["tensor"] = launch.args[a].tensor;
+    if (k == first + 2) expected["bytes"] = "777";
+    EXPECT_EQ(launches[k], expected) << "launch " << k;
+  }
+}
+
 TEST(Bundle, CorruptedPtxNamesTheFile) {
   ScratchDir dir;
   const std::string path = dir.str("t.teeny");
