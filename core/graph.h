@@ -56,6 +56,7 @@ class KeyPositions {
   const_iterator begin() const { return entries_.begin(); }
   const_iterator end() const { return entries_.end(); }
   size_t size() const { return entries_.size(); }
+  void reserve(size_t keys) { entries_.reserve(keys); }
   const_iterator find(std::string_view key) const {
     auto it = lower_bound(key);
     return it != entries_.end() && it->first == key ? it : entries_.end();

@@ -6,7 +6,6 @@
 #include <functional>
 #include <map>
 #include <set>
-#include <sstream>
 #include <stdexcept>
 #include <string_view>
 #include <unordered_map>
@@ -144,8 +143,11 @@ class Fields {
   using value_type = std::pair<std::string, Field>;
   using const_iterator = std::vector<value_type>::const_iterator;
 
+  explicit Fields(size_t capacity = 0) { entries_.reserve(capacity); }
+
   const_iterator begin() const { return entries_.begin(); }
   const_iterator end() const { return entries_.end(); }
+  size_t size() const { return entries_.size(); }
   const_iterator find(std::string_view key) const {
     auto it = lower_bound(key);
     return it != entries_.end() && it->first == key ? it : entries_.end();
@@ -215,7 +217,7 @@ class SpecParser {
   // duplicate keys are errors. `what` prefixes messages ("node 'fc1': ").
   Fields fields(const YamlValue& map, const std::vector<std::string>& allowed, const std::string& what,
                 std::string_view key_kind = "") const {
-    Fields out;
+    Fields out(map.size());
     for (size_t i = 0; i < map.size(); ++i) {
       const YamlEntry entry{map.key(i), map.value(i)};
       Position key_pos = position(entry.key);
@@ -527,6 +529,8 @@ class SpecParser {
     node.pos = node_pos;
     node.name = identifier(require(keys, "name", node_pos, anon), "node name");
     if (node.name != sketched) what = node_what(node.name);
+    auto inputs = keys.find("inputs");
+    node.key_pos.reserve(keys.size() + (inputs != keys.end() ? inputs->second.value.size() : 0));
     for (const auto& [key, field] : keys) node.key_pos[key] = field.value_pos;
     Defined& defined = claim_name(node.name, keys.at("name").value_pos, "");
     node.ctx.node = node.name;
@@ -846,11 +850,12 @@ class SpecParser {
 
 std::vector<std::string> split_lines(const std::string& text) {
   std::vector<std::string> lines;
-  std::string line;
-  std::istringstream stream(text);
-  while (std::getline(stream, line)) {
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    lines.push_back(line);
+  lines.reserve(std::count(text.begin(), text.end(), '\n') + 1);
+  for (size_t begin = 0; begin < text.size();) {
+    const size_t end = std::min(text.find('\n', begin), text.size());
+    const size_t stop = end > begin && text[end - 1] == '\r' ? end - 1 : end;
+    lines.emplace_back(text, begin, stop - begin);
+    begin = end + 1;
   }
   return lines;
 }
