@@ -21,6 +21,7 @@
 #include "core/error.h"
 #include "core/identifier.h"
 #include "core/input_file.h"
+#include "core/json_field.h"
 #include "core/ptx.h"
 #include "core/sha256.h"
 
@@ -48,58 +49,21 @@ json float_json(double value) {
 // ---- reading with paths in errors ---------------------------------------------------------------
 
 // A JSON value with its path in the manifest ("launches[2].args[0].size") for errors.
-class Field {
+class Field : public JsonField {
  public:
-  Field(const json& value, std::string path) : value_(value), path_(std::move(path)) {}
+  Field(const json& value, std::string path) : JsonField(value, kManifest, std::move(path)) {}
+  Field(const JsonField& field) : JsonField(field) {}  // NOLINT: children of a Field are Fields
 
-  [[noreturn]] void fail(const std::string& problem) const {
-    throw Error(fmt::format("{}: {}: {}", kManifest, path_.empty() ? "top level" : path_, problem));
-  }
-
-  bool has(const char* key) const { return value_.is_object() && value_.contains(key); }
-
-  Field operator[](const char* key) const {
-    if (!value_.is_object()) fail(fmt::format("expected an object, found {}", value_.type_name()));
-    auto it = value_.find(key);
-    if (it == value_.end()) fail(fmt::format("missing key '{}'", key));
-    return Field(*it, path_.empty() ? key : path_ + "." + key);
-  }
-
+  Field operator[](const char* key) const { return JsonField::operator[](key); }
   std::vector<Field> items() const {
-    if (!value_.is_array()) fail(fmt::format("expected an array, found {}", value_.type_name()));
-    std::vector<Field> out;
-    for (size_t i = 0; i < value_.size(); ++i) out.emplace_back(value_[i], fmt::format("{}[{}]", path_, i));
-    return out;
-  }
-
-  std::string str() const {
-    if (!value_.is_string()) fail(fmt::format("expected a string, found {}", value_.type_name()));
-    return value_.get<std::string>();
-  }
-
-  int64_t integer() const {
-    if (!value_.is_number_integer()) fail(fmt::format("expected an integer, found {}", excerpt(value_.dump())));
-    if (value_.is_number_unsigned() && value_.get<uint64_t>() > uint64_t{std::numeric_limits<int64_t>::max()}) {
-      fail(fmt::format("{} is out of range", value_.dump()));
-    }
-    return value_.get<int64_t>();
+    const std::vector<JsonField> children = JsonField::items();
+    return {children.begin(), children.end()};
   }
 
   int small_int() const {
     int64_t v = integer();
     if (v < 0 || v > (int64_t{1} << 30)) fail(fmt::format("{} is out of range", v));
     return static_cast<int>(v);
-  }
-
-  double number() const {
-    if (value_.is_number()) return value_.get<double>();
-    if (value_.is_string()) {
-      std::string s = value_.get<std::string>();
-      if (s == "nan") return std::nan("");
-      if (s == "inf") return INFINITY;
-      if (s == "-inf") return -INFINITY;
-    }
-    fail(fmt::format("expected a number, found {}", excerpt(value_.dump())));
   }
 
   Expr expr() const {
@@ -124,12 +88,6 @@ class Field {
     return *dtype;
   }
 
-  std::vector<std::string> strings() const {
-    std::vector<std::string> out;
-    for (const Field& item : items()) out.push_back(item.str());
-    return out;
-  }
-
   // A param's optional "random_range": [low, high] and "unused_state": [names].
   ParamHints param_hints() const {
     ParamHints hints;
@@ -151,12 +109,7 @@ class Field {
     return {values[0].small_int(), values[1].small_int(), values[2].small_int()};
   }
 
-  const json& raw() const { return value_; }
-  const std::string& path() const { return path_; }
-
- private:
-  const json& value_;
-  std::string path_;
+  const json& raw() const { return value(); }
 };
 
 template <typename T>
