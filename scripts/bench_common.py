@@ -1,4 +1,4 @@
-"""What bench_dense.py and bench_vision.py share: PyTorch's timing, teeny's profile, and the
+"""What bench_dense.py, bench_vision.py and bench_gemm.py share: PyTorch's timing, teeny's profile, and the
 results file.
 
 Both benchmarks write into one file per day and GPU, bench/results/<YYYY-MM-DD>-<gpu>.json (gpu:
@@ -6,7 +6,9 @@ torch.cuda.get_device_name() as a slug, "NVIDIA H200" -> nvidia-h200), each unde
 key, so a run of one keeps the other's results of the same day. Every case keeps its numbers;
 each band of cases gets the geometric mean and the worst of teeny's time over PyTorch's best
 (the fastest of the ways PyTorch was measured: eager, CUDA-graph replay, and the GPU span of its
-kernels alone, which is how `teeny profile` times teeny). bench/README.md
+kernels alone, which is how `teeny profile` times teeny; bench_gemm --torch-compile adds the
+kernels of the torch.compile'd call). A case may also time teeny compiled with `--tuning none`
+(its heuristic alone); its ratio gets a geometric mean and worst per band too. bench/README.md
 describes the format; scripts/bench_table.py renders the README's table from it.
 
 Only import_torch, median_us, kernel_span_us and torch_medians need PyTorch, and they import it when called, so
@@ -30,6 +32,9 @@ FORMAT_VERSION = 1
 # Eager and CUDA graph: CUDA events around a call, so they include the host's launch time;
 # kernels: the GPU span of the call's kernels (CUPTI), measured as teeny's own time is.
 TORCH_MODES = {"eager": "eager_us", "CUDA graph": "graph_us", "kernels": "kernels_us"}
+# Opt-in modes (bench_gemm --torch-compile): the GPU span of the kernels of the torch.compile'd call.
+OPTIONAL_TORCH_MODES = {"torch.compile": "compiled_us"}
+MODE_FIELDS = {**TORCH_MODES, **OPTIONAL_TORCH_MODES}
 
 
 def import_torch(script):
@@ -62,11 +67,15 @@ def median_us(fn, iterations, warmup=20):
     return statistics.median(times)
 
 # The PyTorch columns of the scripts' tables, one per mode, and a case's cells for them.
-TORCH_HEADER = " | ".join(f"torch {mode} us" for mode in TORCH_MODES)
+def torch_header(modes=TORCH_MODES):
+    return " | ".join(f"torch {mode} us" for mode in modes)
 
 
-def torch_cells(torch_us):
-    return " | ".join(f"{torch_us[mode]:.1f}" if mode in torch_us else "-" for mode in TORCH_MODES)
+TORCH_HEADER = torch_header()
+
+
+def torch_cells(torch_us, modes=TORCH_MODES):
+    return " | ".join(f"{torch_us[mode]:.1f}" if mode in torch_us else "-" for mode in modes)
 
 
 def kernel_span_us(fn, iterations):
@@ -128,31 +137,46 @@ def teeny_profile(teeny, bundle, binds, iterations):
     return run["gpu_time"]["median_us"], flops, nbytes, report["environment"]
 
 
-def case_result(case, band, teeny_us, torch_us, flops, nbytes, rate, **extra):
-    """One case's record. torch_us: {mode: median us} for the modes of TORCH_MODES measured."""
+def case_result(case, band, teeny_us, torch_us, flops, nbytes, rate, untuned_us=None, **extra):
+    """One case's record. torch_us: {mode: median us} for the modes of MODE_FIELDS measured;
+    untuned_us: teeny's time compiled with `--tuning none`, where measured (teeny_us is then the
+    tuned compile's)."""
     best_mode = min(torch_us, key=torch_us.get)
     result = {"case": case, "band": band, **extra, "teeny_us": teeny_us}
     for mode, us in torch_us.items():
-        result[TORCH_MODES[mode]] = us
-        result["teeny_over_" + TORCH_MODES[mode][:-3]] = teeny_us / us
+        result[MODE_FIELDS[mode]] = us
+        result["teeny_over_" + MODE_FIELDS[mode][:-3]] = teeny_us / us
     result.update({"torch_best": best_mode, "torch_best_us": torch_us[best_mode],
-                   "teeny_over_best": teeny_us / torch_us[best_mode], "flops": flops, "bytes": nbytes,
-                   "rate": rate})
+                   "teeny_over_best": teeny_us / torch_us[best_mode]})
+    if untuned_us is not None:
+        result.update({"teeny_untuned_us": untuned_us, "teeny_untuned_over_best": untuned_us / torch_us[best_mode]})
+    result.update({"flops": flops, "bytes": nbytes, "rate": rate})
     return result
 
 
+def geomean_and_worst(members, ratio):
+    """(geometric mean of members' `ratio` field, the member where it is largest)."""
+    ratios = [case[ratio] for case in members]
+    return math.exp(sum(map(math.log, ratios)) / len(ratios)), max(members, key=lambda case: case[ratio])
+
+
 def band_summaries(cases):
-    """Per band, in first-seen order: case count, geometric mean and worst of teeny / best PyTorch."""
+    """Per band, in first-seen order: case count, geometric mean and worst of teeny / best PyTorch;
+    where every case of the band timed teeny untuned too, the same of untuned / best."""
     bands = {}
     for case in cases:
         bands.setdefault(case["band"], []).append(case)
     summaries = []
     for band, members in bands.items():
-        ratios = [case["teeny_over_best"] for case in members]
-        worst = max(members, key=lambda case: case["teeny_over_best"])
-        summaries.append({"band": band, "cases": len(members),
-                          "geomean_teeny_over_best": math.exp(sum(map(math.log, ratios)) / len(ratios)),
-                          "worst": {"case": worst["case"], "teeny_over_best": worst["teeny_over_best"]}})
+        geomean, worst = geomean_and_worst(members, "teeny_over_best")
+        summary = {"band": band, "cases": len(members), "geomean_teeny_over_best": geomean,
+                   "worst": {"case": worst["case"], "teeny_over_best": worst["teeny_over_best"]}}
+        if all("teeny_untuned_over_best" in case for case in members):
+            geomean, worst = geomean_and_worst(members, "teeny_untuned_over_best")
+            summary.update({"geomean_teeny_untuned_over_best": geomean,
+                            "worst_untuned": {"case": worst["case"],
+                                              "teeny_untuned_over_best": worst["teeny_untuned_over_best"]}})
+        summaries.append(summary)
     return summaries
 
 

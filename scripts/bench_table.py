@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Regenerates the README's benchmark table from the newest files in bench/results/.
 
-The GPU is the newest results file's (or --gpu SLUG's); each suite (dense, vision) comes from the
-newest file of that GPU that holds it. Per band of cases: how many, the geometric mean of teeny's
-median time over PyTorch's best (the fastest of the ways bench_common.TORCH_MODES names), and the
-worst case. The table replaces the README's text between BEGIN and END below.
+The GPU is the newest results file's (or --gpu SLUG's); each suite (dense, vision, gemm) comes from
+the newest file of that GPU that holds it. Per band of cases: how many, the geometric mean of
+teeny's median time over PyTorch's best (the fastest of the ways bench_common.TORCH_MODES names,
+or of those a suite measured), and the worst case; where a suite also timed teeny untuned
+(`--tuning none`), the same for that. The table replaces the README's text between BEGIN and END
+below.
 
   python3 scripts/bench_table.py            rewrite README.md's table
   python3 scripts/bench_table.py --print    print the table only
@@ -15,7 +17,7 @@ import os
 import re
 import sys
 
-from bench_common import REPO, RESULTS_DIR, TORCH_MODES
+from bench_common import MODE_FIELDS, REPO, RESULTS_DIR, TORCH_MODES
 
 BEGIN = "<!-- bench-table:begin (scripts/bench_table.py writes this part) -->"
 END = "<!-- bench-table:end -->"
@@ -72,21 +74,33 @@ def render_table(chosen):
     files = sorted({shown_path(path) for path, _ in chosen.values()})
     gpu = chosen[suites[0]][1]["gpu"]
     torch_versions = sorted({chosen[suite][1]["suites"][suite].get("torch", "?") for suite in suites})
+    untuned = any("worst_untuned" in band for suite in suites for band in chosen[suite][1]["suites"][suite]["bands"])
     lines = [f"teeny's median GPU time over PyTorch's best ({' or '.join(TORCH_MODES)}, whichever is fastest;",
-             "a suite that measured fewer names them)"
+             "a suite that measured other ways names them)"
              f" per band of cases; below 1, teeny is faster. {gpu}, PyTorch "
-             f"{', '.join(torch_versions)}; from " + ", ".join(f"`{file}`" for file in files) + ".", "",
-             "| suite | band | cases | geomean | worst case |", "| --- | --- | ---: | ---: | --- |"]
+             f"{', '.join(torch_versions)}; from " + ", ".join(f"`{file}`" for file in files) + ".", ""]
+    if untuned:
+        lines[-1:-1] = ["teeny is compiled with its tuning file; untuned: with `--tuning none`, its heuristic alone."]
+        lines += ["| suite | band | cases | geomean | worst case | untuned geomean | untuned worst case |",
+                  "| --- | --- | ---: | ---: | --- | ---: | --- |"]
+    else:
+        lines += ["| suite | band | cases | geomean | worst case |", "| --- | --- | ---: | ---: | --- |"]
     for suite in suites:
         data = chosen[suite][1]["suites"][suite]
         label = suite + (f" (cases matching '{data['only']}' only)" if data.get("only") else "")
-        modes = [mode for mode, field in TORCH_MODES.items() if any(field in case for case in data["cases"])]
-        if len(modes) < len(TORCH_MODES):
+        modes = [mode for mode, field in MODE_FIELDS.items() if any(field in case for case in data["cases"])]
+        if modes != list(TORCH_MODES):
             label += f" (PyTorch {' or '.join(modes)})"
         for band in data["bands"]:
             worst = band["worst"]
-            lines.append(f"| {label} | {band['band']} | {band['cases']} | {band['geomean_teeny_over_best']:.2f} | "
-                         f"{worst['teeny_over_best']:.2f} {worst['case']} |")
+            line = (f"| {label} | {band['band']} | {band['cases']} | {band['geomean_teeny_over_best']:.2f} | "
+                    f"{worst['teeny_over_best']:.2f} {worst['case']} |")
+            if "worst_untuned" in band:
+                line += (f" {band['geomean_teeny_untuned_over_best']:.2f} | "
+                         f"{band['worst_untuned']['teeny_untuned_over_best']:.2f} {band['worst_untuned']['case']} |")
+            elif untuned:
+                line += " - | - |"
+            lines.append(line)
     return "\n".join(lines) + "\n"
 
 
