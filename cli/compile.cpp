@@ -1,4 +1,4 @@
-// `teeny compile GRAPH [-o BUNDLE] [--arch sm_90] [--bind D=N]... [--no-fuse] [-j N]`: lower a
+// `teeny compile GRAPH [-o BUNDLE] [--arch sm_90] [--bind D=N]... [--tuning FILE|none] [--no-fuse] [-j N]`: lower a
 // graph to verified PTX kernels and write the bundle directory.
 #include <chrono>
 #include <iostream>
@@ -11,6 +11,7 @@
 #include "core/compile.h"
 #include "core/executor.h"
 #include "core/graph.h"
+#include "core/tuning.h"
 
 namespace teeny::cli {
 namespace {
@@ -22,7 +23,20 @@ struct CompileFlags {
   std::vector<std::string> binds;
   bool no_fuse = false;
   int jobs = 0;
+  std::string tuning;  // a file, "none", or "": the built-in one for the arch
 };
+
+// The tuning file compile uses: --tuning FILE (for the target arch), none, or the built-in one.
+std::optional<TuningFile> compile_tuning(const std::string& flag, const std::string& arch) {
+  if (flag == "none") return std::nullopt;
+  if (flag.empty()) return builtin_tuning(arch);
+  TuningFile file = load_tuning(flag);
+  if (file.arch != arch) {
+    throw Error(
+        fmt::format("--tuning {}: the file's records are for {} ({}), not --arch {}", flag, file.arch, file.gpu, arch));
+  }
+  return file;
+}
 
 void run_compile(const CompileFlags& flags) {
   Graph graph = load_graph(flags.graph, registry());
@@ -30,6 +44,7 @@ void run_compile(const CompileFlags& flags) {
   options.arch = flags.arch;
   options.fuse = !flags.no_fuse;
   options.jobs = flags.jobs;
+  options.tuning = compile_tuning(flags.tuning, flags.arch);
   // bind_dims validates names and ranges; only the dims named on the command line are fixed.
   Bindings bound = bind_dims(graph.dims, flags.binds);
   for (const std::string& bind : flags.binds) {
@@ -76,6 +91,8 @@ void add_compile_command(CLI::App& app) {
   cmd->add_option("--bind", flags->binds, "fix a dim at compile time so kernels specialise: D=N (repeatable)")
       ->allow_extra_args(false);
   cmd->add_flag("--no-fuse", flags->no_fuse, "skip graph fusion passes");
+  cmd->add_option("--tuning", flags->tuning,
+                  "kernel choices measured by `teeny tune` (FILE), or none (default: the built-in file for the arch)");
   cmd->add_option("-j,--jobs", flags->jobs, "parallel NVRTC compilations (default: one per CPU)")
       ->check(CLI::NonNegativeNumber);
   cmd->callback([flags] { run_compile(*flags); });

@@ -142,6 +142,12 @@ json node_json(const InspectedNode& n) {
               {"params", params},
               {"launches", launches}};
   if (!n.fused_from.empty()) out["fused_from"] = n.fused_from;
+  if (!n.variants.empty()) {
+    json variants = json::array();
+    for (const InspectedVariant& v : n.variants)
+      variants.push_back({{"variant", v.variant}, {"why", v.why}, {"when", expr_json(v.when)}});
+    out["variants"] = std::move(variants);
+  }
   return out;
 }
 
@@ -160,6 +166,7 @@ json render_json(const Inspection& view) {
   for (const InspectedNode& n : view.nodes) nodes.push_back(node_json(n));
   return {{"graph", view.graph},
           {"spec", view.spec},
+          {"tuning", view.tuning},
           {"format_version", view.format_version},
           {"teeny_version", view.teeny_version},
           {"nvrtc_version", view.nvrtc_version},
@@ -221,6 +228,7 @@ std::string header(const Inspection& view, const std::string& path) {
     dims.push_back(fmt::format("{}={}{}", d.name, d.bound ? std::to_string(*d.bound) : "?", d.fixed ? " (fixed)" : ""));
   }
   if (!dims.empty()) out += fmt::format("bindings: {}\n", fmt::join(dims, ", "));
+  if (!view.tuning.empty()) out += fmt::format("tuning: {}\n", view.tuning);
   out += device_line(view);
   out += fmt::format("{} nodes, {} kernels, {} launches, {} params ({} bytes), {} bytes of host init data\n",
                      view.node_count, view.kernel_count, view.launch_count, view.param_count,
@@ -261,6 +269,10 @@ std::string node_table(const InspectedNode& node) {
       fmt::format("  output {} {} {}, row stride {}{}\n", o.name, o.dtype, shape_text(o.shape), expr_text(o.row_stride),
                   o.alias_of.empty() ? "" : fmt::format(" (view: buffer of {})", o.alias_of));
   if (!node.fused_from.empty()) out += fmt::format("  fused from [{}]\n", fmt::join(node.fused_from, ", "));
+  for (const InspectedVariant& v : node.variants) {
+    const std::string where = v.when.expr == "1" ? "" : fmt::format(" where {}", expr_text(v.when));
+    out += fmt::format("  variant {}{}: {}\n", v.variant.empty() ? "(heuristic)" : v.variant, where, v.why);
+  }
   if (!node.params.empty()) {
     std::vector<Row> rows{{"PARAM", "DTYPE", "SHAPE", "BYTES", "INIT", "INIT BYTES"}};
     for (const InspectedParam& p : node.params) {

@@ -36,6 +36,7 @@ int main(int argc, char** argv) {
   teeny::cli::add_run_command(app);
   teeny::cli::add_profile_command(app);
   teeny::cli::add_compare_command(app);
+  teeny::cli::add_tune_command(app);
 
   try {
     app.parse(argc, argv);

@@ -395,7 +395,15 @@ void write_node(JsonWriter& w, const BundleNode& n) {
     w.value(nullptr);
   }
   w.key("fused_from").strings(n.fused_from).key("inputs").strings(n.inputs);
-  w.key("name").string(n.name).key("op").string(n.op).end('}');
+  w.key("name").string(n.name).key("op").string(n.op);
+  if (!n.variants.empty()) {
+    w.key("variants").begin('[');
+    for (const BundleVariant& v : n.variants) {
+      w.begin('{').key("variant").string(v.variant).key("when").string(v.when).key("why").string(v.why).end('}');
+    }
+    w.end(']');
+  }
+  w.end('}');
 }
 
 void write_ntid(JsonWriter& w, const std::optional<std::array<int, 3>>& ntid) {
@@ -548,6 +556,7 @@ json manifest_head(const Bundle& bundle, const std::vector<std::string>& kernel_
   m["arch"] = bundle.arch;
   m["nvrtc_options"] = bundle.nvrtc_options;
   m["graph"] = {{"name", bundle.graph_name}, {"spec", bundle.spec_path}};
+  if (!bundle.tuning.empty()) m["tuning"] = bundle.tuning;
 
   json dims = json::array();
   for (const BundleDim& d : bundle.dims) {
@@ -630,6 +639,7 @@ Bundle bundle_from_json(const json& manifest) {
   b.nvrtc_options = root["nvrtc_options"].strings();
   b.graph_name = root["graph"]["name"].str();
   b.spec_path = root["graph"]["spec"].str();
+  if (root.has("tuning")) b.tuning = root["tuning"].str();
   for (const Field& d : root["dims"].items()) {
     BundleDim dim{d["name"].str(), d["min"].integer(), d["max"].integer(), d["default"].integer()};
     check_dim(d, dim, b.dims);
@@ -694,6 +704,10 @@ Bundle bundle_from_json(const json& manifest) {
     }
     node.fused_from = n["fused_from"].strings();
     if (!n["dtype"].raw().is_null()) node.requested_dtype = n["dtype"].dtype();
+    if (n.has("variants")) {
+      for (const Field& v : n["variants"].items())
+        node.variants.push_back({v["variant"].str(), v["why"].str(), v["when"].expr()});
+    }
     available.insert(node.name);
     b.nodes.push_back(std::move(node));
   }

@@ -87,12 +87,20 @@ struct BundleParam {
   ParamHints hints;
 };
 
+// Which variant of a tunable op (OpDef::tuning) a node runs where `when` holds, and why: the
+// variant and the tuning record it came from, or "" for the op's own choice and why no record.
+struct BundleVariant {
+  std::string variant, why;
+  Expr when{1};
+};
+
 struct BundleNode {
   std::string name, op;
   nlohmann::json attrs;
   std::vector<std::string> inputs;  // tensor names
   std::optional<DType> requested_dtype;
   std::vector<std::string> fused_from;  // fusion: the original node names, if any
+  std::vector<BundleVariant> variants;  // tunable ops only
 };
 
 struct Bundle {
@@ -100,6 +108,7 @@ struct Bundle {
   std::string teeny_version, nvrtc_version, arch;
   std::vector<std::string> nvrtc_options;
   std::string graph_name, spec_path;
+  std::string tuning;  // the tuning file compile used (TuningFile::source); "": none
   std::vector<BundleDim> dims;
   Bindings fixed;                     // dims fixed at compile time (compile --bind)
   std::vector<std::string> inputs;    // graph input tensor names

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "core/identifier.h"
+#include "core/lowering_choice.h"
 #include "core/nvrtc.h"
 #include "core/sha256.h"
 
@@ -41,9 +42,10 @@ struct PendingLaunch {
 // lowering: nodes alike in it share one, made for the first of them. A 10^5-node chain of one op
 // is lowered once, not 10^5 times.
 struct SharedLowering {
-  const Node* first;             // the node it was made for
-  std::vector<int> kernel;       // per launch: its bundle kernel
-  std::vector<Launch> launches;  // fixed dims substituted, checked
+  const Node* first;                    // the node it was made for
+  std::vector<BundleVariant> variants;  // a tunable op's: what runs where, and why
+  std::vector<int> kernel;              // per launch: its bundle kernel
+  std::vector<Launch> launches;         // fixed dims substituted, checked
   // Per launch, once verified: its arguments as the bundle holds them, but for their tensors.
   std::vector<std::optional<std::vector<BundleArg>>> verified;
 };
@@ -93,10 +95,7 @@ class GraphCompiler {
       : graph_(std::move(graph)), registry_(registry), options_(options), stats_(stats) {}
 
   Bundle run() {
-    if (options_.fuse) {
-      for (const GraphPass& pass : registry_.passes()) stats_.passes_applied += pass.apply(graph_, registry_);
-    }
-    fix_dims();
+    prepare();
     describe_graph();
     pending_.reserve(graph_.nodes.size());
     param_names_.reserve(graph_.nodes.size());
@@ -110,8 +109,22 @@ class GraphCompiler {
     return std::move(bundle_);
   }
 
+  // The graph as it is lowered: fusion passes applied, the fixed dims substituted.
+  Graph prepared() && {
+    prepare();
+    for (Node& node : graph_.nodes) node.ctx.target_sm = target_sm();
+    return std::move(graph_);
+  }
+
  private:
   // ---- graph-level -------------------------------------------------------------------------
+
+  void prepare() {
+    if (options_.fuse) {
+      for (const GraphPass& pass : registry_.passes()) stats_.passes_applied += pass.apply(graph_, registry_);
+    }
+    fix_dims();
+  }
 
   void fix_dims() {
     for (const auto& [name, value] : options_.fixed) {
@@ -161,6 +174,7 @@ class GraphCompiler {
     bundle_.arch = options_.arch;
     bundle_.graph_name = graph_.name;
     bundle_.spec_path = graph_.source ? graph_.source->path : "";
+    if (options_.tuning) bundle_.tuning = options_.tuning->source;
     bundle_.fixed = options_.fixed;
     for (const DimDecl& dim : graph_.dims) {
       bundle_.dims.push_back({dim.name, dim.min, dim.max, dim.default_value});
@@ -185,6 +199,8 @@ class GraphCompiler {
       out.inputs = std::move(node.inputs);
       out.requested_dtype = node.ctx.requested_dtype;
       out.fused_from = std::move(node.fused_from);
+      auto variants = node_variants_.find(&node);
+      if (variants != node_variants_.end()) out.variants = lowerings_[variants->second].variants;
       bundle_.nodes.push_back(std::move(out));
     }
   }
@@ -266,6 +282,7 @@ class GraphCompiler {
     node.ctx.target_sm = target_sm();
     const size_t shared = shared_lowering(node, specs);
     const SharedLowering& lowering = lowerings_[shared];
+    if (!lowering.variants.empty()) node_variants_.emplace(&node, shared);
     for (size_t i = 0; i < lowering.launches.size(); ++i)
       pending_.push_back({&node, static_cast<int>(i), lowering.kernel[i], shared, param_names_.size() - 1});
   }
@@ -275,7 +292,8 @@ class GraphCompiler {
     const size_t hash = lowering_hash(node);
     auto [first, last] = lowering_by_hash_.equal_range(hash);
     for (auto it = first; it != last; ++it) {
-      if (same_lowering(*lowerings_[it->second].first, node)) return it->second;
+      const Node& first = *lowerings_[it->second].first;
+      if (same_lowering(first, node) && forced_variant(first) == forced_variant(node)) return it->second;
     }
     lowerings_.push_back(lower(node, specs));
     lowering_by_hash_.emplace(hash, lowerings_.size() - 1);
@@ -285,10 +303,11 @@ class GraphCompiler {
   // The op's lowering of `node`: its kernels added to the bundle, its launches' expressions
   // fixed (compile --bind) and checked.
   SharedLowering lower(const Node& node, const std::vector<ParamSpec>& specs) {
-    Lowering lowering = node.op->lower(node.ctx);
+    ChosenLowering chosen = choose_lowering(node);
+    Lowering& lowering = chosen.lowering;
     std::vector<int> kernel_ids;
     for (const KernelSource& kernel : lowering.kernels) kernel_ids.push_back(add_kernel(node, kernel));
-    SharedLowering out{&node, {}, {}, {}};
+    SharedLowering out{&node, std::move(chosen.variants), {}, {}, {}};
     for (size_t i = 0; i < lowering.launches.size(); ++i) {
       Launch& launch = lowering.launches[i];
       auto where = [i](const char* what) { return fmt::format("launch {}{}", i, what); };
@@ -327,6 +346,20 @@ class GraphCompiler {
     }
     out.verified.resize(out.launches.size());
     return out;
+  }
+
+  // A tunable op's lowering by the tuning file (or the variant named for the node); any other op's
+  // own.
+  ChosenLowering choose_lowering(const Node& node) const {
+    if (!node.op->tuning.variants) return {node.op->lower(node.ctx), {}};
+    const TuningFile* tuning = options_.tuning ? &*options_.tuning : nullptr;
+    return lower_tunable(*node.op, node.ctx, tuning, forced_variant(node));
+  }
+
+  const std::string& forced_variant(const Node& node) const {
+    static const std::string none;
+    auto it = options_.variants.find(node.name);
+    return it == options_.variants.end() ? none : it->second;
   }
 
   // --arch as an SM number, parsed once.
@@ -685,6 +718,7 @@ class GraphCompiler {
   std::vector<std::map<std::string, std::string>> param_names_;  // per lowered node: slot -> full name
   std::vector<SharedLowering> lowerings_;
   std::unordered_multimap<size_t, size_t> lowering_by_hash_;  // lowering_hash -> lowerings_ index
+  std::unordered_map<const Node*, size_t> node_variants_;     // a tunable node -> its lowering's index
   std::optional<int> target_sm_;
 };
 
@@ -729,6 +763,11 @@ std::string kernel_translation_unit(const KernelSource& kernel, const std::strin
     out += kernel.params[i].name;
   }
   return out + ");\n}\n";
+}
+
+Graph prepare_graph(Graph graph, const Registry& registry, const CompileOptions& options) {
+  CompileStats stats;
+  return GraphCompiler(std::move(graph), registry, options, stats).prepared();
 }
 
 Bundle compile_graph(const Graph& graph, const Registry& registry, const CompileOptions& options, CompileStats* stats) {

@@ -15,6 +15,7 @@
 #include "core/graph.h"
 #include "core/ptx.h"
 #include "core/registry.h"
+#include "core/tuning.h"
 
 namespace teeny {
 
@@ -28,6 +29,11 @@ struct CompileOptions {
   bool use_cache = true;
   std::string cache_dir;  // empty: TEENY_CACHE_DIR, else ~/.cache/teeny
   std::vector<std::string> extra_nvrtc_options;
+  // Kernel choices measured by `teeny tune`: where a record applies, a tunable node builds the
+  // recorded variant (core/lowering_choice.h). nullopt: every op's heuristic.
+  std::optional<TuningFile> tuning;
+  // Node name -> the variant it builds at every binding (`teeny tune` measuring candidates).
+  std::map<std::string, std::string> variants;
 };
 
 struct CompileStats {
@@ -43,6 +49,10 @@ Bundle compile_graph(const Graph& graph, const Registry& registry, const Compile
 // The same without copying `graph`, which passes and --bind rewrite as they compile it.
 Bundle compile_graph(Graph&& graph, const Registry& registry, const CompileOptions& options,
                      CompileStats* stats = nullptr);
+
+// The graph as compile_graph lowers it: fusion passes applied (options.fuse), the fixed dims
+// substituted, each node's context given the target SM.
+Graph prepare_graph(Graph graph, const Registry& registry, const CompileOptions& options);
 
 // ---- pieces of verification, exposed for tests --------------------------------------------
 

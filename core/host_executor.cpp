@@ -1,6 +1,8 @@
 #include "core/host_executor.h"
 
 #include <algorithm>
+#include <functional>
+#include <numeric>
 
 #include <fmt/format.h>
 
@@ -96,8 +98,13 @@ const BundleTensor& bundle_tensor(const BoundBundle& bound, const std::string& n
 
 }  // namespace
 
-HostTensor reference_node(const BoundBundle& bound, const Registry& registry, size_t node_index,
-                          const std::vector<HostTensor>& inputs, const std::map<std::string, HostTensor>& params) {
+namespace {
+
+// The op's reference of node `node_index` for `inputs`, computed at `output_shape` and rounded to
+// the output's dtype.
+HostTensor reference_at(const BoundBundle& bound, const Registry& registry, size_t node_index,
+                        const std::vector<HostTensor>& inputs, const std::map<std::string, HostTensor>& params,
+                        const std::vector<int64_t>& output_shape) {
   const Bundle& bundle = *bound.bundle;
   const BundleNode& node = bundle.nodes.at(node_index);
   const OpDef* def = registry.find(node.op);
@@ -117,8 +124,7 @@ HostTensor reference_node(const BoundBundle& bound, const Registry& registry, si
   ctx.requested_dtype = node.requested_dtype;
   ctx.output = symbolic_type(bundle_tensor(bound, node.name));
 
-  const BoundTensor& output = bound.tensor(node.name);
-  RefContext ref{ctx, inputs, {}, output.shape};
+  RefContext ref{ctx, inputs, {}, output_shape};
   HostTensor result;
   try {
     check_node_attrs(*def, node.attrs);
@@ -128,13 +134,53 @@ HostTensor reference_node(const BoundBundle& bound, const Registry& registry, si
     error.context(where);
     throw;
   }
-  if (result.shape != output.shape || static_cast<int64_t>(result.data.size()) != output.numel()) {
+  const int64_t numel = std::accumulate(output_shape.begin(), output_shape.end(), int64_t{1}, std::multiplies<>());
+  if (result.shape != output_shape || static_cast<int64_t>(result.data.size()) != numel) {
     throw Error(fmt::format("{}: returned shape [{}] with {} values; expected [{}]", where,
-                            fmt::join(result.shape, ", "), result.data.size(), fmt::join(output.shape, ", ")));
+                            fmt::join(result.shape, ", "), result.data.size(), fmt::join(output_shape, ", ")));
   }
-  result.dtype = output.dtype;
-  for (double& value : result.data) value = round_to_dtype(value, output.dtype);
+  const DType dtype = bound.tensor(node.name).dtype;
+  result.dtype = dtype;
+  for (double& value : result.data) value = round_to_dtype(value, dtype);
   return result;
+}
+
+int64_t rows_of(const std::vector<int64_t>& shape) {
+  return shape.empty() ? 1 : std::accumulate(shape.begin(), shape.end() - 1, int64_t{1}, std::multiplies<>());
+}
+
+}  // namespace
+
+HostTensor reference_node(const BoundBundle& bound, const Registry& registry, size_t node_index,
+                          const std::vector<HostTensor>& inputs, const std::map<std::string, HostTensor>& params) {
+  return reference_at(bound, registry, node_index, inputs, params,
+                      bound.tensor(bound.bundle->nodes.at(node_index).name).shape);
+}
+
+HostTensor select_rows(const HostTensor& tensor, const std::vector<int64_t>& rows) {
+  const int64_t width = tensor.shape.empty() ? 1 : tensor.shape.back();
+  HostTensor out{tensor.dtype, {static_cast<int64_t>(rows.size()), width}, {}};
+  out.data.reserve(rows.size() * width);
+  for (int64_t row : rows) {
+    const auto first = tensor.data.begin() + row * width;
+    out.data.insert(out.data.end(), first, first + width);
+  }
+  return out;
+}
+
+HostTensor reference_rows(const BoundBundle& bound, const Registry& registry, size_t node_index,
+                          const std::vector<HostTensor>& inputs, const std::map<std::string, HostTensor>& params,
+                          const std::vector<int64_t>& rows) {
+  const BundleNode& node = bound.bundle->nodes.at(node_index);
+  const std::vector<int64_t>& shape = bound.tensor(node.name).shape;
+  const OpDef* def = registry.find(node.op);
+  std::vector<HostTensor> selected = inputs;
+  for (int i : def ? def->tuning.row_inputs : std::vector<int>{}) {
+    if (i < static_cast<int>(inputs.size()) && rows_of(inputs[i].shape) == rows_of(shape))
+      selected[i] = select_rows(inputs[i], rows);
+  }
+  return reference_at(bound, registry, node_index, selected, params,
+                      {static_cast<int64_t>(rows.size()), shape.empty() ? 1 : shape.back()});
 }
 
 std::map<std::string, HostTensor> run_host(const BoundBundle& bound, const Registry& registry, const RunData& data) {

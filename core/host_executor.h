@@ -19,6 +19,17 @@ namespace teeny {
 HostTensor reference_node(const BoundBundle& bound, const Registry& registry, size_t node_index,
                           const std::vector<HostTensor>& inputs, const std::map<std::string, HostTensor>& params);
 
+// The reference of node `node_index` at the output rows `rows` (all dims but the last, flattened)
+// alone, for an op whose OpTuning::row_inputs name the inputs those rows come from: the op's
+// reference sees just those inputs' rows, so checking a few rows costs a few rows' arithmetic.
+// Returns [rows.size(), the output's last dim].
+HostTensor reference_rows(const BoundBundle& bound, const Registry& registry, size_t node_index,
+                          const std::vector<HostTensor>& inputs, const std::map<std::string, HostTensor>& params,
+                          const std::vector<int64_t>& rows);
+
+// `tensor`'s rows `rows` (all dims but the last, flattened): [rows.size(), last dim].
+HostTensor select_rows(const HostTensor& tensor, const std::vector<int64_t>& rows);
+
 // Runs every node in order; returns the value of every tensor (graph inputs included).
 std::map<std::string, HostTensor> run_host(const BoundBundle& bound, const Registry& registry, const RunData& data);
 

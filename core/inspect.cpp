@@ -185,6 +185,7 @@ class Inspector {
       for (const BundleLaunch* l : it->second) out.launches.push_back(launch(*l));
     }
     out.fused_from = n.fused_from;
+    for (const BundleVariant& v : n.variants) out.variants.push_back({v.variant, v.why, expr(v.when)});
     return out;
   }
 
@@ -277,6 +278,7 @@ Inspection inspect_bundle(const Bundle& bundle, const Bindings& dims, const Insp
   Inspection out;
   out.graph = bundle.graph_name;
   out.spec = bundle.spec_path;
+  out.tuning = bundle.tuning;
   out.format_version = bundle.format_version;
   out.teeny_version = bundle.teeny_version;
   out.nvrtc_version = bundle.nvrtc_version;

@@ -77,6 +77,12 @@ struct InspectedLaunch {
   InspectedExpr when;  // "1" for a launch that always runs
 };
 
+// A tunable node's variant where `when` holds, and why (BundleVariant).
+struct InspectedVariant {
+  std::string variant, why;  // variant "": the op's heuristic
+  InspectedExpr when;
+};
+
 struct InspectedNode {
   std::string name, op;
   nlohmann::json attrs;
@@ -85,6 +91,7 @@ struct InspectedNode {
   std::vector<InspectedParam> params;
   std::vector<InspectedLaunch> launches;  // none for a view
   std::vector<std::string> fused_from;
+  std::vector<InspectedVariant> variants;  // tunable ops only
 };
 
 struct InspectedDim {
@@ -101,6 +108,7 @@ struct InspectDevice {
 
 struct Inspection {
   std::string graph, spec, teeny_version, nvrtc_version, arch;
+  std::string tuning;  // the tuning file compile used; "": none
   int format_version = 0;
   std::vector<std::string> nvrtc_options, inputs, outputs;
   std::vector<InspectedDim> dims;

@@ -52,6 +52,9 @@ struct OpContext {
   TensorType output;                     // filled in after infer(); valid in params/lower/cost
   // The compile target's SM number (--arch sm_90 -> 90): lower may pick kernels that need it.
   int target_sm = 90;
+  // Tunable ops (OpDef::tuning): the variant `lower` builds, for every binding; "" : the op's own
+  // choice (its heuristic, which may pick per range of the dims through each launch's `when`).
+  std::string variant{};
 };
 
 // An error from an op's shape rule or attr checks, pointing at a key of the node
@@ -234,6 +237,35 @@ struct ConformanceCase {
   std::vector<Bindings> bindings;  // each run's dims; empty: the spec's defaults
 };
 
+// ---- tuning (docs/tuning.md) --------------------------------------------------------------
+// An inclusive range of a dim's values.
+struct DimRange {
+  int64_t lo = 1, hi = 1;
+  bool contains(int64_t value) const { return lo <= value && value <= hi; }
+  bool operator==(const DimRange& other) const { return lo == other.lo && hi == other.hi; }
+};
+
+// A kernel variant of a tunable op: the name `lower` builds it by (OpContext::variant) and the
+// ranges of the tuning dims it can compute (a GEMV of at most 8 rows: {"M", {1, 8}}); a dim it
+// does not name is unlimited.
+struct OpVariant {
+  std::string name;
+  std::vector<std::pair<std::string, DimRange>> limits{};
+};
+
+// What makes an op tunable: `teeny tune` times each variant of a node and records the fastest
+// under the node's tuning dims; compile builds a recorded variant where a record applies.
+struct OpTuning {
+  // The dims a choice depends on, e.g. {{"M", rows}, {"N", out}, {"K", in}}: records' keys.
+  std::function<std::vector<std::pair<std::string, Expr>>(const OpContext&)> dims;
+  // Every variant `lower` can build for the node (its arch and strides considered), each whole:
+  // where its limits hold, its launches run at every binding.
+  std::function<std::vector<OpVariant>(const OpContext&)> variants;
+  // The inputs whose rows (all dims but the last, flattened) are the output's rows: tune checks a
+  // sample of output rows against the reference computed from those rows alone.
+  std::vector<int> row_inputs;
+};
+
 // ---- the op --------------------------------------------------------------------------------
 struct InputSpec {
   std::string name;
@@ -269,6 +301,8 @@ struct OpDef {
   // GPU conformance cases (shapes incl. awkward widths, each supported dtype). Every op should
   // provide some; a CPU test lists the ops that do not.
   std::function<std::vector<ConformanceCase>()> conformance_cases;
+  // Set for ops whose kernel is picked by measurement (`teeny tune`); empty functions: not tunable.
+  OpTuning tuning{};
 };
 #define TEENY_OP_FILE __FILE__
 

@@ -102,6 +102,29 @@ GemmTile choose_gemm_tile(DType dtype, GemmBLayout layout, const Expr& n, const 
   return block_tile(128, 128, 32, 256, 1);
 }
 
+std::vector<GemmTile> gemm_tile_candidates(DType dtype, GemmBLayout layout, int target_sm, bool tma_ok) {
+  const bool wgmma = target_sm == 90 && layout == GemmBLayout::kNK;
+  if (dtype == DType::kF32) {
+    std::vector<GemmTile> tiles = {block_tile(64, 64, 16, 256, 2), block_tile(128, 128, 8, 256, 2)};
+    if (wgmma) tiles.push_back(wgmma_tile(dtype, 128, 3, WgmmaSchedule::kPingpong));
+    return tiles;
+  }
+  std::vector<GemmTile> tiles = {block_tile(64, 64, 32, 128, 1), block_tile(128, 128, 32, 256, 1)};
+  if (!wgmma) return tiles;
+  // Pingpong keeps 128 columns (its consumers hold a whole tile's accumulators each); TMA loads
+  // only feed it (its store boxes are whole pingpong tiles).
+  tiles.push_back(wgmma_tile(dtype, 128, 6, WgmmaSchedule::kPingpong));
+  if (tma_ok) tiles.push_back(wgmma_tile(dtype, 128, 6, WgmmaSchedule::kPingpong, WgmmaLoader::kTma));
+  tiles.push_back(wgmma_tile(dtype, 192, 5, WgmmaSchedule::kCooperative));
+  tiles.push_back(wgmma_tile(dtype, 256, 4, WgmmaSchedule::kCooperative));
+  return tiles;
+}
+
+std::string gemm_tile_name(const GemmTile& tile) {
+  return fmt::format("{}x{}x{}{}{}", tile.bm, tile.bn, tile.bk,
+                     tile.wgmma() ? (tile.pingpong ? "_wgmma_pp" : "_wgmma") : "", tile.tma ? "_tma" : "");
+}
+
 int64_t gemm_dynamic_smem(const GemmTile& tile, const GemmEpilogue& epilogue) {
   // A and B tiles of 128-byte rows per stage (twice for 3xTF32), + 1024 to align the swizzled
   // tiles inside the allocation, + a full and an empty mbarrier (8 bytes each) per stage, +
@@ -140,9 +163,8 @@ std::vector<KernelArg> gemm_tensor_maps(const GemmTile& tile, const GemmOperands
 
 std::string gemm_kernel_name(const std::string& op, DType dtype, GemmBLayout layout, bool has_bias,
                              const GemmTile& tile) {
-  return fmt::format("{}_{}_{}{}_{}x{}x{}{}{}", op, dtype_name(dtype), layout_name(layout), has_bias ? "_bias" : "",
-                     tile.bm, tile.bn, tile.bk, tile.wgmma() ? (tile.pingpong ? "_wgmma_pp" : "_wgmma") : "",
-                     tile.tma ? "_tma" : "");
+  return fmt::format("{}_{}_{}{}_{}", op, dtype_name(dtype), layout_name(layout), has_bias ? "_bias" : "",
+                     gemm_tile_name(tile));
 }
 
 std::string GemmEpilogue::suffix() const {
@@ -170,6 +192,8 @@ std::vector<GemvVariant> gemv_variants(DType dtype, bool has_bias, const GemmEpi
                                     kGemvMmaUnroll, epilogue_class)});
   return variants;
 }
+
+std::string gemv_variant_name(const GemvVariant& variant) { return fmt::format("gemv_m{}", variant.max_rows); }
 
 int gemv_max_rows(DType dtype) { return gemv_variants(dtype, false, {}).back().max_rows; }
 

@@ -58,6 +58,13 @@ struct GemmEpilogue {
 GemmTile choose_gemm_tile(DType dtype, GemmBLayout layout, const Expr& n, const Expr& k, int target_sm,
                           bool tma_ok = false);
 
+// Every tile the GEMM can run for the dtype and B layout on the target SM (each valid at any M, N
+// and K), for `teeny tune` to measure: choose_gemm_tile picks one of them.
+std::vector<GemmTile> gemm_tile_candidates(DType dtype, GemmBLayout layout, int target_sm, bool tma_ok);
+
+// The tile's part of kernel and variant names: "64x64x32", "128x128x64_wgmma_pp_tma", ...
+std::string gemm_tile_name(const GemmTile& tile);
+
 // The tile with as many pipeline stages as fit beside the epilogue's shared memory (a TMA
 // kernel with a residual stages a whole output tile).
 GemmTile fit_gemm_epilogue(GemmTile tile, const GemmEpilogue& epilogue);
@@ -100,6 +107,7 @@ struct GemvVariant {
 };
 std::vector<GemvVariant> gemv_variants(DType dtype, bool has_bias, const GemmEpilogue& epilogue);
 int gemv_max_rows(DType dtype);
+std::string gemv_variant_name(const GemvVariant& variant);  // "gemv_m8": up to 8 rows
 
 // Output tiles per matrix.
 Expr gemm_tiles(const GemmTile& tile, const Expr& m, const Expr& n);

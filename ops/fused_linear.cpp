@@ -109,6 +109,7 @@ OpDef fused_linear_op() {
   def.params = linear_params;
   def.param_slots = {"weight", "bias"};
   def.lower = [](const OpContext& ctx) { return lower_linear(ctx, epilogue_of(ctx)); };
+  def.tuning = linear_tuning(epilogue_of);
   def.reference = fused_linear_reference;
   def.conformance_cases = fused_linear_cases;
   def.source_file = TEENY_OP_FILE;

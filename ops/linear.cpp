@@ -128,6 +128,24 @@ std::string linear_entry(const GemmEpilogue& epilogue, const std::string& gemm_c
   return fmt::format("{}<{}>", epilogue.residual ? "tn_linear_residual" : "tn_linear", gemm_class);
 }
 
+// The weight-streaming kernel `v` (ops/kernels/gemv.cuh) for the rows where `when` holds.
+void add_gemv(Lowering& lowering, const LinearProblem& p, const GemmEpilogue& epilogue, const GemvVariant& v,
+              const Expr& when) {
+  Launch launch;
+  launch.kernel = static_cast<int>(lowering.kernels.size());
+  launch.args = linear_args(p, epilogue);
+  launch.block = {v.threads, 1, 1};
+  launch.grid = {ceil_div(p.n, Expr(v.rows_per_block)), Expr(1), Expr(1)};
+  launch.dynamic_smem = Expr(0);
+  launch.when = when;
+  set_linear_cost(launch, p, epilogue);
+  const std::string name = fmt::format("linear_{}_{}{}{}", dtype_name(p.dtype), gemv_variant_name(v),
+                                       p.has_bias ? "_bias" : "", epilogue.suffix());
+  lowering.kernels.push_back(template_kernel(name, "gemm.cuh", linear_entry(epilogue, v.kernel_class), launch.args,
+                                             v.threads, TEENY_KERNEL_ORIGIN));
+  lowering.launches.push_back(launch);
+}
+
 // Few rows (decode): the weight-streaming kernels, one block per few rows of W; M picks the
 // variant, where it can be at most gemv_max_rows.
 void add_small_m(Lowering& lowering, const LinearProblem& p, const GemmEpilogue& epilogue) {
@@ -135,35 +153,24 @@ void add_small_m(Lowering& lowering, const LinearProblem& p, const GemmEpilogue&
   for (const GemvVariant& v : gemv_variants(p.dtype, p.has_bias, epilogue)) {
     const Expr when = above == 0 ? le(p.m, Expr(v.max_rows)) : le(Expr(above + 1), p.m) * le(p.m, Expr(v.max_rows));
     above = v.max_rows;
-    if (when == Expr(0)) continue;
-    Launch launch;
-    launch.kernel = static_cast<int>(lowering.kernels.size());
-    launch.args = linear_args(p, epilogue);
-    launch.block = {v.threads, 1, 1};
-    launch.grid = {ceil_div(p.n, Expr(v.rows_per_block)), Expr(1), Expr(1)};
-    launch.dynamic_smem = Expr(0);
-    launch.when = when;
-    set_linear_cost(launch, p, epilogue);
-    const std::string name = fmt::format("linear_{}_gemv_m{}{}{}", dtype_name(p.dtype), v.max_rows,
-                                         p.has_bias ? "_bias" : "", epilogue.suffix());
-    lowering.kernels.push_back(template_kernel(name, "gemm.cuh", linear_entry(epilogue, v.kernel_class), launch.args,
-                                               v.threads, TEENY_KERNEL_ORIGIN));
-    lowering.launches.push_back(launch);
+    if (when != Expr(0)) add_gemv(lowering, p, epilogue, v, when);
   }
 }
 
-// More rows: the tiled GEMM (ops/dense_gemm.h), f32 split over K where that fills the GPU.
-void add_tiled(Lowering& lowering, const OpContext& ctx, const LinearProblem& p, const GemmEpilogue& epilogue,
-               const Expr& when) {
-  // TMA needs 16-byte multiples for the row strides of x, of W (whose rows are K long), of y and
-  // of the residual.
+// TMA needs 16-byte multiples for the row strides of x, of W (whose rows are K long), of y and of
+// the residual.
+bool linear_tma_ok(const LinearProblem& p, const GemmEpilogue& epilogue) {
   const auto is_16_byte_multiple = [&](const Expr& elements) {
     return elements.is_const() && *elements.const_value() * static_cast<int64_t>(dtype_size(p.dtype)) % 16 == 0;
   };
-  const bool tma_ok = p.dtype != DType::kF32 && is_16_byte_multiple(p.k) && is_16_byte_multiple(p.ldx) &&
-                      is_16_byte_multiple(p.ldy) && (!epilogue.residual || is_16_byte_multiple(p.ldr));
-  const GemmTile tile =
-      fit_gemm_epilogue(choose_gemm_tile(p.dtype, GemmBLayout::kNK, p.n, p.k, ctx.target_sm, tma_ok), epilogue);
+  return p.dtype != DType::kF32 && is_16_byte_multiple(p.k) && is_16_byte_multiple(p.ldx) &&
+         is_16_byte_multiple(p.ldy) && (!epilogue.residual || is_16_byte_multiple(p.ldr));
+}
+
+// More rows: the tiled GEMM (ops/dense_gemm.h), f32 split over K where that fills the GPU.
+void add_tiled(Lowering& lowering, const LinearProblem& p, const GemmEpilogue& epilogue, const GemmTile& chosen,
+               const Expr& when) {
+  const GemmTile tile = fit_gemm_epilogue(chosen, epilogue);
   const bool split_k = p.dtype == DType::kF32 && epilogue.activation.empty();
   const Expr resident = tile.wgmma() ? device_sms() : device_sms() * Expr(kCudaCoreBlocksPerSm);
   const Expr tiles = gemm_tiles(tile, p.m, p.n);
@@ -210,16 +217,65 @@ void add_tiled(Lowering& lowering, const OpContext& ctx, const LinearProblem& p,
   lowering.launches.push_back(launch);
 }
 
+// The variants `teeny tune` measures: each small-M kernel (up to its rows) and each GEMM tile.
+struct LinearVariants {
+  std::vector<GemvVariant> gemv;
+  std::vector<GemmTile> tiles;
+};
+
+LinearVariants linear_variants(const OpContext& ctx, const LinearProblem& p, const GemmEpilogue& epilogue) {
+  return {gemv_variants(p.dtype, p.has_bias, epilogue),
+          gemm_tile_candidates(p.dtype, GemmBLayout::kNK, ctx.target_sm, linear_tma_ok(p, epilogue))};
+}
+
+// The variant named by the context, for every binding.
+Lowering lower_variant(const OpContext& ctx, const LinearProblem& p, const GemmEpilogue& epilogue) {
+  const LinearVariants variants = linear_variants(ctx, p, epilogue);
+  Lowering lowering;
+  for (const GemvVariant& v : variants.gemv) {
+    if (gemv_variant_name(v) == ctx.variant) add_gemv(lowering, p, epilogue, v, Expr(1));
+  }
+  for (const GemmTile& tile : variants.tiles) {
+    if (gemm_tile_name(tile) == ctx.variant) add_tiled(lowering, p, epilogue, tile, Expr(1));
+  }
+  if (lowering.launches.empty()) throw OpError("op", fmt::format("linear has no variant '{}' here", ctx.variant));
+  return lowering;
+}
+
 }  // namespace
 
 Lowering lower_linear(const OpContext& ctx, const GemmEpilogue& epilogue) {
   const LinearProblem p = linear_problem(ctx, epilogue);
+  if (!ctx.variant.empty()) return lower_variant(ctx, p, epilogue);
   // Which variant runs is decided by M at run time (le folds to a constant where M is one).
   const Expr small = le(p.m, Expr(gemv_max_rows(p.dtype)));
   Lowering lowering;
   if (small != Expr(0)) add_small_m(lowering, p, epilogue);
-  if (small != Expr(1)) add_tiled(lowering, ctx, p, epilogue, le(Expr(gemv_max_rows(p.dtype) + 1), p.m));
+  if (small != Expr(1)) {
+    const GemmTile tile =
+        choose_gemm_tile(p.dtype, GemmBLayout::kNK, p.n, p.k, ctx.target_sm, linear_tma_ok(p, epilogue));
+    add_tiled(lowering, p, epilogue, tile, le(Expr(gemv_max_rows(p.dtype) + 1), p.m));
+  }
   return lowering;
+}
+
+OpTuning linear_tuning(std::function<GemmEpilogue(const OpContext&)> epilogue_of) {
+  OpTuning tuning;
+  tuning.dims = [epilogue_of](const OpContext& ctx) {
+    const LinearProblem p = linear_problem(ctx, epilogue_of(ctx));
+    return std::vector<std::pair<std::string, Expr>>{{"M", p.m}, {"N", p.n}, {"K", p.k}};
+  };
+  tuning.variants = [epilogue_of](const OpContext& ctx) {
+    const GemmEpilogue epilogue = epilogue_of(ctx);
+    const LinearVariants variants = linear_variants(ctx, linear_problem(ctx, epilogue), epilogue);
+    std::vector<OpVariant> out;
+    for (const GemvVariant& v : variants.gemv) out.push_back({gemv_variant_name(v), {{"M", {1, v.max_rows}}}});
+    for (const GemmTile& tile : variants.tiles) out.push_back({gemm_tile_name(tile)});
+    return out;
+  };
+  // The residual's rows are the output's.
+  tuning.row_inputs = {0, 1};
+  return tuning;
 }
 
 HostTensor linear_reference(const RefContext& ref) {
@@ -254,6 +310,7 @@ OpDef linear_op() {
   def.params = linear_params;
   def.param_slots = {"weight", "bias"};
   def.lower = [](const OpContext& ctx) { return lower_linear(ctx, {}); };
+  def.tuning = linear_tuning([](const OpContext&) { return GemmEpilogue{}; });
   def.reference = linear_reference;
   def.conformance_cases = [] {
     std::vector<ConformanceCase> cases;

@@ -2,6 +2,7 @@
 // has linear's shape rule, params, GEMM and reference.
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "core/op.h"
@@ -19,7 +20,12 @@ TensorType infer_linear(const OpDef& meta, const OpContext& ctx);
 std::vector<ParamSpec> linear_params(const OpContext& ctx);
 
 // The GEMM launch(es), with the epilogue's activation and residual (input 1) applied.
+// The linear for the context's variant, or (none named) the heuristic's per range of M.
 Lowering lower_linear(const OpContext& ctx, const GemmEpilogue& epilogue);
+
+// linear's tuning (core/op.h OpTuning): dims M (rows), N, K; variants: each small-M kernel
+// ("gemv_m8", up to its rows) and each GEMM tile ("128x128x64_wgmma_pp_tma", any M).
+OpTuning linear_tuning(std::function<GemmEpilogue(const OpContext&)> epilogue_of);
 
 // x Wᵀ + b in double precision.
 HostTensor linear_reference(const RefContext& ref);

@@ -1,0 +1,208 @@
+// Tuned lowering (core/lowering_choice.h): compile builds a tuning record's variant exactly where
+// the record's ranges hold and the op's heuristic everywhere else; records a node cannot run are
+// passed over with the reason; a variant named for a node is built at every binding. Also the
+// problems `teeny tune` finds in a graph and the variants it measures.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include <fmt/format.h>
+
+#include "core/bundle.h"
+#include "core/compile.h"
+#include "core/graph.h"
+#include "core/tune.h"
+#include "tests/file_test_util.h"
+#include "tests/op_test_util.h"
+#include "tests/teeny_command.h"
+
+namespace teeny {
+namespace {
+
+using op_testing::registry;
+
+const std::string& cache_dir() {
+  static testing::ScratchDir dir;
+  return dir.path().native();
+}
+
+// y = linear(x [M, 64], 200) in f32, M symbolic.
+Graph linear_graph() {
+  return parse_graph(
+      "name: g\ndims:\n  M: {min: 1, max: 4096, default: 1}\ninputs:\n  x: {dtype: f32, shape: [M, 64]}\n"
+      "nodes:\n  - {name: y, op: linear, inputs: [x], attrs: {out_features: 200}}\noutputs: [y]\n",
+      "g.yaml", registry());
+}
+
+TuningRecord record(const std::string& variant, DimRange m) {
+  return {"linear", DType::kF32, {{"M", m}, {"N", {200, 200}}, {"K", {64, 64}}}, variant, "cold", {}};
+}
+
+TuningFile tuning_file(std::vector<TuningRecord> records) {
+  return {"NVIDIA H200", "sm_90", std::move(records), "t.json"};
+}
+
+Bundle compile_with(const std::optional<TuningFile>& tuning, std::map<std::string, std::string> variants = {}) {
+  CompileOptions options;
+  options.cache_dir = cache_dir();
+  options.tuning = tuning;
+  options.variants = std::move(variants);
+  return compile_graph(linear_graph(), registry(), options);
+}
+
+// The kernels of the launches that run at M = m (their `when` nonzero).
+std::vector<std::string> kernels_at(const Bundle& bundle, int64_t m) {
+  std::vector<std::string> out;
+  for (const BundleLaunch& launch : bundle.launches) {
+    if (launch.when.eval({{"M", m}}) != 0) out.push_back(bundle.kernels[launch.kernel].name);
+  }
+  return out;
+}
+
+using Kernels = std::vector<std::string>;
+
+TEST(TunedCompile, RecordsApplyInTheirRangesAndTheHeuristicElsewhere) {
+  const Bundle bundle = compile_with(tuning_file({record("gemv_m4", {1, 3}), record("64x64x16", {100, 200})}));
+  EXPECT_EQ(kernels_at(bundle, 1), Kernels{"linear_f32_gemv_m4_bias"});
+  EXPECT_EQ(kernels_at(bundle, 3), Kernels{"linear_f32_gemv_m4_bias"});
+  // M = 4 has no record: the heuristic's own kernel for up to 4 rows.
+  EXPECT_EQ(kernels_at(bundle, 4), Kernels{"linear_f32_gemv_m4_bias"});
+  EXPECT_EQ(kernels_at(bundle, 2), Kernels{"linear_f32_gemv_m4_bias"});
+  EXPECT_EQ(kernels_at(bundle, 16), Kernels{"linear_f32_gemv_m16_bias"});
+  // An f32 GEMM may split K, so a zeroing launch comes first (one element where it does not).
+  EXPECT_EQ(kernels_at(bundle, 100), (Kernels{"linear_zero_f32", "linear_f32_nk_bias_64x64x16"}));
+  EXPECT_EQ(kernels_at(bundle, 200), (Kernels{"linear_zero_f32", "linear_f32_nk_bias_64x64x16"}));
+  // Outside both records the heuristic's 3xTF32 GEMM runs.
+  EXPECT_EQ(kernels_at(bundle, 99), (Kernels{"linear_zero_f32", "linear_f32_nk_bias_128x128x32_wgmma_pp"}));
+  EXPECT_EQ(kernels_at(bundle, 201), (Kernels{"linear_zero_f32", "linear_f32_nk_bias_128x128x32_wgmma_pp"}));
+
+  ASSERT_EQ(bundle.nodes.size(), 1u);
+  const std::vector<BundleVariant>& variants = bundle.nodes[0].variants;
+  ASSERT_EQ(variants.size(), 3u);
+  EXPECT_EQ(variants[0].variant, "gemv_m4");
+  EXPECT_EQ(variants[0].why, "tuned: t.json records[0] (NVIDIA H200, M=1..3, N=200, K=64, L2 cold)");
+  EXPECT_EQ(variants[1].variant, "64x64x16");
+  EXPECT_EQ(variants[2].variant, "");
+  EXPECT_EQ(variants[2].why, "no record in t.json applies");
+  EXPECT_EQ(bundle.tuning, "t.json");
+}
+
+TEST(TunedCompile, WithoutRecordsTheBundleIsTheHeuristicOne) {
+  const Bundle tuned = compile_with(tuning_file({}));
+  const Bundle plain = compile_with(std::nullopt);
+  ASSERT_EQ(tuned.launches.size(), plain.launches.size());
+  for (size_t i = 0; i < plain.launches.size(); ++i) {
+    EXPECT_EQ(tuned.kernels[tuned.launches[i].kernel].name, plain.kernels[plain.launches[i].kernel].name);
+    EXPECT_EQ(tuned.launches[i].when, plain.launches[i].when);
+  }
+  EXPECT_EQ(tuned.nodes[0].variants.at(0).why, "no record in t.json for linear f32 M=M, N=200, K=64");
+  EXPECT_EQ(plain.nodes[0].variants.at(0).why, "no tuning file");
+}
+
+TEST(TunedCompile, RecordsTheNodeCannotRunArePassedOverWithTheReason) {
+  const Bundle bundle = compile_with(tuning_file({record("gemv_m8", {1, 64}), record("256x256x8", {100, 100})}));
+  const std::vector<BundleVariant>& variants = bundle.nodes[0].variants;
+  ASSERT_EQ(variants.size(), 1u);
+  EXPECT_EQ(variants[0].why,
+            "no record in t.json for linear f32 M=M, N=200, K=64; t.json records[0] not used: 'gemv_m8' runs M in "
+            "[1, 8] only; t.json records[1] not used: '256x256x8' is not a variant of this node (its variants: "
+            "gemv_m1, gemv_m4, gemv_m8, gemv_m16, 64x64x16, 128x128x8, 128x128x32_wgmma_pp)");
+  EXPECT_EQ(kernels_at(bundle, 100), (Kernels{"linear_zero_f32", "linear_f32_nk_bias_128x128x32_wgmma_pp"}));
+}
+
+TEST(TunedCompile, AVariantNamedForTheNodeRunsAtEveryBinding) {
+  const Bundle bundle = compile_with(std::nullopt, {{"y", "128x128x8"}});
+  for (int64_t m : {1, 17, 4096}) {
+    EXPECT_EQ(kernels_at(bundle, m), (Kernels{"linear_zero_f32", "linear_f32_nk_bias_128x128x8"})) << "M=" << m;
+  }
+  try {
+    compile_with(std::nullopt, {{"y", "gemv_m2"}});
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.message(),
+              "node 'y': op 'linear', linear has no variant 'gemv_m2' here (its variants: gemv_m1, gemv_m4, gemv_m8, "
+              "gemv_m16, 64x64x16, 128x128x8, 128x128x32_wgmma_pp)");
+  }
+}
+
+TEST(TunedCompile, BundleKeepsTheChoicesAcrossWriteAndRead) {
+  const Bundle bundle = compile_with(tuning_file({record("gemv_m4", {1, 3})}));
+  testing::ScratchDir dir;
+  const std::string path = (dir.path() / "b.teeny").string();
+  write_bundle(bundle, path);
+  const Bundle read = read_bundle(path);
+  EXPECT_EQ(read.tuning, "t.json");
+  ASSERT_EQ(read.nodes[0].variants.size(), bundle.nodes[0].variants.size());
+  for (size_t i = 0; i < read.nodes[0].variants.size(); ++i) {
+    EXPECT_EQ(read.nodes[0].variants[i].variant, bundle.nodes[0].variants[i].variant);
+    EXPECT_EQ(read.nodes[0].variants[i].why, bundle.nodes[0].variants[i].why);
+    EXPECT_EQ(read.nodes[0].variants[i].when, bundle.nodes[0].variants[i].when);
+  }
+}
+
+TEST(TuneProblems, AlikeNodesShareAProblemAndRowLimitsPickTheVariants) {
+  Graph graph = parse_graph(
+      "name: g\ndims:\n  B: {min: 1, max: 64, default: 2}\ninputs:\n  x: {dtype: bf16, shape: [B, 3, 768]}\n"
+      "nodes:\n"
+      "  - {name: q, op: linear, inputs: [x], attrs: {out_features: 768}}\n"
+      "  - {name: k, op: linear, inputs: [x], attrs: {out_features: 768}}\n"
+      "  - {name: up, op: linear, inputs: [k], attrs: {out_features: 1000}}\n"
+      "  - {name: act, op: relu, inputs: [up]}\n"
+      "outputs: [q, act]\n",
+      "g.yaml", registry());
+  CompileOptions options;
+  options.fixed = {{"B", 2}};
+  const Graph prepared = prepare_graph(std::move(graph), registry(), options);
+  const std::vector<TuneProblem> problems = tune_problems(prepared);
+  ASSERT_EQ(problems.size(), 2u);
+  EXPECT_EQ(problems[0].op, "linear");
+  EXPECT_EQ(problems[0].nodes, (std::vector<std::string>{"q", "k"}));
+  EXPECT_EQ(problems[0].dims, (std::vector<std::pair<std::string, int64_t>>{{"M", 6}, {"N", 768}, {"K", 768}}));
+  // 6 rows: the 16-bit small-M kernels (up to 8 and 16 rows) and every tile; rows of 768 bf16
+  // are 16-byte multiples, so the TMA tile is among them.
+  EXPECT_EQ(problems[0].variants,
+            (std::vector<std::string>{"gemv_m8", "gemv_m16", "64x64x32", "128x128x32", "128x128x64_wgmma_pp",
+                                      "128x128x64_wgmma_pp_tma", "128x192x64_wgmma", "128x256x64_wgmma"}));
+  // The relu fused into the second linear's epilogue: its own op.
+  EXPECT_EQ(problems[1].op, "fused.linear");
+  EXPECT_EQ(problems[1].nodes, (std::vector<std::string>{"act"}));
+}
+
+// ---- the command line --------------------------------------------------------------------
+
+testing::Command teeny(const testing::ScratchDir& dir, const std::string& args) {
+  return testing::run_teeny(args, {dir.str(), {{"TEENY_CACHE_DIR", dir.str("cache")}}});
+}
+
+const std::string kMnist = std::string(TEENY_SOURCE_DIR) + "/graphs/mnist_mlp.yaml";
+
+TEST(TuneCli, CompileTakesATuningFileForItsArchOrNone) {
+  testing::ScratchDir dir;
+  testing::spit(dir.str("a80.json"),
+                R"({"format": "teeny-tuning", "version": 1, "gpu": "NVIDIA A100", "arch": "sm_80", "records": []})");
+  testing::Command wrong = teeny(dir, "compile " + kMnist + " --tuning a80.json");
+  EXPECT_EQ(wrong.exit_code, 1);
+  EXPECT_EQ(wrong.err,
+            "teeny: error: --tuning a80.json: the file's records are for sm_80 (NVIDIA A100), not --arch sm_90\n");
+  testing::Command none = teeny(dir, "compile " + kMnist + " --tuning none -o none.teeny");
+  ASSERT_EQ(none.exit_code, 0) << none.err;
+  testing::Command shown = teeny(dir, "inspect none.teeny --node fc2");
+  EXPECT_NE(shown.out.find("  variant (heuristic): no tuning file\n"), std::string::npos) << shown.out;
+  testing::Command builtin = teeny(dir, "compile " + kMnist + " -o builtin.teeny");
+  ASSERT_EQ(builtin.exit_code, 0) << builtin.err;
+  EXPECT_NE(teeny(dir, "inspect builtin.teeny").out.find("tuning: built-in tuning/nvidia-h200.json\n"),
+            std::string::npos);
+}
+
+TEST(TuneCli, AGraphWithoutTunableNodesIsAnError) {
+  testing::ScratchDir dir;
+  testing::spit(dir.str("g.yaml"),
+                "name: g\ninputs:\n  x: {dtype: f32, shape: [4]}\nnodes:\n  - {name: y, op: relu, inputs: [x]}\n"
+                "outputs: [y]\n");
+  testing::Command r = teeny(dir, "tune g.yaml");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.err, "teeny: error: g.yaml: no node of the graph is tunable\n");
+}
+
+}  // namespace
+}  // namespace teeny
