@@ -383,7 +383,9 @@ std::vector<TunedChoice> tuned_choices(const TuningFile& file, const std::string
       if (std::optional<int64_t> constant = value.const_value()) {
         applies = applies && range.contains(*constant);
       } else {
-        when = when * le(Expr(range.lo), value) * le(value, Expr(range.hi));
+        // Dims are at least 1, so a range from 1 needs no lower bound.
+        if (range.lo > 1) when = when * le(Expr(range.lo), value);
+        when = when * le(value, Expr(range.hi));
       }
     }
     if (applies && when != Expr(0)) choices.push_back({i, when});
