@@ -48,6 +48,36 @@ std::vector<Expr> batch_strides(const TensorType& operand, const Shape& out_batc
   return result;
 }
 
+// The tile of the context's variant, or the heuristic's.
+GemmTile matmul_tile(const OpContext& ctx, const Expr& n, const Expr& k) {
+  const DType dtype = ctx.output.dtype;
+  if (ctx.variant.empty()) return choose_gemm_tile(dtype, GemmBLayout::kKN, n, k, ctx.target_sm);
+  for (const GemmTile& tile : gemm_tile_candidates(dtype, GemmBLayout::kKN, ctx.target_sm, false)) {
+    if (gemm_tile_name(tile) == ctx.variant) return tile;
+  }
+  throw OpError("op", fmt::format("matmul has no variant '{}' here", ctx.variant));
+}
+
+// matmul's tuning: dims Batch (the output's batch elements), M, N, K; a variant per GEMM tile.
+// The reference cannot be sampled by rows (b may be batched), so tune checks whole outputs.
+OpTuning matmul_tuning() {
+  OpTuning tuning;
+  tuning.dims = [](const OpContext& ctx) {
+    const TensorType& a = ctx.inputs.at(0);
+    return std::vector<std::pair<std::string, Expr>>{{"Batch", product(batch_dims(ctx.output.shape))},
+                                                     {"M", a.shape[a.shape.size() - 2]},
+                                                     {"N", ctx.inputs.at(1).shape.back()},
+                                                     {"K", a.shape.back()}};
+  };
+  tuning.variants = [](const OpContext& ctx) {
+    std::vector<OpVariant> variants;
+    for (const GemmTile& tile : gemm_tile_candidates(ctx.output.dtype, GemmBLayout::kKN, ctx.target_sm, false))
+      variants.push_back({gemm_tile_name(tile)});
+    return variants;
+  };
+  return tuning;
+}
+
 Lowering lower_matmul(const OpContext& ctx) {
   const TensorType& a = ctx.inputs.at(0);
   const TensorType& b = ctx.inputs.at(1);
@@ -57,7 +87,7 @@ Lowering lower_matmul(const OpContext& ctx) {
   const Expr k = a.shape.back();
   const Expr n = b.shape.back();
   const Expr batches = product(out_batch);
-  const GemmTile tile = choose_gemm_tile(dtype, GemmBLayout::kKN, n, k, ctx.target_sm);
+  const GemmTile tile = matmul_tile(ctx, n, k);
   const std::vector<Expr> a_strides = batch_strides(a, out_batch);
   const std::vector<Expr> b_strides = batch_strides(b, out_batch);
 
@@ -137,6 +167,7 @@ OpDef matmul_op() {
   const OpDef meta = def;
   def.infer = [meta](const OpContext& ctx) { return infer_matmul(meta, ctx); };
   def.lower = lower_matmul;
+  def.tuning = matmul_tuning();
   def.reference = matmul_reference;
   def.conformance_cases = [] {
     std::vector<ConformanceCase> cases;

@@ -168,6 +168,19 @@ TEST(TuneProblems, AlikeNodesShareAProblemAndRowLimitsPickTheVariants) {
   EXPECT_EQ(problems[1].nodes, (std::vector<std::string>{"act"}));
 }
 
+TEST(TuneProblems, MatmulIsTunedOverItsTilesWithTheBatchAsADim) {
+  Graph graph = parse_graph(
+      "name: g\ninputs:\n  a: {dtype: f16, shape: [3, 2, 40, 64]}\n  b: {dtype: f16, shape: [2, 64, 96]}\n"
+      "nodes:\n  - {name: c, op: matmul, inputs: [a, b]}\noutputs: [c]\n",
+      "g.yaml", registry());
+  const Graph prepared = prepare_graph(std::move(graph), registry(), {});
+  const std::vector<TuneProblem> problems = tune_problems(prepared);
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_EQ(problems[0].dims,
+            (std::vector<std::pair<std::string, int64_t>>{{"Batch", 6}, {"M", 40}, {"N", 96}, {"K", 64}}));
+  EXPECT_EQ(problems[0].variants, (std::vector<std::string>{"64x64x32", "128x128x32"}));
+}
+
 // ---- the command line --------------------------------------------------------------------
 
 testing::Command teeny(const testing::ScratchDir& dir, const std::string& args) {
