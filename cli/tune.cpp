@@ -2,6 +2,7 @@
 // each tunable node on the GPU and record the fastest that passes its check in a tuning file
 // (core/tune.h), which `teeny compile --tuning FILE` uses. Records already in FILE for this GPU
 // are kept, so an interrupted tune resumes where it stopped.
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <iostream>
@@ -94,14 +95,20 @@ void run_tune(const TuneFlags& flags) {
   options.work_dir = work.path();
   std::cout << fmt::format("tuning {} problem{} of '{}' on {} (L2 {}) into {}\n", problems.size(),
                            problems.size() == 1 ? "" : "s", flags.graph, device->name(), flags.l2, output);
+  std::vector<const TuneProblem*> to_tune;
+  for (const TuneProblem& problem : problems) {
+    const TuningRecord* done = find_record(file, problem.op, problem.dtype, problem.dims);
+    if (done == nullptr || !record_covers(*done, problem, options.cold_l2)) to_tune.push_back(&problem);
+  }
+  precompile(to_tune, registry(), options);
   for (size_t i = 0; i < problems.size(); ++i) {
     const TuneProblem& problem = problems[i];
     const std::string what =
         fmt::format("[{}/{}] {} {} {} (nodes {})", i + 1, problems.size(), problem.op, dtype_name(problem.dtype),
                     dims_text(point_ranges(problem.dims)), fmt::join(problem.nodes, ", "));
-    const TuningRecord* done = find_record(file, problem.op, problem.dtype, problem.dims);
-    if (done != nullptr && record_covers(*done, problem, options.cold_l2)) {
-      std::cout << fmt::format("{}: already tuned: {} ({})\n", what, done->variant, variant_time(*done, done->variant));
+    if (std::find(to_tune.begin(), to_tune.end(), &problem) == to_tune.end()) {
+      const TuningRecord& done = *find_record(file, problem.op, problem.dtype, problem.dims);
+      std::cout << fmt::format("{}: already tuned: {} ({})\n", what, done.variant, variant_time(done, done.variant));
       continue;
     }
     std::cout << fmt::format("{}: {} variants ...", what, problem.variants.size()) << std::flush;

@@ -18,41 +18,50 @@ namespace {
 
 std::string replica_name(size_t index) { return fmt::format("v{}", index); }
 
-// One node per variant, each reading the problem node's inputs (as contiguous graph inputs).
-Graph replica_graph(const TuneProblem& problem, const std::vector<std::string>& variants) {
+// Appends one node per variant (`prefix`v0, v1, ...), each reading the problem node's inputs as
+// contiguous graph inputs (`prefix`in0, in1, ...); `variants_of` gets each node's variant.
+void add_replicas(Graph& graph, std::map<std::string, std::string>& variants_of, const TuneProblem& problem,
+                  const std::vector<std::string>& variants, const std::string& prefix) {
   const Node& node = *problem.node;
-  Graph graph;
-  graph.name = fmt::format("tune_{}", problem.op);
   std::vector<std::string> inputs;
   std::vector<TensorType> types;
   for (size_t i = 0; i < node.ctx.inputs.size(); ++i) {
-    inputs.push_back(fmt::format("in{}", i));
+    inputs.push_back(fmt::format("{}in{}", prefix, i));
     types.push_back(contiguous(node.ctx.inputs[i].dtype, node.ctx.inputs[i].shape));
     graph.inputs.push_back({inputs.back(), types.back(), {}});
   }
   for (size_t v = 0; v < variants.size(); ++v) {
     Node replica;
-    replica.name = replica_name(v);
+    replica.name = prefix + replica_name(v);
     replica.op = node.op;
     replica.inputs = inputs;
     replica.ctx = node.ctx;
     replica.ctx.node = replica.name;
     replica.ctx.inputs = types;
+    variants_of[replica.name] = variants[v];
+    graph.outputs.push_back(replica.name);
     graph.nodes.push_back(std::move(replica));
-    graph.outputs.push_back(replica_name(v));
   }
-  return graph;
+}
+
+// Compiles replicas as they are: every dim already a constant, no fusion, no tuning file.
+Bundle compile_replicas(Graph graph, std::map<std::string, std::string> variants_of, const Registry& registry,
+                        const TuneOptions& options) {
+  CompileOptions compile = options.compile;
+  compile.fixed.clear();
+  compile.fuse = false;
+  compile.tuning.reset();
+  compile.variants = std::move(variants_of);
+  return compile_graph(std::move(graph), registry, compile);
 }
 
 Bundle compile_variants(const TuneProblem& problem, const std::vector<std::string>& variants, const Registry& registry,
                         const TuneOptions& options) {
-  CompileOptions compile = options.compile;
-  compile.fixed.clear();  // the prepared graph's dims are constants already
-  compile.fuse = false;
-  compile.tuning.reset();
-  compile.variants.clear();
-  for (size_t v = 0; v < variants.size(); ++v) compile.variants[replica_name(v)] = variants[v];
-  return compile_graph(replica_graph(problem, variants), registry, compile);
+  Graph graph;
+  graph.name = fmt::format("tune_{}", problem.op);
+  std::map<std::string, std::string> variants_of;
+  add_replicas(graph, variants_of, problem, variants, "");
+  return compile_replicas(std::move(graph), std::move(variants_of), registry, options);
 }
 
 // The variants that compile, and why each of the others does not (rejected[variant]).
@@ -194,6 +203,19 @@ std::vector<TuneProblem> tune_problems(const Graph& prepared) {
     problems.push_back(std::move(problem));
   }
   return problems;
+}
+
+void precompile(const std::vector<const TuneProblem*>& problems, const Registry& registry, const TuneOptions& options) {
+  Graph graph;
+  graph.name = "tune";
+  std::map<std::string, std::string> variants_of;
+  for (size_t p = 0; p < problems.size(); ++p)
+    add_replicas(graph, variants_of, *problems[p], problems[p]->variants, fmt::format("p{}_", p));
+  try {
+    compile_replicas(std::move(graph), std::move(variants_of), registry, options);
+  } catch (const Error&) {
+    // tune_problem compiles each problem again and rejects what fails there, with the reason.
+  }
 }
 
 bool record_covers(const TuningRecord& record, const TuneProblem& problem, bool cold_l2) {

@@ -44,6 +44,10 @@ std::vector<std::pair<std::string, DimRange>> point_ranges(const std::vector<std
 // The tunable problems of `prepared` (prepare_graph with every dim fixed), in graph order.
 std::vector<TuneProblem> tune_problems(const Graph& prepared);
 
+// Compiles every variant of every problem in one go, so NVRTC runs them all in parallel and
+// tune_problem finds them in the kernel cache. A failure here is left for tune_problem to report.
+void precompile(const std::vector<const TuneProblem*>& problems, const Registry& registry, const TuneOptions& options);
+
 // Whether `record` already holds a measurement of every variant of `problem` under `cold_l2`
 // (a resumed tune skips it).
 bool record_covers(const TuningRecord& record, const TuneProblem& problem, bool cold_l2);
