@@ -1,14 +1,16 @@
-// Graph pass: merge_heads(sdpa(split_heads(a), split_heads(b), split_heads(c))), with one
-// `heads` throughout and each split_heads and the sdpa output used once, becomes one
-// fused.sdpa_heads node on a, b, c. It takes the merge_heads node's name (so its consumers and
-// the graph outputs are unchanged), the sdpa node's source positions (errors about causal or
-// scale point there) and lists the five nodes it replaced in Node::fused_from.
+// Graph pass: merge_heads(sdpa(split_heads(a), split_heads(b), split_heads(c))), with the
+// merge's `heads` H on a, H / kv_groups (sdpa's) on b and c, and each split_heads and the sdpa
+// output used once, becomes one fused.sdpa_heads node on a, b, c (grouped-query attention when
+// kv_groups > 1). It takes the merge_heads node's name (so its consumers and the graph outputs
+// are unchanged), the sdpa node's source positions (errors about causal or scale point there)
+// and lists the five nodes it replaced in Node::fused_from.
 #include <algorithm>
 #include <array>
 
 #include "core/graph.h"
 #include "ops/ops.h"
 #include "ops/pass_util.h"
+#include "ops/sdpa.h"
 
 namespace teeny::ops {
 namespace {
@@ -20,7 +22,7 @@ Node fuse(const std::array<const Node*, 3>& splits, const Node& sdpa, const Node
   node.op = &fused;
   node.pos = sdpa.pos;
   node.key_pos = sdpa.key_pos;
-  nlohmann::json attrs = sdpa.ctx.attrs.json();  // causal, and scale when given
+  nlohmann::json attrs = sdpa.ctx.attrs.json();  // causal, kv_groups, and scale when given
   attrs["heads"] = merge.ctx.attrs.integer("heads");
   node.ctx.node = merge.name;
   node.ctx.attrs = Attrs(std::move(attrs));
@@ -43,10 +45,13 @@ int fuse_attention_heads(Graph& graph, const Registry& registry) {
     const int64_t heads = merge.ctx.attrs.integer("heads");
     const Node* sdpa = uses.single_use_producer(merge.inputs.at(0), "sdpa");
     if (sdpa == nullptr) return std::nullopt;
+    const int64_t groups = kv_groups(sdpa->ctx.attrs);
+    if (heads % groups != 0) return std::nullopt;
     std::array<const Node*, 3> splits{};
     for (size_t i = 0; i < 3; ++i) {
+      const int64_t split_heads = i == 0 ? heads : heads / groups;  // q's, then k's and v's
       splits[i] = uses.single_use_producer(sdpa->inputs.at(i), "split_heads");
-      if (splits[i] == nullptr || splits[i]->ctx.attrs.integer("heads") != heads ||
+      if (splits[i] == nullptr || splits[i]->ctx.attrs.integer("heads") != split_heads ||
           splits[i]->ctx.inputs.at(0).shape.size() != 3)
         return std::nullopt;
     }
@@ -58,8 +63,8 @@ int fuse_attention_heads(Graph& graph, const Registry& registry) {
 
 GraphPass fuse_attention_heads_pass() {
   return GraphPass{"fuse_attention_heads",
-                   "split_heads x3 -> sdpa -> merge_heads, one heads, intermediates used once, into one "
-                   "fused.sdpa_heads node that reads and writes the heads in place",
+                   "split_heads x3 -> sdpa -> merge_heads, heads H on q and the merge, H / kv_groups on k and v, "
+                   "intermediates used once, into one fused.sdpa_heads node that reads and writes the heads in place",
                    fuse_attention_heads};
 }
 

@@ -1,4 +1,5 @@
-// sdpa: softmax(q kᵀ · scale [+ causal mask]) v for q [N, Sq, Dh], k/v [N, Skv, Dh].
+// sdpa: softmax(q kᵀ · scale [+ causal mask]) v for q [N, Sq, Dh], k/v [N / kv_groups, Skv, Dh]
+// (query head n reads k/v head n / kv_groups: grouped-query attention, ops/sdpa.h).
 //
 // Flash-attention style (ops/kernels/sdpa.cuh): one block per (head, tile of queries); K and V
 // stream through shared memory with an online softmax, so nothing S×S is ever stored. Three
@@ -8,6 +9,8 @@
 // fused.sdpa_heads (ops/sdpa.h).
 #include <algorithm>
 #include <cmath>
+#include <optional>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -43,7 +46,7 @@ constexpr int kF32TiledKeysPerTile = 64;
 constexpr int kF32TiledBlocksPerSm = 2;
 
 TensorType infer_sdpa(const OpDef& meta, const OpContext& ctx) {
-  const DType dtype = check_attention_inputs(meta, ctx, {"[N, S, Dh]", "N", "head dim"});
+  const DType dtype = check_attention_inputs(meta, ctx, {"[N, S, Dh]", "N", "head dim", 0});
   const TensorType& q = ctx.inputs.at(0);
   const auto head_dim = q.shape[2].const_value();
   if (!head_dim) {
@@ -65,18 +68,72 @@ bool use_tensor_cores(DType dtype, int64_t head_dim) {
 // The register-tiled CUDA-core kernel: f32, head dim 64.
 bool use_f32_tiled(DType dtype, int64_t head_dim) { return dtype == DType::kF32 && head_dim == 64; }
 
+// g where `q` is structurally g times `k` (B*32 and B*8: 4; 12 and 3: 4), for a kv_groups hint.
+std::optional<int64_t> group_ratio(const Expr& q, const Expr& k) {
+  auto factor = [](const Expr& e) -> int64_t {
+    if (e.is_const()) return *e.const_value();
+    return e.kind() == Expr::Kind::kMul && e.rhs().is_const() ? *e.rhs().const_value() : 1;
+  };
+  const int64_t fq = factor(q), fk = factor(k);
+  if (fk <= 0 || fq % fk != 0 || fq / fk < 2 || k * Expr(fq / fk) != q) return std::nullopt;
+  return fq / fk;
+}
+
+// q's dim `dim` must be kv_groups times k's and v's where it is the layout's grouped dim, else
+// equal to theirs (k and v share a shape). A note names the kv_groups that would match, if any.
+void check_q_dim_against_kv(const std::string& op, const AttentionLayout& layout, size_t dim, const OpContext& ctx) {
+  const TensorType& q = ctx.inputs.at(0);
+  const TensorType& k = ctx.inputs.at(1);
+  const bool grouped = dim == layout.grouped_dim;
+  const int64_t groups = grouped ? kv_groups(ctx.attrs) : 1;
+  if (q.shape[dim] == k.shape[dim] * Expr(groups)) return;
+  const std::string what = dim == 0 ? fmt::format("first dim {}", layout.first) : layout.last;
+  const std::string got =
+      fmt::format("got {}, {}, {}", shape_str(q.shape), shape_str(k.shape), shape_str(ctx.inputs.at(2).shape));
+  OpError error("inputs", groups == 1 ? fmt::format("{}: q, k, v must have the same {}; {}", op, what, got)
+                                      : fmt::format("{}: q's {} must be kv_groups = {} times k's and v's; {}", op, what,
+                                                    groups, got));
+  if (const std::optional<int64_t> ratio = group_ratio(q.shape[dim], k.shape[dim]); grouped && ratio) {
+    error.note(fmt::format("kv_groups: {} would match (grouped-query attention, {} query heads per k/v head)", *ratio,
+                           *ratio));
+  }
+  throw error;
+}
+
+// k or v, [X_kv, Skv, kv_heads*Dh], with its heads repeated into q's layout [rows, Skv, heads*Dh]:
+// query head n gets k/v head n / kv_groups (PyTorch's repeat_interleave over the head dim).
+HostTensor repeat_kv_heads(const HostTensor& x, int64_t rows, const AttentionHeads& h, int64_t head_dim) {
+  const int64_t skv = x.shape[1], x_width = x.shape[2], width = h.heads * head_dim;
+  HostTensor out{x.dtype, {rows, skv, width}, std::vector<double>(rows * skv * width)};
+  for (int64_t n = 0; n < rows * h.heads; ++n) {
+    const int64_t m = n / h.kv_groups;
+    for (int64_t j = 0; j < skv; ++j) {
+      const double* from = &x.data[((m / h.kv_heads) * skv + j) * x_width + (m % h.kv_heads) * head_dim];
+      std::copy(from, from + head_dim, &out.data[((n / h.heads) * skv + j) * width + (n % h.heads) * head_dim]);
+    }
+  }
+  return out;
+}
+
+// sdpa's heads: one a row block of q and of k/v, kv_groups query heads to a k/v head.
+AttentionHeads one_head_per_row(const Attrs& attrs) { return {1, 1, kv_groups(attrs)}; }
+
 }  // namespace
 
 std::vector<AttrSpec> sdpa_attr_specs() {
   AttrSpec scale = attr_spec("scale", AttrType::kFloat, "score scale; default 1/sqrt(Dh)");
   scale.optional = true;
+  AttrSpec groups =
+      attr_spec("kv_groups", AttrType::kInt, "query heads per k/v head (grouped-query attention)", nlohmann::json(1));
+  groups.min_value = 1;
   return {attr_spec("causal", AttrType::kBool, "mask keys after the query (PyTorch is_causal)", nlohmann::json(false)),
-          scale};
+          scale, groups};
 }
+
+int64_t kv_groups(const Attrs& attrs) { return attrs.has("kv_groups") ? attrs.integer("kv_groups") : 1; }
 
 DType check_attention_inputs(const OpDef& meta, const OpContext& ctx, const AttentionLayout& layout) {
   const std::string& op = meta.name;
-  const TensorType& q = ctx.inputs.at(0);
   const TensorType& k = ctx.inputs.at(1);
   const TensorType& v = ctx.inputs.at(2);
   const char* names[] = {"q", "k", "v"};
@@ -88,18 +145,12 @@ DType check_attention_inputs(const OpDef& meta, const OpContext& ctx, const Atte
   }
   const DType dtype = common_float_dtype(meta, ctx);
   output_float_dtype(meta, ctx, dtype);
-  if (q.shape[0] != k.shape[0] || q.shape[0] != v.shape[0]) {
-    throw OpError("inputs", fmt::format("{}: q, k, v must have the same first dim {}; got {}, {}, {}", op, layout.first,
-                                        shape_str(q.shape), shape_str(k.shape), shape_str(v.shape)));
-  }
-  if (k.shape[1] != v.shape[1]) {
-    throw OpError("inputs", fmt::format("{}: k and v must have the same length; got {} and {}", op, shape_str(k.shape),
+  if (k.shape != v.shape) {
+    throw OpError("inputs", fmt::format("{}: k and v must have the same shape; got {} and {}", op, shape_str(k.shape),
                                         shape_str(v.shape)));
   }
-  if (q.shape[2] != k.shape[2] || q.shape[2] != v.shape[2]) {
-    throw OpError("inputs", fmt::format("{}: q, k, v must have the same {}; got {}, {}, {}", op, layout.last,
-                                        shape_str(q.shape), shape_str(k.shape), shape_str(v.shape)));
-  }
+  check_q_dim_against_kv(op, layout, 0, ctx);
+  check_q_dim_against_kv(op, layout, 2, ctx);
   return dtype;
 }
 
@@ -111,18 +162,18 @@ void check_sdpa_head_dim(const std::string& op, int64_t head_dim) {
   }
 }
 
-Lowering lower_attention(const OpContext& ctx, int64_t heads) {
+Lowering lower_attention(const OpContext& ctx, const AttentionHeads& h) {
   const TensorType& q = ctx.inputs.at(0);
   const TensorType& k = ctx.inputs.at(1);
   const TensorType& v = ctx.inputs.at(2);
   const DType dtype = ctx.output.dtype;
-  const int64_t head_dim = *q.shape[2].const_value() / heads;
+  const int64_t head_dim = *q.shape[2].const_value() / h.heads;
   const bool causal = ctx.attrs.boolean("causal");
   const bool tensor_cores = use_tensor_cores(dtype, head_dim);
   const int tpq = threads_per_query(head_dim);
   const bool f32_tiled = use_f32_tiled(dtype, head_dim);
   const int threads = tensor_cores ? kMmaWarps * 32 : f32_tiled ? kF32TiledThreads : kQueriesPerBlock * tpq;
-  const Expr n = q.shape[0] * Expr(heads), sq = q.shape[1], skv = k.shape[1];
+  const Expr n = q.shape[0] * Expr(h.heads), n_kv = k.shape[0] * Expr(h.kv_heads), sq = q.shape[1], skv = k.shape[1];
 
   Launch launch;
   launch.args = {input(0, "q", dtype),
@@ -135,7 +186,9 @@ Lowering lower_attention(const OpContext& ctx, int64_t heads) {
                  i32("ldq", q.row_stride),
                  i32("ldk", k.row_stride),
                  i32("ldv", v.row_stride),
-                 i32("heads", Expr(heads)),
+                 i32("heads", Expr(h.heads)),
+                 i32("kv_heads", Expr(h.kv_heads)),
+                 i32("kv_groups", Expr(h.kv_groups)),
                  i32("ldo", ctx.output.row_stride),
                  f32("scale", sdpa_scale(ctx, head_dim))};
   launch.block = {threads, 1, 1};
@@ -147,8 +200,9 @@ Lowering lower_attention(const OpContext& ctx, int64_t heads) {
            : f32_tiled  ? int64_t{6} * 64 * 68 * 4
                         : 0);
   const Expr elem(static_cast<int64_t>(dtype_size(dtype)));
-  // Per head, whatever the layout: q read and the output written once, k and v read once.
-  launch.bytes = (Expr(2) * n * sq * Expr(head_dim) + Expr(2) * n * skv * Expr(head_dim)) * elem;
+  // Per head, whatever the layout: q read and the output written once, each k/v head read once
+  // (the query heads sharing it run together, so it stays in L2).
+  launch.bytes = (Expr(2) * n * sq * Expr(head_dim) + Expr(2) * n_kv * skv * Expr(head_dim)) * elem;
   // q·kᵀ and p·v, 2 FLOPs per multiply-add; causal does about half.
   const Expr full = Expr(4) * n * sq * skv * Expr(head_dim);
   launch.flops = causal ? full / Expr(2) : full;
@@ -178,12 +232,14 @@ Lowering lower_attention(const OpContext& ctx, int64_t heads) {
   return Lowering{{kernel}, {launch}};
 }
 
-HostTensor attention_reference(const RefContext& ref, int64_t heads) {
+HostTensor attention_reference(const RefContext& ref, const AttentionHeads& h) {
   const HostTensor& q = ref.inputs.at(0);
-  const HostTensor& k = ref.inputs.at(1);
-  const HostTensor& v = ref.inputs.at(2);
-  const int64_t batch = q.shape[0], sq = q.shape[1], width = q.shape[2], skv = k.shape[1];
+  const int64_t batch = q.shape[0], sq = q.shape[1], width = q.shape[2], heads = h.heads;
   const int64_t dh = width / heads;
+  // Grouped-query attention as PyTorch spells it: repeat the k/v heads, then plain attention.
+  const HostTensor k = repeat_kv_heads(ref.inputs.at(1), batch, h, dh);
+  const HostTensor v = repeat_kv_heads(ref.inputs.at(2), batch, h, dh);
+  const int64_t skv = k.shape[1];
   const bool causal = ref.op.attrs.boolean("causal");
   const double scale = sdpa_scale(ref.op, dh);
   HostTensor out{ref.op.output.dtype, ref.output_shape, std::vector<double>(batch * sq * width, 0.0)};
@@ -218,15 +274,15 @@ OpDef sdpa_op() {
   OpDef def;
   def.name = "sdpa";
   def.doc =
-      "softmax(q kᵀ · scale [+ causal mask]) v, q/k/v [N, S, Dh]; flash-style tiling, never "
-      "materialises S×S";
-  def.inputs = {{"q", "[N, Sq, Dh]"}, {"k", "[N, Skv, Dh]"}, {"v", "[N, Skv, Dh]"}};
+      "softmax(q kᵀ · scale [+ causal mask]) v, q [N, S, Dh], k/v [N / kv_groups, S, Dh]; flash-style "
+      "tiling, never materialises S×S";
+  def.inputs = {{"q", "[N, Sq, Dh]"}, {"k", "[N/kv_groups, Skv, Dh]"}, {"v", "[N/kv_groups, Skv, Dh]"}};
   def.attrs = sdpa_attr_specs();
   def.dtypes = float_dtypes();
   const OpDef meta = def;
   def.infer = [meta](const OpContext& ctx) { return infer_sdpa(meta, ctx); };
-  def.lower = [](const OpContext& ctx) { return lower_attention(ctx, 1); };
-  def.reference = [](const RefContext& ref) { return attention_reference(ref, 1); };
+  def.lower = [](const OpContext& ctx) { return lower_attention(ctx, one_head_per_row(ctx.attrs)); };
+  def.reference = [](const RefContext& ref) { return attention_reference(ref, one_head_per_row(ref.op.attrs)); };
   def.conformance_cases = [] {
     std::vector<ConformanceCase> cases;
     const std::vector<Bindings> lengths = {
@@ -253,6 +309,22 @@ OpDef sdpa_op() {
                           {{"o", "sdpa", {"q", "k", "v"}, {{"causal", causal}, {"scale", scale}}}}),
                {{{"N", 2}, {"S", 33}, {"T", 70}}, {{"N", 1}, {"S", 70}, {"T", 33}}}});
         }
+      // Grouped-query attention: kv_groups 4 and 8 (multi-query where N counts batches) and an
+      // odd 3, one head dim per kernel, decode (Sq 1) and prefill lengths, Sq and Skv apart.
+      for (const auto& [groups, head_dim, causal] : {std::tuple{4, 64, true}, {8, 128, false}, {3, 17, true}}) {
+        const std::string kv = fmt::format("[N, T, {}]", head_dim);
+        cases.push_back(
+            {fmt::format("q [N*{}, S, {}], k/v {}, kv_groups {}{} {}", groups, head_dim, kv, groups,
+                         causal ? " causal" : "", dt),
+             case_graph(
+                 {"N", "S", "T"},
+                 {{"q", dtype, fmt::format("[N*{}, S, {}]", groups, head_dim)}, {"k", dtype, kv}, {"v", dtype, kv}},
+                 {{"o", "sdpa", {"q", "k", "v"}, {{"causal", causal}, {"kv_groups", groups}}}}),
+             {{{"N", 1}, {"S", 1}, {"T", 1000}},
+              {{"N", 3}, {"S", 7}, {"T", 128}},
+              {{"N", 2}, {"S", 128}, {"T", 7}},
+              {{"N", 1}, {"S", 1000}, {"T", 1000}}}});
+      }
       cases.push_back({"padded q/k/v (linear 17 of 20/24) " + dt,
                        case_graph({"N", "S"}, {{"x", dtype, "[N, S, 8]"}},
                                   {{"p", "linear", {"x"}, {{"out_features", 17}}},

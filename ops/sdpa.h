@@ -1,7 +1,14 @@
 // What sdpa and fused.sdpa_heads (ops/sdpa_heads.cpp) share. Both see q [X, Sq, heads*Dh] and
-// k/v [X, Skv, heads*Dh], whose head n (of N = X*heads) is row block n / heads, columns
-// [(n % heads)*Dh, (n % heads + 1)*Dh); sdpa is heads = 1. One kernel source serves both: heads
-// and the output row stride are kernel arguments, so the two ops' kernels deduplicate.
+// k/v [X_kv, Skv, kv_heads*Dh]: query head n (of N = X*heads) is row block n / heads, columns
+// [(n % heads)*Dh, (n % heads + 1)*Dh), and reads k/v head n / kv_groups, laid out alike with
+// kv_heads. sdpa has heads = kv_heads = 1 (X = N, X_kv = N / kv_groups); fused.sdpa_heads has
+// X_kv = X and kv_heads = heads / kv_groups. One kernel source serves both: the head counts and
+// the output row stride are kernel arguments, so the two ops' kernels deduplicate.
+//
+// Grouped-query attention (kv_groups > 1; multi-query when every query head of a batch shares
+// one k/v head): query head h of batch b reads k/v head h / kv_groups of batch b, PyTorch's
+// enable_gqa order. With N = b*H + h and H = H_kv*kv_groups that k/v head is number
+// b*H_kv + h / kv_groups = n / kv_groups, which is why one division serves both layouts.
 #pragma once
 
 #include <cstdint>
@@ -12,29 +19,41 @@
 
 namespace teeny::ops {
 
-// sdpa's attrs: causal (default false) and scale (optional, default 1/sqrt(Dh)).
+// sdpa's attrs: causal (default false), scale (optional, default 1/sqrt(Dh)) and kv_groups
+// (default 1).
 std::vector<AttrSpec> sdpa_attr_specs();
 
-// How an op names its q layout, first dim and last dim in shape-rule errors.
+// The kv_groups attr, 1 where absent (nodes whose attrs were built by hand rather than by the
+// spec reader, which fills in defaults).
+int64_t kv_groups(const Attrs& attrs);
+
+// How an op names its q layout, first dim and last dim in shape-rule errors, and which dim of
+// q is kv_groups times k's and v's (the others are equal).
 struct AttentionLayout {
   const char* shape;  // "[N, S, Dh]"
   const char* first;  // "N"
   const char* last;   // "head dim"
+  size_t grouped_dim;
 };
 
 // The checks both shape rules make, in messages naming meta's op: q, k, v of rank 3, one dtype
-// (also the output's), the same first dim, k and v the same length, the same last dim. Returns
-// the dtype. Throws OpError.
+// (also the output's), k and v of one shape, q's grouped dim kv_groups times k's and its other
+// dims equal to k's but the length. Returns the dtype. Throws OpError.
 DType check_attention_inputs(const OpDef& meta, const OpContext& ctx, const AttentionLayout& layout);
 
 // Throws OpError("inputs", "<op> supports head dims up to 256 ...") unless the kernels take
 // `head_dim`.
 void check_sdpa_head_dim(const std::string& op, int64_t head_dim);
 
-// The attention kernel and launch over ctx's q, k, v split into `heads` heads.
-Lowering lower_attention(const OpContext& ctx, int64_t heads);
+// The heads of q and of k/v in each row block, and how many query heads share a k/v head.
+struct AttentionHeads {
+  int64_t heads = 1, kv_heads = 1, kv_groups = 1;
+};
+
+// The attention kernel and launch over ctx's q, k, v split into `h`'s heads.
+Lowering lower_attention(const OpContext& ctx, const AttentionHeads& h);
 
 // softmax(q kᵀ · scale [+ causal mask]) v per head, in double; the output has q's layout.
-HostTensor attention_reference(const RefContext& ref, int64_t heads);
+HostTensor attention_reference(const RefContext& ref, const AttentionHeads& h);
 
 }  // namespace teeny::ops

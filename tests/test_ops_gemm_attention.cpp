@@ -137,6 +137,76 @@ TEST(GemmAttentionReference, SdpaHeadsEqualsSplitAttendMerge) {
   }
 }
 
+// Grouped-query attention by hand, Dh 1. k/v head 0 is SdpaCausalAndNot's (keys 0, ln 3; values
+// 2, 6), head 1 has the keys swapped and values 4, 12. Query heads (1, 1) and (0, 0) alternate;
+// with kv_groups 2, query heads 0 and 1 read k/v head 0, heads 2 and 3 k/v head 1 (n / 2, not
+// n % 2). (0, 0) scores 0 against both keys: the mean of the values.
+TEST(GemmAttentionReference, SdpaGroupedQueryByHand) {
+  const HostIn q{{4, 2, 1}, {1, 1, 0, 0, 1, 1, 0, 0}};
+  const HostIn k{{2, 2, 1}, {0, std::log(3.0), std::log(3.0), 0}}, v{{2, 2, 1}, {2, 6, 4, 12}};
+  expect_near(reference("sdpa", {{"causal", false}, {"kv_groups", 2}}, {q, k, v}).data, {5, 5, 4, 4, 6, 6, 8, 8});
+  expect_near(reference("sdpa", {{"causal", true}, {"kv_groups", 2}}, {q, k, v}).data, {2, 5, 2, 4, 4, 6, 4, 8});
+  // Multi-query: all four query heads on k/v head 0.
+  const HostIn k0{{1, 2, 1}, {0, std::log(3.0)}}, v0{{1, 2, 1}, {2, 6}};
+  expect_near(reference("sdpa", {{"causal", false}, {"kv_groups", 4}}, {q, k0, v0}).data, {5, 5, 4, 4, 5, 5, 4, 4});
+}
+
+// The same numbers through fused.sdpa_heads: one batch of 4 query heads in a row, 2 k/v heads.
+TEST(GemmAttentionReference, SdpaHeadsGroupedQueryByHand) {
+  const HostIn q{{1, 2, 4}, {1, 0, 1, 0, 1, 0, 1, 0}};
+  const HostIn k{{1, 2, 2}, {0, std::log(3.0), std::log(3.0), 0}}, v{{1, 2, 2}, {2, 4, 6, 12}};
+  const nlohmann::json attrs = {{"heads", 4}, {"kv_groups", 2}};
+  nlohmann::json causal = attrs, plain = attrs;
+  causal["causal"] = true;
+  plain["causal"] = false;
+  expect_near(reference("fused.sdpa_heads", plain, {q, k, v}).data, {5, 4, 6, 8, 5, 4, 6, 8});
+  expect_near(reference("fused.sdpa_heads", causal, {q, k, v}).data, {2, 2, 4, 4, 5, 4, 6, 8});
+}
+
+// Random data, G = 1, 2 and 6 (multi-query): fused.sdpa_heads equals split_heads (q into H heads,
+// k and v into H / G) -> sdpa with kv_groups -> merge_heads, and that sdpa equals plain sdpa on
+// k and v with each head repeated G times by hand (PyTorch's repeat_interleave).
+TEST(GemmAttentionReference, GroupedQueryEqualsRepeatedKvHeads) {
+  const int64_t batch = 2, sq = 5, skv = 7, heads = 6, dh = 3;
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<double> uniform(-1.0, 1.0);
+  auto random = [&](int64_t rows, int64_t width) {
+    HostIn x{{batch, rows, width}, {}};
+    for (int64_t i = 0; i < batch * rows * width; ++i) x.data.push_back(uniform(rng));
+    return x;
+  };
+  auto split = [](const HostIn& x, int64_t h) {
+    const HostTensor y = reference("split_heads", {{"heads", h}}, {x});
+    return HostIn{y.shape, y.data};
+  };
+  // [N_kv, S, Dh] -> [N_kv * g, S, Dh], row r copied to rows r*g .. r*g + g - 1.
+  auto repeat_rows = [](const HostIn& x, int64_t g) {
+    const int64_t row_size = x.shape[1] * x.shape[2];
+    HostIn y{{x.shape[0] * g, x.shape[1], x.shape[2]}, {}};
+    for (int64_t r = 0; r < x.shape[0]; ++r)
+      for (int64_t i = 0; i < g; ++i) y.data.insert(y.data.end(), &x.data[r * row_size], &x.data[(r + 1) * row_size]);
+    return y;
+  };
+  const HostIn q = random(sq, heads * dh);
+  for (int64_t groups : {1, 2, 6}) {
+    SCOPED_TRACE(groups);
+    const int64_t kv_heads = heads / groups;
+    const HostIn k = random(skv, kv_heads * dh), v = random(skv, kv_heads * dh);
+    const nlohmann::json attrs = {{"causal", true}, {"kv_groups", groups}};
+    const HostTensor grouped = reference("sdpa", attrs, {split(q, heads), split(k, kv_heads), split(v, kv_heads)});
+    const HostTensor repeated =
+        reference("sdpa", {{"causal", true}},
+                  {split(q, heads), repeat_rows(split(k, kv_heads), groups), repeat_rows(split(v, kv_heads), groups)});
+    expect_near(grouped.data, repeated.data);
+    const HostTensor merged = reference("merge_heads", {{"heads", heads}}, {{grouped.shape, grouped.data}});
+    nlohmann::json fused_attrs = attrs;
+    fused_attrs["heads"] = heads;
+    const HostTensor fused = reference("fused.sdpa_heads", fused_attrs, {q, k, v});
+    EXPECT_EQ(fused.shape, (std::vector<int64_t>{batch, sq, heads * dh}));
+    expect_near(fused.data, merged.data);
+  }
+}
+
 // ---- shape rules -----------------------------------------------------------------------------
 
 TEST(GemmAttentionShape, LinearPadsOutputRowsTo16Bytes) {
@@ -210,7 +280,7 @@ TEST(GemmAttentionShape, SdpaShapesAndErrors) {
   EXPECT_EQ(infer_error("sdpa", {{"causal", false}}, {q, other, other}),
             "sdpa: q, k, v must have the same first dim N; got [B*12, S, 64], [B, S, 32], [B, S, 32]");
   EXPECT_EQ(infer_error("sdpa", {{"causal", false}}, {q, q, tensor(DType::kF32, {B * Expr(12), 7, 64})}),
-            "sdpa: k and v must have the same length; got [B*12, S, 64] and [B*12, 7, 64]");
+            "sdpa: k and v must have the same shape; got [B*12, S, 64] and [B*12, 7, 64]");
   const TensorType symbolic = tensor(DType::kF32, {B, S, S});
   EXPECT_EQ(infer_error("sdpa", {{"causal", false}}, {symbolic, symbolic, symbolic}),
             "sdpa needs a fixed head dim; q is [B, S, S]");
@@ -241,9 +311,10 @@ TEST(GemmAttentionShape, SdpaHeadsShapesAndErrors) {
   EXPECT_EQ(infer_error(op, {{"heads", 12}}, {x, pair, pair}),
             "fused.sdpa_heads: q, k, v must have the same first dim B; got [B, S, 768], [2, S, 768], [2, S, 768]");
   EXPECT_EQ(infer_error(op, {{"heads", 12}}, {x, tensor(DType::kF32, {B, T, 768}), x}),
-            "fused.sdpa_heads: k and v must have the same length; got [B, T, 768] and [B, S, 768]");
-  EXPECT_EQ(infer_error(op, {{"heads", 12}}, {x, x, tensor(DType::kF32, {B, S, 384})}),
-            "fused.sdpa_heads: q, k, v must have the same width H*Dh; got [B, S, 768], [B, S, 768], [B, S, 384]");
+            "fused.sdpa_heads: k and v must have the same shape; got [B, T, 768] and [B, S, 768]");
+  const TensorType narrow = tensor(DType::kF32, {B, S, 384});
+  EXPECT_EQ(infer_error(op, {{"heads", 12}}, {x, narrow, narrow}),
+            "fused.sdpa_heads: q, k, v must have the same width H*Dh; got [B, S, 768], [B, S, 384], [B, S, 384]");
   EXPECT_EQ(infer_error(op, {{"heads", 12}}, {x, tensor(DType::kF32, {B, 768}), x}),
             "fused.sdpa_heads needs q, k, v of shape [B, S, H*Dh]; k is [B, 768]");
   const TensorType symbolic = tensor(DType::kF32, {B, S, S});
@@ -251,6 +322,88 @@ TEST(GemmAttentionShape, SdpaHeadsShapesAndErrors) {
             "fused.sdpa_heads needs a fixed width H*Dh; q is [B, S, S]");
   EXPECT_EQ(infer_error(op, {{"heads", 12}}, {x, tensor(DType::kBF16, {B, S, 768}), x}),
             "input 1 is bf16 but input 0 is f32; fused.sdpa_heads needs one dtype");
+}
+
+// The notes of the OpError the op's shape rule throws.
+std::vector<std::string> infer_notes(const std::string& name, nlohmann::json attrs, std::vector<TensorType> inputs) {
+  try {
+    context(name, std::move(attrs), std::move(inputs));
+  } catch (const OpError& e) {
+    return e.notes();
+  }
+  return {};
+}
+
+// Llama-style grouped-query attention: q = split_heads(linear(x, 32*128), 32), k and v =
+// split_heads(linear(x, 8*128), 8), sdpa with kv_groups 4.
+TEST(GemmAttentionShape, SdpaGroupedQueryShapesAndErrors) {
+  const Expr T = Expr::dim("T");
+  const TensorType q = context("split_heads", {{"heads", 32}}, {tensor(DType::kBF16, {B, S, 4096})}).output;
+  const TensorType kv = context("split_heads", {{"heads", 8}}, {tensor(DType::kBF16, {B, T, 1024})}).output;
+  EXPECT_EQ(shape_str(q.shape), "[B*32, S, 128]");
+  EXPECT_EQ(shape_str(kv.shape), "[B*8, T, 128]");
+  OpContext ctx = context("sdpa", {{"causal", true}, {"kv_groups", 4}}, {q, kv, kv});
+  EXPECT_EQ(shape_str(ctx.output.shape), "[B*32, S, 128]");
+  EXPECT_EQ(ctx.output.dtype, DType::kBF16);
+  // Constant first dims: 8 query heads on 1 k/v head.
+  const TensorType one = tensor(DType::kF32, {1, T, 64});
+  ctx = context("sdpa", {{"causal", false}, {"kv_groups", 8}}, {tensor(DType::kF32, {8, S, 64}), one, one});
+  EXPECT_EQ(shape_str(ctx.output.shape), "[8, S, 64]");
+
+  std::string key;
+  EXPECT_EQ(infer_error("sdpa", {{"causal", true}}, {q, kv, kv}, &key),
+            "sdpa: q, k, v must have the same first dim N; got [B*32, S, 128], [B*8, T, 128], [B*8, T, 128]");
+  EXPECT_EQ(key, "inputs");
+  EXPECT_EQ(infer_notes("sdpa", {{"causal", true}}, {q, kv, kv}),
+            std::vector<std::string>{"kv_groups: 4 would match (grouped-query attention, 4 query heads per k/v head)"});
+  EXPECT_EQ(infer_error("sdpa", {{"causal", true}, {"kv_groups", 2}}, {q, kv, kv}),
+            "sdpa: q's first dim N must be kv_groups = 2 times k's and v's; got [B*32, S, 128], [B*8, T, 128], "
+            "[B*8, T, 128]");
+  // N not a multiple of N_kv: no kv_groups fits, so no note.
+  const TensorType four = tensor(DType::kF32, {4, T, 64});
+  EXPECT_EQ(infer_error("sdpa", {{"causal", false}, {"kv_groups", 2}}, {tensor(DType::kF32, {6, S, 64}), four, four}),
+            "sdpa: q's first dim N must be kv_groups = 2 times k's and v's; got [6, S, 64], [4, T, 64], [4, T, 64]");
+  EXPECT_TRUE(infer_notes("sdpa", {{"causal", false}}, {tensor(DType::kF32, {6, S, 64}), four, four}).empty());
+  // A symbolic q not structurally kv_groups times k: B*H against B with H a dim.
+  const TensorType by_dim = tensor(DType::kF32, {B * Expr::dim("H"), S, 64});
+  const TensorType per_batch = tensor(DType::kF32, {B, T, 64});
+  EXPECT_EQ(infer_error("sdpa", {{"causal", false}, {"kv_groups", 4}}, {by_dim, per_batch, per_batch}),
+            "sdpa: q's first dim N must be kv_groups = 4 times k's and v's; got [B*H, S, 64], [B, T, 64], [B, T, 64]");
+  const TensorType narrow = tensor(DType::kBF16, {B * Expr(8), T, 64});
+  EXPECT_EQ(infer_error("sdpa", {{"causal", true}, {"kv_groups", 4}}, {q, narrow, narrow}),
+            "sdpa: q, k, v must have the same head dim; got [B*32, S, 128], [B*8, T, 64], [B*8, T, 64]");
+  EXPECT_EQ(
+      infer_error("sdpa", {{"causal", true}, {"kv_groups", 4}}, {q, kv, tensor(DType::kBF16, {B * Expr(4), T, 128})}),
+      "sdpa: k and v must have the same shape; got [B*8, T, 128] and [B*4, T, 128]");
+}
+
+TEST(GemmAttentionShape, SdpaHeadsGroupedQueryShapesAndErrors) {
+  const Expr T = Expr::dim("T");
+  const std::string op = "fused.sdpa_heads";
+  const TensorType q = tensor(DType::kF16, {B, S, 768});
+  const TensorType kv = tensor(DType::kF16, {B, T, 192});  // 3 k/v heads of 64
+  const OpContext ctx = context(op, {{"heads", 12}, {"kv_groups", 4}, {"causal", true}}, {q, kv, kv});
+  EXPECT_EQ(shape_str(ctx.output.shape), "[B, S, 768]");
+  const TensorType mqa = tensor(DType::kF16, {B, T, 64});
+  EXPECT_EQ(shape_str(context(op, {{"heads", 12}, {"kv_groups", 12}}, {q, mqa, mqa}).output.shape), "[B, S, 768]");
+
+  std::string key;
+  EXPECT_EQ(infer_error(op, {{"heads", 12}, {"kv_groups", 5}}, {q, kv, kv}, &key),
+            "fused.sdpa_heads: heads = 12 is not divisible by kv_groups = 5");
+  EXPECT_EQ(key, "attrs.kv_groups");
+  EXPECT_EQ(infer_error(op, {{"heads", 12}}, {q, kv, kv}, &key),
+            "fused.sdpa_heads: q, k, v must have the same width H*Dh; got [B, S, 768], [B, T, 192], [B, T, 192]");
+  EXPECT_EQ(key, "inputs");
+  EXPECT_EQ(infer_notes(op, {{"heads", 12}}, {q, kv, kv}),
+            std::vector<std::string>{"kv_groups: 4 would match (grouped-query attention, 4 query heads per k/v head)"});
+  EXPECT_EQ(infer_error(op, {{"heads", 12}, {"kv_groups", 6}}, {q, kv, kv}),
+            "fused.sdpa_heads: q's width H*Dh must be kv_groups = 6 times k's and v's; got [B, S, 768], [B, T, 192], "
+            "[B, T, 192]");
+  // The batch is never grouped: k/v heads of other batches are no query head's.
+  const TensorType pair = tensor(DType::kF16, {Expr(2), T, 192});
+  EXPECT_EQ(infer_error(op, {{"heads", 12}, {"kv_groups", 4}}, {q, pair, pair}),
+            "fused.sdpa_heads: q, k, v must have the same first dim B; got [B, S, 768], [2, T, 192], [2, T, 192]");
+  EXPECT_TRUE(infer_notes(op, {{"heads", 12}, {"kv_groups", 4}}, {q, pair, pair}).empty());
 }
 
 TEST(GemmAttentionShape, SplitAndMergeHeads) {
@@ -310,6 +463,11 @@ std::vector<LowerCase> lowering_cases() {
     cases.push_back({"fused.sdpa_heads", {{"heads", 12}, {"causal", true}}, {x, x, x}});
   }
   cases.push_back({"fused.sdpa_heads", {{"heads", 1}, {"causal", false}}, {padded, padded, padded}});
+  // Grouped-query attention: the same kernels, k/v heads chosen by run-time arguments.
+  const TensorType gq = tensor(DType::kBF16, {B * Expr(8), S, 64}), gkv = tensor(DType::kBF16, {B * Expr(2), S, 64});
+  cases.push_back({"sdpa", {{"causal", true}, {"kv_groups", 4}}, {gq, gkv, gkv}});
+  const TensorType hq = tensor(DType::kF32, {B, S, 12 * 17}), hkv = tensor(DType::kF32, {B, S, 3 * 17});
+  cases.push_back({"fused.sdpa_heads", {{"heads", 12}, {"kv_groups", 4}, {"causal", false}}, {hq, hkv, hkv}});
   return cases;
 }
 
@@ -717,6 +875,51 @@ TEST(GemmAttentionLowering, SdpaHeadsSharesSdpasKernel) {
   EXPECT_EQ(f.flops.eval(bind), p.flops.eval(bind));
 }
 
+// Grouped-query attention changes only arguments: kv_heads and kv_groups (the k/v head of query
+// head n is n / kv_groups), the k/v strides, and the bytes (each k/v head read once). Grid, block,
+// kernel and FLOPs are those of the same q with k/v heads repeated.
+TEST(GemmAttentionLowering, GroupedQueryArgumentsAndCost) {
+  const Expr T = Expr::dim("T");
+  const Bindings bind = {{"B", 2}, {"S", 130}, {"T", 1000}};
+  const TensorType q = tensor(DType::kBF16, {B * Expr(32), S, 128});
+  const TensorType kv = tensor(DType::kBF16, {B * Expr(8), T, 128});
+  const TensorType repeated = tensor(DType::kBF16, {B * Expr(32), T, 128});
+  const Lowering grouped = op("sdpa").lower(context("sdpa", {{"causal", true}, {"kv_groups", 4}}, {q, kv, kv}));
+  const Lowering plain = op("sdpa").lower(context("sdpa", {{"causal", true}}, {q, repeated, repeated}));
+  EXPECT_EQ(grouped.kernels.at(0).name, "sdpa_bf16_d128_causal_mma");
+  EXPECT_EQ(kernel_translation_unit(grouped.kernels.at(0), "e"), kernel_translation_unit(plain.kernels.at(0), "e"));
+  const Launch& g = grouped.launches.at(0);
+  const Launch& p = plain.launches.at(0);
+  EXPECT_EQ(arg(g, "N").value.eval(bind), 64);
+  EXPECT_EQ(arg(g, "Skv").value.eval(bind), 1000);
+  EXPECT_EQ(arg(g, "heads").value.eval(bind), 1);
+  EXPECT_EQ(arg(g, "kv_heads").value.eval(bind), 1);
+  EXPECT_EQ(arg(g, "kv_groups").value.eval(bind), 4);
+  EXPECT_EQ(arg(p, "kv_groups").value.eval(bind), 1);
+  EXPECT_EQ(g.grid[0].eval(bind), p.grid[0].eval(bind));
+  EXPECT_EQ(g.flops.eval(bind), p.flops.eval(bind));
+  // q and the output: 2 * 64 heads * 130 * 128; k and v: 2 * 16 heads * 1000 * 128; 2 bytes each.
+  EXPECT_EQ(g.bytes.eval(bind), (2 * 64 * 130 * 128 + 2 * 16 * 1000 * 128) * 2);
+
+  // fused.sdpa_heads, 12 query heads of 64 on 3 k/v heads, k/v rows padded: kv_heads 3.
+  TensorType hkv = tensor(DType::kBF16, {B, T, 192});
+  hkv.row_stride = Expr(200);
+  const Lowering fused = op("fused.sdpa_heads")
+                             .lower(context("fused.sdpa_heads", {{"heads", 12}, {"kv_groups", 4}, {"causal", false}},
+                                            {tensor(DType::kBF16, {B, S, 768}), hkv, hkv}));
+  const Launch& f = fused.launches.at(0);
+  EXPECT_EQ(fused.kernels.at(0).name, "sdpa_bf16_d64_mma");
+  EXPECT_EQ(arg(f, "N").value.eval(bind), 24);
+  EXPECT_EQ(arg(f, "heads").value.eval(bind), 12);
+  EXPECT_EQ(arg(f, "kv_heads").value.eval(bind), 3);
+  EXPECT_EQ(arg(f, "kv_groups").value.eval(bind), 4);
+  EXPECT_EQ(arg(f, "ldk").value.eval(bind), 200);
+  EXPECT_EQ(arg(f, "ldv").value.eval(bind), 200);
+  EXPECT_EQ(arg(f, "ldo").value.eval(bind), 768);
+  EXPECT_DOUBLE_EQ(arg(f, "scale").fvalue, 0.125);
+  EXPECT_EQ(f.bytes.eval(bind), (2 * 24 * 130 * 64 + 2 * 6 * 1000 * 64) * 2);
+}
+
 TEST(GemmAttentionLowering, EveryKernelCompilesWithNvrtcForSm90) {
   std::vector<KernelSource> kernels;
   std::vector<Launch> launches;
@@ -858,6 +1061,75 @@ TEST(AttentionHeadsFusion, LeavesMergeWithOtherHeads) {
   Graph graph = parse(attention("1"));
   EXPECT_EQ(attention_pass().apply(graph, registry()), 0);
   EXPECT_EQ(graph.nodes.size(), 9u);
+}
+
+// Grouped-query attention: x -> linears q (q_heads of 16) and k, v (kv_heads of 16) ->
+// split_heads with those head counts -> sdpa with kv_groups `groups` -> merge_heads (heads
+// `merge_heads`) -> proj.
+std::string grouped_attention(int q_heads, int kv_heads, int groups, int merge_heads) {
+  return fmt::format(R"(name: t
+dims: {{B: {{min: 1, max: 64, default: 2}}, S: {{min: 1, max: 512, default: 16}}}}
+inputs: {{x: {{dtype: f16, shape: [B, S, 64]}}}}
+nodes:
+  - {{name: q, op: linear, inputs: [x], attrs: {{out_features: {}}}}}
+  - {{name: k, op: linear, inputs: [x], attrs: {{out_features: {}}}}}
+  - {{name: v, op: linear, inputs: [x], attrs: {{out_features: {}}}}}
+  - {{name: qh, op: split_heads, inputs: [q], attrs: {{heads: {}}}}}
+  - {{name: kh, op: split_heads, inputs: [k], attrs: {{heads: {}}}}}
+  - {{name: vh, op: split_heads, inputs: [v], attrs: {{heads: {}}}}}
+  - {{name: attn, op: sdpa, inputs: [qh, kh, vh], attrs: {{causal: true, kv_groups: {}}}}}
+  - {{name: merged, op: merge_heads, inputs: [attn], attrs: {{heads: {}}}}}
+  - {{name: proj, op: linear, inputs: [merged], attrs: {{out_features: 64}}}}
+outputs: [proj]
+)",
+                     q_heads * 16, kv_heads * 16, kv_heads * 16, q_heads, kv_heads, kv_heads, groups, merge_heads);
+}
+
+TEST(AttentionHeadsFusion, RewritesGroupedQueryAttention) {
+  // 4 query heads on 2 k/v heads, and multi-query: 4 on 1.
+  for (const auto& [kv_heads, groups] : std::vector<std::pair<int, int>>{{2, 2}, {1, 4}}) {
+    SCOPED_TRACE(groups);
+    Graph graph = parse(grouped_attention(4, kv_heads, groups, 4));
+    EXPECT_EQ(shape_str(graph.find_node("kh")->ctx.output.shape), shape_str({B * Expr(kv_heads), S, Expr(16)}));
+    const TensorType before = graph.find_node("merged")->ctx.output;
+    EXPECT_EQ(attention_pass().apply(graph, registry()), 1);
+    EXPECT_EQ(node_names(graph), (std::vector<std::string>{"q", "k", "v", "merged", "proj"}));
+    const Node& fused = graph.nodes[3];
+    EXPECT_EQ(fused.op->name, "fused.sdpa_heads");
+    EXPECT_EQ(fused.inputs, (std::vector<std::string>{"q", "k", "v"}));
+    EXPECT_EQ(fused.fused_from, (std::vector<std::string>{"qh", "kh", "vh", "attn", "merged"}));
+    EXPECT_EQ(fused.ctx.attrs.integer("heads"), 4);
+    EXPECT_EQ(fused.ctx.attrs.integer("kv_groups"), groups);
+    EXPECT_TRUE(fused.ctx.attrs.boolean("causal"));
+    EXPECT_EQ(shape_str(fused.ctx.inputs.at(1).shape), fmt::format("[B, S, {}]", kv_heads * 16));
+    EXPECT_EQ(fused.ctx.output.shape, before.shape);
+    EXPECT_EQ(fused.ctx.output.dtype, DType::kF16);
+  }
+}
+
+// Merged with 2 heads where q was split into 4: not the pattern.
+TEST(AttentionHeadsFusion, LeavesGroupedMergeWithOtherHeads) {
+  Graph graph = parse(grouped_attention(4, 2, 2, 2));
+  EXPECT_EQ(attention_pass().apply(graph, registry()), 0);
+  EXPECT_EQ(graph.nodes.size(), 9u);
+}
+
+// 6 query heads a batch, kv_groups 4: sdpa's shapes agree (q [12, S, 16] is 4 times k's
+// [3, S, 16]) but 4 query heads never share a k/v head of one batch, and fused.sdpa_heads,
+// which groups heads within a batch, cannot say this.
+TEST(AttentionHeadsFusion, LeavesKvGroupsThatDoNotDivideHeads) {
+  Graph graph = parse(R"(name: t
+inputs: {x: {dtype: f32, shape: [2, 5, 96]}, y: {dtype: f32, shape: [3, 5, 16]}}
+nodes:
+  - {name: qh, op: split_heads, inputs: [x], attrs: {heads: 6}}
+  - {name: kh, op: split_heads, inputs: [y], attrs: {heads: 1}}
+  - {name: vh, op: split_heads, inputs: [y], attrs: {heads: 1}}
+  - {name: attn, op: sdpa, inputs: [qh, kh, vh], attrs: {kv_groups: 4}}
+  - {name: out, op: merge_heads, inputs: [attn], attrs: {heads: 6}}
+outputs: [out]
+)");
+  EXPECT_EQ(attention_pass().apply(graph, registry()), 0);
+  EXPECT_EQ(graph.nodes.size(), 5u);
 }
 
 // The bundled transformer graphs: every attention block fuses, and nothing else changes.

@@ -5,10 +5,13 @@
 // `is_causal` (key j is visible to query i iff j <= i); tiles wholly above the diagonal are
 // never loaded.
 //
-// Every kernel takes the same arguments: q [X, Sq, *], k and v [X, Skv, *] with row strides
-// ldq, ldk, ldv, whose head n (of N = X * heads) is row block n / heads, columns
-// [(n % heads) * kDH, (n % heads + 1) * kDH); the output is written in q's layout with row
-// stride ldo. sdpa has heads = 1; fused.sdpa_heads reads and writes heads in place.
+// Every kernel takes the same arguments: q [X, Sq, *], k and v [X_kv, Skv, *] with row strides
+// ldq, ldk, ldv. Query head n (of N = X * heads) is row block n / heads, columns
+// [(n % heads) * kDH, (n % heads + 1) * kDH); it attends to k/v head n / kv_groups, laid out
+// alike with kv_heads (grouped-query attention: kv_groups query heads share a k/v head, a
+// run-time argument so one kernel serves every ratio). The output is written in q's layout
+// with row stride ldo. sdpa has heads = kv_heads = 1; fused.sdpa_heads reads and writes heads
+// in place.
 #ifndef TEENY_SDPA_CUH
 #define TEENY_SDPA_CUH
 
@@ -35,6 +38,13 @@ __device__ __forceinline__ void tn_sdpa_tile(int q_tiles, int N, int& qt, int& n
   const int group_heads = min(kHeadGroup, N - group * kHeadGroup);
   qt = q_tiles - 1 - r / group_heads;
   n = group * kHeadGroup + r % group_heads;
+}
+
+// Where head n's rows start in a [X, S, heads * kDH] tensor with row stride ld: row block
+// n / heads, columns from (n % heads) * kDH.
+template <int kDH>
+__device__ __forceinline__ long long tn_sdpa_head_offset(int n, int heads, int S, int ld) {
+  return (long long)(n / heads) * S * ld + (n % heads) * kDH;
 }
 
 // Rows [row0, row0 + kRows) of a [rows, kCols] matrix into dst by a block of kThreads, `zero`
@@ -84,7 +94,8 @@ __device__ __forceinline__ float tn_tree_reduce(float (&v)[kN], Op op) {
 // keeps q and the output accumulator in registers; scores of a tile of kBKV keys too.
 template <typename T, int kDH, int kTPQ, int kBQ, int kBKV, bool kCausal>
 __device__ __forceinline__ void tn_sdpa_per_query(const T* q, const T* k, const T* v, T* out, int N, int Sq, int Skv,
-                                                  int ldq, int ldk, int ldv, int heads, int ldo, float scale) {
+                                                  int ldq, int ldk, int ldv, int heads, int kv_heads, int kv_groups,
+                                                  int ldo, float scale) {
   constexpr int kThreads = kBQ * kTPQ;
   constexpr int kDHT = kDH / kTPQ;      // dims owned by one thread
   constexpr int kVec = tn_pack<T>::kN;  // elements per 16-byte load
@@ -94,12 +105,12 @@ __device__ __forceinline__ void tn_sdpa_per_query(const T* q, const T* k, const 
   tn_sdpa_tile((Sq + kBQ - 1) / kBQ, N, qt, n);
   const int tid = threadIdx.x, part = tid % kTPQ;
   const int qi = qt * kBQ + tid / kTPQ;
-  // Head n: row block n / heads, columns from (n % heads) * kDH.
+  // Head n: row block n / heads, columns from (n % heads) * kDH; its k/v head n / kv_groups alike.
   const long long batch = n / heads;
   const int hcol = (n % heads) * kDH;
   const T* qn = q + batch * Sq * ldq + hcol;
-  const T* kn = k + batch * Skv * ldk + hcol;
-  const T* vn = v + batch * Skv * ldv + hcol;
+  const T* kn = k + tn_sdpa_head_offset<kDH>(n / kv_groups, kv_heads, Skv, ldk);
+  const T* vn = v + tn_sdpa_head_offset<kDH>(n / kv_groups, kv_heads, Skv, ldv);
 
   // q pre-scaled so scores are in log2 units: softmax via exp2.
   float qr[kDHT], acc[kDHT];
@@ -189,7 +200,8 @@ __device__ __forceinline__ void tn_sdpa_per_query(const T* q, const T* k, const 
 // current one is computed.
 template <typename T, int kDH, int kBQ, int kBKV, int kThreads, bool kCausal>
 __device__ __forceinline__ void tn_sdpa_mma(const T* q, const T* k, const T* v, T* out, int N, int Sq, int Skv, int ldq,
-                                            int ldk, int ldv, int heads, int ldo, float scale) {
+                                            int ldk, int ldv, int heads, int kv_heads, int kv_groups, int ldo,
+                                            float scale) {
   constexpr int kLd = kDH + 8;  // padded rows: ldmatrix's 8 row reads hit distinct banks
   static_assert(kBKV == kBQ && kThreads == kBQ / 16 * 32, "Q is staged through the K tile; 16 rows per warp");
   extern __shared__ __align__(16) unsigned char tn_sdpa_smem[];
@@ -200,12 +212,13 @@ __device__ __forceinline__ void tn_sdpa_mma(const T* q, const T* k, const T* v, 
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int g = lane / 4, t = lane % 4, mat = lane / 8;
   const int q0 = qt * kBQ;
-  // Head n: row block n / heads, columns from (n % heads) * kDH (kDH % 16 == 0: 16-byte aligned).
+  // Head n: row block n / heads, columns from (n % heads) * kDH (kDH % 16 == 0: 16-byte aligned);
+  // its k/v head n / kv_groups alike.
   const long long batch = n / heads;
   const int hcol = (n % heads) * kDH;
   const T* qn = q + batch * Sq * ldq + hcol;
-  const T* kn = k + batch * Skv * ldk + hcol;
-  const T* vn = v + batch * Skv * ldv + hcol;
+  const T* kn = k + tn_sdpa_head_offset<kDH>(n / kv_groups, kv_heads, Skv, ldk);
+  const T* vn = v + tn_sdpa_head_offset<kDH>(n / kv_groups, kv_heads, Skv, ldv);
   auto load_tile = [&](T(*dst)[kLd], const T* src, int ld, int row0, int rows) {
     tn_sdpa_copy_tile<kThreads, kBKV, kDH>(dst, src, ld, row0, rows, tn_from_raw<T>(0));
   };
@@ -356,8 +369,8 @@ __device__ __forceinline__ void tn_sdpa_mma(const T* q, const T* k, const T* v, 
 // 16-byte-aligned heads; others are copied element by element).
 template <int kDH, int kBQ, int kBKV, int kThreads, bool kCausal>
 __device__ __forceinline__ void tn_sdpa_f32_tiled(const float* q, const float* k, const float* v, float* out, int N,
-                                                  int Sq, int Skv, int ldq, int ldk, int ldv, int heads, int ldo,
-                                                  float scale) {
+                                                  int Sq, int Skv, int ldq, int ldk, int ldv, int heads, int kv_heads,
+                                                  int kv_groups, int ldo, float scale) {
   constexpr int kLd = 68;  // padded rows (above)
   static_assert(kDH == 64 && kBQ == 64 && kBKV == 64 && kThreads == 256, "64 x 64 tiles over 16 x 16 threads");
   extern __shared__ __align__(16) float tn_sdpa_f32_smem[];
@@ -372,8 +385,8 @@ __device__ __forceinline__ void tn_sdpa_f32_tiled(const float* q, const float* k
   const long long batch = n / heads;
   const int hcol = (n % heads) * kDH;
   const float* qn = q + batch * Sq * ldq + hcol;
-  const float* kn = k + batch * Skv * ldk + hcol;
-  const float* vn = v + batch * Skv * ldv + hcol;
+  const float* kn = k + tn_sdpa_head_offset<kDH>(n / kv_groups, kv_heads, Skv, ldk);
+  const float* vn = v + tn_sdpa_head_offset<kDH>(n / kv_groups, kv_heads, Skv, ldv);
 
   auto load_tile = [&](float(*dst)[kLd], const float* src, int ld, int row0, int rows) {
     tn_sdpa_copy_tile<kThreads, kBKV, kDH>(dst, src, ld, row0, rows, 0.f);
