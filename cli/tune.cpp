@@ -1,7 +1,7 @@
 // `teeny tune GRAPH [--bind D=N]... [-o FILE] [--l2 cold|warm]`: measure every kernel variant of
 // each tunable node on the GPU and record the fastest that passes its check in a tuning file
 // (core/tune.h), which `teeny compile --tuning FILE` uses. Records already in FILE for this GPU
-// are kept, so an interrupted tune resumes where it stopped.
+// are kept, and problems they cover are not measured again.
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
@@ -100,26 +100,35 @@ void run_tune(const TuneFlags& flags) {
     const TuningRecord* done = find_record(file, problem.op, problem.dtype, problem.dims);
     if (done == nullptr || !record_covers(*done, problem, options.cold_l2)) to_tune.push_back(&problem);
   }
-  precompile(to_tune, registry(), options);
+  size_t candidates = 0;
+  for (const TuneProblem* problem : to_tune) candidates += problem->variants.size();
+  if (!to_tune.empty()) {
+    std::cout << fmt::format("measuring {} candidates of {} problem{} ...\n", candidates, to_tune.size(),
+                             to_tune.size() == 1 ? "" : "s")
+              << std::flush;
+  }
+  std::vector<TuningRecord> records =
+      to_tune.empty() ? std::vector<TuningRecord>{} : tune(to_tune, registry(), options, device);
   for (size_t i = 0; i < problems.size(); ++i) {
     const TuneProblem& problem = problems[i];
     const std::string what =
         fmt::format("[{}/{}] {} {} {} (nodes {})", i + 1, problems.size(), problem.op, dtype_name(problem.dtype),
                     dims_text(point_ranges(problem.dims)), fmt::join(problem.nodes, ", "));
-    if (std::find(to_tune.begin(), to_tune.end(), &problem) == to_tune.end()) {
+    const auto tuned = std::find(to_tune.begin(), to_tune.end(), &problem);
+    if (tuned == to_tune.end()) {
       const TuningRecord& done = *find_record(file, problem.op, problem.dtype, problem.dims);
       std::cout << fmt::format("{}: already tuned: {} ({})\n", what, done.variant, variant_time(done, done.variant));
       continue;
     }
-    std::cout << fmt::format("{}: {} variants ...", what, problem.variants.size()) << std::flush;
-    TuningRecord record = tune_problem(problem, registry(), options, device);
+    TuningRecord& record = records[static_cast<size_t>(tuned - to_tune.begin())];
     size_t rejected = 0;
     for (const TuningCandidate& c : record.candidates) rejected += c.rejected.empty() ? 0 : 1;
-    std::cout << fmt::format(" {} ({}){}\n", record.variant, variant_time(record, record.variant),
+    std::cout << fmt::format("{}: {} of {} ({}){}\n", what, record.variant, record.candidates.size(),
+                             variant_time(record, record.variant),
                              rejected ? fmt::format(", {} rejected", rejected) : "");
     upsert_record(file, std::move(record));
-    write_tuning(file, output);
   }
+  if (!to_tune.empty()) write_tuning(file, output);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::cout << fmt::format("wrote {} ({} records) in {:.1f} s\n", output, file.records.size(), seconds);
 }

@@ -55,35 +55,45 @@ Bundle compile_replicas(Graph graph, std::map<std::string, std::string> variants
   return compile_graph(std::move(graph), registry, compile);
 }
 
-Bundle compile_variants(const TuneProblem& problem, const std::vector<std::string>& variants, const Registry& registry,
-                        const TuneOptions& options) {
+// A problem's candidates: those still in the running, and why each of the others is out.
+struct Candidates {
+  std::vector<std::string> variants;
+  std::map<std::string, std::string> rejected;
+};
+
+std::string prefix(size_t problem) { return fmt::format("p{}_", problem); }
+
+// Every problem's candidates, one graph.
+Bundle compile_candidates(const std::vector<const TuneProblem*>& problems, const std::vector<Candidates>& candidates,
+                          const Registry& registry, const TuneOptions& options) {
   Graph graph;
-  graph.name = fmt::format("tune_{}", problem.op);
+  graph.name = "tune";
   std::map<std::string, std::string> variants_of;
-  add_replicas(graph, variants_of, problem, variants, "");
+  for (size_t p = 0; p < problems.size(); ++p)
+    add_replicas(graph, variants_of, *problems[p], candidates[p].variants, prefix(p));
   return compile_replicas(std::move(graph), std::move(variants_of), registry, options);
 }
 
-// The variants that compile, and why each of the others does not (rejected[variant]).
-Bundle compile_candidates(const TuneProblem& problem, std::vector<std::string>& variants,
-                          std::map<std::string, std::string>& rejected, const Registry& registry,
-                          const TuneOptions& options) {
+// Compiles every candidate together; where that fails, each alone first, rejecting those that
+// fail (with the reason).
+Bundle compile_all(const std::vector<const TuneProblem*>& problems, std::vector<Candidates>& candidates,
+                   const Registry& registry, const TuneOptions& options) {
   try {
-    return compile_variants(problem, variants, registry, options);
+    return compile_candidates(problems, candidates, registry, options);
   } catch (const Error&) {
-    // Find the ones that fail alone, then compile the rest together.
-    std::vector<std::string> compiled;
-    for (const std::string& variant : variants) {
-      try {
-        compile_variants(problem, {variant}, registry, options);
-        compiled.push_back(variant);
-      } catch (const Error& error) {
-        rejected[variant] = "compile: " + error.message();
+    for (size_t p = 0; p < problems.size(); ++p) {
+      std::vector<std::string> compiled;
+      for (const std::string& variant : candidates[p].variants) {
+        try {
+          compile_candidates({problems[p]}, {Candidates{{variant}, {}}}, registry, options);
+          compiled.push_back(variant);
+        } catch (const Error& error) {
+          candidates[p].rejected[variant] = "compile: " + error.message();
+        }
       }
+      candidates[p].variants = compiled;
     }
-    variants = compiled;
-    if (variants.empty()) throw Error("no variant compiles");
-    return compile_variants(problem, variants, registry, options);
+    return compile_candidates(problems, candidates, registry, options);
   }
 }
 
@@ -95,51 +105,65 @@ std::vector<int64_t> sample_rows(int64_t rows, int count) {
   return out;
 }
 
-// Runs every variant once on the same random inputs and params and compares each output with the
-// reference, on sampled rows where the op's inputs give them (OpTuning::row_inputs).
-void check_variants(const Bundle& bundle, const std::string& path, const std::vector<std::string>& variants,
-                    std::map<std::string, std::string>& rejected, const Registry& registry, const TuneOptions& options,
-                    const std::shared_ptr<cuda::Device>& device) {
+size_t node_index(const Bundle& bundle, const std::string& name) {
+  for (size_t i = 0; i < bundle.nodes.size(); ++i) {
+    if (bundle.nodes[i].name == name) return i;
+  }
+  throw Error(fmt::format("the candidates' bundle has no node '{}'", name));
+}
+
+// Compares each of a problem's candidates, run on the same inputs and params, with the reference,
+// on sampled rows where the op's inputs give them (OpTuning::row_inputs).
+void check_problem(const BoundBundle& bound, const GpuExecutor& executor, const RunData& data, size_t p,
+                   Candidates& candidates, const Registry& registry, const TuneOptions& options) {
+  const Bundle& bundle = *bound.bundle;
+  const std::string first = prefix(p) + replica_name(0);
+  const size_t index = node_index(bundle, first);
+  std::vector<HostTensor> inputs;
+  for (const std::string& input : bundle.nodes[index].inputs) inputs.push_back(data.inputs.at(input));
+  const OpDef* op = registry.find(bundle.nodes[index].op);
+  const int64_t rows = bound.tensor(first).rows;
+  const bool sampled = op != nullptr && !op->tuning.row_inputs.empty();
+  const std::vector<int64_t> checked = sample_rows(rows, sampled ? options.check_rows : static_cast<int>(rows));
+  const HostTensor reference = sampled ? reference_rows(bound, registry, index, inputs, data.params, checked)
+                                       : reference_node(bound, registry, index, inputs, data.params);
+  for (size_t v = 0; v < candidates.variants.size(); ++v) {
+    HostTensor output = executor.read(prefix(p) + replica_name(v));
+    if (sampled) output = select_rows(output, checked);
+    const Comparison result = compare_values(output, reference, tolerance_for(output.dtype));
+    if (!result.ok()) {
+      candidates.rejected[candidates.variants[v]] =
+          fmt::format("numerics: {} of {} checked values off the reference (max rel error {:.3g})", result.mismatches,
+                      result.count, result.max_rel);
+    }
+  }
+}
+
+// Runs every candidate once with random inputs and params (a problem's candidates all get its first
+// one's params, so one reference serves them) and checks each.
+void check_all(const Bundle& bundle, const std::string& path, std::vector<Candidates>& candidates,
+               const Registry& registry, const TuneOptions& options, const std::shared_ptr<cuda::Device>& device) {
   BoundBundle bound = bind_bundle(bundle, {}, path);
   bind_launches(bound, device->facts());
   DataOptions data_options;
   data_options.seed = options.seed;
   data_options.fill = ParamFill::kRandom;
   RunData data = prepare_data(bound, data_options);
-  // Every variant gets the first one's params, so one reference serves them all.
-  for (size_t v = 1; v < variants.size(); ++v) {
-    for (const BundleParam& param : bundle.params) {
-      if (param.node != replica_name(v)) continue;
-      data.params[param.name] = data.params.at(replica_name(0) + "." + param.slot);
-    }
+  for (const BundleParam& param : bundle.params) {
+    const std::string problem = param.node.substr(0, param.node.find('_') + 1);
+    data.params[param.name] = data.params.at(problem + replica_name(0) + "." + param.slot);
   }
   GpuExecutor executor(device, bound);
   executor.upload(data);
   executor.run(1, false);
-
-  std::vector<HostTensor> inputs;
-  for (const std::string& input : bundle.nodes[0].inputs) inputs.push_back(data.inputs.at(input));
-  const OpDef* op = registry.find(bundle.nodes[0].op);
-  const int64_t rows = bound.tensor(replica_name(0)).rows;
-  const bool sampled = op != nullptr && !op->tuning.row_inputs.empty();
-  const std::vector<int64_t> checked = sample_rows(rows, sampled ? options.check_rows : static_cast<int>(rows));
-  const HostTensor reference = sampled ? reference_rows(bound, registry, 0, inputs, data.params, checked)
-                                       : reference_node(bound, registry, 0, inputs, data.params);
-  for (size_t v = 0; v < variants.size(); ++v) {
-    HostTensor output = executor.read(replica_name(v));
-    if (sampled) output = select_rows(output, checked);
-    const Comparison result = compare_values(output, reference, tolerance_for(output.dtype));
-    if (!result.ok()) {
-      rejected[variants[v]] = fmt::format("numerics: {} of {} checked values off the reference (max rel error {:.3g})",
-                                          result.mismatches, result.count, result.max_rel);
-    }
-  }
+  for (size_t p = 0; p < candidates.size(); ++p)
+    check_problem(bound, executor, data, p, candidates[p], registry, options);
 }
 
-// Each variant's median time: the sum of its node's launches' medians.
-std::map<std::string, std::pair<double, int>> time_variants(const std::string& path,
-                                                            const std::vector<std::string>& variants,
-                                                            const TuneOptions& options) {
+// Each node's median time (the sum of its launches' medians) and the iterations timed, in one
+// CUPTI session: CUPTI 13.0 names the kernels of modules loaded after others were unloaded by the
+// unloaded ones' names, so the candidates are not profiled bundle after bundle in one process.
+std::map<std::string, std::pair<double, int>> time_all(const std::string& path, const TuneOptions& options) {
   ProfileOptions profile;
   profile.warmup_iterations = 3;
   profile.warmup_min_seconds = 0.05;
@@ -156,14 +180,44 @@ std::map<std::string, std::pair<double, int>> time_variants(const std::string& p
   }
   std::map<std::string, std::pair<double, int>> times;
   for (const LaunchStats& launch : run.launches) {
-    for (size_t v = 0; v < variants.size(); ++v) {
-      if (launch.facts.node != replica_name(v)) continue;
-      auto& [us, iterations] = times[variants[v]];
-      us += launch.duration_us.median;
-      iterations = run.iterations;
-    }
+    auto& [us, iterations] = times[launch.facts.node];
+    us += launch.duration_us.median;
+    iterations = run.iterations;
   }
   return times;
+}
+
+// The problem's record: every candidate's time or rejection, the fastest measured one the winner.
+TuningRecord record_of(const TuneProblem& problem, size_t p, const Candidates& candidates,
+                       const std::map<std::string, std::pair<double, int>>& times, bool cold_l2) {
+  TuningRecord record;
+  record.op = problem.op;
+  record.dtype = problem.dtype;
+  record.dims = point_ranges(problem.dims);
+  record.l2 = cold_l2 ? "cold" : "warm";
+  double best = 0;
+  for (const std::string& variant : problem.variants) {
+    TuningCandidate candidate{variant, 0, 0, ""};
+    const auto position = std::find(candidates.variants.begin(), candidates.variants.end(), variant);
+    if (auto why = candidates.rejected.find(variant); why != candidates.rejected.end()) {
+      candidate.rejected = why->second;
+    } else if (position != candidates.variants.end()) {
+      const std::string node = prefix(p) + replica_name(static_cast<size_t>(position - candidates.variants.begin()));
+      std::tie(candidate.median_us, candidate.iterations) = times.at(node);
+      if (record.variant.empty() || candidate.median_us < best) {
+        record.variant = variant;
+        best = candidate.median_us;
+      }
+    }
+    record.candidates.push_back(std::move(candidate));
+  }
+  if (record.variant.empty()) {
+    Error error(fmt::format("{} {} {}: no variant passes its check", problem.op, dtype_name(problem.dtype),
+                            dims_text(record.dims)));
+    for (const TuningCandidate& c : record.candidates) error.note(fmt::format("{}: {}", c.variant, c.rejected));
+    throw error;
+  }
+  return record;
 }
 
 }  // namespace
@@ -205,19 +259,6 @@ std::vector<TuneProblem> tune_problems(const Graph& prepared) {
   return problems;
 }
 
-void precompile(const std::vector<const TuneProblem*>& problems, const Registry& registry, const TuneOptions& options) {
-  Graph graph;
-  graph.name = "tune";
-  std::map<std::string, std::string> variants_of;
-  for (size_t p = 0; p < problems.size(); ++p)
-    add_replicas(graph, variants_of, *problems[p], problems[p]->variants, fmt::format("p{}_", p));
-  try {
-    compile_replicas(std::move(graph), std::move(variants_of), registry, options);
-  } catch (const Error&) {
-    // tune_problem compiles each problem again and rejects what fails there, with the reason.
-  }
-}
-
 bool record_covers(const TuningRecord& record, const TuneProblem& problem, bool cold_l2) {
   if (record.l2 != (cold_l2 ? "cold" : "warm")) return false;
   return std::all_of(problem.variants.begin(), problem.variants.end(), [&](const std::string& variant) {
@@ -226,42 +267,19 @@ bool record_covers(const TuningRecord& record, const TuneProblem& problem, bool 
   });
 }
 
-TuningRecord tune_problem(const TuneProblem& problem, const Registry& registry, const TuneOptions& options,
-                          const std::shared_ptr<cuda::Device>& device) {
-  std::vector<std::string> variants = problem.variants;
-  std::map<std::string, std::string> rejected;
-  const Bundle bundle = compile_candidates(problem, variants, rejected, registry, options);
+std::vector<TuningRecord> tune(const std::vector<const TuneProblem*>& problems, const Registry& registry,
+                               const TuneOptions& options, const std::shared_ptr<cuda::Device>& device) {
+  std::vector<Candidates> candidates;
+  for (const TuneProblem* problem : problems) candidates.push_back({problem->variants, {}});
+  const Bundle bundle = compile_all(problems, candidates, registry, options);
   const std::string path = (std::filesystem::path(options.work_dir) / "candidates.teeny").string();
   write_bundle(bundle, path);
-  check_variants(bundle, path, variants, rejected, registry, options, device);
-  const auto times = time_variants(path, variants, options);
-
-  TuningRecord record;
-  record.op = problem.op;
-  record.dtype = problem.dtype;
-  record.dims = point_ranges(problem.dims);
-  record.l2 = options.cold_l2 ? "cold" : "warm";
-  double best = 0;
-  for (const std::string& variant : problem.variants) {
-    TuningCandidate candidate{variant, 0, 0, ""};
-    if (auto why = rejected.find(variant); why != rejected.end()) {
-      candidate.rejected = why->second;
-    } else {
-      std::tie(candidate.median_us, candidate.iterations) = times.at(variant);
-      if (record.variant.empty() || candidate.median_us < best) {
-        record.variant = variant;
-        best = candidate.median_us;
-      }
-    }
-    record.candidates.push_back(std::move(candidate));
-  }
-  if (record.variant.empty()) {
-    Error error(fmt::format("{} {} {}: no variant passes its check", problem.op, dtype_name(problem.dtype),
-                            dims_text(record.dims)));
-    for (const TuningCandidate& c : record.candidates) error.note(fmt::format("{}: {}", c.variant, c.rejected));
-    throw error;
-  }
-  return record;
+  check_all(bundle, path, candidates, registry, options, device);
+  const auto times = time_all(path, options);
+  std::vector<TuningRecord> records;
+  for (size_t p = 0; p < problems.size(); ++p)
+    records.push_back(record_of(*problems[p], p, candidates[p], times, options.cold_l2));
+  return records;
 }
 
 }  // namespace teeny

@@ -1,9 +1,9 @@
 // `teeny tune`: picks each tunable node's kernel variant (OpDef::tuning) by measuring them all on
 // the GPU. Every distinct problem of a graph at one binding (op, dtype and tuning dims; nodes
-// alike share one) becomes a graph of one node per variant, all reading the same inputs; it is
-// compiled once (a variant that fails to compile is rejected alone), run once with random data to
-// check each variant's output against the host reference (rows sampled where the op allows), and
-// profiled with CUPTI, the L2 flushed before each launch (cold) or not (warm). The fastest variant
+// alike share one) becomes nodes of one graph, one per variant, reading the problem's inputs; the
+// graph is compiled once (a variant that fails to compile is rejected alone), run once with random
+// data to check each variant's output against the host reference (rows sampled where the op
+// allows), and profiled with CUPTI, the L2 flushed before each launch (cold) or not (warm). The fastest variant
 // that passes is the problem's record (core/tuning.h), with every candidate's time or rejection.
 #pragma once
 
@@ -44,17 +44,14 @@ std::vector<std::pair<std::string, DimRange>> point_ranges(const std::vector<std
 // The tunable problems of `prepared` (prepare_graph with every dim fixed), in graph order.
 std::vector<TuneProblem> tune_problems(const Graph& prepared);
 
-// Compiles every variant of every problem in one go, so NVRTC runs them all in parallel and
-// tune_problem finds them in the kernel cache. A failure here is left for tune_problem to report.
-void precompile(const std::vector<const TuneProblem*>& problems, const Registry& registry, const TuneOptions& options);
-
 // Whether `record` already holds a measurement of every variant of `problem` under `cold_l2`
 // (a resumed tune skips it).
 bool record_covers(const TuningRecord& record, const TuneProblem& problem, bool cold_l2);
 
-// Measures every variant of `problem` on `device` and returns its record. Throws Error where the
-// measurement cannot be trusted or no variant passes its check.
-TuningRecord tune_problem(const TuneProblem& problem, const Registry& registry, const TuneOptions& options,
-                          const std::shared_ptr<cuda::Device>& device);
+// Measures every variant of every problem on `device`, all in one bundle (compiled in one parallel
+// NVRTC pass, checked in one run, timed in one CUPTI session), and returns their records in order.
+// Throws Error where the measurement cannot be trusted or a problem has no variant that passes.
+std::vector<TuningRecord> tune(const std::vector<const TuneProblem*>& problems, const Registry& registry,
+                               const TuneOptions& options, const std::shared_ptr<cuda::Device>& device);
 
 }  // namespace teeny
