@@ -1,5 +1,6 @@
 // batchnorm2d: inference batch norm over x [B, C, H, W] with PyTorch's slots weight, bias,
-// running_mean, running_var [C]: y = (x - mean) / sqrt(var + eps) * weight + bias.
+// running_mean, running_var [C] in x's dtype: y = (x - mean) / sqrt(var + eps) * weight + bias,
+// computed in f32.
 #include <fmt/format.h>
 
 #include <cmath>
@@ -14,10 +15,11 @@ namespace {
 constexpr int kThreads = 256;
 
 std::vector<ParamSpec> batchnorm2d_params(const OpContext& ctx) {
-  const Shape channels = {ctx.inputs.at(0).shape.at(1)};
+  const TensorType& x = ctx.inputs.at(0);
+  const Shape channels = {x.shape.at(1)};
   std::vector<ParamSpec> params;
   for (const char* slot : {"weight", "bias", "running_mean", "running_var"})
-    params.push_back({slot, channels, DType::kF32, ParamInit::kTrained, {}});
+    params.push_back({slot, channels, x.dtype, ParamInit::kTrained, {}});
   params[3].hints.random_range = std::array<double, 2>{0.5, 1.5};  // a variance: positive
   params[2].hints.unused_state = {"num_batches_tracked"};          // PyTorch's step counter
   return params;
@@ -25,28 +27,31 @@ std::vector<ParamSpec> batchnorm2d_params(const OpContext& ctx) {
 
 Lowering batchnorm2d_lower(const OpContext& ctx) {
   const Shape& shape = ctx.inputs.at(0).shape;
+  const DType dtype = ctx.inputs.at(0).dtype;
   const Expr plane = shape[2] * shape[3];
-  // 16-byte accesses when every channel plane is a whole number of float4s.
-  const int vec = plane.const_value() && *plane.const_value() % 4 == 0 ? 4 : 1;
+  // 16-byte accesses when every channel plane is a whole number of 16-byte vectors.
+  const int width = vector_width(dtype);
+  const int vec = plane.const_value() && *plane.const_value() % width == 0 ? width : 1;
   const Expr count = product(shape) / Expr(vec);
-  std::vector<KernelArg> args = {input(0, "x", DType::kF32),
-                                 param("weight", "weight", DType::kF32),
-                                 param("bias", "bias", DType::kF32),
-                                 param("running_mean", "running_mean", DType::kF32),
-                                 param("running_var", "running_var", DType::kF32),
-                                 output("y", DType::kF32),
+  std::vector<KernelArg> args = {input(0, "x", dtype),
+                                 param("weight", "weight", dtype),
+                                 param("bias", "bias", dtype),
+                                 param("running_mean", "running_mean", dtype),
+                                 param("running_var", "running_var", dtype),
+                                 output("y", dtype),
                                  f32("eps", ctx.attrs.real("eps")),
                                  i64("count", count),
                                  i32("plane", plane / Expr(vec)),
                                  i32("channels", shape[1])};
-  KernelSource kernel =
-      template_kernel(fmt::format("batchnorm2d_v{}", vec), "vision.cuh",
-                      fmt::format("tn_batchnorm2d<{}, {}>", kThreads, vec), args, kThreads, TEENY_KERNEL_ORIGIN);
+  KernelSource kernel = template_kernel(fmt::format("batchnorm2d_{}_v{}", dtype_name(dtype), vec), "vision.cuh",
+                                        fmt::format("tn_batchnorm2d<{}, {}, {}>", dtype_c_type(dtype), kThreads, vec),
+                                        args, kThreads, TEENY_KERNEL_ORIGIN);
   Launch launch;
   launch.block = {kThreads, 1, 1};
   launch.grid = {ceil_div(count, Expr(kThreads)), Expr(1), Expr(1)};
   launch.args = std::move(args);
-  launch.bytes = Expr(8) * product(shape) + Expr(16) * shape[1];
+  const int64_t size = static_cast<int64_t>(dtype_size(dtype));
+  launch.bytes = Expr(2 * size) * product(shape) + Expr(4 * size) * shape[1];
   launch.flops = Expr(2) * product(shape);
   return Lowering{{std::move(kernel)}, {launch}};
 }
@@ -74,6 +79,7 @@ OpDef batchnorm2d_op() {
       "weight + bias; params [C]";
   def.inputs = {{"x", "[B, C, H, W]"}};
   def.attrs = {{"eps", AttrType::kFloat, "added to the variance", nlohmann::json(1e-5), {}, false, 0.0, true}};
+  def.dtypes = float_dtypes();
   const OpDef meta = def;
   def.infer = [meta](const OpContext& ctx) {
     const DType dtype = output_float_dtype(meta, ctx, common_float_dtype(meta, ctx));
@@ -85,8 +91,14 @@ OpDef batchnorm2d_op() {
   def.lower = batchnorm2d_lower;
   def.reference = batchnorm2d_reference;
   def.conformance_cases = [] {
-    return vision_cases("batchnorm2d", {{"195-pixel planes (scalar)", "[B, 8, 15, 13]", {{"eps", 1e-3}}},
-                                        {"64-pixel planes (16-byte)", "[B, 16, 8, 8]"}});
+    std::vector<VisionCase> cases = {{"195-pixel planes (scalar)", "[B, 8, 15, 13]", {{"eps", 1e-3}}},
+                                     {"64-pixel planes (16-byte)", "[B, 16, 8, 8]"}};
+    // 12-pixel planes take 16-byte vectors in f32 only (8 elements a vector in 16-bit).
+    for (VisionCase& c : in_16bit_dtypes({{"221-pixel planes (scalar)", "[B, 6, 17, 13]", {{"eps", 1e-3}}},
+                                          {"12-pixel planes (scalar)", "[B, 5, 3, 4]"},
+                                          {"64-pixel planes (16-byte)", "[B, 16, 8, 8]"}}))
+      cases.push_back(std::move(c));
+    return vision_cases("batchnorm2d", cases);
   };
   def.source_file = TEENY_OP_FILE;
   return def;

@@ -1,6 +1,6 @@
 // conv2d: NCHW convolution with stride, padding, dilation and groups (depthwise when groups = C),
-// PyTorch layout weight [Co, C/groups, kH, kW] and bias [Co]. Lowering: ops/vision_common.cpp;
-// kernels: ops/kernels/conv2d.cuh.
+// PyTorch layout weight [Co, C/groups, kH, kW] and bias [Co], both in x's dtype. Lowering:
+// ops/vision_common.cpp; kernels: ops/kernels/conv2d.cuh.
 #include "ops/kernel_util.h"
 #include "ops/ops.h"
 #include "ops/vision_common.h"
@@ -10,9 +10,8 @@ namespace {
 
 std::vector<ParamSpec> conv2d_params(const OpContext& ctx) {
   const ConvGeometry g = conv_geometry("conv2d", ctx);
-  std::vector<ParamSpec> params = {{"weight", g.weight_shape(), DType::kF32, ParamInit::kTrained, {}}};
-  if (ctx.attrs.boolean("bias"))
-    params.push_back({"bias", {Expr(g.a.out_channels)}, DType::kF32, ParamInit::kTrained, {}});
+  std::vector<ParamSpec> params = {{"weight", g.weight_shape(), g.dtype, ParamInit::kTrained, {}}};
+  if (ctx.attrs.boolean("bias")) params.push_back({"bias", {Expr(g.a.out_channels)}, g.dtype, ParamInit::kTrained, {}});
   return params;
 }
 
@@ -39,6 +38,7 @@ OpDef conv2d_op() {
   def.inputs = {{"x", "[B, C, H, W]"}};
   def.attrs = conv_attr_specs();
   def.attrs.push_back({"bias", AttrType::kBool, "add a bias [Co]", nlohmann::json(true), {}, false, std::nullopt});
+  def.dtypes = float_dtypes();
   const OpDef meta = def;
   def.infer = [meta](const OpContext& ctx) {
     const DType dtype = output_float_dtype(meta, ctx, common_float_dtype(meta, ctx));
@@ -54,41 +54,54 @@ OpDef conv2d_op() {
   def.conformance_cases = [] {
     using nlohmann::json;
     const std::vector<Bindings> b1_b2 = {{{"B", 1}}, {{"B", 2}}};
-    return vision_cases(
-        "conv2d",
-        {{"3x3 s2 p1 groups 2, odd 15x13",
-          "[B, 8, 15, 13]",
-          {{"out_channels", 12}, {"kernel_size", 3}, {"stride", 2}, {"padding", 1}, {"groups", 2}}},
-         {"3x3 dilation 2 p2, no bias",
-          "[B, 8, 15, 13]",
-          {{"out_channels", 16}, {"kernel_size", 3}, {"padding", 2}, {"dilation", 2}, {"bias", false}}},
-         {"3x5 s[1,2] p[1,2], Co 72",
-          "[B, 8, 15, 13]",
-          {{"out_channels", 72}, {"kernel_size", {3, 5}}, {"stride", {1, 2}}, {"padding", {1, 2}}}},
-         {"3x3 Co 3", "[B, 8, 15, 13]", {{"out_channels", 3}, {"kernel_size", 3}}},
-         {"5x5 1 -> 6 (LeNet c1)", "[B, 1, 32, 32]", {{"out_channels", 6}, {"kernel_size", 5}}},
-         {"1x1, 195-pixel planes (scalar loads)", "[B, 8, 15, 13]", {{"out_channels", 24}, {"kernel_size", 1}}},
-         {"1x1, 64-pixel planes (16-byte loads)",
-          "[B, 16, 8, 8]",
-          {{"out_channels", 32}, {"kernel_size", 1}, {"bias", false}}},
-         {"depthwise x2 multiplier, s2 p1",
-          "[B, 8, 15, 13]",
-          {{"out_channels", 16}, {"kernel_size", 3}, {"stride", 2}, {"padding", 1}, {"groups", 8}}},
-         {"3x3 s2 p1, symbolic H and W",
-          "[B, 3, H, W]",
-          {{"out_channels", 8}, {"kernel_size", 3}, {"stride", 2}, {"padding", 1}},
-          {"B", "H", "W"},
-          {{{"B", 1}, {"H", 1}, {"W", 1}}, {{"B", 2}, {"H", 33}, {"W", 17}}, {{"B", 32}, {"H", 7}, {"W", 64}}}},
-         {"3x3 p1 16 -> 128 at 96x96 (64x64 tiles)",
-          "[B, 16, 96, 96]",
-          {{"out_channels", 128}, {"kernel_size", 3}, {"padding", 1}},
-          {"B"},
-          b1_b2},
-         {"1x1 16 -> 128 at 72x72 (64x64 tiles, 16-byte loads)",
-          "[B, 16, 72, 72]",
-          {{"out_channels", 128}, {"kernel_size", 1}},
-          {"B"},
-          b1_b2}});
+    std::vector<VisionCase> cases = {
+        {"3x3 s2 p1 groups 2, odd 15x13",
+         "[B, 8, 15, 13]",
+         {{"out_channels", 12}, {"kernel_size", 3}, {"stride", 2}, {"padding", 1}, {"groups", 2}}},
+        {"3x3 dilation 2 p2, no bias",
+         "[B, 8, 15, 13]",
+         {{"out_channels", 16}, {"kernel_size", 3}, {"padding", 2}, {"dilation", 2}, {"bias", false}}},
+        {"3x5 s[1,2] p[1,2], Co 72",
+         "[B, 8, 15, 13]",
+         {{"out_channels", 72}, {"kernel_size", {3, 5}}, {"stride", {1, 2}}, {"padding", {1, 2}}}},
+        {"3x3 Co 3", "[B, 8, 15, 13]", {{"out_channels", 3}, {"kernel_size", 3}}},
+        {"5x5 1 -> 6 (LeNet c1)", "[B, 1, 32, 32]", {{"out_channels", 6}, {"kernel_size", 5}}},
+        {"1x1, 195-pixel planes (scalar loads)", "[B, 8, 15, 13]", {{"out_channels", 24}, {"kernel_size", 1}}},
+        {"1x1, 64-pixel planes (16-byte loads)",
+         "[B, 16, 8, 8]",
+         {{"out_channels", 32}, {"kernel_size", 1}, {"bias", false}}},
+        {"depthwise x2 multiplier, s2 p1",
+         "[B, 8, 15, 13]",
+         {{"out_channels", 16}, {"kernel_size", 3}, {"stride", 2}, {"padding", 1}, {"groups", 8}}},
+        {"3x3 s2 p1, symbolic H and W",
+         "[B, 3, H, W]",
+         {{"out_channels", 8}, {"kernel_size", 3}, {"stride", 2}, {"padding", 1}},
+         {"B", "H", "W"},
+         {{{"B", 1}, {"H", 1}, {"W", 1}}, {{"B", 2}, {"H", 33}, {"W", 17}}, {{"B", 32}, {"H", 7}, {"W", 64}}}},
+        {"3x3 p1 16 -> 128 at 96x96 (64x64 tiles)",
+         "[B, 16, 96, 96]",
+         {{"out_channels", 128}, {"kernel_size", 3}, {"padding", 1}},
+         {"B"},
+         b1_b2},
+        {"1x1 16 -> 128 at 72x72 (64x64 tiles, 16-byte loads)",
+         "[B, 16, 72, 72]",
+         {{"out_channels", 128}, {"kernel_size", 1}},
+         {"B"},
+         b1_b2}};
+    // Each kernel path once more in 16-bit, with channel counts that are not multiples of 8.
+    for (VisionCase& c : in_16bit_dtypes(
+             {{"3x3 s2 p1 groups 2, 6 -> 10, odd 17x13",
+               "[B, 6, 17, 13]",
+               {{"out_channels", 10}, {"kernel_size", 3}, {"stride", 2}, {"padding", 1}, {"groups", 2}}},
+              {"1x1, 221-pixel planes (scalar loads)", "[B, 12, 17, 13]", {{"out_channels", 20}, {"kernel_size", 1}}},
+              {"1x1, 64-pixel planes (4-pixel loads)",
+               "[B, 16, 8, 8]",
+               {{"out_channels", 24}, {"kernel_size", 1}, {"bias", false}}},
+              {"depthwise x2 multiplier, s2 p1, odd 17x13",
+               "[B, 6, 17, 13]",
+               {{"out_channels", 12}, {"kernel_size", 3}, {"stride", 2}, {"padding", 1}, {"groups", 6}}}}))
+      cases.push_back(std::move(c));
+    return vision_cases("conv2d", cases);
   };
   def.source_file = TEENY_OP_FILE;
   return def;

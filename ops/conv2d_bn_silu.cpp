@@ -1,6 +1,7 @@
 // conv2d_bn_silu: Conv (no bias) -> inference BatchNorm -> SiLU in one kernel, the Ultralytics
-// `Conv` block with its slot names (conv.weight, bn.*). The batch norm is folded per output
-// channel in the kernel's epilogue, and the SiLU is the silu op's functor. Lowering:
+// `Conv` block with its slot names (conv.weight, bn.*), every param in x's dtype. The batch norm
+// is folded per output channel in the kernel's epilogue (in f32), and the SiLU is the silu op's
+// functor. Lowering:
 // ops/vision_common.cpp; kernels: ops/kernels/conv2d.cuh; the graph pass that forms this op from
 // three nodes: ops/fuse_conv_bn_silu.cpp.
 #include <cmath>
@@ -17,9 +18,9 @@ constexpr const char* kOp = "conv2d_bn_silu";
 std::vector<ParamSpec> conv2d_bn_silu_params(const OpContext& ctx) {
   const ConvGeometry g = conv_geometry(kOp, ctx);
   const Shape channels = {Expr(g.a.out_channels)};
-  std::vector<ParamSpec> params = {{"conv.weight", g.weight_shape(), DType::kF32, ParamInit::kTrained, {}}};
+  std::vector<ParamSpec> params = {{"conv.weight", g.weight_shape(), g.dtype, ParamInit::kTrained, {}}};
   for (const char* slot : {"bn.weight", "bn.bias", "bn.running_mean", "bn.running_var"})
-    params.push_back({slot, channels, DType::kF32, ParamInit::kTrained, {}});
+    params.push_back({slot, channels, g.dtype, ParamInit::kTrained, {}});
   params[4].hints.random_range = std::array<double, 2>{0.5, 1.5};  // a variance: positive
   params[3].hints.unused_state = {"num_batches_tracked"};          // PyTorch's step counter
   return params;
@@ -54,6 +55,7 @@ OpDef conv2d_bn_silu_op() {
   def.inputs = {{"x", "[B, C, H, W]"}};
   def.attrs = conv_attr_specs();
   def.attrs.push_back({"eps", AttrType::kFloat, "batch-norm epsilon", nlohmann::json(1e-3), {}, false, 0.0, true});
+  def.dtypes = float_dtypes();
   const OpDef meta = def;
   def.infer = [meta](const OpContext& ctx) {
     const DType dtype = output_float_dtype(meta, ctx, common_float_dtype(meta, ctx));
@@ -67,15 +69,26 @@ OpDef conv2d_bn_silu_op() {
   };
   def.reference = conv2d_bn_silu_reference;
   def.conformance_cases = [] {
-    return vision_cases(
-        kOp, {{"3x3 p1 Co 64, odd 15x13", "[B, 8, 15, 13]", {{"out_channels", 64}, {"kernel_size", 3}, {"padding", 1}}},
-              {"3x3 s2 p1 3 -> 16 (stem), odd 33x31",
+    std::vector<VisionCase> cases = {
+        {"3x3 p1 Co 64, odd 15x13", "[B, 8, 15, 13]", {{"out_channels", 64}, {"kernel_size", 3}, {"padding", 1}}},
+        {"3x3 s2 p1 3 -> 16 (stem), odd 33x31",
+         "[B, 3, 33, 31]",
+         {{"out_channels", 16}, {"kernel_size", 3}, {"stride", 2}, {"padding", 1}}},
+        {"depthwise 3x3 p1",
+         "[B, 8, 15, 13]",
+         {{"out_channels", 8}, {"kernel_size", 3}, {"padding", 1}, {"groups", 8}}},
+        {"1x1, eps 1e-5", "[B, 16, 8, 8]", {{"out_channels", 16}, {"kernel_size", 1}, {"eps", 1e-5}}}};
+    // The implicit GEMM, depthwise and 1x1 paths once more in 16-bit.
+    for (VisionCase& c : in_16bit_dtypes(
+             {{"3x3 s2 p1 3 -> 20 (stem), odd 33x31",
                "[B, 3, 33, 31]",
-               {{"out_channels", 16}, {"kernel_size", 3}, {"stride", 2}, {"padding", 1}}},
-              {"depthwise 3x3 p1",
-               "[B, 8, 15, 13]",
-               {{"out_channels", 8}, {"kernel_size", 3}, {"padding", 1}, {"groups", 8}}},
-              {"1x1, eps 1e-5", "[B, 16, 8, 8]", {{"out_channels", 16}, {"kernel_size", 1}, {"eps", 1e-5}}}});
+               {{"out_channels", 20}, {"kernel_size", 3}, {"stride", 2}, {"padding", 1}}},
+              {"depthwise 3x3 p1, odd 17x13",
+               "[B, 12, 17, 13]",
+               {{"out_channels", 12}, {"kernel_size", 3}, {"padding", 1}, {"groups", 12}}},
+              {"1x1, 64-pixel planes (4-pixel loads)", "[B, 16, 8, 8]", {{"out_channels", 24}, {"kernel_size", 1}}}}))
+      cases.push_back(std::move(c));
+    return vision_cases(kOp, cases);
   };
   def.source_file = TEENY_OP_FILE;
   return def;

@@ -1,4 +1,5 @@
-// maxpool2d, avgpool2d (count_include_pad = true) and global_avgpool over x [B, C, H, W].
+// maxpool2d, avgpool2d (count_include_pad = true) and global_avgpool over x [B, C, H, W], in any
+// float dtype (sums and means in f32).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -64,18 +65,19 @@ Lowering lower_window_pool(const std::string& op, bool is_max, const OpContext& 
   const Window2d p = pool_window(ctx.attrs);
   const Shape& in = ctx.inputs.at(0).shape;
   const Shape& out = ctx.output.shape;
-  std::vector<KernelArg> args = {input(0, "x", DType::kF32), output("y", DType::kF32), i64("count", product(out)),
-                                 i32("in_h", in[2]),         i32("in_w", in[3]),       i32("out_h", out[2]),
+  const DType dtype = ctx.inputs.at(0).dtype;
+  std::vector<KernelArg> args = {input(0, "x", dtype), output("y", dtype), i64("count", product(out)),
+                                 i32("in_h", in[2]),   i32("in_w", in[3]), i32("out_h", out[2]),
                                  i32("out_w", out[3])};
-  KernelSource kernel = template_kernel(
-      fmt::format("{}_{}", op, window_name(p)), "pool2d.cuh",
-      fmt::format("tn_pool2d<{}, {}, {}>", kThreads, window_template(p), is_max ? "tn_pool_max" : "tn_pool_avg"), args,
-      kThreads, TEENY_KERNEL_ORIGIN);
+  KernelSource kernel = template_kernel(fmt::format("{}_{}_{}", op, dtype_name(dtype), window_name(p)), "pool2d.cuh",
+                                        fmt::format("tn_pool2d<{}, {}, {}, {}>", dtype_c_type(dtype), kThreads,
+                                                    window_template(p), is_max ? "tn_pool_max" : "tn_pool_avg"),
+                                        args, kThreads, TEENY_KERNEL_ORIGIN);
   Launch launch;
   launch.block = {kThreads, 1, 1};
   launch.grid = {ceil_div(product(out), Expr(kThreads)), Expr(1), Expr(1)};
   launch.args = std::move(args);
-  launch.bytes = Expr(4) * (product(in) + product(out));
+  launch.bytes = Expr(static_cast<int64_t>(dtype_size(dtype))) * (product(in) + product(out));
   launch.flops = Expr(p.kh * p.kw) * product(out);
   return Lowering{{std::move(kernel)}, {launch}};
 }
@@ -108,16 +110,23 @@ OpDef window_pool_op(const std::string& name, bool is_max, const std::string& do
   def.doc = doc;
   def.inputs = {{"x", "[B, C, H, W]"}};
   def.attrs = pool_attr_specs();
+  def.dtypes = float_dtypes();
   const OpDef meta = def;
   def.infer = [meta](const OpContext& ctx) { return infer_pool(meta, ctx); };
   def.lower = [name, is_max](const OpContext& ctx) { return lower_window_pool(name, is_max, ctx); };
   def.reference = [is_max](const RefContext& ref) { return window_pool_reference(is_max, ref); };
   def.conformance_cases = [name] {
-    return vision_cases(
-        name, {{"k3 s2 p1, odd 15x13", "[B, 8, 15, 13]", {{"kernel_size", 3}, {"stride", 2}, {"padding", 1}}},
-               {"k5 s1 p2 (SPPF)", "[B, 16, 8, 8]", {{"kernel_size", 5}, {"stride", 1}, {"padding", 2}}},
-               {"k2, default stride", "[B, 6, 28, 28]", {{"kernel_size", 2}}},
-               {"k[2,3] s[1,2], odd 15x13", "[B, 8, 15, 13]", {{"kernel_size", {2, 3}}, {"stride", {1, 2}}}}});
+    std::vector<VisionCase> cases = {
+        {"k3 s2 p1, odd 15x13", "[B, 8, 15, 13]", {{"kernel_size", 3}, {"stride", 2}, {"padding", 1}}},
+        {"k5 s1 p2 (SPPF)", "[B, 16, 8, 8]", {{"kernel_size", 5}, {"stride", 1}, {"padding", 2}}},
+        {"k2, default stride", "[B, 6, 28, 28]", {{"kernel_size", 2}}},
+        {"k[2,3] s[1,2], odd 15x13", "[B, 8, 15, 13]", {{"kernel_size", {2, 3}}, {"stride", {1, 2}}}}};
+    for (VisionCase& c : in_16bit_dtypes(
+             {{"k3 s2 p1, odd 17x13", "[B, 6, 17, 13]", {{"kernel_size", 3}, {"stride", 2}, {"padding", 1}}},
+              {"k5 s1 p2 (SPPF)", "[B, 12, 8, 8]", {{"kernel_size", 5}, {"stride", 1}, {"padding", 2}}},
+              {"k[2,3] s[1,2], odd 17x13", "[B, 6, 17, 13]", {{"kernel_size", {2, 3}}, {"stride", {1, 2}}}}}))
+      cases.push_back(std::move(c));
+    return vision_cases(name, cases);
   };
   def.source_file = TEENY_OP_FILE;
   return def;
@@ -126,24 +135,26 @@ OpDef window_pool_op(const std::string& name, bool is_max, const std::string& do
 // ---- global_avgpool ------------------------------------------------------------------------
 
 // ops/kernels/pool2d.cuh's tn_global_avgpool: a warp per plane for small planes (8 planes per
-// CTA), the whole CTA for large ones.
+// CTA), the whole CTA for large ones; 16-byte loads when every plane is a whole number of them.
 Lowering lower_global_avgpool(const OpContext& ctx) {
   const Shape& in = ctx.inputs.at(0).shape;
+  const DType dtype = ctx.inputs.at(0).dtype;
   const Expr plane = in[2] * in[3];
   const auto plane_size = plane.const_value();
   const int plane_threads = plane_size && *plane_size < 2048 ? 32 : kThreads;
-  const int vec = plane_size && *plane_size % 4 == 0 ? 4 : 1;
+  const int width = vector_width(dtype);
+  const int vec = plane_size && *plane_size % width == 0 ? width : 1;
   const Expr planes = in[0] * in[1];
-  std::vector<KernelArg> args = {input(0, "x", DType::kF32), output("y", DType::kF32), i32("planes", planes),
-                                 i32("plane", plane)};
-  KernelSource kernel = template_kernel(fmt::format("global_avgpool_t{}_v{}", plane_threads, vec), "pool2d.cuh",
-                                        fmt::format("tn_global_avgpool<{}, {}, {}>", kThreads, plane_threads, vec),
-                                        args, kThreads, TEENY_KERNEL_ORIGIN);
+  std::vector<KernelArg> args = {input(0, "x", dtype), output("y", dtype), i32("planes", planes), i32("plane", plane)};
+  KernelSource kernel = template_kernel(
+      fmt::format("global_avgpool_{}_t{}_v{}", dtype_name(dtype), plane_threads, vec), "pool2d.cuh",
+      fmt::format("tn_global_avgpool<{}, {}, {}, {}>", dtype_c_type(dtype), kThreads, plane_threads, vec), args,
+      kThreads, TEENY_KERNEL_ORIGIN);
   Launch launch;
   launch.block = {kThreads, 1, 1};
   launch.grid = {ceil_div(planes, Expr(kThreads / plane_threads)), Expr(1), Expr(1)};
   launch.args = std::move(args);
-  launch.bytes = Expr(4) * (product(in) + planes);
+  launch.bytes = Expr(static_cast<int64_t>(dtype_size(dtype))) * (product(in) + planes);
   launch.flops = product(in);
   return Lowering{{std::move(kernel)}, {launch}};
 }
@@ -178,6 +189,7 @@ OpDef global_avgpool_op() {
   def.name = "global_avgpool";
   def.doc = "mean over each channel plane of x [B, C, H, W] -> [B, C, 1, 1]";
   def.inputs = {{"x", "[B, C, H, W]"}};
+  def.dtypes = float_dtypes();
   const OpDef meta = def;
   def.infer = [meta](const OpContext& ctx) {
     const DType dtype = output_float_dtype(meta, ctx, common_float_dtype(meta, ctx));
@@ -188,8 +200,14 @@ OpDef global_avgpool_op() {
   def.lower = lower_global_avgpool;
   def.reference = global_avgpool_reference;
   def.conformance_cases = [] {
-    return vision_cases("global_avgpool", {{"195-pixel planes (a warp each)", "[B, 8, 15, 13]"},
-                                           {"4096-pixel planes (a block each)", "[B, 4, 64, 64]"}});
+    std::vector<VisionCase> cases = {{"195-pixel planes (a warp each)", "[B, 8, 15, 13]"},
+                                     {"4096-pixel planes (a block each)", "[B, 4, 64, 64]"}};
+    // 2052 pixels: a block each, scalar loads in 16-bit (not a whole number of 8-element vectors).
+    for (VisionCase& c : in_16bit_dtypes({{"221-pixel planes (a warp each)", "[B, 6, 17, 13]"},
+                                          {"2052-pixel planes (a block each, scalar)", "[B, 3, 38, 54]"},
+                                          {"4096-pixel planes (a block each, 16-byte)", "[B, 4, 64, 64]"}}))
+      cases.push_back(std::move(c));
+    return vision_cases("global_avgpool", cases);
   };
   def.source_file = TEENY_OP_FILE;
   return def;

@@ -1,4 +1,5 @@
-// upsample_nearest2d: x [B, C, H, W] -> [B, C, H*s, W*s], each input copied to an s x s block.
+// upsample_nearest2d: x [B, C, H, W] -> [B, C, H*s, W*s], each input element copied (in any float
+// dtype, never converted) to an s x s block.
 #include <fmt/format.h>
 
 #include "ops/kernel_util.h"
@@ -14,16 +15,18 @@ constexpr int kThreads = 256;
 Lowering upsample_lower(const OpContext& ctx) {
   const int64_t scale = ctx.attrs.integer("scale_factor");
   const Shape& in = ctx.inputs.at(0).shape;
-  std::vector<KernelArg> args = {input(0, "x", DType::kF32), output("y", DType::kF32), i64("count", product(in)),
+  const DType dtype = ctx.inputs.at(0).dtype;
+  std::vector<KernelArg> args = {input(0, "x", dtype), output("y", dtype), i64("count", product(in)),
                                  i32("in_h", in[2]), i32("in_w", in[3])};
-  KernelSource kernel = template_kernel(fmt::format("upsample_nearest2d_s{}", scale), "vision.cuh",
-                                        fmt::format("tn_upsample_nearest2d<{}, {}>", kThreads, scale), args, kThreads,
-                                        TEENY_KERNEL_ORIGIN);
+  KernelSource kernel =
+      template_kernel(fmt::format("upsample_nearest2d_{}_s{}", dtype_name(dtype), scale), "vision.cuh",
+                      fmt::format("tn_upsample_nearest2d<{}, {}, {}>", dtype_c_type(dtype), kThreads, scale), args,
+                      kThreads, TEENY_KERNEL_ORIGIN);
   Launch launch;
   launch.block = {kThreads, 1, 1};
   launch.grid = {ceil_div(product(in), Expr(kThreads)), Expr(1), Expr(1)};
   launch.args = std::move(args);
-  launch.bytes = Expr(4 * (1 + scale * scale)) * product(in);
+  launch.bytes = Expr(static_cast<int64_t>(dtype_size(dtype)) * (1 + scale * scale)) * product(in);
   launch.flops = Expr(0);
   return Lowering{{std::move(kernel)}, {launch}};
 }
@@ -49,6 +52,7 @@ OpDef upsample_nearest2d_op() {
   def.doc = "nearest-neighbour upsampling of x [B, C, H, W] by an integer factor -> [B, C, H*s, W*s]";
   def.inputs = {{"x", "[B, C, H, W]"}};
   def.attrs = {{"scale_factor", AttrType::kInt, "integer scale s", nlohmann::json(2), {}, false, 1.0}};
+  def.dtypes = float_dtypes();
   const OpDef meta = def;
   def.infer = [meta](const OpContext& ctx) {
     const DType dtype = output_float_dtype(meta, ctx, common_float_dtype(meta, ctx));
@@ -60,8 +64,12 @@ OpDef upsample_nearest2d_op() {
   def.lower = upsample_lower;
   def.reference = upsample_reference;
   def.conformance_cases = [] {
-    return vision_cases("upsample_nearest2d",
-                        {{"x2, odd 15x13", "[B, 8, 15, 13]"}, {"x3", "[B, 16, 8, 8]", {{"scale_factor", 3}}}});
+    std::vector<VisionCase> cases = {{"x2, odd 15x13", "[B, 8, 15, 13]"},
+                                     {"x3", "[B, 16, 8, 8]", {{"scale_factor", 3}}}};
+    for (VisionCase& c :
+         in_16bit_dtypes({{"x2, odd 17x13", "[B, 6, 17, 13]"}, {"x3, odd 7x5", "[B, 5, 7, 5]", {{"scale_factor", 3}}}}))
+      cases.push_back(std::move(c));
+    return vision_cases("upsample_nearest2d", cases);
   };
   def.source_file = TEENY_OP_FILE;
   return def;

@@ -86,7 +86,18 @@ std::vector<ConformanceCase> vision_cases(const std::string& op, const std::vect
   std::vector<ConformanceCase> out;
   for (const VisionCase& c : cases)
     out.push_back(
-        {c.label, case_graph(c.dims, {{"x", DType::kF32, c.shape}}, {{"y", op, {"x"}, c.attrs, ""}}), c.bindings});
+        {c.label, case_graph(c.dims, {{"x", c.dtype, c.shape}}, {{"y", op, {"x"}, c.attrs, ""}}), c.bindings});
+  return out;
+}
+
+std::vector<VisionCase> in_16bit_dtypes(const std::vector<VisionCase>& cases) {
+  std::vector<VisionCase> out;
+  for (DType dtype : {DType::kBF16, DType::kF16})
+    for (VisionCase c : cases) {
+      c.label += fmt::format(" {}", dtype_name(dtype));
+      c.dtype = dtype;
+      out.push_back(std::move(c));
+    }
   return out;
 }
 
@@ -99,6 +110,7 @@ ConvGeometry conv_geometry(const std::string& op, const OpContext& ctx) {
 
   ConvGeometry g;
   g.a = conv_attrs(ctx.attrs);
+  g.dtype = x.dtype;
   g.in_channels = *channels;
   const ConvAttrs& a = g.a;
   if (g.in_channels % a.groups != 0)
@@ -118,39 +130,44 @@ Expr conv_flops(const ConvGeometry& g) { return Expr(2 * g.reduction()) * produc
 
 Expr conv_bytes(const ConvGeometry& g) {
   const Expr in = g.batch * Expr(g.in_channels) * g.in_h * g.in_w;
-  return Expr(4) * (in + product(g.weight_shape()) + product(g.output_shape()));
+  return Expr(static_cast<int64_t>(dtype_size(g.dtype))) * (in + product(g.weight_shape()) + product(g.output_shape()));
 }
 
 namespace {
 
 // ---- epilogue --------------------------------------------------------------------------------
 
-std::vector<KernelArg> epilogue_args(const ConvEpilogue& e) {
+std::vector<KernelArg> epilogue_args(const ConvEpilogue& e, DType dtype) {
   switch (e.kind) {
     case ConvEpilogue::kNone:
       return {};
     case ConvEpilogue::kBias:
-      return {param("bias", "bias", DType::kF32)};
+      return {param("bias", "bias", dtype)};
     case ConvEpilogue::kBnSilu:
-      return {param("bn.weight", "bn_weight", DType::kF32), param("bn.bias", "bn_bias", DType::kF32),
-              param("bn.running_mean", "bn_mean", DType::kF32), param("bn.running_var", "bn_var", DType::kF32),
-              f32("eps", e.eps)};
+      return {param("bn.weight", "bn_weight", dtype), param("bn.bias", "bn_bias", dtype),
+              param("bn.running_mean", "bn_mean", dtype), param("bn.running_var", "bn_var", dtype), f32("eps", e.eps)};
   }
   return {};
 }
 
 // The entry of ops/kernels/conv2d.cuh that takes the epilogue's params, for `kernel` (a
-// tn_conv2d_igemm or tn_conv2d_depthwise).
-std::string conv_entry(const ConvEpilogue& e, const std::string& kernel) {
+// tn_conv2d_igemm or tn_conv2d_depthwise) over elements of `dtype`.
+std::string conv_entry(const ConvEpilogue& e, DType dtype, const std::string& kernel) {
+  const char* type = dtype_c_type(dtype);
   switch (e.kind) {
     case ConvEpilogue::kNone:
-      return fmt::format("tn_conv2d<{}>", kernel);
+      return fmt::format("tn_conv2d<{}, {}>", type, kernel);
     case ConvEpilogue::kBias:
-      return fmt::format("tn_conv2d_bias<{}>", kernel);
+      return fmt::format("tn_conv2d_bias<{}, {}>", type, kernel);
     case ConvEpilogue::kBnSilu:
-      return fmt::format("tn_conv2d_bn_act<{}, {}>", kernel, activation("silu").functor);
+      return fmt::format("tn_conv2d_bn_act<{}, {}, {}>", type, kernel, activation("silu").functor);
   }
   return "";
+}
+
+// The op and dtype that start the kernel names: "conv2d_bf16".
+std::string kernel_prefix(const std::string& op, const ConvGeometry& g) {
+  return fmt::format("{}_{}", op, dtype_name(g.dtype));
 }
 
 // The channels for kernel names: "16to32", "16to32g2" with groups.
@@ -240,16 +257,17 @@ ConvTile choose_conv_tile(const ConvGeometry& g) {
 KernelSource implicit_gemm_kernel(const std::string& op, const ConvGeometry& g, const ConvTile& t,
                                   const ConvEpilogue& e, const std::vector<KernelArg>& args) {
   const bool pointwise = g.pointwise();
-  // 16-byte pixel loads need each image's plane to be a multiple of 4 pixels.
+  // Loads of 4 pixels (16 bytes in f32, 8 in 16-bit) need each image's plane to be a multiple of 4
+  // pixels.
   const auto hw = (g.out_h * g.out_w).const_value();
   const int vec = pointwise && hw && *hw % 4 == 0 ? 4 : 1;
   const std::string kernel =
       fmt::format("tn_conv2d_igemm<{}, tn_conv_tile<{}, {}, {}, {}, {}>, {}>", conv_shape_template(g), t.block_co,
                   t.block_p, t.block_k, t.thread_co, t.thread_p, vec);
   const std::string path = pointwise ? fmt::format("gemm1x1{}", vec == 4 ? "v4" : "") : "igemm_" + window_name(g.a);
-  return template_kernel(
-      fmt::format("{}_{}_{}_{}x{}{}", op, path, channels_name(g), t.block_co, t.block_p, epilogue_tag(e)), "conv2d.cuh",
-      conv_entry(e, kernel), args, t.threads(), TEENY_KERNEL_ORIGIN);
+  return template_kernel(fmt::format("{}_{}_{}_{}x{}{}", kernel_prefix(op, g), path, channels_name(g), t.block_co,
+                                     t.block_p, epilogue_tag(e)),
+                         "conv2d.cuh", conv_entry(e, g.dtype, kernel), args, t.threads(), TEENY_KERNEL_ORIGIN);
 }
 
 // ---- depthwise -------------------------------------------------------------------------------
@@ -259,22 +277,22 @@ KernelSource implicit_gemm_kernel(const std::string& op, const ConvGeometry& g, 
 KernelSource depthwise_kernel(const std::string& op, const ConvGeometry& g, const ConvEpilogue& e,
                               const std::vector<KernelArg>& args, int tile_h, int tile_w) {
   const std::string kernel = fmt::format("tn_conv2d_depthwise<{}, {}, {}>", conv_shape_template(g), tile_h, tile_w);
-  return template_kernel(
-      fmt::format("{}_dw_{}_{}_{}x{}{}", op, window_name(g.a), channels_name(g), tile_h, tile_w, epilogue_tag(e)),
-      "conv2d.cuh", conv_entry(e, kernel), args, tile_h * tile_w, TEENY_KERNEL_ORIGIN);
+  return template_kernel(fmt::format("{}_dw_{}_{}_{}x{}{}", kernel_prefix(op, g), window_name(g.a), channels_name(g),
+                                     tile_h, tile_w, epilogue_tag(e)),
+                         "conv2d.cuh", conv_entry(e, g.dtype, kernel), args, tile_h * tile_w, TEENY_KERNEL_ORIGIN);
 }
 
 }  // namespace
 
 Lowering lower_conv(const std::string& op, const ConvGeometry& g, const std::string& weight_slot,
                     const ConvEpilogue& epilogue) {
-  std::vector<KernelArg> args = {input(0, "x", DType::kF32), param(weight_slot, "weight", DType::kF32)};
+  std::vector<KernelArg> args = {input(0, "x", g.dtype), param(weight_slot, "weight", g.dtype)};
   int64_t channel_params = 0;
-  for (KernelArg& arg : epilogue_args(epilogue)) {
+  for (KernelArg& arg : epilogue_args(epilogue, g.dtype)) {
     channel_params += arg.kind == ArgKind::kParam;
     args.push_back(std::move(arg));
   }
-  args.push_back(output("y", DType::kF32));
+  args.push_back(output("y", g.dtype));
   if (!g.depthwise()) args.push_back(i32("batch", g.batch));  // the depthwise grid covers the batch
   args.push_back(i32("in_h", g.in_h));
   args.push_back(i32("in_w", g.in_w));
@@ -299,7 +317,7 @@ Lowering lower_conv(const std::string& op, const ConvGeometry& g, const std::str
                    Expr((g.cout_per_group() + tile.block_co - 1) / tile.block_co), Expr(g.a.groups)};
   }
   launch.args = std::move(args);
-  launch.bytes = conv_bytes(g) + Expr(4 * channel_params * g.a.out_channels);
+  launch.bytes = conv_bytes(g) + Expr(static_cast<int64_t>(dtype_size(g.dtype)) * channel_params * g.a.out_channels);
   launch.flops = conv_flops(g);
   lowering.launches.push_back(std::move(launch));
   return lowering;

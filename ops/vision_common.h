@@ -37,15 +37,20 @@ std::string window_name(const Window2d& w);
 // constant, throws OpError at attrs.kernel_size if the window does not fit the padded input.
 Expr window_extent(const char* axis, const Expr& in, int64_t k, int64_t s, int64_t p, int64_t d);
 
-// GPU conformance cases of a one-input vision op: a graph `y = op(x)` per case, x of `shape`.
+// GPU conformance cases of a one-input vision op: a graph `y = op(x)` per case, x of `shape` in
+// `dtype`.
 struct VisionCase {
   std::string label;
   std::string shape;  // YAML list over `dims`, e.g. "[B, 8, 15, 13]"
   nlohmann::json attrs = nlohmann::json::object();
   std::vector<std::string> dims = {"B"};
   std::vector<Bindings> bindings = {{{"B", 1}}, {{"B", 32}}};
+  DType dtype = DType::kF32;
 };
 std::vector<ConformanceCase> vision_cases(const std::string& op, const std::vector<VisionCase>& cases);
+
+// `cases` again in each 16-bit dtype (bf16, then f16), labels suffixed with the dtype.
+std::vector<VisionCase> in_16bit_dtypes(const std::vector<VisionCase>& cases);
 
 // The conv attrs both ops take (conv2d adds `bias`, conv2d_bn_silu adds `eps`).
 std::vector<AttrSpec> conv_attr_specs();
@@ -57,6 +62,7 @@ ConvAttrs conv_attrs(const Attrs& attrs);
 
 struct ConvGeometry {
   ConvAttrs a;
+  DType dtype = DType::kF32;  // of x, the params and y
   int64_t in_channels = 0;
   Expr batch, in_h, in_w, out_h, out_w;
 
@@ -69,8 +75,8 @@ struct ConvGeometry {
   Shape output_shape() const;  // [B, Co, Ho, Wo]
 };
 
-// Validates x [B, C, H, W] (f32, contiguous, constant C) and the attrs against it. Throws
-// OpError naming the key; `op` names the op in messages.
+// Validates x [B, C, H, W] (contiguous, constant C) and the attrs against it. Throws OpError
+// naming the key; `op` names the op in messages.
 ConvGeometry conv_geometry(const std::string& op, const OpContext& ctx);
 
 // Per-output-channel step after accumulation, fused into the conv kernel. kBnSilu: inference
@@ -82,8 +88,9 @@ struct ConvEpilogue {
 };
 
 // One kernel and one launch for the conv: depthwise kernel when groups == C, the 1x1 GEMM
-// path for pointwise convs, the implicit-GEMM kernel otherwise. Param args: `weight_slot`,
-// then `bias` (kBias) or `bn.weight, bn.bias, bn.running_mean, bn.running_var` (kBnSilu).
+// path for pointwise convs, the implicit-GEMM kernel otherwise. Param args, all in g.dtype:
+// `weight_slot`, then `bias` (kBias) or `bn.weight, bn.bias, bn.running_mean, bn.running_var`
+// (kBnSilu).
 Lowering lower_conv(const std::string& op, const ConvGeometry& g, const std::string& weight_slot,
                     const ConvEpilogue& epilogue);
 

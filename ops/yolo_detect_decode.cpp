@@ -1,7 +1,8 @@
 // yolo.detect_decode: box distances [B, 4, A] (l, t, r, b) -> [B, 4, A] (cx, cy, w, h) * stride,
 // as Ultralytics dist2bbox(xywh=True). The anchor grid (make_anchors: cell centres, offset 0.5,
 // y-major then x, level by level) and per-anchor strides are host-computed params uploaded as
-// init bytes in the param's dtype.
+// init bytes in the boxes' dtype, as make_anchors makes them in the features' dtype: a centre
+// x + 0.5 is exact in bf16 for levels up to 128 cells wide (f16: 1024), and rounds beyond.
 #include <fmt/format.h>
 
 #include <tuple>
@@ -29,18 +30,18 @@ std::vector<Level> levels_of(const Attrs& attrs) {
   return levels;
 }
 
-// Anchors of Ultralytics make_anchors(offset=0.5): for each level, rows y-major then x.
+// Anchors of Ultralytics make_anchors(offset=0.5) in `dtype`: for each level, rows y-major then x.
 struct Anchors {
   std::vector<double> x, y, stride;
 };
-Anchors make_anchors(const std::vector<Level>& levels) {
+Anchors make_anchors(const std::vector<Level>& levels, DType dtype) {
   Anchors a;
   for (const Level& l : levels)
     for (int64_t y = 0; y < l.h; ++y)
       for (int64_t x = 0; x < l.w; ++x) {
-        a.x.push_back(static_cast<double>(x) + 0.5);
-        a.y.push_back(static_cast<double>(y) + 0.5);
-        a.stride.push_back(static_cast<double>(l.stride));
+        a.x.push_back(round_to_dtype(static_cast<double>(x) + 0.5, dtype));
+        a.y.push_back(round_to_dtype(static_cast<double>(y) + 0.5, dtype));
+        a.stride.push_back(round_to_dtype(static_cast<double>(l.stride), dtype));
       }
   return a;
 }
@@ -71,8 +72,8 @@ TensorType infer_decode(const OpDef& meta, const OpContext& ctx) {
 }
 
 std::vector<ParamSpec> decode_params(const OpContext& ctx) {
-  const Anchors a = make_anchors(levels_of(ctx.attrs));
   const DType dtype = ctx.output.dtype;
+  const Anchors a = make_anchors(levels_of(ctx.attrs), dtype);
   const Shape shape = {Expr(static_cast<int64_t>(a.x.size()))};
   std::vector<ParamSpec> params;
   for (const auto& [slot, values] :
@@ -87,26 +88,28 @@ std::vector<ParamSpec> decode_params(const OpContext& ctx) {
 // A flat grid over batch x anchor tiles; the kernel splits it with a divide and a remainder.
 Lowering decode_lower(const OpContext& ctx) {
   const Expr& batch = ctx.output.shape[0];
+  const DType dtype = ctx.output.dtype;
   const int64_t anchors = *ctx.output.shape[2].const_value();
-  std::vector<KernelArg> args = {input(0, "boxes", DType::kF32), param("anchor_x", "anchor_x", DType::kF32),
-                                 param("anchor_y", "anchor_y", DType::kF32), param("strides", "strides", DType::kF32),
-                                 output("y", DType::kF32)};
-  KernelSource kernel = template_kernel(fmt::format("yolo_detect_decode_a{}", anchors), "vision.cuh",
-                                        fmt::format("tn_yolo_detect_decode<{}, {}>", kBlockA, anchors), args, kBlockA,
-                                        TEENY_KERNEL_ORIGIN);
+  std::vector<KernelArg> args = {input(0, "boxes", dtype), param("anchor_x", "anchor_x", dtype),
+                                 param("anchor_y", "anchor_y", dtype), param("strides", "strides", dtype),
+                                 output("y", dtype)};
+  KernelSource kernel =
+      template_kernel(fmt::format("yolo_detect_decode_{}_a{}", dtype_name(dtype), anchors), "vision.cuh",
+                      fmt::format("tn_yolo_detect_decode<{}, {}, {}>", dtype_c_type(dtype), kBlockA, anchors), args,
+                      kBlockA, TEENY_KERNEL_ORIGIN);
   Launch launch;
   launch.block = {kBlockA, 1, 1};
   launch.grid = {batch * Expr((anchors + kBlockA - 1) / kBlockA), Expr(1), Expr(1)};
   launch.args = std::move(args);
-  launch.bytes = Expr(4) * (Expr(8) * batch * Expr(anchors) + Expr(3 * anchors));
+  launch.bytes = Expr(static_cast<int64_t>(dtype_size(dtype))) * (Expr(8) * batch * Expr(anchors) + Expr(3 * anchors));
   launch.flops = Expr(12) * batch * Expr(anchors);
   return Lowering{{std::move(kernel)}, {launch}};
 }
 
-// Independent of the param bytes: the anchors are recomputed from the attrs, so `run --check`
-// also catches wrong init bytes.
+// Independent of the param bytes: the anchors are recomputed from the attrs (rounded to the
+// dtype as the params are), so `run --check` also catches wrong init bytes.
 HostTensor decode_reference(const RefContext& ref) {
-  const Anchors a = make_anchors(levels_of(ref.op.attrs));
+  const Anchors a = make_anchors(levels_of(ref.op.attrs), ref.op.output.dtype);
   const HostTensor& boxes = ref.inputs.at(0);
   const int64_t batch = boxes.shape[0], anchors = boxes.shape[2];
   HostTensor y{ref.op.output.dtype, ref.output_shape, std::vector<double>(boxes.data.size())};
@@ -142,6 +145,7 @@ OpDef yolo_detect_decode_op() {
                 1.0,
                 false,
                 kMaxLevelValue}};
+  def.dtypes = float_dtypes();
   const OpDef meta = def;
   def.infer = [meta](const OpContext& ctx) { return infer_decode(meta, ctx); };
   def.params = decode_params;
@@ -149,13 +153,23 @@ OpDef yolo_detect_decode_op() {
   def.lower = decode_lower;
   def.reference = decode_reference;
   def.conformance_cases = [] {
-    // 84 and 1344 anchors: a partial last tile, and the yolo_head levels.
+    // 84 and 1344 anchors: a partial last tile, and the yolo_head levels; in 16-bit also a level
+    // 200 cells wide, whose centres past 128 round in bf16.
+    using Case = std::tuple<DType, std::string, nlohmann::json, int>;
+    std::vector<Case> specs = {
+        {DType::kF32, "3 levels, A = 84", nlohmann::json{{8, 8, 8}, {4, 4, 16}, {2, 2, 32}}, 84},
+        {DType::kF32, "yolo_head levels, A = 1344", nlohmann::json{{32, 32, 8}, {16, 16, 16}, {8, 8, 32}}, 1344}};
+    for (DType dtype : {DType::kBF16, DType::kF16}) {
+      const std::string dt = dtype_name(dtype);
+      specs.push_back({dtype, "3 levels, A = 84 " + dt, nlohmann::json{{8, 8, 8}, {4, 4, 16}, {2, 2, 32}}, 84});
+      specs.push_back(
+          {dtype, "yolo_head levels, A = 1344 " + dt, nlohmann::json{{32, 32, 8}, {16, 16, 16}, {8, 8, 32}}, 1344});
+      specs.push_back({dtype, "a 2x200 level, A = 400 " + dt, nlohmann::json{{2, 200, 4}}, 400});
+    }
     std::vector<ConformanceCase> cases;
-    for (const auto& [label, levels, anchors] :
-         {std::tuple{"3 levels, A = 84", nlohmann::json{{8, 8, 8}, {4, 4, 16}, {2, 2, 32}}, 84},
-          std::tuple{"yolo_head levels, A = 1344", nlohmann::json{{32, 32, 8}, {16, 16, 16}, {8, 8, 32}}, 1344}})
+    for (const auto& [dtype, label, levels, anchors] : specs)
       cases.push_back({label,
-                       case_graph({"B"}, {{"boxes", DType::kF32, fmt::format("[B, 4, {}]", anchors)}},
+                       case_graph({"B"}, {{"boxes", dtype, fmt::format("[B, 4, {}]", anchors)}},
                                   {{"y", kOp, {"boxes"}, {{"levels", levels}}, ""}}),
                        {{{"B", 1}}, {{"B", 32}}}});
     return cases;

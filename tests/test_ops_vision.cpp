@@ -1,7 +1,8 @@
 // Vision ops (conv2d, batchnorm2d, conv2d_bn_silu, pools, upsample, yolo.detect_decode) and the
 // conv-bn-silu fusion pass: host references against hand-computed values, shape rules and their
-// errors (exact text), init bytes, the pass's rewrites, and NVRTC compile + verification of every
-// kernel variant through compile_graph.
+// errors (exact text), init bytes, the pass's rewrites, the 16-bit dtypes (params, kernel names
+// and template arguments, vector widths, costs), and NVRTC compile + verification of every kernel
+// variant in every dtype through compile_graph.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,6 +10,7 @@
 #include <map>
 #include <regex>
 #include <set>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -25,22 +27,24 @@ using op_testing::registry;
 
 Graph parse(const std::string& text) { return parse_graph(text, "vision_test.yaml", registry()); }
 
-// A graph of one node `n` applying `op` to input x of `shape` (a YAML list).
-std::string one_op(const std::string& op, const std::string& attrs, const std::string& shape) {
+// A graph of one node `n` applying `op` to input x of `shape` (a YAML list) in `dtype`.
+std::string one_op(const std::string& op, const std::string& attrs, const std::string& shape,
+                   DType dtype = DType::kF32) {
   return fmt::format(R"(name: t
 dims: {{B: {{min: 1, max: 64, default: 1}}}}
-inputs: {{x: {{dtype: f32, shape: {}}}}}
+inputs: {{x: {{dtype: {}, shape: {}}}}}
 nodes:
   - {{name: n, op: {}, inputs: [x], attrs: {}}}
 outputs: [n]
 )",
-                     shape, op, attrs);
+                     dtype_name(dtype), shape, op, attrs);
 }
 
-// The host reference of node `n` with B = 1, on `x` and params in slot order.
+// The host reference of node `n` with B = 1, on `x` and params in slot order, all in `dtype`.
 HostTensor run_reference(const std::string& op, const std::string& attrs, const std::string& shape,
-                         std::vector<double> x, std::vector<std::vector<double>> params = {}) {
-  const Graph graph = parse(one_op(op, attrs, shape));
+                         std::vector<double> x, std::vector<std::vector<double>> params = {},
+                         DType dtype = DType::kF32) {
+  const Graph graph = parse(one_op(op, attrs, shape, dtype));
   const Node& node = graph.nodes.at(0);
   const Bindings b1 = {{"B", 1}};
   std::vector<HostTensor> host_params;
@@ -59,7 +63,7 @@ HostTensor run_reference(const std::string& op, const std::string& attrs, const 
     }
     EXPECT_EQ(next, params.size()) << "trained params given vs used";
   }
-  const HostTensor input{DType::kF32, eval_shape(node.ctx.inputs[0].shape, b1), std::move(x)};
+  const HostTensor input{dtype, eval_shape(node.ctx.inputs[0].shape, b1), std::move(x)};
   EXPECT_EQ(input.numel(), static_cast<int64_t>(input.data.size()));
   RefContext ref{node.ctx, {input}, host_params, eval_shape(node.ctx.output.shape, b1)};
   return node.op->reference(ref);
@@ -211,6 +215,38 @@ TEST(VisionDecode, DistancesToCenterSizeTimesStride) {
   expect_values(y, {1, 4, 7}, want);
 }
 
+// In 16-bit the anchors are params of the boxes' dtype, as make_anchors makes them for 16-bit
+// features: cell centres past 128 round in bf16 (128.5 -> 128 and 199.5 -> 200, ties to even) and
+// stay exact in f16; the reference decodes with the same rounded anchors.
+TEST(VisionDecode, AnchorsIn16BitAreInitBytesOfThatDtype) {
+  const char* levels = "{levels: [[1, 200, 4]]}";
+  for (const auto& [dtype, x127, x128, x199] :
+       {std::tuple{DType::kBF16, 127.5, 128.0, 200.0}, std::tuple{DType::kF16, 127.5, 128.5, 199.5}}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const Graph graph = parse(one_op("yolo.detect_decode", levels, "[B, 4, 200]", dtype));
+    const Node& node = graph.nodes.at(0);
+    const std::vector<ParamSpec> specs = node.op->params(node.ctx);
+    ASSERT_EQ(specs.size(), 3u);
+    for (const ParamSpec& spec : specs) {
+      EXPECT_EQ(spec.dtype, dtype) << spec.slot;
+      EXPECT_EQ(spec.host_bytes.size(), 200u * 2u) << spec.slot;
+    }
+    const uint8_t* anchor_x = specs[0].host_bytes.data();
+    EXPECT_EQ(read_element(anchor_x, dtype, 127), x127);
+    EXPECT_EQ(read_element(anchor_x, dtype, 128), x128);
+    EXPECT_EQ(read_element(anchor_x, dtype, 199), x199);
+    EXPECT_EQ(read_element(specs[1].host_bytes.data(), dtype, 199), 0.5);
+    EXPECT_EQ(read_element(specs[2].host_bytes.data(), dtype, 199), 4.0);
+    // Zero distances decode to (anchor_x, anchor_y, 0, 0) * stride 4.
+    const HostTensor y =
+        run_reference("yolo.detect_decode", levels, "[B, 4, 200]", std::vector<double>(800, 0.0), {}, dtype);
+    EXPECT_EQ(y.data[128], 4 * x128);
+    EXPECT_EQ(y.data[199], 4 * x199);
+    EXPECT_EQ(y.data[200 + 199], 2.0);
+    EXPECT_EQ(y.data[400 + 199], 0.0);
+  }
+}
+
 // ---- shape rules -----------------------------------------------------------------------------
 
 std::string output_shape(const std::string& op, const std::string& attrs, const std::string& shape) {
@@ -291,6 +327,102 @@ TEST(VisionShape, Errors) {
             "node 'n': attr 'levels' must be at least 1, got 0");
   EXPECT_EQ(parse_error(one_op("yolo.detect_decode", "{levels: [[2, 3]]}", "[B, 4, 6]")),
             "node 'n': level 0 must be [h, w, stride], got [2, 3]");
+}
+
+// ---- dtypes ------------------------------------------------------------------------------------
+
+struct OpCase {
+  const char* op;
+  const char* attrs;
+  const char* shape;
+};
+// A node of every vision op, and of each conv kernel path.
+const OpCase kEveryOp[] = {
+    {"conv2d", "{out_channels: 10, kernel_size: 3, stride: 2, padding: 1, groups: 2}", "[B, 6, 17, 13]"},
+    {"conv2d", "{out_channels: 12, kernel_size: 3, padding: 1, groups: 6}", "[B, 6, 17, 13]"},
+    {"conv2d", "{out_channels: 20, kernel_size: 1, bias: false}", "[B, 12, 17, 13]"},
+    {"conv2d_bn_silu", "{out_channels: 20, kernel_size: 1}", "[B, 12, 8, 8]"},
+    {"batchnorm2d", "{}", "[B, 6, 17, 13]"},
+    {"maxpool2d", "{kernel_size: 3, stride: 2, padding: 1}", "[B, 6, 17, 13]"},
+    {"avgpool2d", "{kernel_size: 2}", "[B, 6, 17, 13]"},
+    {"global_avgpool", "{}", "[B, 6, 17, 13]"},
+    {"upsample_nearest2d", "{}", "[B, 6, 17, 13]"},
+    {"yolo.detect_decode", "{levels: [[2, 3, 8], [1, 1, 16]]}", "[B, 4, 7]"},
+};
+
+// Every vision op takes each float dtype: its output, params, kernel arguments and the kernel's
+// storage type (the device template's first argument, and the name after the op's) follow x.
+TEST(VisionDtypes, EveryOpFollowsItsInputsDtype) {
+  for (const OpCase& c : kEveryOp)
+    for (DType dtype : float_dtypes()) {
+      SCOPED_TRACE(fmt::format("{} {} {}", c.op, c.attrs, dtype_name(dtype)));
+      const Graph graph = parse(one_op(c.op, c.attrs, c.shape, dtype));
+      const Node& node = graph.nodes.at(0);
+      EXPECT_EQ(node.ctx.output.dtype, dtype);
+      if (node.op->params) {
+        for (const ParamSpec& p : node.op->params(node.ctx)) EXPECT_EQ(p.dtype, dtype) << p.slot;
+      }
+      const Lowering lowering = node.op->lower(node.ctx);
+      ASSERT_EQ(lowering.kernels.size(), 1u);
+      const KernelSource& kernel = lowering.kernels[0];
+      EXPECT_NE(kernel.name.find(fmt::format("_{}_", dtype_name(dtype))), std::string::npos) << kernel.name;
+      EXPECT_NE(kernel.function.find(fmt::format("<{}, ", dtype_c_type(dtype))), std::string::npos) << kernel.function;
+      for (const KernelArg& arg : lowering.launches.at(0).args) {
+        if (arg.kind == ArgKind::kInput || arg.kind == ArgKind::kParam || arg.kind == ArgKind::kOutput) {
+          EXPECT_EQ(arg.dtype, dtype) << arg.name;
+        }
+      }
+    }
+}
+
+// Every byte a vision launch moves is an element of x's dtype: 16-bit halves f32's bytes, and
+// the FLOPs stay.
+TEST(VisionDtypes, SixteenBitLaunchesMoveHalfTheBytes) {
+  const Bindings b3 = {{"B", 3}};
+  for (const OpCase& c : kEveryOp) {
+    SCOPED_TRACE(fmt::format("{} {}", c.op, c.attrs));
+    auto launch = [&](DType dtype) {
+      const Graph graph = parse(one_op(c.op, c.attrs, c.shape, dtype));
+      const Node& node = graph.nodes.at(0);
+      return node.op->lower(node.ctx).launches.at(0);
+    };
+    const Launch f32 = launch(DType::kF32);
+    for (DType dtype : {DType::kBF16, DType::kF16}) {
+      const Launch half = launch(dtype);
+      EXPECT_EQ(2 * half.bytes.eval(b3), f32.bytes.eval(b3)) << dtype_name(dtype);
+      EXPECT_EQ(half.flops.eval(b3), f32.flops.eval(b3)) << dtype_name(dtype);
+    }
+  }
+}
+
+// A 16-byte vector holds 4 f32 elements but 8 16-bit ones: batchnorm2d and global_avgpool take
+// vectors only when every plane is a whole number of them.
+TEST(VisionDtypes, VectorWidthsFollowTheDtype) {
+  auto kernel_name = [&](const char* op, const char* shape, DType dtype) {
+    const Graph graph = parse(one_op(op, "{}", shape, dtype));
+    const Node& node = graph.nodes.at(0);
+    return node.op->lower(node.ctx).kernels.at(0).name;
+  };
+  EXPECT_EQ(kernel_name("batchnorm2d", "[B, 16, 8, 8]", DType::kF32), "batchnorm2d_f32_v4");
+  EXPECT_EQ(kernel_name("batchnorm2d", "[B, 16, 8, 8]", DType::kBF16), "batchnorm2d_bf16_v8");
+  EXPECT_EQ(kernel_name("batchnorm2d", "[B, 5, 3, 4]", DType::kF32), "batchnorm2d_f32_v4");
+  EXPECT_EQ(kernel_name("batchnorm2d", "[B, 5, 3, 4]", DType::kF16), "batchnorm2d_f16_v1");
+  EXPECT_EQ(kernel_name("global_avgpool", "[B, 4, 64, 64]", DType::kF16), "global_avgpool_f16_t256_v8");
+  EXPECT_EQ(kernel_name("global_avgpool", "[B, 3, 38, 54]", DType::kF32), "global_avgpool_f32_t256_v4");
+  EXPECT_EQ(kernel_name("global_avgpool", "[B, 3, 38, 54]", DType::kBF16), "global_avgpool_bf16_t256_v1");
+  EXPECT_EQ(kernel_name("global_avgpool", "[B, 6, 17, 13]", DType::kBF16), "global_avgpool_bf16_t32_v1");
+}
+
+TEST(VisionDtypes, NoImplicitConversion) {
+  EXPECT_EQ(parse_error(R"(name: t
+dims: {B: {min: 1, max: 64, default: 1}}
+inputs: {x: {dtype: bf16, shape: [B, 3, 8, 8]}}
+nodes:
+  - {name: n, op: conv2d, inputs: [x], attrs: {out_channels: 4, kernel_size: 3}, dtype: f32}
+outputs: [n]
+)"),
+            "node 'n': op 'conv2d' produces its inputs' dtype, bf16; it cannot produce f32 (there are no implicit "
+            "conversions)");
 }
 
 // ---- fusion pass -----------------------------------------------------------------------------
@@ -377,7 +509,7 @@ CompileOptions test_compile_options() {
 }
 
 // Conv variants for the lowering checks below: implicit GEMM (grouped, rectangular, thin), the
-// 1x1 GEMM path with and without 16-byte loads, depthwise (plain and fused).
+// 1x1 GEMM path with and without 4-pixel loads, depthwise (plain and fused).
 const char* kZoo = R"(name: zoo
 dims: {B: {min: 1, max: 64, default: 2}}
 inputs:
@@ -396,8 +528,15 @@ nodes:
 outputs: [conv_grouped, conv_wide, conv_thin, pw_odd, pw_vec, dw, fused, fused_dw, fused_pw]
 )";
 
-// Every vision op's GPU conformance graphs (which cover each kernel variant) compile, and every
-// launch passes compile's checks against the kernel signature, the PTX entry and .maxntid.
+// The zoo with x and x2 in `dtype`.
+std::string zoo(DType dtype) {
+  return std::regex_replace(kZoo, std::regex("dtype: f32"), fmt::format("dtype: {}", dtype_name(dtype)));
+}
+
+// Every vision op's GPU conformance graphs (which cover each kernel variant in every dtype)
+// compile for sm_90, and every launch passes compile's checks against the kernel signature, the
+// PTX entry and .maxntid. A 16-bit kernel rounds its f32 results to the dtype (cvt.rn) on the way
+// out, except upsampling, which copies elements.
 TEST(VisionCompile, EveryConformanceKernelCompilesAndVerifies) {
   int graphs = 0;
   for (const char* name : {"conv2d", "conv2d_bn_silu", "batchnorm2d", "maxpool2d", "avgpool2d", "global_avgpool",
@@ -405,15 +544,24 @@ TEST(VisionCompile, EveryConformanceKernelCompilesAndVerifies) {
     const OpDef* op = registry().find(name);
     ASSERT_NE(op, nullptr) << name;
     ASSERT_TRUE(op->conformance_cases) << name;
+    std::set<DType> dtypes;
     for (const ConformanceCase& c : op->conformance_cases()) {
       SCOPED_TRACE(fmt::format("{} [{}]", name, c.label));
       const Bundle bundle = compile(parse(c.graph), test_compile_options());
       ASSERT_EQ(bundle.kernels.size(), 1u);
-      EXPECT_NE(bundle.kernels[0].ptx.find(".visible .entry " + bundle.kernels[0].entry), std::string::npos);
+      const BundleKernel& kernel = bundle.kernels[0];
+      EXPECT_EQ(kernel.target, "sm_90");
+      EXPECT_NE(kernel.ptx.find(".visible .entry " + kernel.entry), std::string::npos);
+      const DType dtype = bundle.tensor(bundle.outputs.at(0)).dtype;
+      dtypes.insert(dtype);
+      if (dtype != DType::kF32 && std::string(name) != "upsample_nearest2d") {
+        EXPECT_NE(kernel.ptx.find(fmt::format("cvt.rn.{}.f32", dtype_name(dtype))), std::string::npos);
+      }
       ++graphs;
     }
+    EXPECT_EQ(dtypes, (std::set<DType>{DType::kF32, DType::kBF16, DType::kF16})) << name;
   }
-  EXPECT_GE(graphs, 30);
+  EXPECT_GE(graphs, 79);
 }
 
 // The conv kernels' tile (the template argument tn_conv_tile<block_co, block_p, block_k,
@@ -440,8 +588,8 @@ TEST(VisionCompile, FusedTileConstantsAndBlockAgree) {
   }
 }
 
-TEST(VisionCompile, ConvPathsFollowTheShape) {
-  const Graph graph = parse(kZoo);
+// The conv paths of the zoo's nodes, in whichever dtype `graph` has.
+void expect_conv_paths(const Graph& graph) {
   auto kernel_name = [&](const char* node) {
     const Node& n = *graph.find_node(node);
     return n.op->lower(n.ctx).kernels.at(0).name;
@@ -451,7 +599,8 @@ TEST(VisionCompile, ConvPathsFollowTheShape) {
   EXPECT_NE(kernel_name("conv_grouped").find("igemm_k3x3s2x2"), std::string::npos);
   EXPECT_NE(kernel_name("dw").find("_dw_"), std::string::npos);
   EXPECT_NE(kernel_name("fused_dw").find("_dw_"), std::string::npos);
-  // The 1x1 path loads float4s (tn_conv2d_igemm's last template argument) when planes allow.
+  // The 1x1 path loads 4 pixels at once (tn_conv2d_igemm's last template argument) when planes
+  // allow, in any dtype.
   auto vector_width = [&](const char* node) {
     const Node& n = *graph.find_node(node);
     const std::string function = n.op->lower(n.ctx).kernels.at(0).function;
@@ -466,27 +615,44 @@ TEST(VisionCompile, ConvPathsFollowTheShape) {
   EXPECT_EQ(grouped.op->lower(grouped.ctx).launches[0].grid[2], Expr(2));
 }
 
-TEST(VisionCompile, DecodeInitBytesInBundle) {
-  const Graph graph =
-      parse(one_op("yolo.detect_decode", "{levels: [[8, 8, 8], [4, 4, 16], [2, 2, 32]]}", "[B, 4, 84]"));
-  const Bundle bundle = compile(graph, test_compile_options());
-  int host_params = 0;
-  for (const BundleParam& p : bundle.params) {
-    ++host_params;
-    EXPECT_EQ(p.init, ParamInit::kHost);
-    EXPECT_EQ(p.size, 84u * 4u);
-    ASSERT_LE(p.offset + p.size, bundle.param_bytes.size());
-    // The last anchor is level 2's cell (1, 1): x = y = 1.5, stride 32.
-    const double last = read_element(bundle.param_bytes.data() + p.offset, DType::kF32, 83);
-    EXPECT_EQ(last, p.slot == "strides" ? 32.0 : 1.5) << p.slot;
+TEST(VisionCompile, ConvPathsFollowTheShape) {
+  for (DType dtype : float_dtypes()) {
+    SCOPED_TRACE(dtype_name(dtype));
+    expect_conv_paths(parse(zoo(dtype)));
   }
-  EXPECT_EQ(host_params, 3);
+}
+
+TEST(VisionCompile, DecodeInitBytesInBundle) {
+  for (DType dtype : float_dtypes()) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const Graph graph =
+        parse(one_op("yolo.detect_decode", "{levels: [[8, 8, 8], [4, 4, 16], [2, 2, 32]]}", "[B, 4, 84]", dtype));
+    const Bundle bundle = compile(graph, test_compile_options());
+    int host_params = 0;
+    for (const BundleParam& p : bundle.params) {
+      ++host_params;
+      EXPECT_EQ(p.init, ParamInit::kHost);
+      EXPECT_EQ(p.dtype, dtype);
+      EXPECT_EQ(p.size, 84u * dtype_size(dtype));
+      ASSERT_LE(p.offset + p.size, bundle.param_bytes.size());
+      // The last anchor is level 2's cell (1, 1): x = y = 1.5, stride 32.
+      const double last = read_element(bundle.param_bytes.data() + p.offset, dtype, 83);
+      EXPECT_EQ(last, p.slot == "strides" ? 32.0 : 1.5) << p.slot;
+    }
+    EXPECT_EQ(host_params, 3);
+  }
 }
 
 std::string graph_path(const char* name) { return std::string(TEENY_SOURCE_DIR) + "/graphs/" + name; }
 
-TEST(VisionCompile, YoloHeadFusesTheWrittenOutTriples) {
-  const Graph graph = load_graph(graph_path("yolo_head.yaml"), registry());
+// Every kernel of an example graph works in the graph's dtype (its name says so).
+void expect_kernels_in(const Bundle& bundle, DType dtype) {
+  for (const BundleKernel& k : bundle.kernels) EXPECT_NE(k.name.find(dtype_name(dtype)), std::string::npos) << k.name;
+}
+
+// yolo_head in `dtype`: the fusion pass makes the three written-out triples conv2d_bn_silu nodes
+// and keeps every param name.
+void expect_yolo_head_fuses(const Graph& graph, DType dtype) {
   CompileStats fused_stats, unfused_stats;
   const Bundle fused = compile(graph, test_compile_options(), &fused_stats);
   CompileOptions no_fuse = test_compile_options();
@@ -510,13 +676,30 @@ TEST(VisionCompile, YoloHeadFusesTheWrittenOutTriples) {
   for (const BundleParam& p : unfused.params) unfused_names.insert(p.name);
   EXPECT_EQ(names, unfused_names);
   EXPECT_EQ(fused.outputs, std::vector<std::string>{"decode"});
+  EXPECT_EQ(fused.tensor("decode").dtype, dtype);
+  expect_kernels_in(fused, dtype);
+  expect_kernels_in(unfused, dtype);
+}
+
+TEST(VisionCompile, YoloHeadFusesTheWrittenOutTriples) {
+  for (const auto& [file, dtype] :
+       {std::pair{"yolo_head.yaml", DType::kF32}, std::pair{"yolo_head_f16.yaml", DType::kF16}}) {
+    SCOPED_TRACE(file);
+    expect_yolo_head_fuses(load_graph(graph_path(file), registry()), dtype);
+  }
 }
 
 TEST(VisionCompile, LeNetCompiles) {
-  const Graph graph = load_graph(graph_path("lenet5.yaml"), registry());
-  const Bundle bundle = compile(graph, test_compile_options());
-  EXPECT_EQ(shape_str(bundle.tensor("f7").shape), "[B, 10]");
-  EXPECT_EQ(shape_str(bundle.tensor("s4").shape), "[B, 16, 5, 5]");
+  for (const auto& [file, dtype] :
+       {std::pair{"lenet5.yaml", DType::kF32}, std::pair{"lenet5_bf16.yaml", DType::kBF16}}) {
+    SCOPED_TRACE(file);
+    const Graph graph = load_graph(graph_path(file), registry());
+    const Bundle bundle = compile(graph, test_compile_options());
+    EXPECT_EQ(shape_str(bundle.tensor("f7").shape), "[B, 10]");
+    EXPECT_EQ(shape_str(bundle.tensor("s4").shape), "[B, 16, 5, 5]");
+    EXPECT_EQ(bundle.tensor("f7").dtype, dtype);
+    expect_kernels_in(bundle, dtype);
+  }
 }
 
 // ---- GPU: the example graphs against the host reference (teeny run --check) --------------------
@@ -532,7 +715,7 @@ std::string write_temp_bundle(const Graph& graph, const CompileOptions& options,
 
 // The example graphs, fused and unfused, node by node against the references.
 TEST(GpuVision, GraphsMatchTheirReferences) {
-  for (const char* name : {"lenet5.yaml", "yolo_head.yaml"}) {
+  for (const char* name : {"lenet5.yaml", "lenet5_bf16.yaml", "yolo_head.yaml", "yolo_head_f16.yaml"}) {
     const Graph graph = load_graph(graph_path(name), registry());
     for (bool fuse : {true, false}) {
       CompileOptions options = test_compile_options();

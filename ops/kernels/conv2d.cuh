@@ -1,6 +1,7 @@
-// Convolutions over NCHW f32 (ops/vision_common.cpp, for conv2d and conv2d_bn_silu): the
-// implicit GEMM with its 1x1 path, and the depthwise kernel, each with a per-output-channel
-// epilogue fused into its stores.
+// Convolutions over NCHW (ops/vision_common.cpp, for conv2d and conv2d_bn_silu): the implicit GEMM
+// with its 1x1 path, and the depthwise kernel, each with a per-output-channel epilogue fused into
+// its stores. Activations and params share the storage type T (float, __half, __nv_bfloat16);
+// loads convert to f32, products accumulate in f32 on CUDA cores, and stores round to T.
 //
 // A kernel is a struct (tn_conv2d_igemm, tn_conv2d_depthwise) whose static run() takes the
 // epilogue; the entries (tn_conv2d, tn_conv2d_bias, tn_conv2d_bn_act) take the epilogue's params in
@@ -37,28 +38,29 @@ struct tn_conv_plain {
   __device__ __forceinline__ Channel channel(int) const { return {}; }
 };
 
+template <typename T>
 struct tn_conv_bias {
-  const float* bias;
+  const T* bias;
   struct Channel {
     float shift;
     __device__ __forceinline__ float operator()(float acc) const { return acc + shift; }
   };
-  __device__ __forceinline__ Channel channel(int co) const { return {__ldg(bias + co)}; }
+  __device__ __forceinline__ Channel channel(int co) const { return {tn_ldg_f32(bias + co)}; }
 };
 
 // Inference batch norm folded per channel, then the activation Act (activation.cuh).
-template <template <typename> class Act>
+template <typename T, template <typename> class Act>
 struct tn_conv_bn_act {
-  const float *weight, *bias, *mean, *var;
+  const T *weight, *bias, *mean, *var;
   float eps;
   struct Channel {
     float scale, shift;
-    __device__ __forceinline__ float operator()(float acc) const { return Act<float>()(fmaf(acc, scale, shift)); }
+    __device__ __forceinline__ float operator()(float acc) const { return Act<T>()(fmaf(acc, scale, shift)); }
   };
   __device__ __forceinline__ Channel channel(int co) const {
     // sqrtf (IEEE) rather than rsqrtf, to stay within float rounding of PyTorch.
-    const float scale = __ldg(weight + co) / sqrtf(__ldg(var + co) + eps);
-    const float shift = __ldg(bias + co) - __ldg(mean + co) * scale;
+    const float scale = tn_ldg_f32(weight + co) / sqrtf(tn_ldg_f32(var + co) + eps);
+    const float shift = tn_ldg_f32(bias + co) - tn_ldg_f32(mean + co) * scale;
     return {scale, shift};
   }
 };
@@ -79,7 +81,7 @@ struct tn_conv_tile {
   static constexpr int kThreads = (kBlockCo / kThreadCo) * kPThreads;
 };
 
-// The type of kVec consecutive floats of X that one thread loads at once.
+// The type of kVec consecutive values of X (as floats) that one thread loads at once.
 template <int kVec>
 struct tn_conv_floats;
 template <>
@@ -91,7 +93,20 @@ struct tn_conv_floats<4> {
   using type = float4;
 };
 
-// kVec = 4: the 1x1 path loads X as float4 (each image's plane a multiple of 4 pixels).
+// Four consecutive elements at p, aligned to four elements, as floats: one 16-byte (f32) or 8-byte
+// (16-bit) load.
+template <typename T>
+__device__ __forceinline__ float4 tn_conv_load4_aligned(const T* p) {
+  if constexpr (sizeof(T) == 4) {
+    return __ldg(reinterpret_cast<const float4*>(p));
+  } else {
+    const uint2 r = __ldg(reinterpret_cast<const uint2*>(p));  // element 0 in r.x's low half
+    const auto f32 = [](unsigned bits) { return tn_f32(tn_from_raw<T>((unsigned short)bits)); };
+    return make_float4(f32(r.x & 0xffffu), f32(r.x >> 16), f32(r.y & 0xffffu), f32(r.y >> 16));
+  }
+}
+
+// kVec = 4: the 1x1 path loads X four pixels at a time (each image's plane a multiple of 4 pixels).
 template <class Shape, class Tile, int kVec>
 struct tn_conv2d_igemm {
   static constexpr int kBlockCo = Tile::kBlockCo, kBlockP = Tile::kBlockP, kBlockK = Tile::kBlockK;
@@ -110,9 +125,9 @@ struct tn_conv2d_igemm {
   static_assert(kVec == 1 || Shape::kPointwise, "vector loads are the 1x1 path's");
   using BVec = typename tn_conv_floats<kVec>::type;
 
-  template <class Epilogue>
-  static __device__ __forceinline__ void run(const float* x, const float* weight, const Epilogue& epilogue, float* y,
-                                             int batch, int in_h, int in_w, int out_h, int out_w) {
+  template <typename T, class Epilogue>
+  static __device__ __forceinline__ void run(const T* x, const T* weight, const Epilogue& epilogue, T* y, int batch,
+                                             int in_h, int in_w, int out_h, int out_w) {
     __shared__ __align__(16) float a_tile[2][kBlockK][kBlockCo + 4];
     __shared__ __align__(16) float b_tile[2][kBlockK][kBlockP + 4];
     const int tid = threadIdx.x;
@@ -121,8 +136,9 @@ struct tn_conv2d_igemm {
     const int hw_out = out_h * out_w;
     const long long n_total = (long long)batch * hw_out;
     const long long n0 = (long long)blockIdx.x * kBlockP;
-    const float* w_group = weight + (long long)group * Shape::kCog * kK;
-    const bool x_aligned = tn_aligned16(x);
+    const T* w_group = weight + (long long)group * Shape::kCog * kK;
+    // x allows 4-pixel loads (16 bytes in f32, 8 in 16-bit); kVec = 4 keeps every load so aligned.
+    const bool x_aligned = (reinterpret_cast<unsigned long long>(x) & (4 * sizeof(T) - 1)) == 0;
 
     // This thread's share of the tile loads: A at (a_m + i*kALoadRows, a_k), B at (b_row + i*kBRowStep, b_col).
     const int a_k = tid % kBlockK, a_m = tid / kBlockK;
@@ -133,7 +149,7 @@ struct tn_conv2d_igemm {
     const int pix = n_ok ? (int)(n_load - (long long)img * hw_out) : 0;
     // The 1x1 path reads X[k, n] as x[img, group*kCg + k, pix] directly; otherwise x_src is the
     // image's first channel of the group, and (ih0, iw0) the window's corner for pixel n.
-    const float* x_src;
+    const T* x_src;
     int ih0 = 0, iw0 = 0;
     if constexpr (Shape::kPointwise) {
       x_src = x + ((long long)img * Shape::kCIn + group * Shape::kCg) * hw_out + pix;
@@ -150,7 +166,7 @@ struct tn_conv2d_igemm {
 #pragma unroll
       for (int i = 0; i < kALoads; ++i) {
         const int m = m0 + a_m + i * kALoadRows, k = k0 + a_k;
-        a_reg[i] = m < Shape::kCog && k < kK ? __ldg(w_group + (long long)m * kK + k) : 0.f;
+        a_reg[i] = m < Shape::kCog && k < kK ? tn_ldg_f32(w_group + (long long)m * kK + k) : 0.f;
       }
 #pragma unroll
       for (int i = 0; i < kBLoads; ++i) {
@@ -158,15 +174,15 @@ struct tn_conv2d_igemm {
         if constexpr (kVec == 4) {
           float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
           if (n_ok && k < kK) {
-            const float* p = x_src + (long long)k * hw_out;
+            const T* p = x_src + (long long)k * hw_out;
             if (x_aligned)
-              v = __ldg(reinterpret_cast<const float4*>(p));
+              v = tn_conv_load4_aligned(p);
             else
-              v = make_float4(__ldg(p), __ldg(p + 1), __ldg(p + 2), __ldg(p + 3));
+              v = make_float4(tn_ldg_f32(p), tn_ldg_f32(p + 1), tn_ldg_f32(p + 2), tn_ldg_f32(p + 3));
           }
           b_reg[i] = v;
         } else if constexpr (Shape::kPointwise) {
-          b_reg[i] = n_ok && k < kK ? __ldg(x_src + (long long)k * hw_out) : 0.f;
+          b_reg[i] = n_ok && k < kK ? tn_ldg_f32(x_src + (long long)k * hw_out) : 0.f;
         } else {
           float v = 0.f;
           if (n_ok && k < kK) {
@@ -174,7 +190,7 @@ struct tn_conv2d_igemm {
             const int kh = r / Shape::kKw, kw = r - kh * Shape::kKw;
             const int ih = ih0 + kh * Shape::kDh, iw = iw0 + kw * Shape::kDw;
             if ((unsigned)ih < (unsigned)in_h && (unsigned)iw < (unsigned)in_w)
-              v = __ldg(x_src + ((long long)c * in_h + ih) * in_w + iw);
+              v = tn_ldg_f32(x_src + ((long long)c * in_h + ih) * in_w + iw);
           }
           b_reg[i] = v;
         }
@@ -241,7 +257,7 @@ struct tn_conv2d_igemm {
 #pragma unroll
         for (int j = 0; j < kThreadP; ++j) {
           const float acc = accs[i][j];
-          if (out_off[j] >= 0) y[out_off[j] + (long long)co * hw_out] = channel(acc);
+          if (out_off[j] >= 0) y[out_off[j] + (long long)co * hw_out] = tn_cast<T>(channel(acc));
         }
       }
     }
@@ -261,9 +277,9 @@ struct tn_conv2d_depthwise {
   static constexpr int kPatchW = (kTileW - 1) * Shape::kSw + (Shape::kKw - 1) * Shape::kDw + 1;
 
   // The grid covers the batch (blockIdx.x is image * kCo + channel), so there is no batch size.
-  template <class Epilogue>
-  static __device__ __forceinline__ void run(const float* x, const float* weight, const Epilogue& epilogue, float* y,
-                                             int in_h, int in_w, int out_h, int out_w) {
+  template <typename T, class Epilogue>
+  static __device__ __forceinline__ void run(const T* x, const T* weight, const Epilogue& epilogue, T* y, int in_h,
+                                             int in_w, int out_h, int out_w) {
     __shared__ float patch[kPatchH * kPatchW];
     const int tid = threadIdx.x;
     const int plane = blockIdx.x;  // img * kCo + co
@@ -271,16 +287,16 @@ struct tn_conv2d_depthwise {
     const int tiles_w = (out_w + kTileW - 1) / kTileW;
     const int oh0 = (blockIdx.y / tiles_w) * kTileH, ow0 = (blockIdx.y % tiles_w) * kTileW;
     const int ih0 = oh0 * Shape::kSh - Shape::kPh, iw0 = ow0 * Shape::kSw - Shape::kPw;
-    const float* x_plane = x + ((long long)img * Shape::kCIn + co / kMultiplier) * in_h * in_w;
+    const T* x_plane = x + ((long long)img * Shape::kCIn + co / kMultiplier) * in_h * in_w;
     for (int i = tid; i < kPatchH * kPatchW; i += kThreads) {
       const int ih = ih0 + i / kPatchW, iw = iw0 + i % kPatchW;
       patch[i] = (unsigned)ih < (unsigned)in_h && (unsigned)iw < (unsigned)in_w
-                     ? __ldg(x_plane + (long long)ih * in_w + iw)
+                     ? tn_ldg_f32(x_plane + (long long)ih * in_w + iw)
                      : 0.f;
     }
     float w[Shape::kKhw];
 #pragma unroll
-    for (int i = 0; i < Shape::kKhw; ++i) w[i] = __ldg(weight + co * Shape::kKh * Shape::kKw + i);
+    for (int i = 0; i < Shape::kKhw; ++i) w[i] = tn_ldg_f32(weight + co * Shape::kKh * Shape::kKw + i);
     __syncthreads();
 
     const int ty = tid / kTileW, tx = tid % kTileW;
@@ -294,29 +310,28 @@ struct tn_conv2d_depthwise {
         acc = fmaf(patch[(ty * Shape::kSh + kh * Shape::kDh) * kPatchW + tx * Shape::kSw + kw * Shape::kDw],
                    w[kh * Shape::kKw + kw], acc);
     const typename Epilogue::Channel channel = epilogue.channel(co);
-    y[(long long)plane * out_h * out_w + oh * out_w + ow] = channel(acc);
+    y[(long long)plane * out_h * out_w + oh * out_w + ow] = tn_cast<T>(channel(acc));
   }
 };
 
 // ---- entries ---------------------------------------------------------------------------------
-// Kernel: a tn_conv2d_igemm or tn_conv2d_depthwise; `sizes` are its run()'s sizes.
+// T: the storage type of x, the params and y; Kernel: a tn_conv2d_igemm or tn_conv2d_depthwise;
+// `sizes` are its run()'s sizes.
 
-template <class Kernel, typename... Sizes>
-__device__ __forceinline__ void tn_conv2d(const float* x, const float* weight, float* y, Sizes... sizes) {
+template <typename T, class Kernel, typename... Sizes>
+__device__ __forceinline__ void tn_conv2d(const T* x, const T* weight, T* y, Sizes... sizes) {
   Kernel::run(x, weight, tn_conv_plain{}, y, sizes...);
 }
 
-template <class Kernel, typename... Sizes>
-__device__ __forceinline__ void tn_conv2d_bias(const float* x, const float* weight, const float* bias, float* y,
-                                               Sizes... sizes) {
-  Kernel::run(x, weight, tn_conv_bias{bias}, y, sizes...);
+template <typename T, class Kernel, typename... Sizes>
+__device__ __forceinline__ void tn_conv2d_bias(const T* x, const T* weight, const T* bias, T* y, Sizes... sizes) {
+  Kernel::run(x, weight, tn_conv_bias<T>{bias}, y, sizes...);
 }
 
-template <class Kernel, template <typename> class Act, typename... Sizes>
-__device__ __forceinline__ void tn_conv2d_bn_act(const float* x, const float* weight, const float* bn_weight,
-                                                 const float* bn_bias, const float* bn_mean, const float* bn_var,
-                                                 float eps, float* y, Sizes... sizes) {
-  Kernel::run(x, weight, tn_conv_bn_act<Act>{bn_weight, bn_bias, bn_mean, bn_var, eps}, y, sizes...);
+template <typename T, class Kernel, template <typename> class Act, typename... Sizes>
+__device__ __forceinline__ void tn_conv2d_bn_act(const T* x, const T* weight, const T* bn_weight, const T* bn_bias,
+                                                 const T* bn_mean, const T* bn_var, float eps, T* y, Sizes... sizes) {
+  Kernel::run(x, weight, tn_conv_bn_act<T, Act>{bn_weight, bn_bias, bn_mean, bn_var, eps}, y, sizes...);
 }
 
 #endif  // TEENY_CONV2D_CUH
