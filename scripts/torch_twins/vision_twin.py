@@ -92,8 +92,10 @@ def compare(label, got, want, rtol, atol):
     return not bad.any()
 
 
-def run_twin(args, graph, model, make_input, output, rtol, atol, variants=(("fused", []),)):
-    """Exports `model`, runs every compile variant of `graph` at every batch size, compares."""
+def run_twin(args, graph, model, make_input, output, rtol, atol, variants=(("fused", []),), references=None):
+    """Exports `model`, runs every compile variant of `graph` at every batch size, compares.
+    `references` optionally maps a label to another model whose own error against `model` is
+    printed for scale (e.g. PyTorch bf16 vs the float64 reference)."""
     workdir = args.workdir or tempfile.mkdtemp(prefix="teeny-twin-")
     os.makedirs(workdir, exist_ok=True)
     weights = os.path.join(workdir, "weights.safetensors")
@@ -111,6 +113,9 @@ def run_twin(args, graph, model, make_input, output, rtol, atol, variants=(("fus
         np.save(x_path, x.cpu().numpy())
         with torch.no_grad():
             want = model(x).float().cpu().numpy()
+            for label, other in (references or {}).items():
+                theirs = other(x).float().cpu().numpy()
+                print(f"  for scale: {label} vs the reference: max abs err {np.abs(theirs - want).max():.3g}")
         for label, bundle in bundles:
             out_dir = os.path.join(workdir, f"out_{label}_b{batch}")
             teeny(args, "run", bundle, "--bind", f"B={batch}", "--weights", weights, "--input", f"x={x_path}",
