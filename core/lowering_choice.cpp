@@ -1,5 +1,7 @@
 #include "core/lowering_choice.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 namespace teeny {
@@ -71,7 +73,9 @@ std::string tuned_why(const TuningFile& tuning, size_t index) {
                                 dims_text(record.dims), record.l2);
   for (const TuningCandidate& c : record.candidates) {
     if (c.variant == record.variant && c.rejected.empty()) {
-      why += fmt::format(": {:.2f} us, fastest of {}", c.median_us, record.candidates.size());
+      const auto measured = std::count_if(record.candidates.begin(), record.candidates.end(),
+                                          [](const TuningCandidate& other) { return other.rejected.empty(); });
+      why += fmt::format(": {:.2f} us, fastest of {} measured", c.median_us, measured);
     }
   }
   return why + ")";

@@ -87,6 +87,14 @@ TEST(TunedCompile, RecordsApplyInTheirRangesAndTheHeuristicElsewhere) {
   EXPECT_EQ(bundle.tuning, "t.json");
 }
 
+TEST(TunedCompile, TheReasonQuotesTheWinnersTimeAmongTheMeasuredCandidates) {
+  TuningRecord measured = record("64x64x16", {100, 100});
+  measured.candidates = {{"64x64x16", 12.345, 30, ""}, {"128x128x8", 20.0, 30, ""}, {"gemv_m1", 0, 0, "compile: x"}};
+  const Bundle bundle = compile_with(tuning_file({measured}));
+  EXPECT_EQ(bundle.nodes[0].variants.at(0).why,
+            "tuned: t.json records[0] (NVIDIA H200, M=100, N=200, K=64, L2 cold: 12.35 us, fastest of 2 measured)");
+}
+
 TEST(TunedCompile, WithoutRecordsTheBundleIsTheHeuristicOne) {
   const Bundle tuned = compile_with(tuning_file({}));
   const Bundle plain = compile_with(std::nullopt);
