@@ -120,9 +120,9 @@ Bundle tiny_bundle() {
       BundleTensor{"out", DType::kF32, {b * 3}, b * 3, "out", "s"},
   };
   bundle.nodes = {
-      BundleNode{"h", "test.affine", nlohmann::json::object(), {"x"}, std::nullopt, {}},
-      BundleNode{"s", "test.add", nlohmann::json::object(), {"h", "x"}, std::nullopt, {}},
-      BundleNode{"out", "test.flat", nlohmann::json::object(), {"s"}, std::nullopt, {}},
+      BundleNode{"h", "test.affine", nlohmann::json::object(), {"x"}, std::nullopt, {}, {}},
+      BundleNode{"s", "test.add", nlohmann::json::object(), {"h", "x"}, std::nullopt, {}, {}},
+      BundleNode{"out", "test.flat", nlohmann::json::object(), {"s"}, std::nullopt, {}, {}},
   };
   BundleLaunch affine;
   affine.node = "h";

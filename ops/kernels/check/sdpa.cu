@@ -6,10 +6,10 @@
 #include "../sdpa.cuh"
 #include "check.cuh"
 
-#define TN_SDPA_PARAMS(T)                                                                                             \
-  (const T* q, const T* k, const T* v, T* out, int N, int Sq, int Skv, int ldq, int ldk, int ldv, int heads, int ldo, \
-   float scale)
-#define TN_SDPA_ARGS q, k, v, out, N, Sq, Skv, ldq, ldk, ldv, heads, ldo, scale
+#define TN_SDPA_PARAMS(T)                                                                                    \
+  (const T* q, const T* k, const T* v, T* out, int N, int Sq, int Skv, int ldq, int ldk, int ldv, int heads, \
+   int kv_heads, int kv_groups, int ldo, float scale)
+#define TN_SDPA_ARGS q, k, v, out, N, Sq, Skv, ldq, ldk, ldv, heads, kv_heads, kv_groups, ldo, scale
 
 TN_ENTRY(sdpa_bf16_d64_causal_mma, (128, 3)) TN_SDPA_PARAMS(__nv_bfloat16) {
   tn_sdpa_mma<__nv_bfloat16, 64, 64, 64, 128, true>(TN_SDPA_ARGS);
