@@ -61,9 +61,19 @@ std::string some_of(const std::vector<std::string>& items, const char* separator
   return text;
 }
 
+std::map<std::string, std::string> metadata_strings(const nlohmann::json& metadata) {
+  std::map<std::string, std::string> strings;
+  if (!metadata.is_object()) return strings;
+  for (const auto& [key, value] : metadata.items())
+    strings[key] = value.is_string() ? value.get<std::string>() : value.dump();
+  return strings;
+}
+
 }  // namespace
 
-std::vector<SafetensorsEntry> read_safetensors(const std::string& path) {
+std::vector<SafetensorsEntry> read_safetensors(const std::string& path) { return read_safetensors_file(path).entries; }
+
+SafetensorsFile read_safetensors_file(const std::string& path) {
   const InputFile file(path, "safetensors file");
   if (file.size() < 8) {
     throw file_error(path, fmt::format("not a safetensors file ({} bytes; the header length alone "
@@ -88,11 +98,15 @@ std::vector<SafetensorsEntry> read_safetensors(const std::string& path) {
 
   const uint64_t data_start = 8 + header_length;
   const uint64_t data_size = file.size() - data_start;
-  std::vector<SafetensorsEntry> entries;
+  SafetensorsFile contents;
+  std::vector<SafetensorsEntry>& entries = contents.entries;
   for (const auto& item : header.items()) {
     const std::string& name = item.key();
     const nlohmann::json& info = item.value();
-    if (name == "__metadata__") continue;
+    if (name == "__metadata__") {
+      contents.metadata = metadata_strings(info);
+      continue;
+    }
     auto bad = [&](const std::string& what) {
       return file_error(path, fmt::format("tensor '{}': {}", excerpt(name), what));
     };
@@ -151,11 +165,13 @@ std::vector<SafetensorsEntry> read_safetensors(const std::string& path) {
     }
     entries.push_back(std::move(entry));
   }
-  return entries;
+  return contents;
 }
 
-void write_safetensors(const std::string& path, const std::map<std::string, HostTensor>& tensors) {
+void write_safetensors(const std::string& path, const std::map<std::string, HostTensor>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
   nlohmann::json header = nlohmann::json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
   std::vector<uint8_t> data;
   for (const auto& [name, tensor] : tensors) {
     if (static_cast<int64_t>(tensor.data.size()) != tensor.numel()) {

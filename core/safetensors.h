@@ -22,8 +22,19 @@ struct SafetensorsEntry {
 // Every tensor in the file, sorted by name. Throws Error naming the file and the problem.
 std::vector<SafetensorsEntry> read_safetensors(const std::string& path);
 
-// Writes tensors (F32/F16/BF16/I32 by their dtype), atomically.
-void write_safetensors(const std::string& path, const std::map<std::string, HostTensor>& tensors);
+// A file's tensors (as read_safetensors) and its "__metadata__". The format makes metadata a map of
+// strings; another value is kept as its JSON text, and a "__metadata__" that is not an object
+// reads as none, so a file read_safetensors accepts is never refused for its metadata.
+struct SafetensorsFile {
+  std::vector<SafetensorsEntry> entries;
+  std::map<std::string, std::string> metadata;
+};
+SafetensorsFile read_safetensors_file(const std::string& path);
+
+// Writes tensors (F32/F16/BF16/I32 by their dtype), atomically; "__metadata__" only when
+// `metadata` has entries.
+void write_safetensors(const std::string& path, const std::map<std::string, HostTensor>& tensors,
+                       const std::map<std::string, std::string>& metadata = {});
 
 // A param as the run will hold it: the bundle's declaration with its shape bound.
 struct ParamShape {

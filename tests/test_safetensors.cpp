@@ -92,6 +92,35 @@ TEST_F(SafetensorsTest, ReadsI64AsI32AndIgnoresMetadata) {
   EXPECT_EQ(entries[0].tensor.data, std::vector<double>({3, -4}));
 }
 
+TEST_F(SafetensorsTest, MetadataIsWrittenAndReadAsStrings) {
+  const std::string f = path("m.safetensors");
+  write_safetensors(f, {{"w", HostTensor{DType::kF32, {1}, {2}}}}, {{"format", "teeny-checkpoint"}, {"step", "7"}});
+  const std::string bytes = slurp(f);
+  uint64_t header_length = 0;
+  std::memcpy(&header_length, bytes.data(), 8);
+  const std::string header = bytes.substr(8, header_length);
+  EXPECT_EQ(header.substr(0, header.find_last_not_of(' ') + 1),
+            R"({"__metadata__":{"format":"teeny-checkpoint","step":"7"},)"
+            R"("w":{"data_offsets":[0,4],"dtype":"F32","shape":[1]}})");
+  const SafetensorsFile file = read_safetensors_file(f);
+  EXPECT_EQ(file.metadata, (std::map<std::string, std::string>{{"format", "teeny-checkpoint"}, {"step", "7"}}));
+  ASSERT_EQ(file.entries.size(), 1u);
+  EXPECT_EQ(file.entries[0].tensor.data, std::vector<double>{2});
+}
+
+// Metadata that is not a map of strings, as other writers may make it, never refuses the file.
+TEST_F(SafetensorsTest, OtherMetadataReadsAsJsonTextOrNone) {
+  const std::string f = path("m.safetensors");
+  spit(f, R"({"__metadata__":{"step":7,"tags":["a"]},"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})",
+       raw<float>({1}));
+  EXPECT_EQ(read_safetensors_file(f).metadata,
+            (std::map<std::string, std::string>{{"step", "7"}, {"tags", R"(["a"])"}}));
+  spit(f, R"({"__metadata__":5,"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", raw<float>({1}));
+  const SafetensorsFile file = read_safetensors_file(f);
+  EXPECT_TRUE(file.metadata.empty());
+  EXPECT_EQ(file.entries.size(), 1u);
+}
+
 TEST_F(SafetensorsTest, MalformedFilesHaveExactMessages) {
   const std::string f = path("bad.safetensors");
   testing::spit(f, "abc");
