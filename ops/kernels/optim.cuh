@@ -1,0 +1,346 @@
+// Optimizer updates: SGD and AdamW steps, the global gradient norm for clipping, and the step
+// counter. The formulas are core/optim.h's (docs/training.md, "Optimizer semantics"), here in
+// f32 whatever the storage dtypes; optimizer state (momentum, exp_avg, exp_avg_sq, master
+// weights) is f32.
+//
+// Built for CUDA-graph replay: nothing comes from the host between steps.
+//   step   const int*, device memory: the 1-based step about to be applied. The update kernels
+//          read it; tn_step_increment, launched after every update, advances it.
+//   clip   const float*, device memory: clip[0] multiplies every gradient. tn_clip_coef writes
+//          it (and the total norm into clip[1]); a graph without clipping passes a buffer
+//          holding 1.
+//   lr, warmup_steps, total_steps, min_lr_ratio
+//          the schedule, as scalar arguments: the learning rate of step s is
+//          lr * tn_lr_factor(s, ...); a constant schedule passes total_steps = 0.
+// The update kernels are grid-stride loops over n elements (any grid), four elements a thread
+// an iteration when every pointer allows one 16-byte (f32) or 8-byte (16-bit) access.
+#ifndef TEENY_OPTIM_CUH
+#define TEENY_OPTIM_CUH
+
+#include "prelude.cuh"
+
+// core/optim.h's schedule_factor in f32: with W = warmup_steps, T = total_steps, m = min_lr_ratio,
+// s <= W ? s / W : m + (1 - m) * (1 + cos(pi * min(1, (s - W) / max(1, T - W)))) / 2; 1 when T is 0.
+__device__ __forceinline__ float tn_lr_factor(int step, int warmup_steps, int total_steps, float min_lr_ratio) {
+  if (total_steps <= 0) return 1.f;
+  if (step <= warmup_steps) return (float)step / (float)warmup_steps;
+  const float progress = fminf(1.f, (float)(step - warmup_steps) / (float)max(1, total_steps - warmup_steps));
+  return min_lr_ratio + (1.f - min_lr_ratio) * (1.f + cospif(progress)) * 0.5f;
+}
+
+// ---- element access ------------------------------------------------------------------------
+
+// Whether p allows an access of four elements at once.
+template <typename T>
+__device__ __forceinline__ bool tn_optim_aligned4(const T* p) {
+  return (reinterpret_cast<unsigned long long>(p) & (4 * sizeof(T) - 1)) == 0;
+}
+
+// kW consecutive elements as f32: one access when kW == 4 (p 4-element aligned), else scalars.
+template <typename T, int kW>
+__device__ __forceinline__ void tn_optim_load(const T* p, float (&v)[kW]) {
+  if constexpr (kW == 4 && sizeof(T) == 4) {
+    const float4 r = *reinterpret_cast<const float4*>(p);
+    v[0] = r.x;
+    v[1] = r.y;
+    v[2] = r.z;
+    v[3] = r.w;
+  } else if constexpr (kW == 4) {
+    const uint2 r = *reinterpret_cast<const uint2*>(p);  // element 0 in r.x's low half
+    v[0] = tn_f32(tn_from_raw<T>((unsigned short)(r.x & 0xffffu)));
+    v[1] = tn_f32(tn_from_raw<T>((unsigned short)(r.x >> 16)));
+    v[2] = tn_f32(tn_from_raw<T>((unsigned short)(r.y & 0xffffu)));
+    v[3] = tn_f32(tn_from_raw<T>((unsigned short)(r.y >> 16)));
+  } else {
+#pragma unroll
+    for (int k = 0; k < kW; ++k) v[k] = tn_f32(p[k]);
+  }
+}
+
+template <typename T, int kW>
+__device__ __forceinline__ void tn_optim_store(T* p, const float (&v)[kW]) {
+  if constexpr (kW == 4 && sizeof(T) == 4) {
+    *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+  } else if constexpr (kW == 4) {
+    uint2 r;
+    r.x = (unsigned)tn_raw(tn_cast<T>(v[0])) | ((unsigned)tn_raw(tn_cast<T>(v[1])) << 16);
+    r.y = (unsigned)tn_raw(tn_cast<T>(v[2])) | ((unsigned)tn_raw(tn_cast<T>(v[3])) << 16);
+    *reinterpret_cast<uint2*>(p) = r;
+  } else {
+#pragma unroll
+    for (int k = 0; k < kW; ++k) p[k] = tn_cast<T>(v[k]);
+  }
+}
+
+// The weights an update reads and writes: the param itself (its own dtype, rounded on store).
+template <typename P>
+struct tn_weights {
+  P* param;
+  __device__ __forceinline__ bool aligned4() const { return tn_optim_aligned4(param); }
+  template <int kW>
+  __device__ __forceinline__ void load(long long i, float (&w)[kW]) const {
+    tn_optim_load(param + i, w);
+  }
+  template <int kW>
+  __device__ __forceinline__ void store(long long i, const float (&w)[kW]) const {
+    tn_optim_store(param + i, w);
+  }
+};
+
+// f32 master weights: the update reads and writes master, and param (16-bit) receives its
+// rounding, so small updates accumulate in master instead of rounding away in param. master
+// starts as the param's values in f32.
+template <typename P>
+struct tn_master_weights {
+  P* param;
+  float* master;
+  __device__ __forceinline__ bool aligned4() const { return tn_optim_aligned4(param) && tn_optim_aligned4(master); }
+  template <int kW>
+  __device__ __forceinline__ void load(long long i, float (&w)[kW]) const {
+    tn_optim_load(master + i, w);
+  }
+  template <int kW>
+  __device__ __forceinline__ void store(long long i, const float (&w)[kW]) const {
+    tn_optim_store(master + i, w);
+    tn_optim_store(param + i, w);
+  }
+};
+
+// Elements [i, i + kW): the weights and the gradient loaded, updated, the weights stored.
+template <int kW, typename G, class Weights, class Update>
+__device__ __forceinline__ void tn_optim_elements(long long i, const Weights& weights, const G* grad,
+                                                  const Update& update) {
+  float w[kW], g[kW];
+  weights.load(i, w);
+  tn_optim_load(grad + i, g);
+  update(i, w, g);
+  weights.store(i, w);
+}
+
+// The grid-stride loop every update shares: packs of four while every pointer allows, then a
+// scalar tail.
+template <typename G, int kThreads, class Weights, class Update>
+__device__ __forceinline__ void tn_optim_apply(const Weights& weights, const G* grad, long long n,
+                                               const Update& update) {
+  const long long threads = (long long)gridDim.x * kThreads;
+  const long long tid = (long long)blockIdx.x * kThreads + threadIdx.x;
+  long long head = 0;
+  if (weights.aligned4() && tn_optim_aligned4(grad) && update.aligned4()) {
+    const long long packs = n / 4;
+    for (long long q = tid; q < packs; q += threads) tn_optim_elements<4>(q * 4, weights, grad, update);
+    head = packs * 4;
+  }
+  for (long long i = head + tid; i < n; i += threads) tn_optim_elements<1>(i, weights, grad, update);
+}
+
+// ---- SGD -----------------------------------------------------------------------------------
+
+// torch.optim.SGD on kW elements: d = clip * g (+ weight_decay * w); with momentum, the buffer
+// becomes d on the first step, momentum * buffer + (1 - dampening) * d after, and d becomes the
+// buffer (or d + momentum * buffer with Nesterov); w -= lr * d. The buffer is neither read nor
+// written without momentum, and not read on the first step.
+struct tn_sgd_update {
+  float* buffer;
+  float clip, lr, momentum, dampening, weight_decay;
+  bool nesterov, first;
+  __device__ __forceinline__ bool aligned4() const { return momentum == 0.f || tn_optim_aligned4(buffer); }
+  template <int kW>
+  __device__ __forceinline__ void operator()(long long i, float (&w)[kW], const float (&g)[kW]) const {
+    float b[kW] = {};
+    if (momentum != 0.f && !first) tn_optim_load(buffer + i, b);
+#pragma unroll
+    for (int k = 0; k < kW; ++k) {
+      float d = g[k] * clip;
+      if (weight_decay != 0.f) d = fmaf(weight_decay, w[k], d);  // as PyTorch: no 0 * inf
+      if (momentum != 0.f) {
+        b[k] = first ? d : fmaf(momentum, b[k], (1.f - dampening) * d);
+        d = nesterov ? fmaf(momentum, b[k], d) : b[k];
+      }
+      w[k] = fmaf(-lr, d, w[k]);
+    }
+    if (momentum != 0.f) tn_optim_store(buffer + i, b);
+  }
+};
+
+__device__ __forceinline__ tn_sgd_update tn_make_sgd_update(float* momentum_buffer, const int* step, const float* clip,
+                                                            float lr, int warmup_steps, int total_steps,
+                                                            float min_lr_ratio, float momentum, float dampening,
+                                                            float weight_decay, int nesterov) {
+  const int s = *step;
+  return {momentum_buffer, *clip,     lr * tn_lr_factor(s, warmup_steps, total_steps, min_lr_ratio),
+          momentum,        dampening, weight_decay,
+          nesterov != 0,   s == 1};
+}
+
+// param (f32 or 16-bit) updated in place from grad; momentum_buffer: n f32 values, unused (may be
+// null) when momentum is 0.
+template <typename P, typename G, int kThreads>
+__device__ __forceinline__ void tn_sgd_step(P* param, const G* grad, float* momentum_buffer, long long n,
+                                            const int* step, const float* clip, float lr, int warmup_steps,
+                                            int total_steps, float min_lr_ratio, float momentum, float dampening,
+                                            float weight_decay, int nesterov) {
+  const tn_sgd_update update = tn_make_sgd_update(momentum_buffer, step, clip, lr, warmup_steps, total_steps,
+                                                  min_lr_ratio, momentum, dampening, weight_decay, nesterov);
+  tn_optim_apply<G, kThreads>(tn_weights<P>{param}, grad, n, update);
+}
+
+// The same on f32 master weights: master updated, param (16-bit) written as its rounding.
+template <typename P, typename G, int kThreads>
+__device__ __forceinline__ void tn_sgd_step_master(P* param, float* master, const G* grad, float* momentum_buffer,
+                                                   long long n, const int* step, const float* clip, float lr,
+                                                   int warmup_steps, int total_steps, float min_lr_ratio,
+                                                   float momentum, float dampening, float weight_decay, int nesterov) {
+  const tn_sgd_update update = tn_make_sgd_update(momentum_buffer, step, clip, lr, warmup_steps, total_steps,
+                                                  min_lr_ratio, momentum, dampening, weight_decay, nesterov);
+  tn_optim_apply<G, kThreads>(tn_master_weights<P>{param, master}, grad, n, update);
+}
+
+// ---- AdamW ---------------------------------------------------------------------------------
+
+// torch.optim.AdamW on kW elements, with g = clip * grad: w *= 1 - lr * weight_decay;
+// m = beta1 m + (1 - beta1) g; v = beta2 v + (1 - beta2) g^2;
+// w -= lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps), bc_i = 1 - beta_i^step. m and v count as
+// zeros on the first step (PyTorch's initial state), so they need no initialisation.
+struct tn_adamw_update {
+  float* exp_avg;
+  float* exp_avg_sq;
+  float clip, decay, beta1, beta2, step_size, bias_correction2_sqrt, eps;
+  bool first;
+  __device__ __forceinline__ bool aligned4() const {
+    return tn_optim_aligned4(exp_avg) && tn_optim_aligned4(exp_avg_sq);
+  }
+  template <int kW>
+  __device__ __forceinline__ void operator()(long long i, float (&w)[kW], const float (&g)[kW]) const {
+    float m[kW] = {}, v[kW] = {};
+    if (!first) {
+      tn_optim_load(exp_avg + i, m);
+      tn_optim_load(exp_avg_sq + i, v);
+    }
+#pragma unroll
+    for (int k = 0; k < kW; ++k) {
+      const float gk = g[k] * clip;
+      m[k] = fmaf(beta1, m[k], (1.f - beta1) * gk);
+      v[k] = fmaf(beta2, v[k], (1.f - beta2) * gk * gk);
+      const float denom = sqrtf(v[k]) / bias_correction2_sqrt + eps;
+      w[k] = w[k] * decay - step_size * (m[k] / denom);
+    }
+    tn_optim_store(exp_avg + i, m);
+    tn_optim_store(exp_avg_sq + i, v);
+  }
+};
+
+__device__ __forceinline__ tn_adamw_update tn_make_adamw_update(float* exp_avg, float* exp_avg_sq, const int* step,
+                                                                const float* clip, float lr, int warmup_steps,
+                                                                int total_steps, float min_lr_ratio, float beta1,
+                                                                float beta2, float eps, float weight_decay) {
+  const int s = *step;
+  const float lr_s = lr * tn_lr_factor(s, warmup_steps, total_steps, min_lr_ratio);
+  const float bias_correction1 = 1.f - powf(beta1, (float)s);
+  const float bias_correction2 = 1.f - powf(beta2, (float)s);
+  return {exp_avg,
+          exp_avg_sq,
+          *clip,
+          1.f - lr_s * weight_decay,
+          beta1,
+          beta2,
+          lr_s / bias_correction1,
+          sqrtf(bias_correction2),
+          eps,
+          s == 1};
+}
+
+// param (f32, or 16-bit updated in its own precision) updated in place from grad; exp_avg and
+// exp_avg_sq: n f32 values each.
+template <typename P, typename G, int kThreads>
+__device__ __forceinline__ void tn_adamw_step(P* param, const G* grad, float* exp_avg, float* exp_avg_sq, long long n,
+                                              const int* step, const float* clip, float lr, int warmup_steps,
+                                              int total_steps, float min_lr_ratio, float beta1, float beta2, float eps,
+                                              float weight_decay) {
+  const tn_adamw_update update = tn_make_adamw_update(exp_avg, exp_avg_sq, step, clip, lr, warmup_steps, total_steps,
+                                                      min_lr_ratio, beta1, beta2, eps, weight_decay);
+  tn_optim_apply<G, kThreads>(tn_weights<P>{param}, grad, n, update);
+}
+
+// The same on f32 master weights: master updated, param (16-bit) written as its rounding.
+template <typename P, typename G, int kThreads>
+__device__ __forceinline__ void tn_adamw_step_master(P* param, float* master, const G* grad, float* exp_avg,
+                                                     float* exp_avg_sq, long long n, const int* step, const float* clip,
+                                                     float lr, int warmup_steps, int total_steps, float min_lr_ratio,
+                                                     float beta1, float beta2, float eps, float weight_decay) {
+  const tn_adamw_update update = tn_make_adamw_update(exp_avg, exp_avg_sq, step, clip, lr, warmup_steps, total_steps,
+                                                      min_lr_ratio, beta1, beta2, eps, weight_decay);
+  tn_optim_apply<G, kThreads>(tn_master_weights<P>{param, master}, grad, n, update);
+}
+
+// ---- gradient norm and clipping ------------------------------------------------------------
+
+// Sum of g^2 over the n elements of one gradient, one f32 partial a block: partials[blockIdx.x]
+// (the caller offsets partials so that every gradient of the graph has its own gridDim.x
+// entries). f32 accumulation, as PyTorch's norm kernels; deterministic for a given grid: each
+// thread sums a fixed set of elements in a fixed order and the block sum is a fixed tree.
+template <typename G, int kThreads>
+__device__ __forceinline__ void tn_grad_sq_sum(const G* grad, long long n, float* partials) {
+  __shared__ float smem32[32];
+  const long long threads = (long long)gridDim.x * kThreads;
+  const long long tid = (long long)blockIdx.x * kThreads + threadIdx.x;
+  float acc = 0.f;
+  long long head = 0;
+  if (tn_optim_aligned4(grad)) {
+    const long long packs = n / 4;
+    for (long long q = tid; q < packs; q += threads) {
+      float g[4];
+      tn_optim_load(grad + q * 4, g);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) acc = fmaf(g[k], g[k], acc);
+    }
+    head = packs * 4;
+  }
+  for (long long i = head + tid; i < n; i += threads) {
+    const float g = tn_f32(grad[i]);
+    acc = fmaf(g, g, acc);
+  }
+  acc = tn_block_sum<kThreads>(acc, smem32);
+  if (threadIdx.x == 0) partials[blockIdx.x] = acc;
+}
+
+// tn_block_sum in f64, for a 1-D block of kThreads (a multiple of 32); every thread gets the sum.
+template <int kThreads>
+__device__ __forceinline__ double tn_block_sum_f64(double v, double* smem32) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  if constexpr (kThreads > 32) {
+    if ((threadIdx.x & 31) == 0) smem32[threadIdx.x >> 5] = v;
+    __syncthreads();
+    v = (threadIdx.x & 31) < kThreads / 32 ? smem32[threadIdx.x & 31] : 0.0;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  }
+  return v;
+}
+
+// One block: the total norm sqrt(sum of the `count` partials), summed in f64 in a fixed order,
+// and torch.nn.utils.clip_grad_norm_'s coefficient min(1, max_norm / (norm + 1e-6)), a NaN norm
+// giving NaN as torch.clamp does. clip[0] = coefficient, clip[1] = norm.
+template <int kThreads>
+__device__ __forceinline__ void tn_clip_coef(const float* partials, int count, float max_norm, float* clip) {
+  __shared__ double smem32[32];
+  if (blockIdx.x != 0) return;
+  double acc = 0.0;
+  for (int i = threadIdx.x; i < count; i += kThreads) acc += (double)partials[i];
+  acc = tn_block_sum_f64<kThreads>(acc, smem32);
+  if (threadIdx.x == 0) {
+    const float norm = (float)sqrt(acc);
+    const float coef = max_norm / (norm + 1e-6f);
+    clip[0] = coef > 1.f ? 1.f : coef;
+    clip[1] = norm;
+  }
+}
+
+// ---- step counter --------------------------------------------------------------------------
+
+// After every update of the step: the counter moves to the next step. One thread.
+__device__ __forceinline__ void tn_step_increment(int* step) {
+  if (blockIdx.x == 0 && threadIdx.x == 0) *step += 1;
+}
+
+#endif  // TEENY_OPTIM_CUH
