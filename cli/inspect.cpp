@@ -86,6 +86,10 @@ json param_json(const InspectedParam& p) {
   return out;
 }
 
+json scratch_json(const InspectedScratch& s) {
+  return {{"name", s.name}, {"dtype", s.dtype}, {"elements", expr_json(s.elements)}, {"bytes", expr_json(s.bytes)}};
+}
+
 json arg_json(const InspectedArg& a) {
   json out = {{"position", a.position}, {"name", a.name}, {"kind", a.kind},     {"c_type", a.c_type},
               {"ptx_type", a.ptx_type}, {"size", a.size}, {"offset", a.offset}, {"bound_to", a.bound_to}};
@@ -131,8 +135,9 @@ json launch_json(const InspectedLaunch& l) {
 }
 
 json node_json(const InspectedNode& n) {
-  json params = json::array(), launches = json::array();
+  json params = json::array(), scratch = json::array(), launches = json::array();
   for (const InspectedParam& p : n.params) params.push_back(param_json(p));
+  for (const InspectedScratch& s : n.scratch) scratch.push_back(scratch_json(s));
   for (const InspectedLaunch& l : n.launches) launches.push_back(launch_json(l));
   json out = {{"name", n.name},
               {"op", n.op},
@@ -140,6 +145,7 @@ json node_json(const InspectedNode& n) {
               {"inputs", n.inputs},
               {"output", tensor_json(n.output)},
               {"params", params},
+              {"scratch", scratch},
               {"launches", launches}};
   if (!n.fused_from.empty()) out["fused_from"] = n.fused_from;
   if (!n.variants.empty()) {
@@ -277,6 +283,13 @@ std::string node_table(const InspectedNode& node) {
     std::vector<Row> rows{{"PARAM", "DTYPE", "SHAPE", "BYTES", "INIT", "INIT BYTES"}};
     for (const InspectedParam& p : node.params) {
       rows.push_back({p.name, p.dtype, shape_text(p.shape), expr_text(p.bytes), p.init, std::to_string(p.init_bytes)});
+    }
+    out += format_table(rows, "  ");
+  }
+  if (!node.scratch.empty()) {
+    std::vector<Row> rows{{"SCRATCH", "DTYPE", "ELEMENTS", "BYTES"}};
+    for (const InspectedScratch& s : node.scratch) {
+      rows.push_back({s.name, s.dtype, expr_text(s.elements), expr_text(s.bytes)});
     }
     out += format_table(rows, "  ");
   }

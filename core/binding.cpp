@@ -141,7 +141,8 @@ NodeIndex node_indices(const Bundle& bundle) {
 }
 
 // Liveness in node steps. Graph inputs and outputs live through the whole run: inputs are read
-// again by every iteration, outputs are read back at the end.
+// again by every iteration, outputs are read back at the end. A scratch buffer lives only while its
+// node runs.
 MemoryPlan plan_activations(const BoundBundle& bound, const Evaluator& eval) {
   const Bundle& bundle = *bound.bundle;
   const std::vector<BoundTensor>& tensors = bound.tensors;
@@ -175,6 +176,7 @@ MemoryPlan plan_activations(const BoundBundle& bound, const Evaluator& eval) {
       entry.first_step = static_cast<int>(producer->second);
       entry.last_step = std::max(entry.first_step, last_use[k]);
       if (graph_outputs.count(t.name)) entry.last_step = end;
+      if (bundle.tensors[k].scratch) entry.last_step = entry.first_step;
     }
     entries.push_back(std::move(entry));
   }
@@ -276,6 +278,7 @@ BoundArg bind_arg(const BundleArg& arg, const Where& arg_where, const BoundBundl
   switch (arg.kind) {
     case ArgKind::kInput:
     case ArgKind::kOutput:
+    case ArgKind::kScratch:
       if (!bound.tensor_index.count(arg.tensor)) {
         throw eval.fail(fmt::format("{} names tensor '{}', which the bundle does not have", arg_where(), arg.tensor));
       }

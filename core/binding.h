@@ -45,7 +45,7 @@ struct BoundArg {
   ArgKind kind = ArgKind::kI32;
   std::string name;
   int offset = 0, size = 0;  // in the kernel's parameter buffer
-  std::string target;        // tensor (kInput/kOutput) or param (kParam) name
+  std::string target;        // tensor (kInput/kOutput/kScratch) or param (kParam) name
   int64_t ivalue = 0;        // kI32 / kI64
   double fvalue = 0.0;       // kF32
   BoundTensorMap map;        // kTensorMap
@@ -86,7 +86,7 @@ struct BoundBundle {
   Bindings bindings;                 // the dims
   std::vector<BoundTensor> tensors;  // Bundle::tensors order
   std::vector<BoundParam> params;
-  MemoryPlan plan;  // activations (graph inputs and node outputs)
+  MemoryPlan plan;  // activations (graph inputs, node outputs and scratch buffers)
   // Set by bind_launches: the facts the launches were bound for, and the launches.
   std::optional<DeviceFacts> device;
   std::vector<BoundLaunch> launches;

@@ -160,6 +160,25 @@ void check_launch_shape(const Field& launch, const BundleLaunch& l) {
   }
 }
 
+// A scratch buffer as compile writes it: "<node>#<buffer>" of a node of the bundle, [elements]
+// with that row stride, no view.
+void check_scratch(const Field& field, const BundleTensor& tensor, bool produced_by_a_node) {
+  const std::string prefix = tensor.producer + "#";
+  const std::string buffer = tensor.name.substr(std::min(prefix.size(), tensor.name.size()));
+  if (!produced_by_a_node || tensor.name.compare(0, prefix.size(), prefix) != 0 || !is_identifier(buffer)) {
+    field["name"].fail(fmt::format("scratch buffer '{}' is not named '<node>#<buffer>' after its producer '{}'",
+                                   excerpt(tensor.name), excerpt(tensor.producer)));
+  }
+  if (tensor.shape.size() != 1 || tensor.row_stride != tensor.shape[0]) {
+    field["shape"].fail(fmt::format("scratch buffer '{}' has shape {} and row stride {}; expected one dim, its stride",
+                                    excerpt(tensor.name), excerpt(shape_str(tensor.shape)),
+                                    excerpt(tensor.row_stride.str())));
+  }
+  if (!tensor.alias_of.empty()) {
+    field["alias_of"].fail(fmt::format("scratch buffer '{}' is a view", excerpt(tensor.name)));
+  }
+}
+
 // Each argument at the next multiple of its alignment, with its kind's size: the kernel's
 // parameter buffer as compile lays it out.
 void check_arg_layout(const Field& field, const BundleArg& arg, int& end) {
@@ -230,6 +249,8 @@ PtxEntry check_kernel_against_ptx(const BundleKernel& kernel, const std::string&
 }  // namespace
 
 // ---- Bundle lookups ---------------------------------------------------------------------------
+
+std::string scratch_tensor_name(const std::string& node, const std::string& buffer) { return node + "#" + buffer; }
 
 const BundleTensor& Bundle::tensor(const std::string& name) const {
   for (const BundleTensor& t : tensors) {
@@ -384,6 +405,7 @@ void write_tensor(JsonWriter& w, const BundleTensor& t) {
   w.begin('{').key("alias_of").string(t.alias_of).key("dtype").string(dtype_name(t.dtype));
   if (t.id_bound > 0) w.key("id_bound").integer(t.id_bound);
   w.key("name").string(t.name).key("producer").string(t.producer).key("row_stride").string(t.row_stride);
+  if (t.scratch) w.key("scratch").value(true);
   w.key("shape").strings(t.shape).end('}');
 }
 
@@ -669,14 +691,18 @@ Bundle bundle_from_json(const json& manifest) {
                         t["row_stride"].expr(),
                         t["producer"].str(),
                         t["alias_of"].str(),
-                        t.has("id_bound") ? t["id_bound"].integer() : 0};
+                        t.has("id_bound") ? t["id_bound"].integer() : 0,
+                        t.has("scratch") && t["scratch"].boolean()};
     if (!tensor_index.emplace(tensor.name, b.tensors.size()).second)
       t["name"].fail(fmt::format("duplicate tensor '{}'", tensor.name));
     b.tensors.push_back(std::move(tensor));
   }
+  // A graph input or output, or a launch's input or output argument: any tensor but a scratch buffer.
   auto check_tensor = [&](const Field& f) {
     std::string name = f.str();
-    if (!tensor_index.count(name)) f.fail(fmt::format("unknown tensor '{}'", excerpt(name)));
+    auto it = tensor_index.find(name);
+    if (it == tensor_index.end()) f.fail(fmt::format("unknown tensor '{}'", excerpt(name)));
+    if (b.tensors[it->second].scratch) f.fail(fmt::format("'{}' is a scratch buffer", excerpt(name)));
     return name;
   };
   for (const Field& input : root["inputs"].items()) check_tensor(input);
@@ -689,7 +715,8 @@ Bundle bundle_from_json(const json& manifest) {
     BundleNode node;
     node.name = n["name"].str();
     auto output = tensor_index.find(node.name);
-    if (output == tensor_index.end() || b.tensors[output->second].producer != node.name || available.count(node.name)) {
+    if (output == tensor_index.end() || b.tensors[output->second].producer != node.name ||
+        b.tensors[output->second].scratch || available.count(node.name)) {
       n["name"].fail(
           fmt::format("node '{}' is defined twice or has no output tensor produced by it", excerpt(node.name)));
     }
@@ -715,16 +742,27 @@ Bundle bundle_from_json(const json& manifest) {
   const std::vector<Field> tensor_fields = root["tensors"].items();
   for (size_t t = 0; t < b.tensors.size(); ++t) {
     const BundleTensor& tensor = b.tensors[t];
-    // A graph input has no producer; any other tensor is the output of the node of its name.
+    // A graph input has no producer; a scratch buffer is "<node>#<buffer>" of its node's; any other
+    // tensor is the output of the node of its name.
+    if (tensor.scratch) {
+      check_scratch(tensor_fields[t], tensor, is_node(tensor.producer));
+      continue;
+    }
     const bool is_input = graph_inputs.count(tensor.name) > 0;
     if (is_input ? !tensor.producer.empty() : tensor.producer != tensor.name || !available.count(tensor.name)) {
       tensor_fields[t]["producer"].fail(
           fmt::format("tensor '{}' is not produced by node '{}'", excerpt(tensor.name), excerpt(tensor.producer)));
     }
-    if (!tensor.alias_of.empty() && !tensor_index.count(tensor.alias_of)) {
-      tensor_fields[t]["alias_of"].fail(fmt::format("unknown tensor '{}'", excerpt(tensor.alias_of)));
-    }
+    if (!tensor.alias_of.empty()) check_tensor(tensor_fields[t]["alias_of"]);
   }
+  // A scratch argument passes a buffer of its launch's own node.
+  auto check_scratch_arg = [&](const Field& f, const std::string& node) {
+    std::string name = f.str();
+    auto it = tensor_index.find(name);
+    if (it == tensor_index.end() || !b.tensors[it->second].scratch || b.tensors[it->second].producer != node) {
+      f.fail(fmt::format("'{}' is not a scratch buffer of node '{}'", excerpt(name), excerpt(node)));
+    }
+  };
 
   Field checksums = root["checksums"];
   std::map<std::string, int> kernel_index;
@@ -775,7 +813,8 @@ Bundle bundle_from_json(const json& manifest) {
                                                  {"i32", ArgKind::kI32},
                                                  {"i64", ArgKind::kI64},
                                                  {"f32", ArgKind::kF32},
-                                                 {"tensor_map", ArgKind::kTensorMap}});
+                                                 {"tensor_map", ArgKind::kTensorMap},
+                                                 {"scratch", ArgKind::kScratch}});
       arg.name = a["name"].str();
       arg.c_type = a["c_type"].str();
       arg.ptx_type = a["ptx_type"].str();
@@ -785,7 +824,11 @@ Bundle bundle_from_json(const json& manifest) {
       if (is_pointer(arg.kind)) {
         arg.tensor = a["tensor"].str();
         arg.dtype = a["dtype"].dtype();
-        if (arg.kind != ArgKind::kParam) check_tensor(a["tensor"]);
+        if (arg.kind == ArgKind::kScratch) {
+          check_scratch_arg(a["tensor"], launch.node);
+        } else if (arg.kind != ArgKind::kParam) {
+          check_tensor(a["tensor"]);
+        }
       } else if (arg.kind == ArgKind::kF32) {
         arg.fvalue = a["value"].number();
       } else if (arg.kind == ArgKind::kTensorMap) {

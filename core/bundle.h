@@ -37,7 +37,13 @@ struct BundleTensor {
   // Graph inputs of i32 ids: the smallest bound that their consumers declare
   // (InputSpec::id_bound_attr), which random inputs stay below; 0: none.
   int64_t id_bound = 0;
+  // A scratch buffer of its producer (Lowering::scratch), named scratch_tensor_name(node, buffer):
+  // shape [elements], passed only to the node's own scratch arguments, never an input or output.
+  bool scratch = false;
 };
+
+// "<node>#<buffer>": a scratch buffer's tensor name, which no node or graph input can take.
+std::string scratch_tensor_name(const std::string& node, const std::string& buffer);
 
 struct BundleArg {
   ArgKind kind;
@@ -46,7 +52,7 @@ struct BundleArg {
   std::string ptx_type;       // ".u64", ".u32", ".f32", ...
   int size = 0;               // bytes in the param buffer
   int offset = 0;             // bytes from the start of the param buffer
-  std::string tensor;         // kInput/kOutput: tensor name; kParam: param name "<node>.<slot>"
+  std::string tensor;         // kInput/kOutput/kScratch: tensor name; kParam: param name "<node>.<slot>"
   Expr value;                 // kI32 / kI64
   double fvalue = 0.0;        // kF32
   DType dtype = DType::kF32;  // pointers: the element type
@@ -110,11 +116,12 @@ struct Bundle {
   std::string graph_name, spec_path;
   std::string tuning;  // the tuning file compile used (TuningFile::source); "": none
   std::vector<BundleDim> dims;
-  Bindings fixed;                     // dims fixed at compile time (compile --bind)
-  std::vector<std::string> inputs;    // graph input tensor names
-  std::vector<std::string> outputs;   // graph output tensor names
-  std::vector<BundleTensor> tensors;  // graph inputs first, then node outputs in order
-  std::vector<BundleNode> nodes;      // topological
+  Bindings fixed;                    // dims fixed at compile time (compile --bind)
+  std::vector<std::string> inputs;   // graph input tensor names
+  std::vector<std::string> outputs;  // graph output tensor names
+  // Graph inputs first, then node outputs in order, each node's scratch buffers after its output.
+  std::vector<BundleTensor> tensors;
+  std::vector<BundleNode> nodes;  // topological
   std::vector<BundleKernel> kernels;
   std::vector<BundleLaunch> launches;  // in execution order
   std::vector<BundleParam> params;

@@ -46,6 +46,7 @@ struct SharedLowering {
   std::vector<BundleVariant> variants;  // a tunable op's: what runs where, and why
   std::vector<int> kernel;              // per launch: its bundle kernel
   std::vector<Launch> launches;         // fixed dims substituted, checked
+  std::vector<ScratchSpec> scratch;     // elements fixed and checked
   // Per launch, once verified: its arguments as the bundle holds them, but for their tensors.
   std::vector<std::optional<std::vector<BundleArg>>> verified;
 };
@@ -283,6 +284,7 @@ class GraphCompiler {
     const size_t shared = shared_lowering(node, specs);
     const SharedLowering& lowering = lowerings_[shared];
     if (!lowering.variants.empty()) node_variants_.emplace(&node, shared);
+    for (const ScratchSpec& scratch : lowering.scratch) add_scratch(node, scratch);
     for (size_t i = 0; i < lowering.launches.size(); ++i)
       pending_.push_back({&node, static_cast<int>(i), lowering.kernel[i], shared, param_names_.size() - 1});
   }
@@ -307,7 +309,8 @@ class GraphCompiler {
     Lowering& lowering = chosen.lowering;
     std::vector<int> kernel_ids;
     for (const KernelSource& kernel : lowering.kernels) kernel_ids.push_back(add_kernel(node, kernel));
-    SharedLowering out{&node, std::move(chosen.variants), {}, {}, {}};
+    SharedLowering out{&node, std::move(chosen.variants), {}, {}, {}, {}};
+    out.scratch = checked_scratch(node, std::move(lowering.scratch));
     for (size_t i = 0; i < lowering.launches.size(); ++i) {
       Launch& launch = lowering.launches[i];
       auto where = [i](const char* what) { return fmt::format("launch {}{}", i, what); };
@@ -339,7 +342,7 @@ class GraphCompiler {
             check_dims_known(node, *e, [&, what = what] { return fmt::format("{} {}", arg_where(), what); });
           }
         }
-        check_arg_binding(node, specs, i, launch.args, a);
+        check_arg_binding(node, specs, out.scratch, i, launch.args, a);
       }
       out.kernel.push_back(kernel_ids[launch.kernel]);
       out.launches.push_back(std::move(launch));
@@ -366,6 +369,41 @@ class GraphCompiler {
   int target_sm() {
     if (!target_sm_) target_sm_ = arch_sm(options_.arch);
     return *target_sm_;
+  }
+
+  // The lowering's scratch buffers, their sizes fixed (compile --bind): named by identifiers, each
+  // once, sized by the graph's dims alone (the arena is planned before the device is known).
+  std::vector<ScratchSpec> checked_scratch(const Node& node, std::vector<ScratchSpec> buffers) const {
+    std::set<std::string> names;
+    for (ScratchSpec& buffer : buffers) {
+      auto what = [&] { return fmt::format("scratch buffer '{}'", buffer.name); };
+      if (!is_identifier(buffer.name)) throw node_error(node, fmt::format("{} is not named by a C identifier", what()));
+      if (!names.insert(buffer.name).second) throw node_error(node, fmt::format("{} is declared twice", what()));
+      buffer.elements = fixed(buffer.elements);
+      check_dims_known(
+          node, buffer.elements, [&] { return what() + " elements"; }, false);
+      if (std::optional<int64_t> elements = buffer.elements.const_value(); elements && *elements < 1) {
+        throw node_error(node, fmt::format("{} has {} elements; it needs at least 1", what(), *elements));
+      }
+      if (std::string problem = tensor_size_problem(contiguous(buffer.dtype, {buffer.elements})); !problem.empty()) {
+        throw node_error(node, fmt::format("{}: {}", what(), problem));
+      }
+    }
+    return buffers;
+  }
+
+  // A scratch buffer is a tensor of the node's, "<node>#<buffer>": a flat array, produced by the
+  // node and read by nothing else, so the memory plan keeps it only while the node runs.
+  void add_scratch(const Node& node, const ScratchSpec& buffer) {
+    BundleTensor tensor{scratch_tensor_name(node.name, buffer.name),
+                        buffer.dtype,
+                        {buffer.elements},
+                        buffer.elements,
+                        node.name,
+                        "",
+                        0,
+                        true};
+    bundle_.tensors.push_back(std::move(tensor));
   }
 
   // Views share their input's buffer; a view may only reinterpret contiguous rows.
@@ -443,8 +481,8 @@ class GraphCompiler {
   }
 
   // The argument refers to something that exists, with the dtype the kernel will read.
-  void check_arg_binding(const Node& node, const std::vector<ParamSpec>& specs, size_t launch,
-                         const std::vector<KernelArg>& args, size_t position) const {
+  void check_arg_binding(const Node& node, const std::vector<ParamSpec>& specs, const std::vector<ScratchSpec>& scratch,
+                         size_t launch, const std::vector<KernelArg>& args, size_t position) const {
     const KernelArg& arg = args[position];
     // Made only for an error: this runs for every argument of every launch.
     auto where = [&] { return fmt::format("launch {}, argument {} '{}'", launch, position, arg.name); };
@@ -477,6 +515,18 @@ class GraphCompiler {
       case ArgKind::kOutput:
         check_dtype(node.ctx.output.dtype, [] { return "the node's output"; });
         break;
+      case ArgKind::kScratch: {
+        auto buffer =
+            std::find_if(scratch.begin(), scratch.end(), [&](const ScratchSpec& s) { return s.name == arg.slot; });
+        if (buffer == scratch.end()) {
+          std::vector<std::string> names;
+          for (const ScratchSpec& s : scratch) names.push_back(s.name);
+          throw node_error(node, fmt::format("{}: the lowering has no scratch buffer '{}'{}", where(), arg.slot,
+                                             did_you_mean(arg.slot, names)));
+        }
+        check_dtype(buffer->dtype, [&] { return fmt::format("scratch buffer '{}'", arg.slot); });
+        break;
+      }
       case ArgKind::kI32:
       case ArgKind::kI64:
       case ArgKind::kF32:
@@ -697,6 +747,8 @@ class GraphCompiler {
         return pending.node->name;
       case ArgKind::kParam:
         return param_names_[pending.params].at(arg.slot);
+      case ArgKind::kScratch:
+        return scratch_tensor_name(pending.node->name, arg.slot);
       default:
         return "";
     }

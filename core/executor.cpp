@@ -118,6 +118,7 @@ std::vector<uint8_t> GpuExecutor::pack_arguments(const BoundLaunch& launch) cons
     switch (arg.kind) {
       case ArgKind::kInput:
       case ArgKind::kOutput:
+      case ArgKind::kScratch:
       case ArgKind::kParam: {
         CUdeviceptr ptr = arg_ptr(arg);
         std::memcpy(slot, &ptr, sizeof(ptr));

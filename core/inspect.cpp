@@ -17,7 +17,10 @@ class Inspector {
   Inspector(const Bundle& bundle, const Bindings& dims, const InspectDevice& device)
       : bundle_(bundle), bindings_(dims) {
     bindings_.insert(device.symbols.begin(), device.symbols.end());
-    for (const BundleTensor& t : bundle.tensors) tensors_.emplace(t.name, &t);
+    for (const BundleTensor& t : bundle.tensors) {
+      tensors_.emplace(t.name, &t);
+      if (t.scratch) scratch_of_node_[t.producer].push_back(&t);
+    }
     for (const BundleParam& p : bundle.params) {
       params_.emplace(p.name, &p);
       params_of_node_[p.node].push_back(&p);
@@ -85,6 +88,12 @@ class Inspector {
     return out;
   }
 
+  InspectedScratch scratch(const BundleTensor& t) {
+    const Expr& elements = t.shape.at(0);
+    return {t.name, dtype_name(t.dtype), expr(elements),
+            expr(elements * Expr(static_cast<int64_t>(dtype_size(t.dtype))))};
+  }
+
   InspectedArg arg(const BundleLaunch& l, size_t position) {
     const BundleArg& a = l.args[position];
     InspectedArg out;
@@ -97,7 +106,8 @@ class Inspector {
     out.offset = a.offset;
     switch (a.kind) {
       case ArgKind::kInput:
-      case ArgKind::kOutput: {
+      case ArgKind::kOutput:
+      case ArgKind::kScratch: {
         const BundleTensor& t = tensor_named(a.tensor);
         out.bound_to = t.alias_of.empty() ? a.tensor : fmt::format("{} (buffer of {})", a.tensor, t.alias_of);
         out.value = tensor_value(t);
@@ -181,6 +191,9 @@ class Inspector {
     if (auto it = params_of_node_.find(n.name); it != params_of_node_.end()) {
       for (const BundleParam* p : it->second) out.params.push_back(param(*p));
     }
+    if (auto it = scratch_of_node_.find(n.name); it != scratch_of_node_.end()) {
+      for (const BundleTensor* t : it->second) out.scratch.push_back(scratch(*t));
+    }
     if (auto it = launches_of_node_.find(n.name); it != launches_of_node_.end()) {
       for (const BundleLaunch* l : it->second) out.launches.push_back(launch(*l));
     }
@@ -251,6 +264,7 @@ class Inspector {
   std::unordered_map<std::string, const BundleTensor*> tensors_;
   std::unordered_map<std::string, const BundleParam*> params_;
   std::unordered_map<std::string, std::vector<const BundleParam*>> params_of_node_;
+  std::unordered_map<std::string, std::vector<const BundleTensor*>> scratch_of_node_;
   std::unordered_map<std::string, std::vector<const BundleLaunch*>> launches_of_node_;
 };
 

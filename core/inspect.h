@@ -46,6 +46,13 @@ struct InspectedParam {
   std::optional<uint64_t> init_offset;
 };
 
+// A node's scratch buffer (Lowering::scratch): the tensor "<node>#<buffer>", live only while the
+// node runs.
+struct InspectedScratch {
+  std::string name, dtype;
+  InspectedExpr elements, bytes;
+};
+
 struct InspectedTensorMap {
   std::string of;
   InspectedExpr cols, rows, row_stride;
@@ -56,7 +63,7 @@ struct InspectedArg {
   size_t position = 0;
   std::string name, kind, c_type, ptx_type;
   int size = 0, offset = 0;
-  std::string bound_to;  // a tensor, a param, an expression, "constant", "map of <arg>"
+  std::string bound_to;  // a tensor (or scratch buffer), a param, an expression, "constant", "map of <arg>"
   // What it is bound to: "f32 [64, 784]" for tensors, params and tensor maps, the number for
   // scalars (an expression's error text, or empty while it needs device symbols).
   std::string value;
@@ -89,6 +96,7 @@ struct InspectedNode {
   std::vector<std::string> inputs;
   InspectedTensor output;
   std::vector<InspectedParam> params;
+  std::vector<InspectedScratch> scratch;
   std::vector<InspectedLaunch> launches;  // none for a view
   std::vector<std::string> fused_from;
   std::vector<InspectedVariant> variants;  // tunable ops only

@@ -128,6 +128,13 @@ KernelArg tensor_map(std::string name, TensorMapSpec spec) {
   return a;
 }
 
+KernelArg scratch(std::string buffer, std::string name, DType dtype) {
+  KernelArg a = named_arg(ArgKind::kScratch, std::move(name));
+  a.slot = std::move(buffer);
+  a.dtype = dtype;
+  return a;
+}
+
 const char* arg_kind_name(ArgKind kind) {
   switch (kind) {
     case ArgKind::kInput:
@@ -144,17 +151,22 @@ const char* arg_kind_name(ArgKind kind) {
       return "f32";
     case ArgKind::kTensorMap:
       return "tensor_map";
+    case ArgKind::kScratch:
+      return "scratch";
   }
   return "?";
 }
 
-bool is_pointer(ArgKind kind) { return kind == ArgKind::kInput || kind == ArgKind::kParam || kind == ArgKind::kOutput; }
+bool is_pointer(ArgKind kind) {
+  return kind == ArgKind::kInput || kind == ArgKind::kParam || kind == ArgKind::kOutput || kind == ArgKind::kScratch;
+}
 
 ArgLayout arg_layout(ArgKind kind) {
   switch (kind) {
     case ArgKind::kInput:
     case ArgKind::kParam:
     case ArgKind::kOutput:
+    case ArgKind::kScratch:
     case ArgKind::kI64:
       return {8, 8};
     case ArgKind::kI32:
@@ -230,6 +242,7 @@ std::string arg_c_type(const KernelArg& arg) {
     case ArgKind::kParam:
       return fmt::format("const {}*", dtype_c_type(arg.dtype));
     case ArgKind::kOutput:
+    case ArgKind::kScratch:
       return fmt::format("{}*", dtype_c_type(arg.dtype));
     case ArgKind::kI32:
       return "int";

@@ -105,14 +105,17 @@ std::vector<std::string> unused_state_names(const std::string& param_name, const
 // ---- kernels and launches ---------------------------------------------------------------
 // One kernel argument, typed and named. The C type follows from kind + dtype:
 //   kInput / kParam -> "const T*", kOutput -> "T*", kI32 -> "int", kI64 -> "long long",
-//   kF32 -> "float", kTensorMap -> "const __grid_constant__ tn_tensor_map".
+//   kF32 -> "float", kTensorMap -> "const __grid_constant__ tn_tensor_map", kScratch -> "T*".
 // Names must match the kernel's C parameter names.
 //
 // kTensorMap: a CUtensorMap (128 bytes, 64-byte aligned, passed by value) that the runtime encodes
 // once per bound launch with cuTensorMapEncodeTiled: a 2-D row-major view of the pointer argument
 // named `of` (an input/param/output arg of the same launch; its dtype is the element type).
 // Out-of-bounds reads of a box fill zeros. ops/kernels/tma.cuh defines the C type.
-enum class ArgKind { kInput, kParam, kOutput, kI32, kI64, kF32, kTensorMap };
+//
+// kScratch: a buffer of the node's own lowering (Lowering::scratch, named by `slot`), "T*"; its
+// dtype must be the buffer's.
+enum class ArgKind { kInput, kParam, kOutput, kI32, kI64, kF32, kTensorMap, kScratch };
 struct TensorMapSpec {
   std::string of;                  // name of the pointer arg in the same launch
   Expr cols, rows;                 // extents in elements; cols is the contiguous one
@@ -126,7 +129,7 @@ struct KernelArg {
   ArgKind kind = ArgKind::kInput;
   std::string name;
   int input_index = -1;       // kInput: which node input
-  std::string slot;           // kParam: which param slot
+  std::string slot;           // kParam: which param slot; kScratch: which scratch buffer
   Expr value;                 // kI32 / kI64: symbolic value
   double fvalue = 0.0;        // kF32
   DType dtype = DType::kF32;  // pointee type for pointers
@@ -139,10 +142,11 @@ KernelArg i32(std::string name, Expr value);
 KernelArg i64(std::string name, Expr value);
 KernelArg f32(std::string name, double value);
 KernelArg tensor_map(std::string name, TensorMapSpec spec);
+KernelArg scratch(std::string buffer, std::string name, DType dtype);
 std::string arg_c_type(const KernelArg& arg);  // "const float*", "int", ...
-// "input", "param", "output", "i32", "i64", "f32", "tensor_map"
+// "input", "param", "output", "i32", "i64", "f32", "tensor_map", "scratch"
 const char* arg_kind_name(ArgKind kind);
-bool is_pointer(ArgKind kind);  // kInput, kParam, kOutput
+bool is_pointer(ArgKind kind);  // kInput, kParam, kOutput, kScratch
 
 // Size and alignment of an argument in the kernel's parameter buffer: pointers 8, int 4,
 // long long 8, float 4, tensor map 128 aligned to 64.
@@ -202,9 +206,20 @@ struct Launch {
   Expr when{1};
 };
 
+// A buffer that a node's launches share and nothing else sees (split-K partials, a loss's
+// per-block sums): planned in the activation arena, live only while the node runs, its contents
+// undefined when the node starts. Launches pass it with scratch(name, ...). The bundle holds it as
+// the tensor "<node>#<name>" (BundleTensor::scratch).
+struct ScratchSpec {
+  std::string name;  // a C identifier, unique in the lowering
+  DType dtype = DType::kF32;
+  Expr elements;  // over the graph's dims only: memory is planned before the device is known
+};
+
 struct Lowering {
   std::vector<KernelSource> kernels;
   std::vector<Launch> launches;  // run in order
+  std::vector<ScratchSpec> scratch{};
 };
 
 // ---- host reference ----------------------------------------------------------------------
@@ -266,6 +281,17 @@ struct OpTuning {
   std::vector<int> row_inputs;
 };
 
+// ---- backward (docs/training.md) ---------------------------------------------------------
+// Reverse-mode differentiation (core/autodiff.h): an op's rule adds, through the builder, the
+// nodes computing dL/d(input) for each input that needs it and dL/d(param) for each trained slot,
+// from dL/d(output) and whatever forward tensors it reads (those are what the forward pass saves).
+class GradBuilder;
+using BackwardFn = std::function<void(GradBuilder&)>;
+
+// Which pass of a training step a node belongs to; a graph without `train:` is all forward.
+enum class NodeRole { kForward, kBackward, kUpdate };
+const char* node_role_name(NodeRole role);  // "forward", "backward", "update"
+
 // ---- the op --------------------------------------------------------------------------------
 struct InputSpec {
   std::string name;
@@ -303,6 +329,14 @@ struct OpDef {
   std::function<std::vector<ConformanceCase>()> conformance_cases;
   // Set for ops whose kernel is picked by measurement (`teeny tune`); empty functions: not tunable.
   OpTuning tuning{};
+  // Absent: the op has no gradient (training through it is an error naming the node).
+  BackwardFn backward{};
+  // A loss: its output is a scalar whose rule takes an absent dL/d(output) as 1, so a training
+  // graph's `loss` node must be one.
+  bool loss = false;
+  // An update (an optimizer step, "optim.<type>"): it writes params through param refs in place
+  // and has no output tensor.
+  bool update = false;
 };
 #define TEENY_OP_FILE __FILE__
 

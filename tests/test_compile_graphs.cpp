@@ -51,7 +51,9 @@ void check_structure(const Graph& graph, const Bundle& b) {
   }
 
   ASSERT_EQ(b.nodes.size(), graph.nodes.size());
-  ASSERT_EQ(b.tensors.size(), graph.inputs.size() + graph.nodes.size());
+  const auto scratch =
+      std::count_if(b.tensors.begin(), b.tensors.end(), [](const BundleTensor& t) { return t.scratch; });
+  ASSERT_EQ(b.tensors.size() - scratch, graph.inputs.size() + graph.nodes.size());
   for (const std::string& out : graph.outputs) EXPECT_NO_THROW(b.tensor(out));
 
   std::set<std::string> params;
@@ -93,6 +95,8 @@ void check_structure(const Graph& graph, const Bundle& b) {
         EXPECT_TRUE(params.count(a.tensor)) << a.tensor;
       } else if (a.kind == ArgKind::kInput || a.kind == ArgKind::kOutput) {
         EXPECT_NO_THROW(b.tensor(a.tensor)) << a.tensor;
+      } else if (a.kind == ArgKind::kScratch) {
+        EXPECT_EQ(b.tensor(a.tensor).producer, l.node) << a.tensor;
       }
       if (a.kind == ArgKind::kOutput) {
         EXPECT_EQ(a.tensor, l.node);

@@ -32,6 +32,20 @@ __device__ void t_map_body(const float* x, const tn_tensor_map& x_map, float* y,
                      aligned ? "__align__(64) " : "");
 }
 
+// t.scratch's kernel: y = 2x + 1 through a scratch buffer, over two launches.
+const char* kScratchHeader = R"CUDA(__device__ void t_scratch_body(const float* x, float* partials, float* y, int n,
+                                                    int phase) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  if (phase == 0) {
+    partials[2 * i] = x[i];
+    partials[2 * i + 1] = 1.0f;
+  } else {
+    y[i] = 2.0f * partials[2 * i] + partials[2 * i + 1];
+  }
+}
+)CUDA";
+
 std::vector<KernelHeader> test_headers() {
   return {
       {"t_kernel.cuh", kKernelHeader},
@@ -42,6 +56,7 @@ std::vector<KernelHeader> test_headers() {
       {"t_syntax_error.cuh", "__device__ void t_body_broken() { int i = ; }\n"},
       {"t_map.cuh", map_header(true)},
       {"t_map_underaligned.cuh", map_header(false)},
+      {"t_scratch.cuh", kScratchHeader},
   };
 }
 
@@ -111,6 +126,30 @@ Lowering lower_tensor_map(const OpContext& ctx, Fault fault) {
       ops::template_kernel("t_map_kernel", fault == Fault::kMapUnderaligned ? "t_map_underaligned.cuh" : "t_map.cuh",
                            "t_map_body", launch.args, 128, TEENY_KERNEL_ORIGIN));
   lowering.launches.push_back(launch);
+  return lowering;
+}
+
+Lowering lower_scratch(const OpContext& ctx, Fault fault) {
+  const Expr n = product(ctx.output.shape);
+  const DType dtype = fault == Fault::kScratchWrongDtype ? DType::kBF16 : DType::kF32;
+  Lowering lowering;
+  lowering.scratch = {{fault == Fault::kScratchBadName ? "2partials" : "partials", dtype, n * 2}};
+  if (fault == Fault::kScratchTwice) lowering.scratch.push_back(lowering.scratch[0]);
+  if (fault == Fault::kScratchDeviceSized) lowering.scratch[0].elements = Expr::dim(kSmsSymbol) * 4;
+  if (fault == Fault::kScratchEmpty) lowering.scratch[0].elements = Expr(0);
+  const std::string buffer = fault == Fault::kScratchUnknown ? "partial" : "partials";
+  for (int phase : {0, 1}) {
+    Launch launch;
+    launch.block = {128, 1, 1};
+    launch.grid = {ceil_div(n, 128), 1, 1};
+    launch.args = {input(0, "x", DType::kF32), scratch(buffer, "partials", DType::kF32), output("y", DType::kF32),
+                   i32("n", n), i32("phase", phase)};
+    launch.bytes = n * 12;
+    launch.flops = n * 2 * phase;
+    lowering.launches.push_back(launch);
+  }
+  lowering.kernels.push_back(ops::template_kernel("t_scratch_kernel", "t_scratch.cuh", "t_scratch_body",
+                                                  lowering.launches[0].args, 128, TEENY_KERNEL_ORIGIN));
   return lowering;
 }
 
@@ -210,6 +249,26 @@ Registry test_registry() {
     map.params = nullptr;
     map.lower = [fault = fault](const OpContext& ctx) { return lower_tensor_map(ctx, fault); };
     registry.add(map);
+  }
+
+  for (const auto& [name, fault] :
+       std::vector<std::pair<const char*, Fault>>{{"t.scratch", Fault::kNone},
+                                                  {"t.scratch_unknown", Fault::kScratchUnknown},
+                                                  {"t.scratch_wrong_dtype", Fault::kScratchWrongDtype},
+                                                  {"t.scratch_twice", Fault::kScratchTwice},
+                                                  {"t.scratch_bad_name", Fault::kScratchBadName},
+                                                  {"t.scratch_device_sized", Fault::kScratchDeviceSized},
+                                                  {"t.scratch_empty", Fault::kScratchEmpty}}) {
+    OpDef op = test_op(name, Fault::kNone);
+    op.inputs = {{"x", ""}};
+    op.params = nullptr;
+    op.lower = [fault = fault](const OpContext& ctx) { return lower_scratch(ctx, fault); };
+    op.reference = [](const RefContext& ref) {
+      HostTensor out{DType::kF32, ref.output_shape, {}};
+      for (double x : ref.inputs[0].data) out.data.push_back(2 * x + 1);
+      return out;
+    };
+    registry.add(op);
   }
   return registry;
 }
