@@ -148,6 +148,10 @@ json node_json(const InspectedNode& n) {
               {"scratch", scratch},
               {"launches", launches}};
   if (!n.fused_from.empty()) out["fused_from"] = n.fused_from;
+  if (n.role != "forward") out["role"] = n.role;
+  if (!n.grad_of.empty()) out["grad_of"] = n.grad_of;
+  if (!n.param_refs.empty()) out["param_refs"] = n.param_refs;
+  if (!n.backward.empty()) out["backward"] = n.backward;
   if (!n.variants.empty()) {
     json variants = json::array();
     for (const InspectedVariant& v : n.variants)
@@ -268,12 +272,25 @@ std::string launch_table(const InspectedLaunch& l) {
   return out;
 }
 
+// " [backward of fc1]", " [update of fc1.weight]", " [update]"; "" for a forward node.
+std::string role_text(const InspectedNode& node) {
+  if (node.role == "forward") return "";
+  return node.grad_of.empty() ? fmt::format(" [{}]", node.role) : fmt::format(" [{} of {}]", node.role, node.grad_of);
+}
+
 std::string node_table(const InspectedNode& node) {
   const InspectedTensor& o = node.output;
-  std::string out = fmt::format("\nnode {} ({})  inputs: {}\n", node.name, node.op, fmt::join(node.inputs, ", "));
-  out +=
-      fmt::format("  output {} {} {}, row stride {}{}\n", o.name, o.dtype, shape_text(o.shape), expr_text(o.row_stride),
-                  o.alias_of.empty() ? "" : fmt::format(" (view: buffer of {})", o.alias_of));
+  std::string out =
+      fmt::format("\nnode {} ({}){}  inputs: {}\n", node.name, node.op, role_text(node), fmt::join(node.inputs, ", "));
+  if (o.name.empty()) {
+    out += "  no output: updates its params in place\n";
+  } else {
+    out += fmt::format("  output {} {} {}, row stride {}{}\n", o.name, o.dtype, shape_text(o.shape),
+                       expr_text(o.row_stride),
+                       o.alias_of.empty() ? "" : fmt::format(" (view: buffer of {})", o.alias_of));
+  }
+  for (const auto& [slot, param] : node.param_refs) out += fmt::format("  param {} is {}\n", slot, param);
+  if (!node.backward.empty()) out += fmt::format("  backward: {}\n", fmt::join(node.backward, ", "));
   if (!node.fused_from.empty()) out += fmt::format("  fused from [{}]\n", fmt::join(node.fused_from, ", "));
   for (const InspectedVariant& v : node.variants) {
     const std::string where = v.when.expr == "1" ? "" : fmt::format(" where {}", expr_text(v.when));

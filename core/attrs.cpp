@@ -44,6 +44,8 @@ Shape Attrs::shape(const std::string& name) const {
   return out;
 }
 
+std::vector<double> Attrs::reals(const std::string& name) const { return get(name).get<std::vector<double>>(); }
+
 namespace {
 
 // The numbers of `value` the domain applies to: the value itself, or every integer in its lists.
@@ -100,6 +102,8 @@ std::string attr_type_name(AttrType type) {
       return "list of int lists";
     case AttrType::kShape:
       return "shape";
+    case AttrType::kFloatList:
+      return "list of floats";
   }
   return "?";
 }

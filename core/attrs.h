@@ -23,6 +23,7 @@ enum class AttrType {
   kIntList,      // [i, j, ...]
   kIntListList,  // [[a, b, c], ...]
   kShape,        // a list of ints, dim names or expression strings; stored as strings
+  kFloatList,    // [a, b, ...]: numbers (integers accepted), stored as doubles
 };
 
 struct AttrSpec {
@@ -62,6 +63,7 @@ class Attrs {
   std::vector<int64_t> ints(const std::string& name) const;
   std::vector<std::vector<int64_t>> int_lists(const std::string& name) const;
   Shape shape(const std::string& name) const;  // kShape: each entry parsed as Expr
+  std::vector<double> reals(const std::string& name) const;  // kFloatList
 
   const nlohmann::json& json() const { return values_; }
 

@@ -284,6 +284,7 @@ BoundArg bind_arg(const BundleArg& arg, const Where& arg_where, const BoundBundl
       }
       break;
     case ArgKind::kParam:
+    case ArgKind::kParamOut:
       if (!bound.param_index.count(arg.tensor)) {
         throw eval.fail(
             fmt::format("{} names parameter '{}', which the bundle does not have", arg_where(), arg.tensor));
@@ -339,7 +340,7 @@ void bind_tensor_maps(const BundleLaunch& launch, BoundLaunch& l, const BoundBun
     // The map may only reach bytes of the buffer it views: TMA checks the map's bounds, not the
     // allocation's.
     const uint64_t reach = static_cast<uint64_t>((map.rows - 1) * map.row_stride + map.cols) * dtype_size(map.dtype);
-    const bool param = target->kind == ArgKind::kParam;
+    const bool param = target->kind == ArgKind::kParam || target->kind == ArgKind::kParamOut;
     const uint64_t holds = param ? bound.param(target->tensor).bytes : bound.tensor(target->tensor).bytes;
     if (reach > holds) {
       throw eval.fail(fmt::format("{}: [{}, {}] with row stride {} of {} reaches {} bytes, but {} '{}' has {} with {}",

@@ -409,6 +409,13 @@ void write_tensor(JsonWriter& w, const BundleTensor& t) {
   w.key("shape").strings(t.shape).end('}');
 }
 
+NodeRole read_role(const Field& f) {
+  const std::string text = f.str();
+  for (NodeRole role : {NodeRole::kForward, NodeRole::kBackward, NodeRole::kUpdate})
+    if (text == node_role_name(role)) return role;
+  f.fail(fmt::format("unknown node role '{}'; expected forward, backward or update", excerpt(text)));
+}
+
 void write_node(JsonWriter& w, const BundleNode& n) {
   w.begin('{').key("attrs").value(n.attrs).key("dtype");
   if (n.requested_dtype) {
@@ -417,7 +424,10 @@ void write_node(JsonWriter& w, const BundleNode& n) {
     w.value(nullptr);
   }
   w.key("fused_from").strings(n.fused_from).key("inputs").strings(n.inputs);
+  if (!n.grad_of.empty()) w.key("grad_of").string(n.grad_of);
   w.key("name").string(n.name).key("op").string(n.op);
+  if (!n.param_refs.empty()) w.key("param_refs").value(nlohmann::json(n.param_refs));
+  if (n.role != NodeRole::kForward) w.key("role").string(node_role_name(n.role));
   if (!n.variants.empty()) {
     w.key("variants").begin('[');
     for (const BundleVariant& v : n.variants) {
@@ -579,6 +589,8 @@ json manifest_head(const Bundle& bundle, const std::vector<std::string>& kernel_
   m["nvrtc_options"] = bundle.nvrtc_options;
   m["graph"] = {{"name", bundle.graph_name}, {"spec", bundle.spec_path}};
   if (!bundle.tuning.empty()) m["tuning"] = bundle.tuning;
+  if (!bundle.loss.empty()) m["loss"] = bundle.loss;
+  if (!bundle.gradients.empty()) m["gradients"] = bundle.gradients;
 
   json dims = json::array();
   for (const BundleDim& d : bundle.dims) {
@@ -662,6 +674,13 @@ Bundle bundle_from_json(const json& manifest) {
   b.graph_name = root["graph"]["name"].str();
   b.spec_path = root["graph"]["spec"].str();
   if (root.has("tuning")) b.tuning = root["tuning"].str();
+  if (root.has("loss")) b.loss = root["loss"].str();
+  if (root.has("gradients")) {
+    for (const auto& [name, tensor] : root["gradients"].raw().items()) {
+      if (!tensor.is_string()) root["gradients"].fail(fmt::format("'{}' must name a tensor", excerpt(name)));
+      b.gradients.emplace(name, tensor.get<std::string>());
+    }
+  }
   for (const Field& d : root["dims"].items()) {
     BundleDim dim{d["name"].str(), d["min"].integer(), d["max"].integer(), d["default"].integer()};
     check_dim(d, dim, b.dims);
@@ -714,11 +733,21 @@ Bundle bundle_from_json(const json& manifest) {
   for (const Field& n : root["nodes"].items()) {
     BundleNode node;
     node.name = n["name"].str();
+    if (n.has("role")) node.role = read_role(n["role"]);
     auto output = tensor_index.find(node.name);
-    if (output == tensor_index.end() || b.tensors[output->second].producer != node.name ||
-        b.tensors[output->second].scratch || available.count(node.name)) {
+    const bool has_output = output != tensor_index.end() && b.tensors[output->second].producer == node.name &&
+                            !b.tensors[output->second].scratch;
+    // An update writes params in place; it may have no output.
+    if (available.count(node.name) || (!has_output && node.role != NodeRole::kUpdate)) {
       n["name"].fail(
           fmt::format("node '{}' is defined twice or has no output tensor produced by it", excerpt(node.name)));
+    }
+    if (n.has("grad_of")) node.grad_of = n["grad_of"].str();
+    if (n.has("param_refs")) {
+      for (const auto& [slot, param] : n["param_refs"].raw().items()) {
+        if (!param.is_string()) n["param_refs"].fail(fmt::format("slot '{}' must name a param", excerpt(slot)));
+        node.param_refs.emplace(slot, param.get<std::string>());
+      }
     }
     node.op = n["op"].str();
     node.attrs = n["attrs"].raw();
@@ -814,7 +843,8 @@ Bundle bundle_from_json(const json& manifest) {
                                                  {"i64", ArgKind::kI64},
                                                  {"f32", ArgKind::kF32},
                                                  {"tensor_map", ArgKind::kTensorMap},
-                                                 {"scratch", ArgKind::kScratch}});
+                                                 {"scratch", ArgKind::kScratch},
+                                                 {"param_out", ArgKind::kParamOut}});
       arg.name = a["name"].str();
       arg.c_type = a["c_type"].str();
       arg.ptx_type = a["ptx_type"].str();
@@ -826,7 +856,7 @@ Bundle bundle_from_json(const json& manifest) {
         arg.dtype = a["dtype"].dtype();
         if (arg.kind == ArgKind::kScratch) {
           check_scratch_arg(a["tensor"], launch.node);
-        } else if (arg.kind != ArgKind::kParam) {
+        } else if (arg.kind != ArgKind::kParam && arg.kind != ArgKind::kParamOut) {
           check_tensor(a["tensor"]);
         }
       } else if (arg.kind == ArgKind::kF32) {
@@ -882,7 +912,7 @@ Bundle bundle_from_json(const json& manifest) {
   }
   for (const BundleLaunch& launch : b.launches) {
     for (const BundleArg& arg : launch.args) {
-      if (arg.kind != ArgKind::kParam) continue;
+      if (arg.kind != ArgKind::kParam && arg.kind != ArgKind::kParamOut) continue;
       if (!param_names.count(arg.tensor)) {
         throw Error(fmt::format("{}: launch of node '{}' uses unknown param '{}'", kManifest, launch.node,
                                 excerpt(arg.tensor)));

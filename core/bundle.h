@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -107,6 +108,11 @@ struct BundleNode {
   std::optional<DType> requested_dtype;
   std::vector<std::string> fused_from;  // fusion: the original node names, if any
   std::vector<BundleVariant> variants;  // tunable ops only
+  // Training (core/autodiff.h): the pass, what a backward or update node is for, and the slots
+  // bound to params other nodes own.
+  NodeRole role = NodeRole::kForward;
+  std::string grad_of;
+  std::map<std::string, std::string> param_refs;
 };
 
 struct Bundle {
@@ -115,6 +121,10 @@ struct Bundle {
   std::vector<std::string> nvrtc_options;
   std::string graph_name, spec_path;
   std::string tuning;  // the tuning file compile used (TuningFile::source); "": none
+  // A training bundle's loss node ("": not one) and gradient tensors: each trained param's (and
+  // listed input's), by name.
+  std::string loss;
+  std::map<std::string, std::string> gradients;
   std::vector<BundleDim> dims;
   Bindings fixed;                    // dims fixed at compile time (compile --bind)
   std::vector<std::string> inputs;   // graph input tensor names

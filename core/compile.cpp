@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "core/autodiff.h"
 #include "core/identifier.h"
 #include "core/lowering_choice.h"
 #include "core/nvrtc.h"
@@ -120,7 +121,10 @@ class GraphCompiler {
  private:
   // ---- graph-level -------------------------------------------------------------------------
 
+  // Training first: fusion then sees the backward nodes' reads of forward tensors, and leaves
+  // alone what they read.
   void prepare() {
+    add_training(graph_, registry_);
     if (options_.fuse) {
       for (const GraphPass& pass : registry_.passes()) stats_.passes_applied += pass.apply(graph_, registry_);
     }
@@ -191,6 +195,8 @@ class GraphCompiler {
 
   // Last: the graph is not read after this, so its nodes' names and lists are moved, not copied.
   void move_nodes_to_bundle() {
+    if (graph_.train) bundle_.loss = graph_.train->loss;
+    bundle_.gradients = std::move(graph_.gradients);
     bundle_.nodes.reserve(graph_.nodes.size());
     for (Node& node : graph_.nodes) {
       BundleNode out;
@@ -200,6 +206,9 @@ class GraphCompiler {
       out.inputs = std::move(node.inputs);
       out.requested_dtype = node.ctx.requested_dtype;
       out.fused_from = std::move(node.fused_from);
+      out.role = node.role;
+      out.grad_of = std::move(node.grad_of);
+      out.param_refs = std::move(node.param_refs);
       auto variants = node_variants_.find(&node);
       if (variants != node_variants_.end()) out.variants = lowerings_[variants->second].variants;
       bundle_.nodes.push_back(std::move(out));
@@ -207,22 +216,31 @@ class GraphCompiler {
   }
 
   // A graph input that a node reads as ids keeps the smallest bound its consumers declare
-  // (InputSpec::id_bound_attr): random inputs stay below it.
+  // (InputSpec::id_bound_attr, id_bound_input): random inputs stay below it.
   void record_id_bounds() {
     std::unordered_map<std::string, size_t> input_tensor;  // graph input -> its index in bundle_.tensors
     for (size_t t = 0; t < bundle_.tensors.size(); ++t) input_tensor.emplace(bundle_.tensors[t].name, t);
     for (const Node& node : graph_.nodes) {
       const std::vector<InputSpec>& specs = node.op->inputs;
       for (size_t i = 0; i < node.inputs.size() && !specs.empty(); ++i) {
-        const std::string& attr = specs[std::min(i, specs.size() - 1)].id_bound_attr;  // variadic: the last repeats
-        if (attr.empty() || !node.ctx.attrs.has(attr)) continue;
-        const int64_t bound = node.ctx.attrs.integer(attr);
+        const InputSpec& spec = specs[std::min(i, specs.size() - 1)];  // variadic: the last repeats
+        const int64_t bound = id_bound(node, spec);
         auto input = input_tensor.find(node.inputs[i]);
         if (input == input_tensor.end() || bound <= 0) continue;
         BundleTensor& tensor = bundle_.tensors[input->second];
         tensor.id_bound = tensor.id_bound == 0 ? bound : std::min(tensor.id_bound, bound);
       }
     }
+  }
+
+  // The bound `spec` declares on the ids it reads at `node`, or 0.
+  static int64_t id_bound(const Node& node, const InputSpec& spec) {
+    if (!spec.id_bound_attr.empty() && node.ctx.attrs.has(spec.id_bound_attr))
+      return node.ctx.attrs.integer(spec.id_bound_attr);
+    const int indexed = spec.id_bound_input;
+    if (indexed < 0 || indexed >= static_cast<int>(node.ctx.inputs.size())) return 0;
+    const Shape& shape = node.ctx.inputs[indexed].shape;
+    return shape.empty() ? 0 : shape.back().const_value().value_or(0);
   }
 
   Error node_error(const Node& node, const std::string& message) const {
@@ -278,7 +296,7 @@ class GraphCompiler {
       add_view(node, tensor);
       return;
     }
-    bundle_.tensors.push_back(std::move(tensor));
+    if (!node.op->update) bundle_.tensors.push_back(std::move(tensor));  // an update writes params only
 
     node.ctx.target_sm = target_sm();
     const size_t shared = shared_lowering(node, specs);
@@ -431,6 +449,11 @@ class GraphCompiler {
   std::map<std::string, std::string> add_params(const Node& node, const std::vector<ParamSpec>& specs) {
     std::map<std::string, std::string> names;
     for (const ParamSpec& spec : specs) {
+      if (auto ref = node.param_refs.find(spec.slot); ref != node.param_refs.end()) {
+        check_param_ref(node, spec, ref->second);
+        names.emplace(spec.slot, ref->second);
+        continue;
+      }
       auto renamed = node.param_names.find(spec.slot);
       std::string name = renamed != node.param_names.end() ? renamed->second : node.name + "." + spec.slot;
       if (!names.emplace(spec.slot, name).second) {
@@ -456,6 +479,19 @@ class GraphCompiler {
       bundle_.params.push_back(std::move(param));
     }
     return names;
+  }
+
+  // A slot bound to another node's param (training) must find it, declared alike.
+  void check_param_ref(const Node& node, const ParamSpec& spec, const std::string& name) const {
+    auto owned = std::find_if(bundle_.params.begin(), bundle_.params.end(),
+                              [&](const BundleParam& param) { return param.name == name; });
+    if (owned == bundle_.params.end())
+      throw node_error(node,
+                       fmt::format("param slot '{}' refers to '{}', which no earlier node owns", spec.slot, name));
+    if (owned->dtype != spec.dtype || owned->shape != fixed(spec.shape))
+      throw node_error(
+          node, fmt::format("param slot '{}' is {} {}, but '{}' is {} {}", spec.slot, dtype_name(spec.dtype),
+                            shape_str(fixed(spec.shape)), name, dtype_name(owned->dtype), shape_str(owned->shape)));
   }
 
   // Check (d): host init bytes are exactly numel × dtype size of a concrete shape.
@@ -501,7 +537,10 @@ class GraphCompiler {
         check_dtype(node.ctx.inputs[arg.input_index].dtype,
                     [&] { return fmt::format("input {} '{}'", arg.input_index, node.inputs[arg.input_index]); });
         break;
-      case ArgKind::kParam: {
+      case ArgKind::kParam:
+      case ArgKind::kParamOut: {
+        if (arg.kind == ArgKind::kParamOut && !node.op->update)
+          throw node_error(node, fmt::format("{}: only an update op writes params", where()));
         auto spec = std::find_if(specs.begin(), specs.end(), [&](const ParamSpec& s) { return s.slot == arg.slot; });
         if (spec == specs.end()) {
           std::vector<std::string> slots;
@@ -513,6 +552,7 @@ class GraphCompiler {
         break;
       }
       case ArgKind::kOutput:
+        if (node.op->update) throw node_error(node, fmt::format("{}: an update op has no output", where()));
         check_dtype(node.ctx.output.dtype, [] { return "the node's output"; });
         break;
       case ArgKind::kScratch: {
@@ -746,6 +786,7 @@ class GraphCompiler {
       case ArgKind::kOutput:
         return pending.node->name;
       case ArgKind::kParam:
+      case ArgKind::kParamOut:
         return param_names_[pending.params].at(arg.slot);
       case ArgKind::kScratch:
         return scratch_tensor_name(pending.node->name, arg.slot);

@@ -119,7 +119,8 @@ std::vector<uint8_t> GpuExecutor::pack_arguments(const BoundLaunch& launch) cons
       case ArgKind::kInput:
       case ArgKind::kOutput:
       case ArgKind::kScratch:
-      case ArgKind::kParam: {
+      case ArgKind::kParam:
+      case ArgKind::kParamOut: {
         CUdeviceptr ptr = arg_ptr(arg);
         std::memcpy(slot, &ptr, sizeof(ptr));
         break;
@@ -159,7 +160,8 @@ CUdeviceptr GpuExecutor::tensor_ptr(const std::string& name) const {
 }
 
 CUdeviceptr GpuExecutor::arg_ptr(const BoundArg& arg) const {
-  return arg.kind == ArgKind::kParam ? params_.ptr() + param_offsets_.at(arg.target) : tensor_ptr(arg.target);
+  return arg.kind == ArgKind::kParam || arg.kind == ArgKind::kParamOut ? params_.ptr() + param_offsets_.at(arg.target)
+                                                                       : tensor_ptr(arg.target);
 }
 
 CUtensorMap GpuExecutor::encode_tensor_map(const BoundLaunch& launch, const BoundArg& arg) const {

@@ -93,6 +93,28 @@ struct Node {
   // node's params keep the names of the nodes it replaced. Absent slot: "<node>.<slot>".
   std::map<std::string, std::string> param_names;
   std::vector<std::string> fused_from;  // names of the nodes a pass replaced with this one
+  // Training (core/autodiff.h). Slots bound to a param another node owns, by its full name: a
+  // backward node reads it (linear's weight), an update node writes it.
+  std::map<std::string, std::string> param_refs;
+  NodeRole role = NodeRole::kForward;
+  // A backward node: the forward node whose rule added it; an update node: the param it updates.
+  std::string grad_of;
+};
+
+// The `train:` section of a spec (docs/training.md): what compile differentiates and how it
+// updates the params.
+struct TrainSpec {
+  std::string loss;                 // a node whose op is a loss (OpDef::loss)
+  std::vector<std::string> params;  // node names (all their trained params) or "<node>.<slot>"; empty: all
+  // An "optim.<type>" op, whose attrs the optimizer map sets; none: the graph computes the
+  // gradients and updates nothing (gradient checks, conformance).
+  const OpDef* optimizer = nullptr;
+  nlohmann::json optimizer_attrs;        // validated against its attrs, defaults filled in
+  std::optional<double> clip_grad_norm;  // clip by global norm; absent: no clipping
+  std::vector<std::string> inputs;       // graph inputs whose gradients are wanted too
+  std::vector<Position> inputs_pos;
+  Position pos, loss_pos, optimizer_pos, clip_pos;  // the section, its keys' values
+  std::vector<Position> params_pos;                 // per entry of `params`
 };
 
 struct Graph {
@@ -102,6 +124,9 @@ struct Graph {
   std::vector<GraphInput> inputs;
   std::vector<Node> nodes;  // topological (spec order; forward references are errors)
   std::vector<std::string> outputs;
+  std::optional<TrainSpec> train;
+  // After add_training: each trained param's and listed input's gradient tensor, by name.
+  std::map<std::string, std::string> gradients;
 
   const DimDecl* find_dim(const std::string& name) const;
   // The type of a graph input or node output; nullptr if unknown.

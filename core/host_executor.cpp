@@ -14,24 +14,24 @@ TensorType symbolic_type(const BundleTensor& tensor) {
   return TensorType{tensor.dtype, tensor.shape, tensor.row_stride};
 }
 
-// The values of the node's params in the op's own slot order; the bundle records which param
-// buffer holds each slot.
-std::vector<HostTensor> node_params(const Bundle& bundle, const OpDef& def, const OpContext& ctx,
-                                    const std::map<std::string, HostTensor>& params) {
+// The name of the param buffer holding `node`'s slot: another node's (a param ref, training),
+// or the one the bundle records for the node.
+std::string param_buffer(const Bundle& bundle, const BundleNode& node, const std::string& slot) {
+  if (auto ref = node.param_refs.find(slot); ref != node.param_refs.end()) return ref->second;
+  for (const BundleParam& param : bundle.params)
+    if (param.node == node.name && param.slot == slot) return param.name;
+  throw Error(fmt::format("the bundle has no parameter for slot '{}'", slot));
+}
+
+// The values of the node's params in the op's own slot order.
+std::vector<HostTensor> node_params(const Bundle& bundle, const BundleNode& node, const OpDef& def,
+                                    const OpContext& ctx, const std::map<std::string, HostTensor>& params) {
   std::vector<HostTensor> values;
   if (!def.params) return values;
   for (const ParamSpec& spec : def.params(ctx)) {
-    const BundleParam* found = nullptr;
-    for (const BundleParam& param : bundle.params) {
-      if (param.node == ctx.node && param.slot == spec.slot) found = &param;
-    }
-    if (!found) {
-      throw Error(fmt::format("the bundle has no parameter for slot '{}'", spec.slot));
-    }
-    auto value = params.find(found->name);
-    if (value == params.end()) {
-      throw Error(fmt::format("no value for parameter '{}'", found->name));
-    }
+    const std::string name = param_buffer(bundle, node, spec.slot);
+    auto value = params.find(name);
+    if (value == params.end()) throw Error(fmt::format("no value for parameter '{}'", name));
     values.push_back(value->second);
   }
   return values;
@@ -61,6 +61,8 @@ bool has_stored_type(AttrType type, const nlohmann::json& value, const std::vect
       return value.is_array() && std::all_of(value.begin(), value.end(), is_int_list);
     case AttrType::kShape:
       return value.is_array() && std::all_of(value.begin(), value.end(), [](const auto& v) { return v.is_string(); });
+    case AttrType::kFloatList:
+      return value.is_array() && std::all_of(value.begin(), value.end(), [](const auto& v) { return v.is_number(); });
   }
   return false;
 }
@@ -128,7 +130,7 @@ HostTensor reference_at(const BoundBundle& bound, const Registry& registry, size
   HostTensor result;
   try {
     check_node_attrs(*def, node.attrs);
-    ref.params = node_params(bundle, *def, ctx, params);
+    ref.params = node_params(bundle, node, *def, ctx, params);
     result = def->reference(ref);
   } catch (Error& error) {
     error.context(where);
@@ -150,6 +152,40 @@ int64_t rows_of(const std::vector<int64_t>& shape) {
 }
 
 }  // namespace
+
+std::map<std::string, HostTensor> reference_update(const BoundBundle& bound, const Registry& registry,
+                                                   size_t node_index, const std::vector<HostTensor>& inputs,
+                                                   const std::map<std::string, HostTensor>& params) {
+  const Bundle& bundle = *bound.bundle;
+  const BundleNode& node = bundle.nodes.at(node_index);
+  const OpDef* def = registry.find(node.op);
+  const std::string where = fmt::format("host reference of update node '{}' ({})", node.name, node.op);
+  if (!def || !def->update) throw Error(fmt::format("{}: this teeny has no update op '{}'", where, excerpt(node.op)));
+  OpContext ctx;
+  ctx.node = node.name;
+  ctx.attrs = Attrs(node.attrs);
+  for (const std::string& input : node.inputs) ctx.inputs.push_back(symbolic_type(bundle_tensor(bound, input)));
+  std::map<std::string, HostTensor> updated;
+  try {
+    check_node_attrs(*def, node.attrs);
+    ctx.output = def->infer(ctx);
+    RefContext ref{ctx, inputs, node_params(bundle, node, *def, ctx, params), {}};
+    for (auto& [slot, value] : def->update_reference(ref)) {
+      const std::string name = param_buffer(bundle, node, slot);
+      const BoundParam& param = bound.param(name);
+      if (value.shape != param.shape)
+        throw Error(fmt::format("slot '{}' came back as [{}]; '{}' is [{}]", slot, fmt::join(value.shape, ", "), name,
+                                fmt::join(param.shape, ", ")));
+      value.dtype = param.dtype;
+      for (double& v : value.data) v = round_to_dtype(v, param.dtype);
+      updated[name] = std::move(value);
+    }
+  } catch (Error& error) {
+    error.context(where);
+    throw;
+  }
+  return updated;
+}
 
 HostTensor reference_node(const BoundBundle& bound, const Registry& registry, size_t node_index,
                           const std::vector<HostTensor>& inputs, const std::map<std::string, HostTensor>& params) {
@@ -183,16 +219,26 @@ HostTensor reference_rows(const BoundBundle& bound, const Registry& registry, si
                       {static_cast<int64_t>(rows.size()), shape.empty() ? 1 : shape.back()});
 }
 
-std::map<std::string, HostTensor> run_host(const BoundBundle& bound, const Registry& registry, const RunData& data) {
+HostStep run_host_step(const BoundBundle& bound, const Registry& registry, const RunData& data) {
   const Bundle& bundle = *bound.bundle;
-  std::map<std::string, HostTensor> values;
-  for (const std::string& input : bundle.inputs) values[input] = data.inputs.at(input);
+  HostStep step{{}, data.params};
+  for (const std::string& input : bundle.inputs) step.tensors[input] = data.inputs.at(input);
   for (size_t i = 0; i < bundle.nodes.size(); ++i) {
+    const BundleNode& node = bundle.nodes[i];
     std::vector<HostTensor> inputs;
-    for (const std::string& input : bundle.nodes[i].inputs) inputs.push_back(values.at(input));
-    values[bundle.nodes[i].name] = reference_node(bound, registry, i, inputs, data.params);
+    for (const std::string& input : node.inputs) inputs.push_back(step.tensors.at(input));
+    if (node.role == NodeRole::kUpdate && !bound.tensor_index.count(node.name)) {
+      for (auto& [name, value] : reference_update(bound, registry, i, inputs, step.params))
+        step.params[name] = std::move(value);
+    } else {
+      step.tensors[node.name] = reference_node(bound, registry, i, inputs, step.params);
+    }
   }
-  return values;
+  return step;
+}
+
+std::map<std::string, HostTensor> run_host(const BoundBundle& bound, const Registry& registry, const RunData& data) {
+  return run_host_step(bound, registry, data).tensors;
 }
 
 }  // namespace teeny

@@ -30,7 +30,20 @@ HostTensor reference_rows(const BoundBundle& bound, const Registry& registry, si
 // `tensor`'s rows `rows` (all dims but the last, flattened): [rows.size(), last dim].
 HostTensor select_rows(const HostTensor& tensor, const std::vector<int64_t>& rows);
 
-// Runs every node in order; returns the value of every tensor (graph inputs included).
+// The new values of the params that update node `node_index` (an optimizer step) writes, by
+// param name, rounded to their dtypes, for its concrete `inputs` and the run's params.
+std::map<std::string, HostTensor> reference_update(const BoundBundle& bound, const Registry& registry,
+                                                   size_t node_index, const std::vector<HostTensor>& inputs,
+                                                   const std::map<std::string, HostTensor>& params);
+
+// One pass over the nodes in order: every tensor's value (graph inputs included) and every
+// param's after the update nodes (a training step's) have written theirs.
+struct HostStep {
+  std::map<std::string, HostTensor> tensors, params;
+};
+HostStep run_host_step(const BoundBundle& bound, const Registry& registry, const RunData& data);
+
+// run_host_step's tensors.
 std::map<std::string, HostTensor> run_host(const BoundBundle& bound, const Registry& registry, const RunData& data);
 
 }  // namespace teeny

@@ -26,6 +26,8 @@ class Inspector {
       params_of_node_[p.node].push_back(&p);
     }
     for (const BundleLaunch& l : bundle.launches) launches_of_node_[l.node].push_back(&l);
+    for (const BundleNode& n : bundle.nodes)
+      if (n.role == NodeRole::kBackward) backward_of_node_[n.grad_of].push_back(n.name);
   }
 
   InspectedExpr expr(const Expr& e) {
@@ -114,6 +116,7 @@ class Inspector {
         break;
       }
       case ArgKind::kParam:
+      case ArgKind::kParamOut:
         out.bound_to = a.tensor;
         if (auto it = params_.find(a.tensor); it != params_.end()) {
           const BundleParam& p = *it->second;
@@ -187,7 +190,8 @@ class Inspector {
     out.op = n.op;
     out.attrs = n.attrs;
     out.inputs = n.inputs;
-    out.output = tensor(tensor_named(n.name));
+    // An update writes params in place and has no output.
+    if (tensors_.count(n.name)) out.output = tensor(tensor_named(n.name));
     if (auto it = params_of_node_.find(n.name); it != params_of_node_.end()) {
       for (const BundleParam* p : it->second) out.params.push_back(param(*p));
     }
@@ -198,6 +202,10 @@ class Inspector {
       for (const BundleLaunch* l : it->second) out.launches.push_back(launch(*l));
     }
     out.fused_from = n.fused_from;
+    out.role = node_role_name(n.role);
+    out.grad_of = n.grad_of;
+    out.param_refs = n.param_refs;
+    if (auto it = backward_of_node_.find(n.name); it != backward_of_node_.end()) out.backward = it->second;
     for (const BundleVariant& v : n.variants) out.variants.push_back({v.variant, v.why, expr(v.when)});
     return out;
   }
@@ -266,6 +274,7 @@ class Inspector {
   std::unordered_map<std::string, std::vector<const BundleParam*>> params_of_node_;
   std::unordered_map<std::string, std::vector<const BundleTensor*>> scratch_of_node_;
   std::unordered_map<std::string, std::vector<const BundleLaunch*>> launches_of_node_;
+  std::unordered_map<std::string, std::vector<std::string>> backward_of_node_;  // forward node -> its rule's nodes
 };
 
 std::vector<InspectedDim> inspected_dims(const Bundle& bundle, const Bindings& dims) {

@@ -100,6 +100,12 @@ struct InspectedNode {
   std::vector<InspectedLaunch> launches;  // none for a view
   std::vector<std::string> fused_from;
   std::vector<InspectedVariant> variants;  // tunable ops only
+  // Training: the node's pass, what a backward/update node is for, the slots it binds to other
+  // nodes' params, and for a forward node the backward nodes its rule added.
+  std::string role = "forward";
+  std::string grad_of;
+  std::map<std::string, std::string> param_refs;
+  std::vector<std::string> backward;
 };
 
 struct InspectedDim {

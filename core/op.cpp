@@ -98,6 +98,12 @@ KernelArg param(std::string slot, std::string name, DType dtype) {
   return a;
 }
 
+KernelArg param_out(std::string slot, std::string name, DType dtype) {
+  KernelArg a = param(std::move(slot), std::move(name), dtype);
+  a.kind = ArgKind::kParamOut;
+  return a;
+}
+
 KernelArg output(std::string name, DType dtype) {
   KernelArg a = named_arg(ArgKind::kOutput, std::move(name));
   a.dtype = dtype;
@@ -135,6 +141,18 @@ KernelArg scratch(std::string buffer, std::string name, DType dtype) {
   return a;
 }
 
+const char* node_role_name(NodeRole role) {
+  switch (role) {
+    case NodeRole::kForward:
+      return "forward";
+    case NodeRole::kBackward:
+      return "backward";
+    case NodeRole::kUpdate:
+      return "update";
+  }
+  return "";
+}
+
 const char* arg_kind_name(ArgKind kind) {
   switch (kind) {
     case ArgKind::kInput:
@@ -153,12 +171,15 @@ const char* arg_kind_name(ArgKind kind) {
       return "tensor_map";
     case ArgKind::kScratch:
       return "scratch";
+    case ArgKind::kParamOut:
+      return "param_out";
   }
   return "?";
 }
 
 bool is_pointer(ArgKind kind) {
-  return kind == ArgKind::kInput || kind == ArgKind::kParam || kind == ArgKind::kOutput || kind == ArgKind::kScratch;
+  return kind == ArgKind::kInput || kind == ArgKind::kParam || kind == ArgKind::kOutput || kind == ArgKind::kScratch ||
+         kind == ArgKind::kParamOut;
 }
 
 ArgLayout arg_layout(ArgKind kind) {
@@ -167,6 +188,7 @@ ArgLayout arg_layout(ArgKind kind) {
     case ArgKind::kParam:
     case ArgKind::kOutput:
     case ArgKind::kScratch:
+    case ArgKind::kParamOut:
     case ArgKind::kI64:
       return {8, 8};
     case ArgKind::kI32:
@@ -243,6 +265,7 @@ std::string arg_c_type(const KernelArg& arg) {
       return fmt::format("const {}*", dtype_c_type(arg.dtype));
     case ArgKind::kOutput:
     case ArgKind::kScratch:
+    case ArgKind::kParamOut:
       return fmt::format("{}*", dtype_c_type(arg.dtype));
     case ArgKind::kI32:
       return "int";

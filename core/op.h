@@ -10,6 +10,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -115,7 +116,10 @@ std::vector<std::string> unused_state_names(const std::string& param_name, const
 //
 // kScratch: a buffer of the node's own lowering (Lowering::scratch, named by `slot`), "T*"; its
 // dtype must be the buffer's.
-enum class ArgKind { kInput, kParam, kOutput, kI32, kI64, kF32, kTensorMap, kScratch };
+//
+// kParamOut: a param slot the kernel updates in place, "T*": only update ops (OpDef::update, an
+// optimizer step) have them.
+enum class ArgKind { kInput, kParam, kOutput, kI32, kI64, kF32, kTensorMap, kScratch, kParamOut };
 struct TensorMapSpec {
   std::string of;                  // name of the pointer arg in the same launch
   Expr cols, rows;                 // extents in elements; cols is the contiguous one
@@ -137,6 +141,7 @@ struct KernelArg {
 };
 KernelArg input(int index, std::string name, DType dtype);
 KernelArg param(std::string slot, std::string name, DType dtype);
+KernelArg param_out(std::string slot, std::string name, DType dtype);
 KernelArg output(std::string name, DType dtype);
 KernelArg i32(std::string name, Expr value);
 KernelArg i64(std::string name, Expr value);
@@ -240,6 +245,9 @@ struct RefContext {
 // Returns the output (dtype = op.output.dtype, shape = output_shape), computed in double;
 // core rounds it to the output dtype.
 using ReferenceFn = std::function<HostTensor(const RefContext&)>;
+// An update op's reference (OpDef::update): the new value of each param slot it writes, by slot,
+// computed in double; core rounds each to its param's dtype.
+using UpdateReferenceFn = std::function<std::map<std::string, HostTensor>(const RefContext&)>;
 
 // ---- conformance cases -------------------------------------------------------------------
 // One GPU-vs-host-reference case for tests/test_gpu_conformance.cpp, which runs every
@@ -299,6 +307,9 @@ struct InputSpec {
   // An i32 input of ids that index something this int attr long (embedding: "num_embeddings"):
   // random inputs stay in [0, attr) so that a run without --input reads valid rows.
   std::string id_bound_attr{};
+  // Or ids that index the last dim of this input (cross_entropy's targets, the logits' classes):
+  // where that dim is a constant, random inputs stay below it. -1: none.
+  int id_bound_input = -1;
 };
 
 struct OpDef {
@@ -334,9 +345,10 @@ struct OpDef {
   // A loss: its output is a scalar whose rule takes an absent dL/d(output) as 1, so a training
   // graph's `loss` node must be one.
   bool loss = false;
-  // An update (an optimizer step, "optim.<type>"): it writes params through param refs in place
-  // and has no output tensor.
+  // An update (an optimizer step, "optim.<type>"): it writes params in place (kParamOut args) and
+  // has no output tensor; update_reference is its host reference (`reference` is not called).
   bool update = false;
+  UpdateReferenceFn update_reference{};
 };
 #define TEENY_OP_FILE __FILE__
 

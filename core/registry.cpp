@@ -7,7 +7,8 @@ namespace teeny {
 void Registry::add(OpDef def) {
   if (index_.count(def.name)) throw Error(fmt::format("op '{}' is registered twice", def.name));
   if (!def.infer) throw Error(fmt::format("op '{}' has no shape rule", def.name));
-  if (!def.reference) throw Error(fmt::format("op '{}' has no host reference", def.name));
+  if (def.update ? !def.update_reference : !def.reference)
+    throw Error(fmt::format("op '{}' has no host reference", def.name));
   index_[def.name] = ops_.size();
   ops_.push_back(std::move(def));
 }

@@ -4,9 +4,9 @@
 // Conventions (documented for users in docs/cli.md, "teeny run"):
 //   * random inputs (--seed N): floats uniform in [-1, 1); i32 inputs uniform integers in
 //     [0, n) with n the tensor's id bound (the smallest that its consumers declare, e.g. an
-//     embedding's num_embeddings; see InputSpec::id_bound_attr), or 8 without one. Each tensor
-//     has its own stream, seeded from N and the tensor's name (SplitMix64), so values do not
-//     depend on the order of tensors.
+//     embedding's num_embeddings; see InputSpec::id_bound_attr and id_bound_input), or 8 without
+//     one. Each tensor has its own stream, seeded from N and the tensor's name (SplitMix64), so
+//     values do not depend on the order of tensors.
 //   * trained params not loaded from --weights are zero (--init zero, the default) or random
 //     (--init random): uniform in the param's declared range (ParamHints::random_range), else
 //     in ±1/sqrt(fan_in) with fan_in = numel / shape[0] (PyTorch's default for linear and conv

@@ -3,6 +3,7 @@
 // where a nearest valid name exists.
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <functional>
 #include <map>
 #include <set>
@@ -76,7 +77,8 @@ Error Graph::error_at(const Node& node, const std::string& key, std::string mess
 
 namespace {
 
-const std::vector<std::string> kTopKeys{"name", "dims", "inputs", "nodes", "outputs"};
+const std::vector<std::string> kTopKeys{"name", "dims", "inputs", "nodes", "outputs", "train"};
+const std::vector<std::string> kTrainKeys{"loss", "params", "inputs", "optimizer", "clip_grad_norm"};
 const std::vector<std::string> kDimKeys{"min", "max", "default"};
 const std::vector<std::string> kInputKeys{"dtype", "shape"};
 const std::vector<std::string> kNodeKeys{"name", "op", "inputs", "attrs", "dtype"};
@@ -203,6 +205,7 @@ class SpecParser {
     parse_inputs(require(top, "inputs", root_pos, "", "top-level "));
     parse_nodes(require(top, "nodes", root_pos, "", "top-level "));
     parse_outputs(require(top, "outputs", root_pos, "", "top-level "));
+    if (auto it = top.find("train"); it != top.end()) parse_train(it->second);
     return std::move(graph_);
   }
 
@@ -711,6 +714,8 @@ class SpecParser {
         return "a list of lists of integers";
       case AttrType::kShape:
         return "a list of ints, dim names or expression strings";
+      case AttrType::kFloatList:
+        return "a list of numbers";
     }
     return "";
   }
@@ -782,6 +787,16 @@ class SpecParser {
           entries.push_back(shape_entry(item, entry_what, /*allow_negative_one=*/true).str());
         return entries;
       }
+      case AttrType::kFloatList: {
+        if (!value.is_sequence()) throw bad();
+        nlohmann::json numbers = nlohmann::json::array();
+        for (const YamlValue& item : value.items()) {
+          double number = 0;
+          if (!item.is_scalar() || !YAML::convert<double>::decode(YAML::Node(item.scalar()), number)) throw bad();
+          numbers.push_back(number);
+        }
+        return numbers;
+      }
     }
     throw bad();
   }
@@ -838,6 +853,167 @@ class SpecParser {
       if (!listed.insert(name).second) throw error(pos, fmt::format("output '{}' is listed twice", excerpt(name)));
       graph_.outputs.push_back(name);
     }
+  }
+
+  // ---- train (docs/training.md) -----------------------------------------------------------
+  void parse_train(const Field& field) {
+    const std::string what = "train: ";
+    if (!field.value.is_map())
+      throw error(field.value_pos,
+                  fmt::format("'train' must be a map with keys {}, got {}", join(kTrainKeys), describe(field.value)));
+    Fields keys = fields(field.value, kTrainKeys, what);
+    const Position map_pos = position(field.value);
+    TrainSpec train;
+    train.pos = field.key_pos;
+    const Field& loss = require(keys, "loss", map_pos, what);
+    train.loss = scalar(loss, what, "loss", "a node name");
+    train.loss_pos = loss.value_pos;
+    check_loss_node(train.loss, train.loss_pos);
+    if (auto it = keys.find("params"); it != keys.end()) parse_train_params(it->second, train);
+    if (auto it = keys.find("inputs"); it != keys.end()) parse_train_inputs(it->second, train);
+    if (auto it = keys.find("optimizer"); it != keys.end()) {
+      train.optimizer_pos = it->second.value_pos;
+      parse_optimizer(it->second, train);
+    }
+    if (auto it = keys.find("clip_grad_norm"); it != keys.end()) {
+      const Field& clip = it->second;
+      double norm = 0;
+      if (!clip.value.is_scalar() || !YAML::convert<double>::decode(YAML::Node(clip.value.scalar()), norm) ||
+          !(norm > 0) || !std::isfinite(norm))
+        throw error(clip.value_pos, fmt::format("{}'clip_grad_norm' must be a number greater than 0, got {}", what,
+                                                describe(clip.value)));
+      train.clip_grad_norm = norm;
+      train.clip_pos = clip.value_pos;
+    }
+    graph_.train = std::move(train);
+  }
+
+  std::vector<std::string> node_names() const {
+    std::vector<std::string> names;
+    for (const Node& node : graph_.nodes) names.push_back(node.name);
+    return names;
+  }
+
+  void check_loss_node(const std::string& name, Position pos) const {
+    const Node* node = graph_.find_node(name);
+    if (!node)
+      throw error(pos,
+                  fmt::format("train: undefined loss node '{}'{}", excerpt(name), did_you_mean(name, node_names())));
+    if (!node->op->loss) {
+      std::vector<std::string> losses;
+      for (const std::string& op : registry_.names())
+        if (registry_.find(op)->loss) losses.push_back(op);
+      throw error(pos, fmt::format("train: node '{}' (op '{}') is not a loss", excerpt(name), node->op->name))
+          .note(fmt::format("the loss ops: {}", join(losses)));
+    }
+  }
+
+  // Each entry names a node (all its trained params) or one param "<node>.<slot>".
+  void parse_train_params(const Field& field, TrainSpec& train) const {
+    if (!field.value.is_sequence() || field.value.size() == 0)
+      throw error(field.value_pos, fmt::format("train: 'params' must be a non-empty list of node or "
+                                               "<node>.<slot> names, got {}",
+                                               describe(field.value)));
+    for (const YamlValue& entry : field.value.items()) {
+      const Position pos = position(entry);
+      if (!entry.is_scalar())
+        throw error(pos, fmt::format("train: 'params' entries must be names, got {}", describe(entry)));
+      const std::string& text = entry.scalar();
+      const size_t dot = text.find('.');
+      const std::string node_name = text.substr(0, dot);
+      const Node* node = graph_.find_node(node_name);
+      if (!node)
+        throw error(pos, fmt::format("train: params: undefined node '{}'{}", excerpt(node_name),
+                                     did_you_mean(node_name, node_names())));
+      std::vector<std::string> slots;
+      if (node->op->params)
+        for (const ParamSpec& spec : node->op->params(node->ctx))
+          if (spec.init == ParamInit::kTrained) slots.push_back(spec.slot);
+      if (slots.empty())
+        throw error(pos, fmt::format("train: params: node '{}' (op '{}') has no trained params", excerpt(node_name),
+                                     node->op->name));
+      if (dot != std::string::npos) {
+        const std::string slot = text.substr(dot + 1);
+        if (std::find(slots.begin(), slots.end(), slot) == slots.end())
+          throw error(pos, fmt::format("train: params: node '{}' has no trained param '{}'{}", excerpt(node_name),
+                                       excerpt(slot), did_you_mean(slot, slots)))
+              .note(fmt::format("its trained params: {}", join(slots)));
+      }
+      if (std::find(train.params.begin(), train.params.end(), text) != train.params.end())
+        throw error(pos, fmt::format("train: params: '{}' is listed twice", excerpt(text)));
+      train.params.push_back(text);
+      train.params_pos.push_back(pos);
+    }
+  }
+
+  // Float graph inputs whose gradients the graph computes as well.
+  void parse_train_inputs(const Field& field, TrainSpec& train) const {
+    if (!field.value.is_sequence() || field.value.size() == 0)
+      throw error(field.value_pos, fmt::format("train: 'inputs' must be a non-empty list of graph inputs, got {}",
+                                               describe(field.value)));
+    std::vector<std::string> names;
+    for (const GraphInput& input : graph_.inputs) names.push_back(input.name);
+    for (const YamlValue& entry : field.value.items()) {
+      const Position pos = position(entry);
+      if (!entry.is_scalar())
+        throw error(pos, fmt::format("train: 'inputs' entries must be names, got {}", describe(entry)));
+      const std::string& name = entry.scalar();
+      auto input = std::find_if(graph_.inputs.begin(), graph_.inputs.end(),
+                                [&](const GraphInput& in) { return in.name == name; });
+      if (input == graph_.inputs.end())
+        throw error(
+            pos, fmt::format("train: inputs: undefined graph input '{}'{}", excerpt(name), did_you_mean(name, names)));
+      if (!is_float(input->type.dtype))
+        throw error(pos, fmt::format("train: inputs: '{}' is {}; only float inputs have gradients", excerpt(name),
+                                     dtype_name(input->type.dtype)));
+      if (std::find(train.inputs.begin(), train.inputs.end(), name) != train.inputs.end())
+        throw error(pos, fmt::format("train: inputs: '{}' is listed twice", excerpt(name)));
+      train.inputs.push_back(name);
+      train.inputs_pos.push_back(pos);
+    }
+  }
+
+  // {type: <t>, ...}: the op "optim.<t>", its attrs the other keys.
+  void parse_optimizer(const Field& field, TrainSpec& train) {
+    const std::string what = "train: optimizer: ";
+    std::vector<std::string> types;
+    for (const std::string& op : registry_.names())
+      if (op.rfind("optim.", 0) == 0) types.push_back(op.substr(6));
+    if (!field.value.is_map())
+      throw error(field.value_pos, fmt::format("train: 'optimizer' must be a map {{type: {}, ...}}, got {}",
+                                               join(types, " | "), describe(field.value)));
+    Fields given = fields(field.value, {}, what);
+    const Field& type_field = require(given, "type", field.value_pos, what);
+    const std::string type = scalar(type_field, what, "type", "an optimizer name");
+    train.optimizer =
+        std::find(types.begin(), types.end(), type) != types.end() ? registry_.find("optim." + type) : nullptr;
+    if (!train.optimizer)
+      throw error(type_field.value_pos,
+                  fmt::format("{}unknown optimizer '{}'{}", what, excerpt(type), did_you_mean(type, types)))
+          .note(fmt::format("optimizers: {}", join(types)));
+    const OpDef& op = *train.optimizer;
+    std::vector<std::string> names;
+    for (const AttrSpec& spec : op.attrs) names.push_back(spec.name);
+    nlohmann::json values = nlohmann::json::object();
+    for (const auto& [name, attr] : given) {
+      if (name == "type") continue;
+      auto spec = std::find_if(op.attrs.begin(), op.attrs.end(), [&](const AttrSpec& a) { return a.name == name; });
+      if (spec == op.attrs.end())
+        throw error(attr.key_pos,
+                    fmt::format("{}unknown key '{}' for {}{}", what, excerpt(name), type, did_you_mean(name, names)))
+            .note(fmt::format("{} takes: {}", type, join(names)));
+      values[name] = attr_value(*spec, attr, what);
+      if (std::string problem = attr_domain_problem(*spec, values[name]); !problem.empty())
+        throw error(attr.value_pos, fmt::format("{}'{}' {}", what, name, problem));
+    }
+    for (const AttrSpec& spec : op.attrs) {
+      if (values.contains(spec.name)) continue;
+      if (spec.default_value)
+        values[spec.name] = normalize_default(spec);
+      else if (!spec.optional)
+        throw error(field.value_pos, fmt::format("{}missing key '{}' for {}", what, spec.name, type));
+    }
+    train.optimizer_attrs = std::move(values);
   }
 
   std::shared_ptr<const SourceFile> source_;

@@ -67,17 +67,18 @@ TEST_F(SpecError, YamlSyntaxBadIndent) {
 }
 
 TEST_F(SpecError, NotAMap) {
-  EXPECT_EQ(
-      error_of("- just\n- a list\n"),
-      "teeny: error: g.yaml:1:1: a graph spec must be a map with keys name, dims, inputs, nodes, outputs, got a list\n"
-      "  - just\n"
-      "  ^\n");
+  EXPECT_EQ(error_of("- just\n- a list\n"),
+            "teeny: error: g.yaml:1:1: a graph spec must be a map with keys name, dims, inputs, nodes, outputs, train, "
+            "got a list\n"
+            "  - just\n"
+            "  ^\n");
 }
 
 TEST_F(SpecError, EmptyFile) {
-  EXPECT_EQ(error_of(""),
-            "teeny: error: g.yaml:1:1: a graph spec must be a map with keys name, dims, inputs, nodes, outputs, got "
-            "nothing\n");
+  EXPECT_EQ(
+      error_of(""),
+      "teeny: error: g.yaml:1:1: a graph spec must be a map with keys name, dims, inputs, nodes, outputs, train, got "
+      "nothing\n");
 }
 
 TEST_F(SpecError, UnknownTopLevelKey) {
@@ -85,7 +86,7 @@ TEST_F(SpecError, UnknownTopLevelKey) {
             "teeny: error: g.yaml:6:1: unknown top-level key 'node' (did you mean 'nodes'?)\n"
             "  node:\n"
             "  ^\n"
-            "note: valid keys: name, dims, inputs, nodes, outputs\n");
+            "note: valid keys: name, dims, inputs, nodes, outputs, train\n");
 }
 
 TEST_F(SpecError, MissingTopLevelKey) {

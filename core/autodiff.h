@@ -1,0 +1,70 @@
+// Reverse-mode differentiation over the node DAG (design.md, "Training"; docs/training.md).
+//
+// A graph with a `train:` section gains, after its forward nodes, the backward nodes each op's
+// rule (OpDef::backward) adds and one update node per trained param. Backward nodes are ordinary
+// nodes of registered ops: they are lowered, verified, planned and checked like forward ones, and
+// the forward tensors they read are what the forward pass saves (liveness keeps them).
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/graph.h"
+#include "core/registry.h"
+
+namespace teeny {
+
+class Differentiator;
+
+// What an op's backward rule sees of its forward node, and how it adds nodes.
+class GradBuilder {
+ public:
+  const OpContext& ctx() const { return forward_.ctx; }
+  const std::string& node() const { return forward_.name; }
+  const std::string& input(size_t i) const { return forward_.inputs.at(i); }
+  const std::string& output() const { return forward_.name; }
+  // dL/d(output), of the output's type; "" at the loss node, whose gradient is 1.
+  const std::string& grad_output() const { return grad_output_; }
+  bool needs_input_grad(size_t i) const { return needs_input_.at(i); }
+  bool needs_param_grad(const std::string& slot) const;
+  // The full name of the forward node's param `slot` ("fc1.weight").
+  std::string param(const std::string& slot) const;
+  // The type of a graph input, forward tensor or node added so far.
+  const TensorType& type(const std::string& tensor) const;
+
+  // Adds a node of `op` (attrs not given take their defaults; `param_refs` bind its slots to
+  // existing params, read only); returns its tensor's name.
+  std::string add(const std::string& op, std::vector<std::string> inputs,
+                  nlohmann::json attrs = nlohmann::json::object(), std::map<std::string, std::string> param_refs = {});
+  // The rule's results: dL/d(input i), dL/d(param slot), each of that tensor's or param's type.
+  void input_grad(size_t i, const std::string& tensor);
+  void param_grad(const std::string& slot, const std::string& tensor);
+
+ private:
+  friend class Differentiator;
+  GradBuilder(Differentiator& owner, const Node& forward, std::string grad_output, std::vector<bool> needs_input,
+              std::vector<std::string> trained_slots);
+
+  Differentiator& owner_;
+  const Node& forward_;
+  std::string grad_output_;
+  std::vector<bool> needs_input_;
+  std::vector<std::string> trained_slots_;
+  std::map<size_t, std::string> input_grads_;
+  std::map<std::string, std::string> param_grads_;
+};
+
+// Appends the backward nodes of `graph.train` and, where it names an optimizer, the update nodes
+// (nothing without a `train:` section). Throws Error located at the `train:` key or the node
+// concerned: an op without a gradient on the way to the loss, a listed param that does not
+// affect the loss.
+void add_training(Graph& graph, const Registry& registry);
+
+// The trained params of a graph with a `train:` section, by full name in graph order.
+std::vector<std::string> trained_params(const Graph& graph);
+
+}  // namespace teeny
