@@ -995,7 +995,9 @@ class SpecParser {
     std::vector<std::string> names;
     for (const AttrSpec& spec : op.attrs) names.push_back(spec.name);
     nlohmann::json values = nlohmann::json::object();
-    for (const auto& [name, attr] : given) {
+    for (const auto& entry : given) {
+      const std::string& name = entry.first;
+      const Field& attr = entry.second;
       if (name == "type") continue;
       auto spec = std::find_if(op.attrs.begin(), op.attrs.end(), [&](const AttrSpec& a) { return a.name == name; });
       if (spec == op.attrs.end())
