@@ -1,0 +1,185 @@
+// cross_entropy (ops.md, "Losses"): PyTorch's F.cross_entropy with class-index targets and
+// reduction 'mean': the mean over the targets that are not ignore_index of
+// logsumexp(logits[r]) - logits[r, target[r]], an f32 scalar.
+//
+// Two launches (ops/kernels/loss.cuh): a warp or a block per row (plan_rows) streams the row's
+// 16-byte packs once for a stable log-sum-exp in f32, each block summing its rows' losses and
+// counting them into the scratch buffer; then one block averages the blocks' partials in a
+// fixed order. Vocabulary-sized rows (32000-128000 classes) take a 512-thread block each.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <limits>
+
+#include "ops/conformance.h"
+#include "ops/kernel_util.h"
+#include "ops/loss_common.h"
+#include "ops/ops.h"
+
+namespace teeny::ops {
+namespace {
+
+// Packs a thread holds at once: a row streams in chunks of this many 16-byte packs a thread.
+// Eight of 16-bit logits (a whole 32000-class row in a 512-thread block) fill the registers so
+// that one block holds an SM, its loads never overlapping its math; four leave room for two.
+constexpr int kMaxItems = 4;
+
+Expr leading(const Shape& shape) { return product(Shape(shape.begin(), shape.end() - 1)); }
+
+// plan_rows's group for the row, with at most kMaxItems packs a thread (a short row, fewer).
+RowPlan cross_entropy_plan(const Expr& classes, DType dtype) {
+  RowPlan plan = plan_rows(classes, dtype);
+  const std::optional<int64_t> n = classes.const_value();
+  const bool fits = n && *n <= int64_t{plan.threads} * plan.items * vector_width(dtype);
+  plan.items = fits ? std::min(plan.items, kMaxItems) : kMaxItems;
+  return plan;
+}
+
+TensorType infer(const OpDef& def, const OpContext& ctx) {
+  const TensorType& logits = ctx.inputs[0];
+  const TensorType& targets = ctx.inputs[1];
+  bool supported = false;
+  for (DType d : def.dtypes) supported |= d == logits.dtype;
+  if (!supported) {
+    throw OpError("inputs",
+                  fmt::format("cross_entropy needs f32, bf16 or f16 logits, got {}", dtype_name(logits.dtype)));
+  }
+  if (logits.shape.empty()) throw OpError("inputs", "cross_entropy needs logits of rank >= 1 ([..., classes])");
+  if (targets.dtype != DType::kI32) {
+    throw OpError("inputs",
+                  fmt::format("cross_entropy targets must be i32 class indices, got {}", dtype_name(targets.dtype)));
+  }
+  const Shape expected(logits.shape.begin(), logits.shape.end() - 1);
+  if (targets.shape != expected) {
+    throw OpError("inputs", fmt::format("targets have shape {} but logits {} need {} (the logits' shape without the "
+                                        "class dim)",
+                                        shape_str(targets.shape), shape_str(logits.shape), shape_str(expected)));
+  }
+  return loss_output(def, ctx);
+}
+
+Lowering lower(const OpContext& ctx) {
+  const TensorType& logits = ctx.inputs[0];
+  const TensorType& targets = ctx.inputs[1];
+  const DType dtype = logits.dtype;
+  const Expr rows = leading(logits.shape);
+  const Expr classes = logits.shape.back();
+  const RowPlan plan = cross_entropy_plan(classes, dtype);
+  const Expr parts = loss_parts(ceil_div(rows, Expr(plan.rows_per_block)), plan.block());
+
+  Lowering lowering;
+  Launch launch;
+  launch.args = {input(0, "logits", dtype),
+                 input(1, "targets", DType::kI32),
+                 scratch("partials", "partials", DType::kF32),
+                 i64("rows", rows),
+                 i32("classes", classes),
+                 i32("x_stride", logits.row_stride),
+                 i32("targets_last", targets.shape.empty() ? Expr(1) : targets.shape.back()),
+                 i32("targets_stride", targets.row_stride),
+                 i32("ignore_index", ctx.attrs.integer("ignore_index"))};
+  lowering.kernels.push_back(
+      template_kernel(fmt::format("cross_entropy_{}_t{}_i{}", dtype_name(dtype), plan.threads, plan.items), "loss.cuh",
+                      fmt::format("tn_cross_entropy_partials<{}, {}, {}, {}>", dtype_c_type(dtype), plan.threads,
+                                  plan.rows_per_block, plan.items),
+                      launch.args, plan.block(), TEENY_KERNEL_ORIGIN));
+  launch.block = {plan.block(), 1, 1};
+  launch.grid[0] = parts;
+  launch.bytes = rows * classes * Expr(static_cast<int64_t>(dtype_size(dtype))) + rows * Expr(4) + parts * Expr(8);
+  launch.flops = rows * classes * Expr(4);  // max, subtract, exp, add per logit
+  lowering.launches.push_back(std::move(launch));
+  add_loss_mean(lowering, "cross_entropy", parts, true, rows);
+  return lowering;
+}
+
+HostTensor reference(const RefContext& ref) {
+  const HostTensor& logits = ref.inputs[0];
+  const std::vector<double>& targets = ref.inputs[1].data;
+  const int64_t classes = logits.shape.back();
+  const int64_t ignore_index = ref.op.attrs.integer("ignore_index");
+  double sum = 0.0;
+  int64_t count = 0;
+  for (size_t r = 0; r < targets.size(); ++r) {
+    const int64_t target = static_cast<int64_t>(targets[r]);
+    if (target == ignore_index) continue;
+    ++count;
+    if (target < 0 || target >= classes) return HostTensor{DType::kF32, {}, {std::nan("")}};
+    const double* x = logits.data.data() + r * classes;
+    double m = -std::numeric_limits<double>::infinity();
+    for (int64_t c = 0; c < classes; ++c) m = std::max(m, x[c]);
+    double s = 0.0;
+    for (int64_t c = 0; c < classes; ++c) s += std::exp(x[c] - m);
+    sum += m + std::log(s) - x[target];
+  }
+  return HostTensor{DType::kF32, {}, {sum / static_cast<double>(count)}};  // 0 / 0: NaN, as PyTorch
+}
+
+// logits [rows, classes] (or `shape`) and targets of its leading shape; targets stay in [0, classes)
+// where classes is a constant.
+ConformanceCase logits_case(const std::string& label, DType dtype, const std::vector<std::string>& dims,
+                            const std::string& logits_shape, const std::string& targets_shape,
+                            const std::vector<Bindings>& bindings, nlohmann::json attrs = nlohmann::json::object()) {
+  return {fmt::format("{} {}", label, dtype_name(dtype)),
+          case_graph(dims, {{"logits", dtype, logits_shape}, {"targets", DType::kI32, targets_shape}},
+                     {{"loss", "cross_entropy", {"logits", "targets"}, std::move(attrs)}}),
+          bindings};
+}
+
+std::vector<ConformanceCase> conformance_cases() {
+  std::vector<ConformanceCase> cases;
+  const std::vector<Bindings> rows = {{{"B", 1}}, {{"B", 7}}, {{"B", 4099}}};
+  for (DType dtype : float_dtypes()) {
+    // Constant widths pick the plans: a warp per row (1, 7, 1000; 1000 in two chunks in 16
+    // bits), a block of 512 streaming a vocabulary's row.
+    for (int classes : {1, 7, 1000}) {
+      cases.push_back(logits_case(fmt::format("rows [B, {}]", classes), dtype, {"B"}, fmt::format("[B, {}]", classes),
+                                  "[B]", rows));
+    }
+    cases.push_back(logits_case("vocab [B, 32003]", dtype, {"B"}, "[B, 32003]", "[B]", {{{"B", 1}}, {{"B", 300}}}));
+    cases.push_back(logits_case("vocab [B, 50257]", dtype, {"B"}, "[B, 50257]", "[B]", {{{"B", 1}}, {{"B", 33}}}));
+    // A symbolic width: random targets stay below 8, so widths 1 and 3 hold targets out of
+    // range, whose loss is NaN.
+    cases.push_back(logits_case("rows [B, W]", dtype, {"B", "W"}, "[B, W]", "[B]", awkward_rows()));
+    cases.push_back(logits_case("tokens [B, S, 1000]", dtype, {"B", "S"}, "[B, S, 1000]", "[B, S]",
+                                {{{"B", 1}, {"S", 1}}, {{"B", 3}, {"S", 17}}, {{"B", 8}, {"S", 512}}}));
+    // Class 0 ignored: about a seventh of the rows; with one class, every row (NaN).
+    cases.push_back(logits_case("ignore_index 0 [B, 7]", dtype, {"B"}, "[B, 7]", "[B]", rows, {{"ignore_index", 0}}));
+    cases.push_back(logits_case("all ignored [B, 1]", dtype, {"B"}, "[B, 1]", "[B]", {{{"B", 1}}, {{"B", 999}}},
+                                {{"ignore_index", 0}}));
+  }
+  cases.push_back({"padded logits (linear, 17 of 20)",
+                   case_graph({"B"}, {{"x", DType::kF32, "[B, 8]"}, {"targets", DType::kI32, "[B]"}},
+                              {{"p", "linear", {"x"}, {{"out_features", 17}}},
+                               {"loss", "cross_entropy", {"p", "targets"}, {{"ignore_index", 3}}}}),
+                   {{{"B", 1}}, {{"B", 999}}}});
+  return cases;
+}
+
+}  // namespace
+
+OpDef cross_entropy_op() {
+  OpDef def;
+  def.name = "cross_entropy";
+  def.doc =
+      "mean over the targets not equal to ignore_index of logsumexp(logits[r]) - logits[r, target[r]] "
+      "(PyTorch's F.cross_entropy, reduction 'mean'); an f32 scalar; NaN when every target is ignored or "
+      "one is outside [0, classes)";
+  def.inputs = {{"logits", "unnormalised scores [..., classes]"},
+                {"targets", "i32 class indices, the logits' shape without the class dim"}};
+  def.inputs[1].id_bound_input = 0;
+  def.attrs = {
+      attr_spec("ignore_index", AttrType::kInt, "targets equal to it count for nothing", nlohmann::json(-100))};
+  def.attrs[0].min_value = std::numeric_limits<int32_t>::min();
+  def.attrs[0].max_value = std::numeric_limits<int32_t>::max();
+  def.dtypes = float_dtypes();
+  def.loss = true;
+  def.source_file = TEENY_OP_FILE;
+  const OpDef meta = def;
+  def.infer = [meta](const OpContext& ctx) { return infer(meta, ctx); };
+  def.lower = lower;
+  def.reference = reference;
+  def.conformance_cases = conformance_cases;
+  return def;
+}
+
+}  // namespace teeny::ops
