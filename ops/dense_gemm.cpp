@@ -198,10 +198,14 @@ std::string gemv_variant_name(const GemvVariant& variant) { return fmt::format("
 int gemv_max_rows(DType dtype) { return gemv_variants(dtype, false, {}).back().max_rows; }
 
 std::string gemm_kernel_class(DType dtype, GemmBLayout layout, bool has_bias, const GemmTile& tile,
-                              const GemmEpilogue& epilogue) {
+                              const GemmEpilogue& epilogue, GemmALayout a_layout) {
   const std::string type = dtype_c_type(dtype);
   const std::string epilogue_class = gemm_epilogue_class(dtype, has_bias, epilogue);
+  // The A-layout argument is left out where it is the default, so the other kernels' sources
+  // (and their cache keys) stay as they were.
+  const std::string a_transposed = a_layout == GemmALayout::kKM ? ", true" : "";
   if (tile.wgmma()) {
+    if (a_layout == GemmALayout::kKM) throw Error("internal: the wgmma GEMM reads A as [M, K] only");
     return fmt::format("tn_wgmma_gemm<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}>", type, tile.bm, tile.bn, tile.bk,
                        tile.threads, tile.stages, tile.pingpong, tile.split_tf32, tile.tma, kTmaStoreBox,
                        epilogue_class);
@@ -210,12 +214,12 @@ std::string gemm_kernel_class(DType dtype, GemmBLayout layout, bool has_bias, co
   if (dtype == DType::kF32) {
     // 128x128 tiles: 8x8 per thread; 64x64 tiles: 4x4 per thread (256 threads either way).
     const int micro = tile.bm == 128 ? 8 : 4;
-    return fmt::format("tn_simt_gemm<{}, {}, {}, {}, {}, {}, {}, {}>", tile.bm, tile.bn, tile.bk, tile.threads, micro,
-                       micro, b_transposed, epilogue_class);
+    return fmt::format("tn_simt_gemm<{}, {}, {}, {}, {}, {}, {}, {}{}>", tile.bm, tile.bn, tile.bk, tile.threads, micro,
+                       micro, b_transposed, epilogue_class, a_transposed);
   }
   const int warps_m = 2;
-  return fmt::format("tn_mma_gemm<{}, {}, {}, {}, {}, {}, {}, {}, {}>", type, tile.bm, tile.bn, tile.bk, tile.threads,
-                     warps_m, tile.threads / 32 / warps_m, b_transposed, epilogue_class);
+  return fmt::format("tn_mma_gemm<{}, {}, {}, {}, {}, {}, {}, {}, {}{}>", type, tile.bm, tile.bn, tile.bk, tile.threads,
+                     warps_m, tile.threads / 32 / warps_m, b_transposed, epilogue_class, a_transposed);
 }
 
 }  // namespace teeny::ops

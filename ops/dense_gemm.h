@@ -22,6 +22,9 @@
 namespace teeny::ops {
 
 enum class GemmBLayout { kNK, kKN };
+// A is [M, K] (kMK), or stored as [K, M] (kKM: the gradient GEMMs' dyᵀ and aᵀ; CUDA-core and
+// mma.sync tiles only).
+enum class GemmALayout { kMK, kKM };
 
 // The launch constants one kernel is generated from.
 struct GemmTile {
@@ -90,9 +93,9 @@ int64_t gemm_dynamic_smem(const GemmTile& tile, const GemmEpilogue& epilogue);
 // its block() computes output tile `pid` (grouped tile order) or, in the persistent wgmma kernel,
 // tiles pid, pid + gridDim.x, .... Columns in [N, ldc) of the tile's rows are written as zeros
 // (row padding). The entries of ops/kernels/gemm.cuh (tn_linear, tn_matmul, ...) take it as
-// their `Gemm`.
+// their `Gemm`. Throws Error for a kKM A on a wgmma tile.
 std::string gemm_kernel_class(DType dtype, GemmBLayout layout, bool has_bias, const GemmTile& tile,
-                              const GemmEpilogue& epilogue = {});
+                              const GemmEpilogue& epilogue = {}, GemmALayout a_layout = GemmALayout::kMK);
 
 // The GEMM epilogue class: "tn_gemm_epilogue<T, Act, bias, residual>".
 std::string gemm_epilogue_class(DType dtype, bool has_bias, const GemmEpilogue& epilogue);

@@ -1,5 +1,6 @@
-// f16/bf16 GEMM on tensor cores (sm_80+): C[M, N] = A[M, K] · B (+ bias, act, + residual), B as
-// [N, K] (kBTransposed) or [K, N], f32 accumulation. kWarpsM x kWarpsN warps each compute a
+// f16/bf16 GEMM on tensor cores (sm_80+): C[M, N] = A · B (+ bias, act, + residual), A as [M, K]
+// or, with kATransposed, stored as [K, M] (a weight gradient's dyᵀ; its tiles are read by
+// ldmatrix.trans), B as [N, K] (kBTransposed) or [K, N], f32 accumulation. kWarpsM x kWarpsN warps each compute a
 // (kBM/kWarpsM) x (kBN/kWarpsN) warp tile from m16n8k16 MMAs. Shared tiles are padded by 8
 // elements per row so ldmatrix's eight 16-byte row reads hit distinct banks. Tiles arrive by
 // cp.async (16-byte chunks, double-buffered); ragged or misaligned chunks are filled with plain
@@ -13,7 +14,8 @@
 
 // The kernel for one tile configuration: kBM x kBN output tiles of kThreads threads, K in steps
 // of kBK.
-template <typename T, int BM, int BN, int BK, int Threads, int kWarpsM, int kWarpsN, bool kBTransposed, class Epilogue>
+template <typename T, int BM, int BN, int BK, int Threads, int kWarpsM, int kWarpsN, bool kBTransposed, class Epilogue,
+          bool kATransposed = false>
 struct tn_mma_gemm {
   static constexpr int kBM = BM, kBN = BN, kBK = BK, kThreads = Threads;
   static constexpr bool kHasBias = Epilogue::kHasBias, kHasResidual = Epilogue::kHasResidual;
@@ -23,7 +25,8 @@ struct tn_mma_gemm {
   static_assert(kWarpsM * kWarpsN * 32 == kThreads, "warp grid must match the block");
   static_assert(kWarpTileM % 16 == 0 && kWarpTileN % 16 == 0 && kBK % 16 == 0, "MMA tile shape");
   static constexpr int kPad = 8;
-  static constexpr int kALd = kBK + kPad;                  // As[m][k]
+  static constexpr int kARows = kATransposed ? kBK : kBM;  // As[m][k] or As[k][m]
+  static constexpr int kALd = (kATransposed ? kBM : kBK) + kPad;
   static constexpr int kBRows = kBTransposed ? kBN : kBK;  // Bs[n][k] or Bs[k][n]
   static constexpr int kBLd = (kBTransposed ? kBK : kBN) + kPad;
   static constexpr int kAChunks = kBM * kBK / 8 / kThreads;
@@ -32,13 +35,20 @@ struct tn_mma_gemm {
                 "tile loads must divide evenly over the block");
 
   // Issues this thread's cp.async copies of the k-step at k0 into one buffer, as one group.
-  static __device__ __forceinline__ void load_tiles(T (&As)[kBM][kALd], T (&Bs)[kBRows][kBLd], const T* __restrict__ A,
-                                                    const T* __restrict__ B, int M, int N, int K, int lda, int ldb,
-                                                    int m0, int n0, int tid, bool a_vec, bool b_vec, int k0) {
+  static __device__ __forceinline__ void load_tiles(T (&As)[kARows][kALd], T (&Bs)[kBRows][kBLd],
+                                                    const T* __restrict__ A, const T* __restrict__ B, int M, int N,
+                                                    int K, int lda, int ldb, int m0, int n0, int tid, bool a_vec,
+                                                    bool b_vec, int k0) {
 #pragma unroll
     for (int c = 0; c < kAChunks; ++c) {
-      const int idx = tid + c * kThreads, r = idx / (kBK / 8), k = (idx % (kBK / 8)) * 8;
-      tn_load_chunk(&As[r][k], A + (long long)(m0 + r) * lda, m0 + r < M, k0 + k, K, a_vec);
+      const int idx = tid + c * kThreads;
+      if (kATransposed) {  // A is [K, M]
+        const int k = idx / (kBM / 8), m = (idx % (kBM / 8)) * 8;
+        tn_load_chunk(&As[k][m], A + (long long)(k0 + k) * lda, k0 + k < K, m0 + m, M, a_vec);
+      } else {
+        const int r = idx / (kBK / 8), k = (idx % (kBK / 8)) * 8;
+        tn_load_chunk(&As[r][k], A + (long long)(m0 + r) * lda, m0 + r < M, k0 + k, K, a_vec);
+      }
     }
 #pragma unroll
     for (int c = 0; c < kBChunks; ++c) {
@@ -61,7 +71,7 @@ struct tn_mma_gemm {
                                                const T* __restrict__ bias, T* __restrict__ C, int M, int N, int K,
                                                int lda, int ldb, int ldc, int pid, const T* __restrict__ R = nullptr,
                                                int ldr = 0) {
-    __shared__ __align__(16) T As[2][kBM][kALd];
+    __shared__ __align__(16) T As[2][kARows][kALd];
     __shared__ __align__(16) T Bs[2][kBRows][kBLd];
     int tile_m, tile_n;
     tn_gemm_tile_coords<kBM, kBN>(pid, M, N, tile_m, tile_n);
@@ -94,9 +104,16 @@ struct tn_mma_gemm {
 #pragma unroll
       for (int kk = 0; kk < kBK; kk += 16) {
         unsigned a[kMI][4], b[kNI][2];
+        // Matrices: (m 0-7, k 0-7), (m 8-15, k 0-7), (m 0-7, k 8-15), (m 8-15, k 8-15); stored
+        // k-major, each is read transposed.
 #pragma unroll
-        for (int i = 0; i < kMI; ++i)
-          tn_ldmatrix_x4(a[i], &As[buf][wm * kWarpTileM + i * 16 + lane % 16][kk + (lane / 16) * 8]);
+        for (int i = 0; i < kMI; ++i) {
+          const int m = wm * kWarpTileM + i * 16;
+          if (kATransposed)
+            tn_ldmatrix_x4_trans(a[i], &As[buf][kk + (lane / 16) * 8 + lane % 8][m + (lane / 8) % 2 * 8]);
+          else
+            tn_ldmatrix_x4(a[i], &As[buf][m + lane % 16][kk + (lane / 16) * 8]);
+        }
 #pragma unroll
         for (int j = 0; j < kNI; j += 2) {
           // Matrices: (n 0-7, k 0-7), (n 0-7, k 8-15), (n 8-15, k 0-7), (n 8-15, k 8-15).

@@ -1,9 +1,9 @@
-// f32 GEMM on CUDA cores: C[M, N] = A[M, K] · B (+ bias, act, + residual), B as [N, K]
-// (kBTransposed) or [K, N]. Each thread owns a kTM x kTN micro-tile, split into 4x4 sub-blocks
-// spaced a warp-tile apart so the float4 shared-memory reads are conflict-free. A (and B in
-// [N, K] layout) are stored transposed in shared memory ([k][m]) so the inner loop reads float4
-// along m/n. Global tiles are prefetched into registers while the current shared tile is
-// consumed (one __syncthreads per k-step).
+// f32 GEMM on CUDA cores: C[M, N] = A · B (+ bias, act, + residual), A as [M, K] or, with
+// kATransposed, stored as [K, M] (a weight gradient's dyᵀ), B as [N, K] (kBTransposed) or [K, N].
+// Each thread owns a kTM x kTN micro-tile, split into 4x4 sub-blocks spaced a warp-tile apart so
+// the float4 shared-memory reads are conflict-free. Both operands sit in shared memory k-major
+// ([k][m], [k][n]), so the inner loop reads float4 along m/n. Global tiles are prefetched into registers while the
+// current shared tile is consumed (one __syncthreads per k-step).
 #ifndef TEENY_GEMM_SIMT_CUH
 #define TEENY_GEMM_SIMT_CUH
 
@@ -20,9 +20,20 @@ __device__ __forceinline__ float4 tn_load_k4(const float* __restrict__ P, int ro
   return make_float4(v[0], v[1], v[2], v[3]);
 }
 
+// Loads a [K, cols] slab (cols contiguous) chunk: 4 consecutive columns of row k, zero outside.
+__device__ __forceinline__ float4 tn_load_cols4(const float* __restrict__ P, int K, int cols, int ld, bool vec_ok,
+                                                int k, int c) {
+  if (k < K && vec_ok && c + 3 < cols) return __ldg(reinterpret_cast<const float4*>(P + (long long)k * ld + c));
+  float v[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) v[i] = (k < K && c + i < cols) ? __ldg(P + (long long)k * ld + c + i) : 0.f;
+  return make_float4(v[0], v[1], v[2], v[3]);
+}
+
 // The kernel for one tile configuration: kBM x kBN output tiles of kThreads threads, K in steps
 // of kBK, kTM x kTN outputs a thread.
-template <int BM, int BN, int BK, int Threads, int kTM, int kTN, bool kBTransposed, class Epilogue>
+template <int BM, int BN, int BK, int Threads, int kTM, int kTN, bool kBTransposed, class Epilogue,
+          bool kATransposed = false>
 struct tn_simt_gemm {
   static constexpr int kBM = BM, kBN = BN, kBK = BK, kThreads = Threads;
   static constexpr bool kHasBias = Epilogue::kHasBias, kHasResidual = Epilogue::kHasResidual;
@@ -102,8 +113,14 @@ struct tn_simt_gemm {
     auto load_tiles = [&](int k0) {
 #pragma unroll
       for (int c = 0; c < kAChunks; ++c) {
-        const int idx = tid + c * kThreads, r = idx / (kBK / 4), k = (idx % (kBK / 4)) * 4;
-        a_next[c] = tn_load_k4(A0, M - m0, K, lda, a_vec, r, k0 + k);
+        const int idx = tid + c * kThreads;
+        if (kATransposed) {  // A is [K, M]: 4 consecutive m of one k
+          const int k = idx / (kBM / 4), m = (idx % (kBM / 4)) * 4;
+          a_next[c] = tn_load_cols4(A, K, M, lda, a_vec, k0 + k, m0 + m);
+        } else {
+          const int r = idx / (kBK / 4), k = (idx % (kBK / 4)) * 4;
+          a_next[c] = tn_load_k4(A0, M - m0, K, lda, a_vec, r, k0 + k);
+        }
       }
 #pragma unroll
       for (int c = 0; c < kBChunks; ++c) {
@@ -113,26 +130,24 @@ struct tn_simt_gemm {
           b_next[c] = tn_load_k4(B + (long long)n0 * ldb, N - n0, K, ldb, b_vec, r, k0 + k);
         } else {  // B is [K, N]: 4 consecutive n of one k
           const int k = idx / (kBN / 4), n = (idx % (kBN / 4)) * 4;
-          const int gk = k0 + k, gn = n0 + n;
-          if (gk < K && b_vec && gn + 3 < N) {
-            b_next[c] = __ldg(reinterpret_cast<const float4*>(B + (long long)gk * ldb + gn));
-          } else {
-            float v[4];
-#pragma unroll
-            for (int i = 0; i < 4; ++i) v[i] = (gk < K && gn + i < N) ? __ldg(B + (long long)gk * ldb + gn + i) : 0.f;
-            b_next[c] = make_float4(v[0], v[1], v[2], v[3]);
-          }
+          b_next[c] = tn_load_cols4(B, K, N, ldb, b_vec, k0 + k, n0 + n);
         }
       }
     };
     auto store_tiles = [&](int buf) {
 #pragma unroll
       for (int c = 0; c < kAChunks; ++c) {
-        const int idx = tid + c * kThreads, r = idx / (kBK / 4), k = (idx % (kBK / 4)) * 4;
-        As[buf][k + 0][r] = a_next[c].x;
-        As[buf][k + 1][r] = a_next[c].y;
-        As[buf][k + 2][r] = a_next[c].z;
-        As[buf][k + 3][r] = a_next[c].w;
+        const int idx = tid + c * kThreads;
+        if (kATransposed) {
+          const int k = idx / (kBM / 4), m = (idx % (kBM / 4)) * 4;
+          *reinterpret_cast<float4*>(&As[buf][k][m]) = a_next[c];
+        } else {
+          const int r = idx / (kBK / 4), k = (idx % (kBK / 4)) * 4;
+          As[buf][k + 0][r] = a_next[c].x;
+          As[buf][k + 1][r] = a_next[c].y;
+          As[buf][k + 2][r] = a_next[c].z;
+          As[buf][k + 3][r] = a_next[c].w;
+        }
       }
 #pragma unroll
       for (int c = 0; c < kBChunks; ++c) {
