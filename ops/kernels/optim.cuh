@@ -4,16 +4,19 @@
 // weights) is f32.
 //
 // Built for CUDA-graph replay: nothing comes from the host between steps.
-//   step   const int*, device memory: the 1-based step about to be applied. The update kernels
-//          read it; tn_step_increment, launched after every update, advances it.
+//   step   const int*, device memory: the steps taken. tn_step_increment (the train.step node,
+//          launched before a step's updates) advances it, so the update kernels read the 1-based
+//          step they apply, and between steps it counts the steps taken (0 before the first).
 //   clip   const float*, device memory: clip[0] multiplies every gradient. tn_clip_coef writes
-//          it (and the total norm into clip[1]); a graph without clipping passes a buffer
-//          holding 1.
+//          it (and the total norm into clip[1]). A graph without clipping passes the float 1
+//          instead: the update functions take either (their Clip template argument).
 //   lr, warmup_steps, total_steps, min_lr_ratio
 //          the schedule, as scalar arguments: the learning rate of step s is
 //          lr * tn_lr_factor(s, ...); a constant schedule passes total_steps = 0.
 // The update kernels are grid-stride loops over n elements (any grid), four elements a thread
-// an iteration when every pointer allows one 16-byte (f32) or 8-byte (16-bit) access.
+// an iteration when every pointer allows one 16-byte (f32) or 8-byte (16-bit) access. Each comes
+// plain (the param in its own dtype) and as *_master (a 16-bit param on f32 master weights);
+// SGD also without momentum (*_no_momentum: no buffer, no momentum hyper-parameters).
 #ifndef TEENY_OPTIM_CUH
 #define TEENY_OPTIM_CUH
 
@@ -27,6 +30,10 @@ __device__ __forceinline__ float tn_lr_factor(int step, int warmup_steps, int to
   const float progress = fminf(1.f, (float)(step - warmup_steps) / (float)max(1, total_steps - warmup_steps));
   return min_lr_ratio + (1.f - min_lr_ratio) * (1.f + cospif(progress)) * 0.5f;
 }
+
+// The clip coefficient: the clip node's clip[0], or 1 where the graph does not clip.
+__device__ __forceinline__ float tn_clip_value(const float* clip) { return clip[0]; }
+__device__ __forceinline__ float tn_clip_value(float clip) { return clip; }
 
 // ---- element access ------------------------------------------------------------------------
 
@@ -88,16 +95,21 @@ struct tn_weights {
 };
 
 // f32 master weights: the update reads and writes master, and param (16-bit) receives its
-// rounding, so small updates accumulate in master instead of rounding away in param. master
-// starts as the param's values in f32.
+// rounding, so small updates accumulate in master instead of rounding away in param. The first
+// step reads the param instead (master starts as the param's values in f32), so master needs no
+// initialisation and a param loaded from weights before step 1 is the one trained.
 template <typename P>
 struct tn_master_weights {
   P* param;
   float* master;
+  bool first;
   __device__ __forceinline__ bool aligned4() const { return tn_optim_aligned4(param) && tn_optim_aligned4(master); }
   template <int kW>
   __device__ __forceinline__ void load(long long i, float (&w)[kW]) const {
-    tn_optim_load(master + i, w);
+    if (first)
+      tn_optim_load(param + i, w);
+    else
+      tn_optim_load(master + i, w);
   }
   template <int kW>
   __device__ __forceinline__ void store(long long i, const float (&w)[kW]) const {
@@ -162,37 +174,59 @@ struct tn_sgd_update {
   }
 };
 
-__device__ __forceinline__ tn_sgd_update tn_make_sgd_update(float* momentum_buffer, const int* step, const float* clip,
-                                                            float lr, int warmup_steps, int total_steps,
-                                                            float min_lr_ratio, float momentum, float dampening,
-                                                            float weight_decay, int nesterov) {
-  const int s = *step;
-  return {momentum_buffer, *clip,     lr * tn_lr_factor(s, warmup_steps, total_steps, min_lr_ratio),
+__device__ __forceinline__ tn_sgd_update tn_make_sgd_update(float* momentum_buffer, int step, float clip, float lr,
+                                                            int warmup_steps, int total_steps, float min_lr_ratio,
+                                                            float momentum, float dampening, float weight_decay,
+                                                            int nesterov) {
+  return {momentum_buffer, clip,      lr * tn_lr_factor(step, warmup_steps, total_steps, min_lr_ratio),
           momentum,        dampening, weight_decay,
-          nesterov != 0,   s == 1};
+          nesterov != 0,   step == 1};
 }
 
-// param (f32 or 16-bit) updated in place from grad; momentum_buffer: n f32 values, unused (may be
-// null) when momentum is 0.
-template <typename P, typename G, int kThreads>
+// param (f32 or 16-bit) updated in place from grad; momentum_buffer: n f32 values.
+template <typename P, typename G, int kThreads, typename Clip>
 __device__ __forceinline__ void tn_sgd_step(P* param, const G* grad, float* momentum_buffer, long long n,
-                                            const int* step, const float* clip, float lr, int warmup_steps,
-                                            int total_steps, float min_lr_ratio, float momentum, float dampening,
-                                            float weight_decay, int nesterov) {
-  const tn_sgd_update update = tn_make_sgd_update(momentum_buffer, step, clip, lr, warmup_steps, total_steps,
-                                                  min_lr_ratio, momentum, dampening, weight_decay, nesterov);
+                                            const int* step, Clip clip, float lr, int warmup_steps, int total_steps,
+                                            float min_lr_ratio, float momentum, float dampening, float weight_decay,
+                                            int nesterov) {
+  const tn_sgd_update update =
+      tn_make_sgd_update(momentum_buffer, *step, tn_clip_value(clip), lr, warmup_steps, total_steps, min_lr_ratio,
+                         momentum, dampening, weight_decay, nesterov);
   tn_optim_apply<G, kThreads>(tn_weights<P>{param}, grad, n, update);
 }
 
 // The same on f32 master weights: master updated, param (16-bit) written as its rounding.
-template <typename P, typename G, int kThreads>
+template <typename P, typename G, int kThreads, typename Clip>
 __device__ __forceinline__ void tn_sgd_step_master(P* param, float* master, const G* grad, float* momentum_buffer,
-                                                   long long n, const int* step, const float* clip, float lr,
-                                                   int warmup_steps, int total_steps, float min_lr_ratio,
-                                                   float momentum, float dampening, float weight_decay, int nesterov) {
-  const tn_sgd_update update = tn_make_sgd_update(momentum_buffer, step, clip, lr, warmup_steps, total_steps,
-                                                  min_lr_ratio, momentum, dampening, weight_decay, nesterov);
-  tn_optim_apply<G, kThreads>(tn_master_weights<P>{param, master}, grad, n, update);
+                                                   long long n, const int* step, Clip clip, float lr, int warmup_steps,
+                                                   int total_steps, float min_lr_ratio, float momentum, float dampening,
+                                                   float weight_decay, int nesterov) {
+  const int s = *step;
+  const tn_sgd_update update =
+      tn_make_sgd_update(momentum_buffer, s, tn_clip_value(clip), lr, warmup_steps, total_steps, min_lr_ratio, momentum,
+                         dampening, weight_decay, nesterov);
+  tn_optim_apply<G, kThreads>(tn_master_weights<P>{param, master, s == 1}, grad, n, update);
+}
+
+// SGD without momentum (momentum 0): no buffer.
+template <typename P, typename G, int kThreads, typename Clip>
+__device__ __forceinline__ void tn_sgd_step_no_momentum(P* param, const G* grad, long long n, const int* step,
+                                                        Clip clip, float lr, int warmup_steps, int total_steps,
+                                                        float min_lr_ratio, float weight_decay) {
+  const tn_sgd_update update = tn_make_sgd_update(nullptr, *step, tn_clip_value(clip), lr, warmup_steps, total_steps,
+                                                  min_lr_ratio, 0.f, 0.f, weight_decay, 0);
+  tn_optim_apply<G, kThreads>(tn_weights<P>{param}, grad, n, update);
+}
+
+template <typename P, typename G, int kThreads, typename Clip>
+__device__ __forceinline__ void tn_sgd_step_no_momentum_master(P* param, float* master, const G* grad, long long n,
+                                                               const int* step, Clip clip, float lr, int warmup_steps,
+                                                               int total_steps, float min_lr_ratio,
+                                                               float weight_decay) {
+  const int s = *step;
+  const tn_sgd_update update = tn_make_sgd_update(nullptr, s, tn_clip_value(clip), lr, warmup_steps, total_steps,
+                                                  min_lr_ratio, 0.f, 0.f, weight_decay, 0);
+  tn_optim_apply<G, kThreads>(tn_master_weights<P>{param, master, s == 1}, grad, n, update);
 }
 
 // ---- AdamW ---------------------------------------------------------------------------------
@@ -229,57 +263,57 @@ struct tn_adamw_update {
   }
 };
 
-__device__ __forceinline__ tn_adamw_update tn_make_adamw_update(float* exp_avg, float* exp_avg_sq, const int* step,
-                                                                const float* clip, float lr, int warmup_steps,
-                                                                int total_steps, float min_lr_ratio, float beta1,
-                                                                float beta2, float eps, float weight_decay) {
-  const int s = *step;
-  const float lr_s = lr * tn_lr_factor(s, warmup_steps, total_steps, min_lr_ratio);
-  const float bias_correction1 = 1.f - powf(beta1, (float)s);
-  const float bias_correction2 = 1.f - powf(beta2, (float)s);
+__device__ __forceinline__ tn_adamw_update tn_make_adamw_update(float* exp_avg, float* exp_avg_sq, int step, float clip,
+                                                                float lr, int warmup_steps, int total_steps,
+                                                                float min_lr_ratio, float beta1, float beta2, float eps,
+                                                                float weight_decay) {
+  const float lr_s = lr * tn_lr_factor(step, warmup_steps, total_steps, min_lr_ratio);
+  const float bias_correction1 = 1.f - powf(beta1, (float)step);
+  const float bias_correction2 = 1.f - powf(beta2, (float)step);
   return {exp_avg,
           exp_avg_sq,
-          *clip,
+          clip,
           1.f - lr_s * weight_decay,
           beta1,
           beta2,
           lr_s / bias_correction1,
           sqrtf(bias_correction2),
           eps,
-          s == 1};
+          step == 1};
 }
 
 // param (f32, or 16-bit updated in its own precision) updated in place from grad; exp_avg and
 // exp_avg_sq: n f32 values each.
-template <typename P, typename G, int kThreads>
+template <typename P, typename G, int kThreads, typename Clip>
 __device__ __forceinline__ void tn_adamw_step(P* param, const G* grad, float* exp_avg, float* exp_avg_sq, long long n,
-                                              const int* step, const float* clip, float lr, int warmup_steps,
-                                              int total_steps, float min_lr_ratio, float beta1, float beta2, float eps,
+                                              const int* step, Clip clip, float lr, int warmup_steps, int total_steps,
+                                              float min_lr_ratio, float beta1, float beta2, float eps,
                                               float weight_decay) {
-  const tn_adamw_update update = tn_make_adamw_update(exp_avg, exp_avg_sq, step, clip, lr, warmup_steps, total_steps,
-                                                      min_lr_ratio, beta1, beta2, eps, weight_decay);
+  const tn_adamw_update update = tn_make_adamw_update(exp_avg, exp_avg_sq, *step, tn_clip_value(clip), lr, warmup_steps,
+                                                      total_steps, min_lr_ratio, beta1, beta2, eps, weight_decay);
   tn_optim_apply<G, kThreads>(tn_weights<P>{param}, grad, n, update);
 }
 
 // The same on f32 master weights: master updated, param (16-bit) written as its rounding.
-template <typename P, typename G, int kThreads>
+template <typename P, typename G, int kThreads, typename Clip>
 __device__ __forceinline__ void tn_adamw_step_master(P* param, float* master, const G* grad, float* exp_avg,
-                                                     float* exp_avg_sq, long long n, const int* step, const float* clip,
+                                                     float* exp_avg_sq, long long n, const int* step, Clip clip,
                                                      float lr, int warmup_steps, int total_steps, float min_lr_ratio,
                                                      float beta1, float beta2, float eps, float weight_decay) {
-  const tn_adamw_update update = tn_make_adamw_update(exp_avg, exp_avg_sq, step, clip, lr, warmup_steps, total_steps,
-                                                      min_lr_ratio, beta1, beta2, eps, weight_decay);
-  tn_optim_apply<G, kThreads>(tn_master_weights<P>{param, master}, grad, n, update);
+  const int s = *step;
+  const tn_adamw_update update = tn_make_adamw_update(exp_avg, exp_avg_sq, s, tn_clip_value(clip), lr, warmup_steps,
+                                                      total_steps, min_lr_ratio, beta1, beta2, eps, weight_decay);
+  tn_optim_apply<G, kThreads>(tn_master_weights<P>{param, master, s == 1}, grad, n, update);
 }
 
 // ---- gradient norm and clipping ------------------------------------------------------------
 
-// Sum of g^2 over the n elements of one gradient, one f32 partial a block: partials[blockIdx.x]
-// (the caller offsets partials so that every gradient of the graph has its own gridDim.x
-// entries). f32 accumulation, as PyTorch's norm kernels; deterministic for a given grid: each
+// Sum of g^2 over the n elements of one gradient, one f32 partial a block:
+// partials[offset + blockIdx.x] (every gradient of the graph has its own gridDim.x entries, from
+// `offset` on). f32 accumulation, as PyTorch's norm kernels; deterministic for a given grid: each
 // thread sums a fixed set of elements in a fixed order and the block sum is a fixed tree.
 template <typename G, int kThreads>
-__device__ __forceinline__ void tn_grad_sq_sum(const G* grad, long long n, float* partials) {
+__device__ __forceinline__ void tn_grad_sq_sum(const G* grad, long long n, float* partials, int offset) {
   __shared__ float smem32[32];
   const long long threads = (long long)gridDim.x * kThreads;
   const long long tid = (long long)blockIdx.x * kThreads + threadIdx.x;
@@ -300,7 +334,7 @@ __device__ __forceinline__ void tn_grad_sq_sum(const G* grad, long long n, float
     acc = fmaf(g, g, acc);
   }
   acc = tn_block_sum<kThreads>(acc, smem32);
-  if (threadIdx.x == 0) partials[blockIdx.x] = acc;
+  if (threadIdx.x == 0) partials[offset + blockIdx.x] = acc;
 }
 
 // tn_block_sum in f64, for a 1-D block of kThreads (a multiple of 32); every thread gets the sum.
@@ -338,7 +372,8 @@ __device__ __forceinline__ void tn_clip_coef(const float* partials, int count, f
 
 // ---- step counter --------------------------------------------------------------------------
 
-// After every update of the step: the counter moves to the next step. One thread.
+// Before the updates of a step: the counter moves from the steps taken to the step about to be
+// applied. One thread.
 __device__ __forceinline__ void tn_step_increment(int* step) {
   if (blockIdx.x == 0 && threadIdx.x == 0) *step += 1;
 }
