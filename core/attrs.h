@@ -62,7 +62,7 @@ class Attrs {
   std::pair<int64_t, int64_t> pair(const std::string& name) const;
   std::vector<int64_t> ints(const std::string& name) const;
   std::vector<std::vector<int64_t>> int_lists(const std::string& name) const;
-  Shape shape(const std::string& name) const;  // kShape: each entry parsed as Expr
+  Shape shape(const std::string& name) const;                // kShape: each entry parsed as Expr
   std::vector<double> reals(const std::string& name) const;  // kFloatList
 
   const nlohmann::json& json() const { return values_; }

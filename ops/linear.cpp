@@ -3,6 +3,7 @@
 // 16-byte multiple so the padded-row-stride path is exercised end to end.
 #include <fmt/format.h>
 
+#include "core/autodiff.h"
 #include "ops/activation.h"
 #include "ops/conformance.h"
 #include "ops/dense_gemm.h"
@@ -296,6 +297,20 @@ HostTensor linear_reference(const RefContext& ref) {
   return y;
 }
 
+void linear_backward(GradBuilder& g, const std::string& dz) {
+  if (g.needs_input_grad(0)) {
+    const Expr& in = g.type(g.input(0)).shape.back();
+    if (!in.is_const()) {
+      throw Error(fmt::format("node '{}': training needs a constant in_features; the input's last dim is {}", g.node(),
+                              in.str()));
+    }
+    g.input_grad(0,
+                 g.add("grad.linear_dx", {dz}, {{"in_features", *in.const_value()}}, {{"weight", g.param("weight")}}));
+  }
+  if (g.needs_param_grad("weight")) g.param_grad("weight", g.add("grad.linear_dweight", {dz, g.input(0)}));
+  if (g.needs_param_grad("bias")) g.param_grad("bias", g.add("grad.sum_rows", {dz}));
+}
+
 OpDef linear_op() {
   OpDef def;
   def.name = "linear";
@@ -312,6 +327,7 @@ OpDef linear_op() {
   def.lower = [](const OpContext& ctx) { return lower_linear(ctx, {}); };
   def.tuning = linear_tuning([](const OpContext&) { return GemmEpilogue{}; });
   def.reference = linear_reference;
+  def.backward = [](GradBuilder& g) { linear_backward(g, g.grad_output()); };
   def.conformance_cases = [] {
     std::vector<ConformanceCase> cases;
     const std::vector<Bindings> few = {{{"B", 2}, {"W", 3}}, {{"B", 33}, {"W", 64}}};

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "core/op.h"
@@ -29,5 +30,11 @@ OpTuning linear_tuning(std::function<GemmEpilogue(const OpContext&)> epilogue_of
 
 // x Wᵀ + b in double precision.
 HostTensor linear_reference(const RefContext& ref);
+
+// linear's backward from `dz`, dL/d(x Wᵀ + b), for the node `g` differentiates: dx = dz · W
+// (grad.linear_dx, reading the weight), dW = dzᵀ · x over every row (grad.linear_dweight,
+// reading x: the tensor the forward pass saves) and db = Σ_rows dz (grad.sum_rows), each where
+// it is needed.
+void linear_backward(GradBuilder& g, const std::string& dz);
 
 }  // namespace teeny::ops

@@ -1,0 +1,46 @@
+// The GEMMs of the dense ops' gradients (ops/grad_linear_dx.cpp, ops/grad_linear_dweight.cpp,
+// ops/grad_matmul.cpp): C = A·B over the output's batch dims, through gemm.cuh's batched entry
+// tn_matmul, C contiguous. A is [M, K] or stored as [K, M] (the weight gradients' dyᵀ and aᵀ,
+// whose sums run over the rows: read transposed in place, with no transpose node); B is [K, N]
+// or [N, K]. Always a one-tile-a-block kernel (CUDA cores or mma.sync), never split over K:
+// each output is one sum in a fixed order, so a gradient has the same bits on every run.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/op.h"
+#include "ops/dense_gemm.h"
+
+namespace teeny::ops {
+
+struct GradGemm {
+  std::string op;  // kernel-name prefix, e.g. "grad_linear_dx"
+  DType dtype = DType::kF32;
+  GemmALayout a_layout = GemmALayout::kMK;
+  GemmBLayout b_layout = GemmBLayout::kKN;
+  KernelArg a, b;  // the operands' pointer arguments, an input or a param each
+  Expr m, n, k;
+  Expr lda, ldb;  // row strides of A and B as stored
+  // Per output batch dim, outermost first: its extent and A's and B's element strides (0 where
+  // the operand broadcasts).
+  struct BatchDim {
+    Expr extent, a_stride, b_stride;
+  };
+  std::vector<BatchDim> batch;
+  Expr a_elements, b_elements;  // what the launch reads, for the cost
+};
+
+// The launch of `gemm` with the tile the GEMM heuristic picks for its N and K.
+Lowering lower_grad_gemm(const GradGemm& gemm, int target_sm);
+
+// C[z] = op(A[z]) · op(B[z]) on the host in double, for the ops' references: A element (i, p) of
+// batch z at a[a_offset(z) + i * a_row + p * a_col], B's (p, j) likewise, C [batches, m, n].
+struct HostGemm {
+  int64_t m = 0, n = 0, k = 0;
+  int64_t a_row = 0, a_col = 0, b_row = 0, b_col = 0;
+};
+std::vector<double> host_gemm(const HostGemm& g, const std::vector<double>& a, const std::vector<double>& b,
+                              const std::vector<int64_t>& a_offsets, const std::vector<int64_t>& b_offsets);
+
+}  // namespace teeny::ops

@@ -1,0 +1,147 @@
+// train.clip_grad_norm (ops.md, "Optimizer steps"): torch.nn.utils.clip_grad_norm_'s coefficient
+// over every gradient of a training graph: output [min(1, max_norm / (total_norm + 1e-6)),
+// total_norm] (f32 [2]), total_norm the 2-norm of all the gradients' elements together. A graph
+// with `clip_grad_norm: X` gets one node of it, which every update reads (docs/training.md).
+//
+// Launches (ops/kernels/optim.cuh): per gradient, a grid-stride sum of squares leaving one f32
+// partial a block in the scratch buffer "partials", each gradient its own range of it; then one
+// block adds all the partials in f64 in a fixed order and writes the coefficient and the norm. The
+// grids are capped by a constant, not the device symbol SMS, so the partials and so the bits of
+// the result are the same on every GPU, and the buffer is sized from the dims alone. No atomics.
+#include <cmath>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "core/optim.h"
+#include "ops/conformance.h"
+#include "ops/kernel_util.h"
+#include "ops/ops.h"
+
+namespace teeny::ops {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kElementsPerThread = 4;        // optim.cuh's packs of four
+constexpr int kMaxBlocksPerGradient = 1024;  // 2^18 threads: a wave of a 132-SM Hopper
+constexpr int kCoefThreads = 256;
+
+TensorType infer(const OpDef& def, const OpContext& ctx) {
+  for (size_t i = 0; i < ctx.inputs.size(); ++i) {
+    const TensorType& grad = ctx.inputs[i];
+    if (!is_float(grad.dtype))
+      throw OpError("inputs",
+                    fmt::format("input {} is {}; {} takes float gradients", i, dtype_name(grad.dtype), def.name));
+    if (is_padded(grad))
+      throw OpError("inputs", fmt::format("input {}'s rows are padded (row stride {}, last dim {}); {} reads each "
+                                          "gradient as one contiguous array",
+                                          i, grad.row_stride.str(), grad.shape.back().str(), def.name));
+  }
+  if (ctx.requested_dtype && *ctx.requested_dtype != DType::kF32)
+    throw OpError("dtype", fmt::format("op '{}' produces f32 [coefficient, norm]; it cannot produce {}", def.name,
+                                       dtype_name(*ctx.requested_dtype)));
+  return contiguous(DType::kF32, {Expr(2)});
+}
+
+// The blocks of gradient `grad`'s sum of squares.
+Expr blocks_of(const TensorType& grad) {
+  return min(ceil_div(product(grad.shape), Expr(kThreads * kElementsPerThread)), Expr(kMaxBlocksPerGradient));
+}
+
+// One kernel per gradient dtype; returns its index.
+int sq_sum_kernel(Lowering& lowering, DType dtype, const std::vector<KernelArg>& args) {
+  const std::string name = fmt::format("grad_sq_sum_{}", dtype_name(dtype));
+  for (size_t k = 0; k < lowering.kernels.size(); ++k)
+    if (lowering.kernels[k].name == name) return static_cast<int>(k);
+  lowering.kernels.push_back(template_kernel(name, "optim.cuh",
+                                             fmt::format("tn_grad_sq_sum<{}, {}>", dtype_c_type(dtype), kThreads), args,
+                                             kThreads, TEENY_KERNEL_ORIGIN));
+  return static_cast<int>(lowering.kernels.size() - 1);
+}
+
+Lowering lower(const OpContext& ctx) {
+  Lowering lowering;
+  Expr offset(0);
+  for (size_t i = 0; i < ctx.inputs.size(); ++i) {
+    const TensorType& grad = ctx.inputs[i];
+    const Expr n = product(grad.shape);
+    const Expr blocks = blocks_of(grad);
+    Launch launch;
+    launch.args = {input(static_cast<int>(i), "grad", grad.dtype), i64("n", n),
+                   scratch("partials", "partials", DType::kF32), i32("offset", offset)};
+    launch.kernel = sq_sum_kernel(lowering, grad.dtype, launch.args);
+    launch.block = {kThreads, 1, 1};
+    launch.grid[0] = blocks;
+    launch.bytes = n * Expr(static_cast<int64_t>(dtype_size(grad.dtype))) + blocks * Expr(4);
+    launch.flops = n * Expr(2);
+    lowering.launches.push_back(std::move(launch));
+    offset = offset + blocks;
+  }
+  lowering.scratch.push_back({"partials", DType::kF32, offset});
+
+  Launch coef;
+  coef.kernel = static_cast<int>(lowering.kernels.size());
+  coef.args = {scratch("partials", "partials", DType::kF32), i32("count", offset),
+               f32("max_norm", ctx.attrs.real("max_norm")), output("clip", DType::kF32)};
+  lowering.kernels.push_back(template_kernel("clip_coef", "optim.cuh", fmt::format("tn_clip_coef<{}>", kCoefThreads),
+                                             coef.args, kCoefThreads, TEENY_KERNEL_ORIGIN));
+  coef.block = {kCoefThreads, 1, 1};
+  coef.bytes = offset * Expr(4) + Expr(8);
+  coef.flops = offset;
+  lowering.launches.push_back(std::move(coef));
+  return lowering;
+}
+
+HostTensor reference(const RefContext& ref) {
+  double sum = 0;
+  for (const HostTensor& grad : ref.inputs)
+    for (double g : grad.data) sum += g * g;
+  const double norm = std::sqrt(sum);
+  return HostTensor{DType::kF32, {2}, {clip_coefficient(norm, ref.op.attrs.real("max_norm")), norm}};
+}
+
+std::vector<ConformanceCase> conformance_cases() {
+  std::vector<ConformanceCase> cases;
+  for (DType dtype : float_dtypes()) {
+    cases.push_back({fmt::format("one gradient [B, W] {}", dtype_name(dtype)),
+                     case_graph({"B", "W"}, {{"g", dtype, "[B, W]"}},
+                                {{"clip", "train.clip_grad_norm", {"g"}, {{"max_norm", 1.0}}}}),
+                     awkward_rows()});
+  }
+  // Gradients of every dtype together (W 1025: several blocks each; 10^6: a's 3 * 10^6 elements
+  // over the 1024-block cap), max_norm above the norm (coefficient 1) and below it.
+  for (const auto& [label, max_norm] : {std::pair{"above", 1e6}, std::pair{"below", 0.5}}) {
+    cases.push_back(
+        {fmt::format("f32, bf16, f16 gradients, max_norm {} the norm", label),
+         case_graph({"W"}, {{"a", DType::kF32, "[3, W]"}, {"b", DType::kBF16, "[W]"}, {"c", DType::kF16, "[7]"}},
+                    {{"clip", "train.clip_grad_norm", {"a", "b", "c"}, {{"max_norm", max_norm}}}}),
+         {{{"W", 1}}, {{"W", 1025}}, {{"W", 1000000}}}});
+  }
+  return cases;
+}
+
+}  // namespace
+
+OpDef train_clip_grad_norm_op() {
+  OpDef def;
+  def.name = "train.clip_grad_norm";
+  def.doc =
+      "torch.nn.utils.clip_grad_norm_'s coefficient over all gradients together: f32 [min(1, max_norm / (norm + "
+      "1e-6)), norm], norm the 2-norm of every element; deterministic";
+  def.inputs = {{"grads", "every trained param's gradient, of any float dtype and shape"}};
+  def.variadic = true;
+  def.min_inputs = 1;
+  def.attrs = {attr_spec("max_norm", AttrType::kFloat, "the largest total norm left unscaled")};
+  def.attrs[0].min_value = 0;
+  def.attrs[0].min_exclusive = true;
+  def.dtypes = float_dtypes();
+  def.source_file = TEENY_OP_FILE;
+  const OpDef meta = def;
+  def.infer = [meta](const OpContext& ctx) { return infer(meta, ctx); };
+  def.lower = lower;
+  def.reference = reference;
+  def.conformance_cases = conformance_cases;
+  return def;
+}
+
+}  // namespace teeny::ops
