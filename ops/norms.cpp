@@ -8,6 +8,7 @@
 
 #include <cmath>
 
+#include "core/autodiff.h"
 #include "ops/conformance.h"
 #include "ops/kernel_util.h"
 #include "ops/ops.h"
@@ -106,6 +107,25 @@ OpDef norm_op(const std::string& name, bool rms) {
                                 {{"p", "linear", {"x"}, {{"out_features", 17}}}, {"y", name, {"p"}}}),
                      {{{"B", 1}}, {{"B", 999}}}});
     return cases;
+  };
+
+  // dx (grad.<name>_dx, reading x and the weight), dweight = Σ_rows dy · x̂ (grad.<name>_dweight,
+  // reading x), dbias = Σ_rows dy (grad.sum_rows). x is what the forward pass saves: the
+  // statistics are recomputed from it.
+  def.backward = [name, rms, has_weight](GradBuilder& g) {
+    const std::string& dy = g.grad_output();
+    const std::string& x = g.input(0);
+    const double eps = g.ctx().attrs.real("eps");
+    if (g.needs_input_grad(0)) {
+      nlohmann::json attrs{{"eps", eps}};
+      if (!rms) attrs["affine"] = g.ctx().attrs.boolean("affine");
+      std::map<std::string, std::string> params;
+      if (has_weight(g.ctx())) params["weight"] = g.param("weight");
+      g.input_grad(0, g.add("grad." + name + "_dx", {dy, x}, attrs, params));
+    }
+    if (g.needs_param_grad("weight"))
+      g.param_grad("weight", g.add("grad." + name + "_dweight", {dy, x}, {{"eps", eps}}));
+    if (g.needs_param_grad("bias")) g.param_grad("bias", g.add("grad.sum_rows", {dy}));
   };
 
   def.reference = [rms, has_weight](const RefContext& ref) {
