@@ -5,6 +5,7 @@
 // weight and output rows are aligned, element by element otherwise.
 #include <fmt/format.h>
 
+#include "core/autodiff.h"
 #include "ops/conformance.h"
 #include "ops/kernel_util.h"
 #include "ops/ops.h"
@@ -83,6 +84,14 @@ OpDef embedding_op() {
       }
     }
     return cases;
+  };
+  // dweight: dy's rows added into the rows the ids pick (grad.embedding_dweight, reading the ids).
+  def.backward = [](GradBuilder& g) {
+    if (g.needs_input_grad(0))
+      throw Error(fmt::format("node '{}': embedding's ids are integers and have no gradient", g.node()));
+    if (g.needs_param_grad("weight"))
+      g.param_grad("weight", g.add("grad.embedding_dweight", {g.grad_output(), g.input(0)},
+                                   {{"num_embeddings", g.ctx().attrs.integer("num_embeddings")}}));
   };
   def.reference = [](const RefContext& ref) {
     const int64_t num = ref.op.attrs.integer("num_embeddings");
