@@ -78,7 +78,7 @@ bool keeps_master(DType dtype) { return dtype == DType::kBF16 || dtype == DType:
 
 std::vector<ParamSpec> update_params(const OpContext& ctx, const std::vector<std::string>& state) {
   const TensorType& grad = ctx.inputs.at(0);
-  std::vector<ParamSpec> specs{{"param", grad.shape, grad.dtype},
+  std::vector<ParamSpec> specs{{"param", grad.shape, grad.dtype, ParamInit::kTrained, {}},
                                {"step", {Expr(1)}, DType::kI32, ParamInit::kZero, {}}};
   for (const std::string& slot : state) specs.push_back({slot, grad.shape, DType::kF32, ParamInit::kZero, {}});
   if (keeps_master(grad.dtype)) specs.push_back({"master", grad.shape, DType::kF32, ParamInit::kZero, {}});

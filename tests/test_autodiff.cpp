@@ -19,7 +19,7 @@ using testing::same_as_input;
 using testing::test_op;
 
 AttrSpec float_attr(const std::string& name, std::optional<double> default_value) {
-  AttrSpec spec{name, AttrType::kFloat, name};
+  AttrSpec spec{name, AttrType::kFloat, name, std::nullopt, {}, false};
   if (default_value) spec.default_value = nlohmann::json(*default_value);
   return spec;
 }
@@ -27,14 +27,18 @@ AttrSpec float_attr(const std::string& name, std::optional<double> default_value
 // lin: x [..., in] -> [..., out] with a trained weight [out, in]. Its rule reads x and the
 // weight (dx) and x (dweight): the forward input is what it saves.
 OpDef lin_op() {
-  OpDef def = test_op("lin", {{"x", ""}}, {{"out", AttrType::kInt, "features"}}, [](const OpContext& ctx) {
-    Shape shape = ctx.inputs[0].shape;
-    shape.back() = Expr(ctx.attrs.integer("out"));
-    return contiguous(ctx.inputs[0].dtype, shape);
-  });
+  OpDef def = test_op("lin", {{"x", ""}}, {{"out", AttrType::kInt, "features", std::nullopt, {}, false}},
+                      [](const OpContext& ctx) {
+                        Shape shape = ctx.inputs[0].shape;
+                        shape.back() = Expr(ctx.attrs.integer("out"));
+                        return contiguous(ctx.inputs[0].dtype, shape);
+                      });
   def.params = [](const OpContext& ctx) {
-    return std::vector<ParamSpec>{
-        {"weight", {ctx.output.shape.back(), ctx.inputs[0].shape.back()}, ctx.inputs[0].dtype}};
+    return std::vector<ParamSpec>{{"weight",
+                                   {ctx.output.shape.back(), ctx.inputs[0].shape.back()},
+                                   ctx.inputs[0].dtype,
+                                   ParamInit::kTrained,
+                                   {}}};
   };
   def.backward = [](GradBuilder& g) {
     if (g.needs_input_grad(0))
@@ -47,13 +51,15 @@ OpDef lin_op() {
 
 // dy -> dx for lin, reading lin's weight through a param ref.
 OpDef lin_dx_op() {
-  OpDef def = test_op("lin_dx", {{"dy", ""}}, {{"in", AttrType::kInt, "features"}}, [](const OpContext& ctx) {
-    Shape shape = ctx.inputs[0].shape;
-    shape.back() = Expr(ctx.attrs.integer("in"));
-    return contiguous(ctx.inputs[0].dtype, shape);
-  });
+  OpDef def = test_op("lin_dx", {{"dy", ""}}, {{"in", AttrType::kInt, "features", std::nullopt, {}, false}},
+                      [](const OpContext& ctx) {
+                        Shape shape = ctx.inputs[0].shape;
+                        shape.back() = Expr(ctx.attrs.integer("in"));
+                        return contiguous(ctx.inputs[0].dtype, shape);
+                      });
   def.params = [](const OpContext& ctx) {
-    return std::vector<ParamSpec>{{"weight", {ctx.inputs[0].shape.back(), ctx.output.shape.back()}, ctx.output.dtype}};
+    return std::vector<ParamSpec>{
+        {"weight", {ctx.inputs[0].shape.back(), ctx.output.shape.back()}, ctx.output.dtype, ParamInit::kTrained, {}}};
   };
   return def;
 }
@@ -88,9 +94,9 @@ OpDef optimizer_op(const std::string& name, std::vector<AttrSpec> attrs) {
   def.update = true;
   def.update_reference = [](const RefContext&) { return std::map<std::string, HostTensor>{}; };
   def.params = [](const OpContext& ctx) {
-    return std::vector<ParamSpec>{{"param", ctx.inputs[0].shape, ctx.inputs[0].dtype},
-                                  {"step", {Expr(1)}, DType::kI32, ParamInit::kZero},
-                                  {"momentum_buffer", ctx.inputs[0].shape, DType::kF32, ParamInit::kZero}};
+    return std::vector<ParamSpec>{{"param", ctx.inputs[0].shape, ctx.inputs[0].dtype, ParamInit::kTrained, {}},
+                                  {"step", {Expr(1)}, DType::kI32, ParamInit::kZero, {}},
+                                  {"momentum_buffer", ctx.inputs[0].shape, DType::kF32, ParamInit::kZero, {}}};
   };
   return def;
 }
@@ -113,7 +119,7 @@ Registry training_registry() {
   step.update = true;
   step.update_reference = [](const RefContext&) { return std::map<std::string, HostTensor>{}; };
   step.params = [](const OpContext&) {
-    return std::vector<ParamSpec>{{"count", {Expr(1)}, DType::kI32, ParamInit::kZero}};
+    return std::vector<ParamSpec>{{"count", {Expr(1)}, DType::kI32, ParamInit::kZero, {}}};
   };
   registry.add(step);
   OpDef clip = test_op("train.clip_grad_norm", {{"grads", ""}}, {float_attr("max_norm", std::nullopt)},
