@@ -10,6 +10,7 @@
 #include <algorithm>
 
 #include "ops/conformance.h"
+#include "ops/grad_util.h"
 #include "ops/kernel_util.h"
 #include "ops/ops.h"
 
@@ -65,6 +66,9 @@ std::vector<CollapsedDim> collapse(const TensorType& a, const TensorType& b, con
 struct BinaryFn {
   const char* functor;  // the functor template of ops/kernels/binary.cuh, applied as Op<T>(p, q)
   double (*host)(double, double);
+  // Each operand's gradient: the output's (times the partial derivative), summed back over the
+  // dims the operand was broadcast along (ops/grad_util.h, sum_to).
+  BackwardFn backward;
 };
 
 OpDef binary_op(const std::string& name, std::string doc, BinaryFn fn) {
@@ -139,6 +143,7 @@ OpDef binary_op(const std::string& name, std::string doc, BinaryFn fn) {
     return cases;
   };
 
+  def.backward = fn.backward;
   def.reference = [fn](const RefContext& ref) {
     const std::vector<int64_t>& out_shape = ref.output_shape;
     const size_t rank = out_shape.size();
@@ -171,19 +176,47 @@ OpDef binary_op(const std::string& name, std::string doc, BinaryFn fn) {
   return def;
 }
 
+// a + b: the output's gradient.
+void add_backward(GradBuilder& g) {
+  for (size_t i = 0; i < 2; ++i)
+    if (g.needs_input_grad(i)) g.input_grad(i, sum_to(g, g.grad_output(), g.input(i)));
+}
+
+// a - b: the output's gradient, negated for b (after the sum: fewer elements).
+void sub_backward(GradBuilder& g) {
+  if (g.needs_input_grad(0)) g.input_grad(0, sum_to(g, g.grad_output(), g.input(0)));
+  if (g.needs_input_grad(1))
+    g.input_grad(1, g.add("scale", {sum_to(g, g.grad_output(), g.input(1))}, {{"value", -1.0}}));
+}
+
+// a * b: dy * b for a, dy * a for b.
+void mul_backward(GradBuilder& g) {
+  for (size_t i = 0; i < 2; ++i)
+    if (g.needs_input_grad(i)) g.input_grad(i, sum_to(g, g.add("mul", {g.grad_output(), g.input(1 - i)}), g.input(i)));
+}
+
+// y = a / b: dy / b for a; -dy a / b^2 = -(dy / b) y for b, which reads the output, not a.
+void div_backward(GradBuilder& g) {
+  const std::string over_b = g.add("div", {g.grad_output(), g.input(1)});
+  if (g.needs_input_grad(0)) g.input_grad(0, sum_to(g, over_b, g.input(0)));
+  if (g.needs_input_grad(1))
+    g.input_grad(1, g.add("scale", {sum_to(g, g.add("mul", {over_b, g.output()}), g.input(1))}, {{"value", -1.0}}));
+}
+
 }  // namespace
 
 OpDef add_op() {
-  return binary_op("add", "a + b", {"tn_add", [](double p, double q) { return p + q; }});
+  return binary_op("add", "a + b", {"tn_add", [](double p, double q) { return p + q; }, add_backward});
 }
 OpDef sub_op() {
-  return binary_op("sub", "a - b", {"tn_sub", [](double p, double q) { return p - q; }});
+  return binary_op("sub", "a - b", {"tn_sub", [](double p, double q) { return p - q; }, sub_backward});
 }
 OpDef mul_op() {
-  return binary_op("mul", "a * b", {"tn_mul", [](double p, double q) { return p * q; }});
+  return binary_op("mul", "a * b", {"tn_mul", [](double p, double q) { return p * q; }, mul_backward});
 }
 OpDef div_op() {
-  return binary_op("div", "a / b (IEEE: x/0 is inf or nan)", {"tn_div", [](double p, double q) { return p / q; }});
+  return binary_op("div", "a / b (IEEE: x/0 is inf or nan)",
+                   {"tn_div", [](double p, double q) { return p / q; }, div_backward});
 }
 
 }  // namespace teeny::ops

@@ -8,6 +8,7 @@
 
 #include "ops/activation.h"
 #include "ops/conformance.h"
+#include "ops/grad_util.h"
 #include "ops/kernel_util.h"
 #include "ops/ops.h"
 
@@ -22,6 +23,7 @@ struct UnaryFn {
   std::function<std::pair<std::string, std::string>(const Attrs&)> functor;
   std::function<double(double, const Attrs&)> host;
   int flops_per_element = 1;
+  BackwardFn backward;  // docs/training.md; ops.md, "Gradients"
 };
 
 Expr rows_of(const TensorType& type) {
@@ -85,6 +87,7 @@ OpDef unary_op(const std::string& name, std::string doc, UnaryFn fn, std::vector
     return lowering;
   };
   def.conformance_cases = [name, case_attrs] { return unary_cases(name, case_attrs); };
+  def.backward = fn.backward;
   def.reference = [fn](const RefContext& ref) {
     HostTensor out;
     out.dtype = ref.op.output.dtype;
@@ -96,11 +99,16 @@ OpDef unary_op(const std::string& name, std::string doc, UnaryFn fn, std::vector
   return def;
 }
 
+// The backward of the activation `op` computes (gelu's attr picks its form): grad.activation.
+BackwardFn activation_backward(const std::string& op) {
+  return [op](GradBuilder& g) { g.input_grad(0, activation_grad(g, *activation_of_op(op, g.ctx().attrs))); };
+}
+
 // An elementwise op over one activation of ops/activation.h.
 UnaryFn from_activation(const std::string& name) {
   const Activation& a = activation(name);
   return {[a](const Attrs&) { return std::make_pair(std::string(), a.functor); },
-          [a](double v, const Attrs&) { return a.host(v); }, a.flops};
+          [a](double v, const Attrs&) { return a.host(v); }, a.flops, activation_backward(name)};
 }
 
 }  // namespace
@@ -125,6 +133,7 @@ OpDef gelu_op() {
   };
   fn.host = [](double v, const Attrs& attrs) { return activation(*activation_of_op("gelu", attrs)).host(v); };
   fn.flops_per_element = activation("gelu").flops;
+  fn.backward = activation_backward("gelu");
   return unary_op("gelu", "Gaussian error linear unit (PyTorch nn.GELU)", fn, {approximate},
                   {{{"approximate", "none"}}, {{"approximate", "tanh"}}});
 }
@@ -134,6 +143,9 @@ OpDef scale_op() {
   UnaryFn fn;
   fn.functor = [](const Attrs&) { return std::make_pair(std::string(), std::string("tn_scale_by")); };
   fn.host = [](double v, const Attrs& attrs) { return v * attrs.real("value"); };
+  fn.backward = [](GradBuilder& g) {
+    g.input_grad(0, g.add("scale", {g.grad_output()}, {{"value", g.ctx().attrs.real("value")}}));
+  };
   return unary_op("scale", "y = x * value", fn, {value}, {{{"value", -2.5}}});
 }
 
