@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "ops/conformance.h"
+#include "ops/grad_util.h"
 #include "ops/kernel_util.h"
 #include "ops/ops.h"
 
@@ -125,6 +126,17 @@ OpDef concat_op() {
     return cases;
   };
 
+  // Each input's gradient is its piece of the output's (grad.slice).
+  def.backward = [](GradBuilder& g) {
+    const ConcatGeometry geo = geometry(g.ctx());
+    Shape sizes;
+    for (const TensorType& input : g.ctx().inputs) sizes.push_back(input.shape[geo.axis]);
+    for (size_t i = 0; i < g.ctx().inputs.size(); ++i) {
+      if (!g.needs_input_grad(i)) continue;
+      g.input_grad(
+          i, g.add("grad.slice", {g.grad_output()}, {{"axis", geo.axis}, {"sizes", shape_attr(sizes)}, {"index", i}}));
+    }
+  };
   def.reference = [](const RefContext& ref) {
     const std::vector<int64_t>& out_shape = ref.output_shape;
     const size_t axis = normalize_axis(ref.op.attrs.integer("axis"), out_shape.size(), "attrs.axis");

@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "ops/conformance.h"
+#include "ops/grad_util.h"
 #include "ops/kernel_util.h"
 #include "ops/ops.h"
 
@@ -34,6 +35,21 @@ const char* reduction_functor(Reduction kind) {
 
 Expr product_range(const Shape& shape, size_t begin, size_t end) {
   return product(Shape(shape.begin() + begin, shape.begin() + end));
+}
+
+// dx: dy copied back along the axis (divided by its extent for the mean); for the max, dy goes to
+// the first position holding the max only (grad.reduce_max says why).
+void reduce_backward(GradBuilder& g, Reduction kind) {
+  const Attrs& attrs = g.ctx().attrs;
+  const Shape& x = g.type(g.input(0)).shape;
+  const int axis = normalize_axis(attrs.integer("axis"), x.size(), "attrs.axis");
+  if (kind == Reduction::kMax) {
+    g.input_grad(0, g.add("grad.reduce_max", {g.grad_output(), g.input(0), g.output()}, {{"axis", axis}}));
+    return;
+  }
+  nlohmann::json spread = {{"shape", shape_attr(x)}, {"mean", kind == Reduction::kMean}};
+  if (!attrs.boolean("keepdim")) spread["axis"] = axis;
+  g.input_grad(0, g.add("grad.broadcast", {g.grad_output()}, spread));
 }
 
 OpDef reduce_op(const std::string& name, Reduction kind, std::string doc) {
@@ -131,6 +147,7 @@ OpDef reduce_op(const std::string& name, Reduction kind, std::string doc) {
     return cases;
   };
 
+  def.backward = [kind](GradBuilder& g) { reduce_backward(g, kind); };
   def.reference = [kind](const RefContext& ref) {
     const std::vector<int64_t>& in_shape = ref.inputs[0].shape;
     const size_t axis = normalize_axis(ref.op.attrs.integer("axis"), in_shape.size(), "attrs.axis");

@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "ops/conformance.h"
+#include "ops/grad_util.h"
 #include "ops/kernel_util.h"
 #include "ops/ops.h"
 
@@ -106,6 +107,10 @@ OpDef softmax_family(const std::string& name, bool log_form) {
     return cases;
   };
 
+  def.backward = [log_form](GradBuilder& g) {
+    g.input_grad(0, g.add("grad.softmax", {g.grad_output(), g.output()},
+                          {{"axis", g.ctx().attrs.integer("axis")}, {"log", log_form}}));
+  };
   def.reference = [log_form](const RefContext& ref) {
     const std::vector<int64_t>& shape = ref.output_shape;
     const size_t axis = normalize_axis(ref.op.attrs.integer("axis"), shape.size(), "attrs.axis");

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 
+#include "core/autodiff.h"
 #include "ops/conformance.h"
 #include "ops/kernel_util.h"
 #include "ops/ops.h"
@@ -134,6 +135,13 @@ OpDef transpose_op() {
     return cases;
   };
 
+  // The gradient goes back through the inverse permutation.
+  def.backward = [](GradBuilder& g) {
+    const std::vector<int> perm = read_perm(g.ctx());
+    std::vector<int> inverse(perm.size());
+    for (size_t k = 0; k < perm.size(); ++k) inverse[perm[k]] = static_cast<int>(k);
+    g.input_grad(0, g.add("transpose", {g.grad_output()}, {{"perm", inverse}}));
+  };
   def.reference = [](const RefContext& ref) {
     const std::vector<int> perm = read_perm(ref.op);
     const std::vector<int64_t>& in_shape = ref.inputs[0].shape;

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "ops/conformance.h"
+#include "ops/grad_util.h"
 #include "ops/kernel_util.h"
 #include "ops/ops.h"
 
@@ -50,6 +51,11 @@ TensorType view_type(const OpDef& def, const TensorType& x, Shape shape) {
   return out;
 }
 
+// A view's gradient is its output's, viewed in the input's shape.
+void view_backward(GradBuilder& g) {
+  g.input_grad(0, g.add("reshape", {g.grad_output()}, {{"shape", shape_attr(g.type(g.input(0)).shape)}}));
+}
+
 HostTensor identity_reference(const RefContext& ref) {
   HostTensor out = ref.inputs[0];
   out.shape = ref.output_shape;
@@ -82,6 +88,7 @@ OpDef flatten_op() {
     return view_type(meta, x, shape);
   };
   def.reference = identity_reference;
+  def.backward = view_backward;
   def.conformance_cases = [] {
     std::vector<ConformanceCase> cases;
     for (DType dtype : float_dtypes())
@@ -135,6 +142,7 @@ OpDef reshape_op() {
     return view_type(meta, x, shape);
   };
   def.reference = identity_reference;
+  def.backward = view_backward;
   def.conformance_cases = [] {
     std::vector<ConformanceCase> cases;
     for (DType dtype : float_dtypes())
