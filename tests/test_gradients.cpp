@@ -297,6 +297,28 @@ TEST(GradientShape, ASpecNamingAGradOpGetsTheErrorAtItsNode) {
             "                                                               ^\n");
 }
 
+// The host reference sees the run's concrete shapes, not its dims: a piece's start must follow
+// from dims that are whole extents of dy or of the output, or from the pieces after it.
+TEST(GradientShape, SliceReferenceNeedsItsStartBound) {
+  const Expr B = Expr::dim("B"), W = Expr::dim("W"), V = Expr::dim("V");
+  // dy [B, W + 1 + V] bound to [2, 6], cut into [W, 1, V].
+  auto piece = [&](int64_t index, std::vector<int64_t> out) {
+    const nlohmann::json attrs = {{"axis", 1}, {"sizes", {"W", "1", "V"}}, {"index", index}};
+    const OpContext ctx = op_testing::context("grad.slice", attrs, {tensor(DType::kF32, {B, W + Expr(1) + V})});
+    std::vector<double> values(12);
+    for (int i = 0; i < 12; ++i) values[i] = i;
+    return op_testing::op("grad.slice").reference(RefContext{ctx, {{DType::kF32, {2, 6}, values}}, {}, out});
+  };
+  // Piece 2 (V = 3, the output's extent) starts at 6 - 3: the axis less the pieces from it on.
+  EXPECT_EQ(piece(2, {2, 3}).data, (std::vector<double>{3, 4, 5, 9, 10, 11}));
+  // Piece 1: neither W (before it) nor V (after it) is an extent of dy or of the output.
+  EXPECT_EQ(testing::message([&] {
+              piece(1, {2, 1});
+            }),
+            "grad.slice: the host reference cannot bind the sizes [W, 1, V] around piece 1 from the shapes of dy and "
+            "the output");
+}
+
 // ---- gradients against finite differences ----------------------------------------------------
 
 TEST(GradientCheck, Activations) {
