@@ -3,8 +3,10 @@
 // offsets come from each operand's batch strides (0 where it broadcasts).
 #include <fmt/format.h>
 
+#include "core/autodiff.h"
 #include "ops/conformance.h"
 #include "ops/dense_gemm.h"
+#include "ops/grad_util.h"
 #include "ops/kernel_util.h"
 #include "ops/ops.h"
 
@@ -156,6 +158,21 @@ HostTensor matmul_reference(const RefContext& ref) {
   return c;
 }
 
+// da = dc · bᵀ and db = aᵀ · dc per batch of the output (grad.matmul_da, grad.matmul_db, reading
+// b and a: what the forward pass saves), each summed over the batch dims its operand broadcast
+// along (grad.sum_to). A 2-D b under a batched a (x @ W) takes its gradient in one GEMM whose sum
+// runs over every row of every batch.
+void matmul_backward(GradBuilder& g) {
+  const std::string& dc = g.grad_output();
+  const Shape& a = g.type(g.input(0)).shape;
+  const Shape& b = g.type(g.input(1)).shape;
+  if (g.needs_input_grad(0)) g.input_grad(0, sum_to(g, g.add("grad.matmul_da", {dc, g.input(1)}), g.input(0)));
+  if (!g.needs_input_grad(1)) return;
+  const bool one_gemm = b.size() == 2 && batch_dims(a) == batch_dims(g.type(dc).shape);
+  g.input_grad(1, one_gemm ? g.add("grad.matmul_db", {g.input(0), dc}, {{"sum_batches", true}})
+                           : sum_to(g, g.add("grad.matmul_db", {g.input(0), dc}), g.input(1)));
+}
+
 }  // namespace
 
 OpDef matmul_op() {
@@ -169,6 +186,7 @@ OpDef matmul_op() {
   def.lower = lower_matmul;
   def.tuning = matmul_tuning();
   def.reference = matmul_reference;
+  def.backward = matmul_backward;
   def.conformance_cases = [] {
     std::vector<ConformanceCase> cases;
     for (DType dtype : float_dtypes()) {
