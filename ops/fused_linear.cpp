@@ -5,8 +5,10 @@
 // linear -> add; it keeps linear's params (weight, bias), their names and its padded rows.
 #include <fmt/format.h>
 
+#include "core/autodiff.h"
 #include "ops/activation.h"
 #include "ops/conformance.h"
+#include "ops/grad_util.h"
 #include "ops/kernel_util.h"
 #include "ops/linear.h"
 #include "ops/ops.h"
@@ -40,6 +42,31 @@ HostTensor fused_linear_reference(const RefContext& ref) {
   if (ref.inputs.size() == 2)
     for (size_t i = 0; i < y.data.size(); ++i) y.data[i] += ref.inputs[1].data[i];
   return y;
+}
+
+// dL/d(x Wᵀ + b) from dL/dy. Without an activation it is dy itself. An activation's derivative
+// (grad.activation) reads the output where y = act(z) has no residual added; otherwise z = x Wᵀ + b
+// is not saved, so a `linear` reading the node's params computes it again (and, for an
+// activation written in its output, the activation of it).
+std::string pre_activation_grad(GradBuilder& g) {
+  const std::string& act = g.ctx().attrs.text("activation");
+  if (act == "none") return g.grad_output();
+  const bool residual = g.ctx().inputs.size() == 2;
+  const bool reads_output = activation_grad_reads_output(act);
+  if (reads_output && !residual) return g.add("grad.activation", {g.grad_output(), g.output()}, {{"activation", act}});
+  std::map<std::string, std::string> params{{"weight", g.param("weight")}};
+  if (g.ctx().attrs.boolean("bias")) params["bias"] = g.param("bias");
+  std::string saved =
+      g.add("linear", {g.input(0)},
+            {{"out_features", g.ctx().attrs.integer("out_features")}, {"bias", g.ctx().attrs.boolean("bias")}}, params);
+  if (reads_output) saved = g.add(act, {saved});
+  return g.add("grad.activation", {g.grad_output(), saved}, {{"activation", act}});
+}
+
+void fused_linear_backward(GradBuilder& g) {
+  if (g.ctx().inputs.size() == 2 && g.needs_input_grad(1)) g.input_grad(1, g.grad_output());
+  const bool needs_linear = g.needs_input_grad(0) || g.needs_param_grad("weight") || g.needs_param_grad("bias");
+  if (needs_linear) linear_backward(g, pre_activation_grad(g));
 }
 
 std::vector<ConformanceCase> fused_linear_cases() {
@@ -111,6 +138,7 @@ OpDef fused_linear_op() {
   def.lower = [](const OpContext& ctx) { return lower_linear(ctx, epilogue_of(ctx)); };
   def.tuning = linear_tuning(epilogue_of);
   def.reference = fused_linear_reference;
+  def.backward = fused_linear_backward;
   def.conformance_cases = fused_linear_cases;
   def.source_file = TEENY_OP_FILE;
   return def;
