@@ -10,7 +10,10 @@ nlohmann::json shape_attr(const Shape& shape) {
 
 std::string sum_to(GradBuilder& g, const std::string& grad, const std::string& tensor) {
   const Shape& target = g.type(tensor).shape;
-  if (g.type(grad).shape == target) return grad;
+  const Shape& shape = g.type(grad).shape;
+  if (shape == target) return grad;
+  // A bias-like operand (the last dim alone): grad.sum_rows splits the rows over the whole GPU.
+  if (shape.size() >= 2 && target.size() == 1 && target[0] == shape.back()) return g.add("grad.sum_rows", {grad});
   return g.add("grad.sum_to", {grad}, {{"shape", shape_attr(target)}});
 }
 

@@ -16,8 +16,8 @@ namespace teeny::ops {
 nlohmann::json shape_attr(const Shape& shape);
 
 // dL/d(tensor), an operand of a broadcasting op, from `grad`, the gradient of the op's output:
-// `grad` summed over the dims `tensor` was broadcast along (grad.sum_to), or `grad` itself where
-// the shapes agree.
+// `grad` summed over the dims `tensor` was broadcast along (grad.sum_rows for the last dim alone,
+// else grad.sum_to), or `grad` itself where the shapes agree.
 std::string sum_to(GradBuilder& g, const std::string& grad, const std::string& tensor);
 
 // The activation rule's node: dL/dx of the node computing `activation` (ops/activation.h) from

@@ -121,8 +121,9 @@ TEST(GradientRules, BroadcastOperandsHaveTheirGradientsSummedBack) {
       "bwd_m = mul(bwd_out, c)",
       "bwd_m_1 = mul(bwd_out, y)",
       "bwd_m_2 = grad.sum_to(bwd_m_1) {\"shape\":[\"3\",\"1\"]}",
-      // a has the output's shape: its gradient is dL/dy itself; b's is summed over the rows.
-      "bwd_y = grad.sum_to(bwd_m) {\"shape\":[\"4\"]}",
+      // a has the output's shape: its gradient is dL/dy itself; b's, the last dim alone, is summed
+      // over the rows by the op that spreads them over the GPU.
+      "bwd_y = grad.sum_rows(bwd_m)",
   };
   EXPECT_EQ(backward_of(graph, {"m", "y"}), expected);
   EXPECT_EQ(graph.gradients, (std::map<std::string, std::string>{{"a", "bwd_m"}, {"b", "bwd_y"}, {"c", "bwd_m_2"}}));
