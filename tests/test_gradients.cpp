@@ -323,7 +323,7 @@ TEST(GradientShape, SliceReferenceNeedsItsStartBound) {
 // ---- gradients against finite differences ----------------------------------------------------
 
 TEST(GradientCheck, Activations) {
-  for (const std::string& op : {"relu", "silu", "sigmoid", "tanh"}) {
+  for (const char* op : {"relu", "silu", "sigmoid", "tanh"}) {
     SCOPED_TRACE(op);
     expect_gradients_match(loss_graph(fmt::format("  x: {{dtype: f32, shape: [3, 7]}}\n"
                                                   "nodes:\n"
@@ -332,7 +332,7 @@ TEST(GradientCheck, Activations) {
                                       "[3, 7]", "x"),
                            registry(), {"x"});
   }
-  for (const std::string& form : {"none", "tanh"}) {
+  for (const char* form : {"none", "tanh"}) {
     SCOPED_TRACE(form);
     expect_gradients_match(
         loss_graph(fmt::format("  x: {{dtype: f32, shape: [3, 7]}}\n"
@@ -346,7 +346,7 @@ TEST(GradientCheck, Activations) {
 }
 
 TEST(GradientCheck, BroadcastingArithmetic) {
-  for (const std::string& op : {"add", "sub", "mul"}) {
+  for (const char* op : {"add", "sub", "mul"}) {
     SCOPED_TRACE(op);
     // b broadcast along the rows, c along the columns and a new leading dim.
     expect_gradients_match(loss_graph(fmt::format("  a: {{dtype: f32, shape: [3, 4]}}\n"
@@ -370,7 +370,7 @@ TEST(GradientCheck, BroadcastingArithmetic) {
 }
 
 TEST(GradientCheck, SoftmaxBothFormsBothAxes) {
-  for (const std::string& op : {"softmax", "log_softmax"})
+  for (const char* op : {"softmax", "log_softmax"})
     for (int axis : {-1, 0}) {
       SCOPED_TRACE(fmt::format("{} axis {}", op, axis));
       expect_gradients_match(loss_graph(fmt::format("  x: {{dtype: f32, shape: [3, 5]}}\n"

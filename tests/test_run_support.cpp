@@ -119,11 +119,16 @@ Bundle tiny_bundle() {
       BundleTensor{"s", DType::kF32, {b, 3}, Expr(3), "s", ""},
       BundleTensor{"out", DType::kF32, {b * 3}, b * 3, "out", "s"},
   };
-  bundle.nodes = {
-      BundleNode{"h", "test.affine", nlohmann::json::object(), {"x"}, std::nullopt, {}, {}},
-      BundleNode{"s", "test.add", nlohmann::json::object(), {"h", "x"}, std::nullopt, {}, {}},
-      BundleNode{"out", "test.flat", nlohmann::json::object(), {"s"}, std::nullopt, {}, {}},
+  const auto node = [](std::string name, std::string op, std::vector<std::string> inputs) {
+    BundleNode n;
+    n.name = std::move(name);
+    n.op = std::move(op);
+    n.attrs = nlohmann::json::object();
+    n.inputs = std::move(inputs);
+    return n;
   };
+  bundle.nodes = {node("h", "test.affine", {"x"}), node("s", "test.add", {"h", "x"}),
+                  node("out", "test.flat", {"s"})};
   BundleLaunch affine;
   affine.node = "h";
   affine.kernel = 0;
