@@ -1,6 +1,7 @@
 #include "cli/check_report.h"
 
 #include <algorithm>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -29,13 +30,26 @@ std::string describe_failure(const NodeCheck& check, const char* against) {
       check.result.worst_expected);
 }
 
+// An update node's check is one of the params it writes: "adamw_fc1_weight -> fc1.weight".
+std::string checked(const NodeCheck& check) {
+  return check.param.empty() ? check.node : fmt::format("{} -> {}", check.node, check.param);
+}
+
+// The nodes checked (failing only: with a failing check), counting an update node's checks once.
+size_t count_nodes(const std::vector<NodeCheck>& checks, bool failing_only) {
+  std::set<std::string> nodes;
+  for (const NodeCheck& check : checks)
+    if (!failing_only || !check.result.ok()) nodes.insert(check.node);
+  return nodes.size();
+}
+
 // Ten characters whatever the magnitude or sign, so the error columns line up between checks.
 std::string error_str(double error) { return fmt::format("{:10.3e}", error); }
 
 std::string node_table(const std::vector<NodeCheck>& nodes) {
   std::vector<Row> rows{{"node", "op", "dtype", "shape", "max abs", "max rel", "result"}};
   for (const NodeCheck& check : nodes) {
-    rows.push_back({check.node, check.op, dtype_name(check.dtype), shape_text(check.shape),
+    rows.push_back({checked(check), check.op, dtype_name(check.dtype), shape_text(check.shape),
                     error_str(check.result.max_abs), error_str(check.result.max_rel),
                     check.result.ok() ? "ok" : "MISMATCH"});
   }
@@ -55,14 +69,13 @@ std::string format_check_report(const CheckReport& report) {
   }
   if (report.first_failure >= 0) {
     const NodeCheck& first = report.nodes[report.first_failure];
-    const auto failed = std::count_if(report.nodes.begin(), report.nodes.end(),
-                                      [](const NodeCheck& check) { return !check.result.ok(); });
     out += fmt::format(
         "check: FAILED: {} of {} nodes differ from the host reference; first "
         "diverging node '{}' ({}): {}\n",
-        failed, report.nodes.size(), first.node, first.op, describe_failure(first, "reference"));
+        count_nodes(report.nodes, true), count_nodes(report.nodes, false), checked(first), first.op,
+        describe_failure(first, "reference"));
   } else if (report.ok()) {
-    out += fmt::format("check: ok: all {} nodes match the host reference\n", report.nodes.size());
+    out += fmt::format("check: ok: all {} nodes match the host reference\n", count_nodes(report.nodes, false));
   }
   return out;
 }

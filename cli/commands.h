@@ -21,5 +21,6 @@ void add_run_command(CLI::App& app);
 void add_profile_command(CLI::App& app);
 void add_compare_command(CLI::App& app);
 void add_tune_command(CLI::App& app);
+void add_train_command(CLI::App& app);
 
 }  // namespace teeny::cli

@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
   teeny::cli::add_profile_command(app);
   teeny::cli::add_compare_command(app);
   teeny::cli::add_tune_command(app);
+  teeny::cli::add_train_command(app);
 
   try {
     app.parse(argc, argv);

@@ -10,6 +10,7 @@
 
 #include "cli/check_report.h"
 #include "cli/commands.h"
+#include "cli/pairs.h"
 #include "cli/table.h"
 #include "core/bundle.h"
 #include "core/compare.h"
@@ -35,22 +36,6 @@ struct RunFlags {
   bool cuda_graph = false;
   int iterations = 1;
 };
-
-// "NAME=VALUE" flags into a map; duplicates and malformed values are errors.
-std::map<std::string, std::string> parse_pairs(const std::vector<std::string>& values, const char* flag,
-                                               const char* example) {
-  std::map<std::string, std::string> pairs;
-  for (const std::string& value : values) {
-    const size_t eq = value.find('=');
-    if (eq == std::string::npos || eq == 0 || eq + 1 == value.size()) {
-      throw Error(fmt::format("malformed {} '{}': expected {}", flag, value, example));
-    }
-    if (!pairs.emplace(value.substr(0, eq), value.substr(eq + 1)).second) {
-      throw Error(fmt::format("{} {}: '{}' is given more than once", flag, value, value.substr(0, eq)));
-    }
-  }
-  return pairs;
-}
 
 std::string summary(const HostTensor& values) {
   if (values.data.empty()) return "";
@@ -122,7 +107,7 @@ void run_bundle(const RunFlags& flags) {
                        bound.launches.size(), timing.iterations, timing.cuda_graph ? " as one CUDA graph" : "",
                        timing.total_ms, timing.total_ms / timing.iterations);
     if (flags.check) {
-      report = std::make_unique<CheckReport>(check_against_reference(executor, registry(), data, results));
+      report = std::make_unique<CheckReport>(check_against_reference(executor, registry(), results));
     }
   }
 

@@ -141,8 +141,8 @@ NodeIndex node_indices(const Bundle& bundle) {
 }
 
 // Liveness in node steps. Graph inputs and outputs live through the whole run: inputs are read
-// again by every iteration, outputs are read back at the end. A scratch buffer lives only while its
-// node runs.
+// again by every iteration, outputs are read back at the end; so does a training bundle's loss,
+// which teeny train reads after the backward pass. A scratch buffer lives only while its node runs.
 MemoryPlan plan_activations(const BoundBundle& bound, const Evaluator& eval) {
   const Bundle& bundle = *bound.bundle;
   const std::vector<BoundTensor>& tensors = bound.tensors;
@@ -175,7 +175,7 @@ MemoryPlan plan_activations(const BoundBundle& bound, const Evaluator& eval) {
       }
       entry.first_step = static_cast<int>(producer->second);
       entry.last_step = std::max(entry.first_step, last_use[k]);
-      if (graph_outputs.count(t.name)) entry.last_step = end;
+      if (graph_outputs.count(t.name) || t.name == bundle.loss) entry.last_step = end;
       if (bundle.tensors[k].scratch) entry.last_step = entry.first_step;
     }
     entries.push_back(std::move(entry));

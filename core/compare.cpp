@@ -68,32 +68,48 @@ bool CheckReport::ok() const {
   return std::all_of(outputs.begin(), outputs.end(), [](const NodeCheck& c) { return c.result.ok(); });
 }
 
-CheckReport check_against_reference(GpuExecutor& executor, const Registry& registry, const RunData& data,
+namespace {
+
+void add_check(CheckReport& report, const BundleNode& node, const std::string& param, const HostTensor& gpu,
+               const HostTensor& reference) {
+  NodeCheck check{node.name, node.op,   param,
+                  gpu.dtype, gpu.shape, compare_values(gpu, reference, tolerance_for(gpu.dtype))};
+  if (!check.result.ok() && report.first_failure < 0) report.first_failure = static_cast<int>(report.nodes.size());
+  report.nodes.push_back(std::move(check));
+}
+
+}  // namespace
+
+CheckReport check_against_reference(GpuExecutor& executor, const Registry& registry,
                                     const std::map<std::string, HostTensor>& full_run_outputs) {
   const BoundBundle& bound = executor.bound();
   const Bundle& bundle = *bound.bundle;
   CheckReport report;
+  std::map<std::string, HostTensor> params;  // as the next node reads them: the GPU's own
+  for (const BoundParam& param : bound.params) params[param.name] = executor.read_param(param.name);
   std::map<std::string, HostTensor> node_by_node;
   for (size_t i = 0; i < bundle.nodes.size(); ++i) {
     const BundleNode& node = bundle.nodes[i];
-    for (size_t launch : bound.node_launches(i)) executor.enqueue(launch);
-    executor.synchronize(fmt::format("running node '{}' of bundle {} for --check", node.name, bound.label));
     std::vector<HostTensor> inputs;
     for (const std::string& input : node.inputs) inputs.push_back(executor.read(input));
-    HostTensor gpu = executor.read(node.name);
-    HostTensor reference = reference_node(bound, registry, i, inputs, data.params);
-    NodeCheck check{node.name, node.op, gpu.dtype, gpu.shape, compare_values(gpu, reference, tolerance_for(gpu.dtype))};
-    if (!check.result.ok() && report.first_failure < 0) {
-      report.first_failure = static_cast<int>(report.nodes.size());
+    for (size_t launch : bound.node_launches(i)) executor.enqueue(launch);
+    executor.synchronize(fmt::format("running node '{}' of bundle {} for --check", node.name, bound.label));
+    if (node.role == NodeRole::kUpdate && !bound.tensor_index.count(node.name)) {
+      for (auto& [name, reference] : reference_update(bound, registry, i, inputs, params)) {
+        params[name] = executor.read_param(name);
+        add_check(report, node, name, params[name], reference);
+      }
+      continue;
     }
-    report.nodes.push_back(std::move(check));
+    HostTensor gpu = executor.read(node.name);
+    add_check(report, node, "", gpu, reference_node(bound, registry, i, inputs, params));
     node_by_node[node.name] = std::move(gpu);
   }
   for (const auto& [name, values] : full_run_outputs) {
     auto it = node_by_node.find(name);
     if (it == node_by_node.end()) continue;  // a graph input passed straight through
     report.outputs.push_back(
-        {name, "", values.dtype, values.shape, compare_values(values, it->second, tolerance_for(values.dtype))});
+        {name, "", "", values.dtype, values.shape, compare_values(values, it->second, tolerance_for(values.dtype))});
   }
   return report;
 }

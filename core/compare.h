@@ -40,6 +40,7 @@ Comparison compare_values(const HostTensor& got, const HostTensor& expected, Tol
 
 struct NodeCheck {
   std::string node, op;
+  std::string param;  // an update node's check: the param it wrote (one check per param)
   DType dtype = DType::kF32;
   std::vector<int64_t> shape;
   Comparison result;
@@ -54,10 +55,11 @@ struct CheckReport {
   bool ok() const;
 };
 
-// Runs the bound bundle node by node on `executor` (whose inputs and params are `data`),
-// synchronising after each node, and compares each output with its reference.
-// `full_run_outputs` are the graph outputs read after a normal run (may be empty).
-CheckReport check_against_reference(GpuExecutor& executor, const Registry& registry, const RunData& data,
+// Runs the bound bundle node by node on `executor` from its current inputs and params,
+// synchronising after each node, and compares each output with its reference; an update node's
+// (a training step's) every param it writes with the reference update of the params as they were
+// before it. `full_run_outputs` are the graph outputs read after a normal run (may be empty).
+CheckReport check_against_reference(GpuExecutor& executor, const Registry& registry,
                                     const std::map<std::string, HostTensor>& full_run_outputs);
 
 }  // namespace teeny

@@ -271,6 +271,16 @@ HostTensor GpuExecutor::read(const std::string& name) const {
   return unpack_tensor(tensor, bytes.data());
 }
 
+HostTensor GpuExecutor::read_param(const std::string& name) const {
+  const BoundParam& param = bound_.param(name);
+  std::vector<uint8_t> bytes(param.bytes);
+  params_.download(bytes.data(), bytes.size(), param_offsets_.at(name),
+                   loading(fmt::format("reading parameter '{}'", name)));
+  HostTensor values{param.dtype, param.shape, std::vector<double>(bytes.size() / dtype_size(param.dtype))};
+  for (size_t i = 0; i < values.data.size(); ++i) values.data[i] = read_element(bytes.data(), param.dtype, i);
+  return values;
+}
+
 CUfunction GpuExecutor::function(size_t launch_index) const { return functions_.at(launch_index); }
 
 }  // namespace teeny

@@ -47,6 +47,7 @@ class GpuExecutor {
   void synchronize(const std::string& what) const;
 
   HostTensor read(const std::string& tensor) const;  // after synchronize
+  HostTensor read_param(const std::string& name) const;
   CUfunction function(size_t launch_index) const;
   const cuda::Stream& stream() const { return *stream_; }
   const BoundBundle& bound() const { return bound_; }

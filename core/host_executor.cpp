@@ -219,12 +219,16 @@ HostTensor reference_rows(const BoundBundle& bound, const Registry& registry, si
                       {static_cast<int64_t>(rows.size()), shape.empty() ? 1 : shape.back()});
 }
 
-HostStep run_host_step(const BoundBundle& bound, const Registry& registry, const RunData& data) {
-  const Bundle& bundle = *bound.bundle;
+HostStep host_step_start(const BoundBundle& bound, const RunData& data) {
   HostStep step{{}, data.params};
-  for (const std::string& input : bundle.inputs) step.tensors[input] = data.inputs.at(input);
-  for (size_t i = 0; i < bundle.nodes.size(); ++i) {
-    const BundleNode& node = bundle.nodes[i];
+  for (const std::string& input : bound.bundle->inputs) step.tensors[input] = data.inputs.at(input);
+  return step;
+}
+
+void run_host_nodes(const BoundBundle& bound, const Registry& registry, HostStep& step, size_t begin, size_t end) {
+  const Bundle& bundle = *bound.bundle;
+  for (size_t i = begin; i < end; ++i) {
+    const BundleNode& node = bundle.nodes.at(i);
     std::vector<HostTensor> inputs;
     for (const std::string& input : node.inputs) inputs.push_back(step.tensors.at(input));
     if (node.role == NodeRole::kUpdate && !bound.tensor_index.count(node.name)) {
@@ -234,6 +238,11 @@ HostStep run_host_step(const BoundBundle& bound, const Registry& registry, const
       step.tensors[node.name] = reference_node(bound, registry, i, inputs, step.params);
     }
   }
+}
+
+HostStep run_host_step(const BoundBundle& bound, const Registry& registry, const RunData& data) {
+  HostStep step = host_step_start(bound, data);
+  run_host_nodes(bound, registry, step, 0, bound.bundle->nodes.size());
   return step;
 }
 

@@ -43,6 +43,11 @@ struct HostStep {
 };
 HostStep run_host_step(const BoundBundle& bound, const Registry& registry, const RunData& data);
 
+// The pieces of run_host_step, for running a step in phases (teeny train: forward and backward,
+// then the updates): the state before any node ran, and nodes [begin, end) run on it in order.
+HostStep host_step_start(const BoundBundle& bound, const RunData& data);
+void run_host_nodes(const BoundBundle& bound, const Registry& registry, HostStep& step, size_t begin, size_t end);
+
 // run_host_step's tensors.
 std::map<std::string, HostTensor> run_host(const BoundBundle& bound, const Registry& registry, const RunData& data);
 

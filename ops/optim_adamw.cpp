@@ -37,7 +37,7 @@ TensorType infer(const OpDef& def, const OpContext& ctx) {
     throw OpError("attrs.betas", fmt::format("{}.betas is [{}]; it must be [beta1, beta2]", kOptimizerSection,
                                              fmt::join(betas, ", ")));
   throw_config_problem(config_problem(config_of(ctx.attrs), kOptimizerSection));
-  throw_config_problem(config_problem(schedule_of(ctx.attrs), kOptimizerSection));
+  check_schedule(ctx.attrs);
   return ctx.inputs[0];
 }
 
@@ -96,6 +96,10 @@ OpDef optim_adamw_op() {
   def.lower = lower;
   def.update = true;
   def.update_reference = update_reference;
+  def.conformance_cases = [] {
+    return update_conformance_cases(
+        "adamw", "lr: 0.01, weight_decay: 0.1, schedule: warmup_cosine, warmup_steps: 1, total_steps: 10");
+  };
   return def;
 }
 

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "ops/conformance.h"
 #include "ops/kernel_util.h"
 
 namespace teeny::ops {
@@ -56,6 +57,20 @@ Schedule schedule_of(const Attrs& attrs) {
 
 void throw_config_problem(const std::optional<ConfigProblem>& problem) {
   if (problem) throw OpError("attrs." + problem->key, problem->message);
+}
+
+void check_schedule(const Attrs& attrs) {
+  const Schedule schedule = schedule_of(attrs);
+  if (schedule.kind == Schedule::Kind::kConstant) {
+    for (const char* key : {"warmup_steps", "total_steps", "min_lr_ratio"}) {
+      if (attrs.real(key) != 0)
+        throw OpError(fmt::format("attrs.{}", key),
+                      fmt::format("{0}.{1} is {2}, but {0}.schedule is constant, which has no {1}; use schedule: "
+                                  "warmup_cosine",
+                                  kOptimizerSection, key, attrs.json().at(key).dump()));
+    }
+  }
+  throw_config_problem(config_problem(schedule, kOptimizerSection));
 }
 
 void check_update_inputs(const OpDef& def, const OpContext& ctx) {
@@ -146,6 +161,23 @@ std::map<std::string, HostTensor> written_slots(const RefContext& ref, UpdateVal
   slots["param"] = {ref.op.inputs[0].dtype, shape, std::move(values.weights)};
   for (auto& [slot, data] : values.state) slots[slot] = {DType::kF32, shape, std::move(data)};
   return slots;
+}
+
+std::vector<ConformanceCase> update_conformance_cases(const std::string& type, const std::string& optimizer) {
+  std::vector<ConformanceCase> cases;
+  for (DType dtype : float_dtypes()) {
+    for (const char* clip : {"", "  clip_grad_norm: 0.5\n"}) {
+      // 19 x 37 weights: an element count that is no multiple of the kernel's packs of four.
+      const std::string graph =
+          case_graph({"B"}, {{"x", dtype, "[B, 37]"}, {"target", dtype, "[B, 19]"}},
+                     {{"fc", "linear", {"x"}, {{"out_features", 19}}}, {"loss", "mse_loss", {"fc", "target"}}}) +
+          fmt::format("train:\n  loss: loss\n  optimizer: {{type: {}, {}}}\n{}", type, optimizer, clip);
+      cases.push_back({fmt::format("linear + mse_loss, {}{}", dtype_name(dtype), *clip ? ", clipped" : ""),
+                       graph,
+                       {{{"B", 1}}, {{"B", 130}}}});
+    }
+  }
+  return cases;
 }
 
 }  // namespace teeny::ops

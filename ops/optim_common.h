@@ -31,6 +31,11 @@ Schedule schedule_of(const Attrs& attrs);
 // Throws OpError at "attrs.<key>" for a problem core/optim.h's config_problem found.
 void throw_config_problem(const std::optional<ConfigProblem>& problem);
 
+// The schedule's problems: config_problem's for warmup_cosine; for the constant schedule, any of
+// warmup_steps, total_steps, min_lr_ratio set (they would be ignored, which is never what was
+// meant). Throws OpError at "attrs.<key>".
+void check_schedule(const Attrs& attrs);
+
 // The inputs of an update: `grad` (a dtype of def.dtypes, rows not padded: the kernel reads it as
 // one flat array) and, where given, the clip node's output (f32 [2]). Throws OpError("inputs").
 void check_update_inputs(const OpDef& def, const OpContext& ctx);
@@ -51,6 +56,13 @@ std::vector<ParamSpec> update_params(const OpContext& ctx, const std::vector<std
 // where clip is the clip input or, without one, the float 1. `flops_per_element` is the cost.
 Lowering update_lowering(const OpContext& ctx, const std::string& function, const std::vector<std::string>& state,
                          std::vector<KernelArg> hyper, int flops_per_element);
+
+// GPU conformance cases of optimizer `type` ("sgd"): a linear layer trained against mse_loss, in
+// every float dtype (16-bit params with f32 master weights), with and without gradient clipping,
+// `optimizer` the rest of the optimizer map ("lr: 0.1, momentum: 0.9"). The run checks one step
+// node by node: the forward and backward nodes, the step counter and every param and state the
+// updates write.
+std::vector<ConformanceCase> update_conformance_cases(const std::string& type, const std::string& optimizer);
 
 // What an update's host reference reads and writes.
 struct UpdateValues {

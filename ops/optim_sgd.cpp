@@ -36,7 +36,7 @@ std::vector<std::string> state_of(const Attrs& attrs) {
 TensorType infer(const OpDef& def, const OpContext& ctx) {
   check_update_inputs(def, ctx);
   throw_config_problem(config_problem(config_of(ctx.attrs), kOptimizerSection));
-  throw_config_problem(config_problem(schedule_of(ctx.attrs), kOptimizerSection));
+  check_schedule(ctx.attrs);
   return ctx.inputs[0];
 }
 
@@ -100,6 +100,9 @@ OpDef optim_sgd_op() {
   def.lower = lower;
   def.update = true;
   def.update_reference = update_reference;
+  def.conformance_cases = [] {
+    return update_conformance_cases("sgd", "lr: 0.1, momentum: 0.9, weight_decay: 0.01, nesterov: true");
+  };
   return def;
 }
 

@@ -5,7 +5,8 @@
 // steps taken, as a checkpoint records them. On the GPU the counter never leaves device memory,
 // so a step replays as a CUDA graph (ops/kernels/optim.cuh, tn_step_increment).
 //
-// No conformance cases: an update has no output tensor for the GPU conformance run to compare.
+// No conformance cases of its own: the optimizers' (ops/optim_common.h) check its count, as every
+// training graph steps it.
 #include "ops/kernel_util.h"
 #include "ops/ops.h"
 

@@ -156,9 +156,11 @@ TEST(GpuConformance, EveryRegisteredOpMatchesItsReference) {
         executor.upload(data);
         executor.run(1, false);
         executor.synchronize("conformance run of " + where);
+        // A training step changes the params, so the checked step's loss is not the first run's.
         std::map<std::string, HostTensor> outputs;
-        for (const std::string& name : bundles[i]->outputs) outputs[name] = executor.read(name);
-        const CheckReport report = check_against_reference(executor, registry(), data, outputs);
+        if (bundles[i]->loss.empty())
+          for (const std::string& name : bundles[i]->outputs) outputs[name] = executor.read(name);
+        const CheckReport report = check_against_reference(executor, registry(), outputs);
         if (!report.ok()) {
           ++t.failures;
           ADD_FAILURE() << where << ":\n" << cli::format_check_report(report);

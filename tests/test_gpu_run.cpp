@@ -142,7 +142,7 @@ TEST_F(GpuRun, MnistMlpWithKnownWeightsMatchesIndependentLoops) {
   EXPECT_TRUE(replay.cuda_graph);
   EXPECT_LT(max_abs_diff(executor.read("probs").data, probs.data), 1e-6);
 
-  CheckReport report = check_against_reference(executor, registry, data, {{"probs", probs}});
+  CheckReport report = check_against_reference(executor, registry, {{"probs", probs}});
   EXPECT_TRUE(report.ok()) << cli::format_check_report(report);
   ASSERT_EQ(report.nodes.size(), 4u);
 }
@@ -242,7 +242,7 @@ TEST_F(GpuRun, CheckNamesTheNodeWithASwappedArgumentKernel) {
   GpuExecutor executor(device, bound);
   executor.upload(data);
   executor.run(1, false);
-  CheckReport report = check_against_reference(executor, registry, data, {});
+  CheckReport report = check_against_reference(executor, registry, {});
   ASSERT_EQ(report.nodes.size(), 3u);
   EXPECT_FALSE(report.ok());
   EXPECT_TRUE(report.nodes[0].result.ok());

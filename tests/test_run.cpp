@@ -640,9 +640,9 @@ TEST(Compare, ReportNamesTheFirstDivergingNode) {
   bad.worst_index = 3;
   bad.worst_got = 1.5;
   bad.worst_expected = 2;
-  report.nodes = {{"fc1", "linear", DType::kF32, {2, 2}, good},
-                  {"sub", "test.sub", DType::kF32, {2, 2}, bad},
-                  {"act", "relu", DType::kF32, {2, 2}, bad}};
+  report.nodes = {{"fc1", "linear", "", DType::kF32, {2, 2}, good},
+                  {"sub", "test.sub", "", DType::kF32, {2, 2}, bad},
+                  {"act", "relu", "", DType::kF32, {2, 2}, bad}};
   report.first_failure = 1;
   EXPECT_FALSE(report.ok());
   EXPECT_EQ(cli::format_check_report(report),
@@ -658,6 +658,20 @@ TEST(Compare, ReportNamesTheFirstDivergingNode) {
   EXPECT_TRUE(report.ok());
   EXPECT_NE(cli::format_check_report(report).find("check: ok: all 1 nodes match the host reference\n"),
             std::string::npos);
+
+  // An update node's checks, one per param it writes, count as one node.
+  report.nodes = {{"fc1", "linear", "", DType::kF32, {2, 2}, good},
+                  {"sgd_w", "optim.sgd", "w", DType::kF32, {2, 2}, good},
+                  {"sgd_w", "optim.sgd", "sgd_w.momentum_buffer", DType::kF32, {2, 2}, bad}};
+  report.first_failure = 2;
+  EXPECT_EQ(cli::format_check_report(report),
+            "node                            op         dtype  shape      max abs     max rel  result\n"
+            "fc1                             linear     f32    [2, 2]   1.000e-07   2.000e-07  ok\n"
+            "sgd_w -> w                      optim.sgd  f32    [2, 2]   1.000e-07   2.000e-07  ok\n"
+            "sgd_w -> sgd_w.momentum_buffer  optim.sgd  f32    [2, 2]   5.000e-01   2.500e-01  MISMATCH\n"
+            "check: FAILED: 1 of 2 nodes differ from the host reference; first diverging node 'sgd_w -> "
+            "sgd_w.momentum_buffer' (optim.sgd): 2 of 4 elements outside atol 0.0001 + rtol 0.001*|expected|; worst "
+            "at [1, 1]: gpu 1.5 vs reference 2\n");
 }
 
 // ---- the driver-absent path ----------------------------------------------------------------
