@@ -546,6 +546,11 @@ class SpecParser {
                   fmt::format("{}unknown op '{}'{}", what, excerpt(op_name), did_you_mean(op_name, registry_.names())))
           .note("`teeny ops` lists the registered ops");
     const OpDef& op = *node.op;
+    if (op.update)
+      throw error(op_field.value_pos, fmt::format("{}op '{}' updates params in place, so it is not a node to write; "
+                                                  "a train: section adds the update nodes",
+                                                  what, op_name))
+          .note("docs/training.md describes the train: section");
 
     parse_node_inputs(node, require(keys, "inputs", node_pos, what), what, nodes, index);
 

@@ -335,5 +335,16 @@ outputs: [loss, side]
             "                      ^\n");
 }
 
+TEST(Autodiff, UpdateOpsAreNoNodesToWrite) {
+  std::string net = kNet;
+  net.insert(net.find("outputs:"), "  - {name: step, op: optim.sgd, inputs: [fc2], attrs: {lr: 1}}\n");
+  EXPECT_EQ(rendered([&] { trained(net); }),
+            "teeny: error: net.yaml:12:22: node 'step': op 'optim.sgd' updates params in place, so it is not a node "
+            "to write; a train: section adds the update nodes\n"
+            "    - {name: step, op: optim.sgd, inputs: [fc2], attrs: {lr: 1}}\n"
+            "                       ^\n"
+            "note: docs/training.md describes the train: section\n");
+}
+
 }  // namespace
 }  // namespace teeny
