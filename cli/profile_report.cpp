@@ -1,5 +1,7 @@
 #include "cli/profile_report.h"
 
+#include <map>
+
 #include <fmt/format.h>
 
 #include "cli/table.h"
@@ -40,6 +42,34 @@ std::string environment_lines(const ProfileReport& report) {
   return out;
 }
 
+// A training bundle's launches by pass (forward, backward, update): how many, and their kernel
+// medians summed.
+struct PassTotal {
+  int launches = 0;
+  double kernel_sum_us = 0;
+};
+std::map<NodeRole, PassTotal> pass_totals(const ProfileRun& run) {
+  std::map<NodeRole, PassTotal> totals;
+  for (const LaunchStats& l : run.launches) {
+    PassTotal& total = totals[l.facts.role];
+    ++total.launches;
+    total.kernel_sum_us += l.duration_us.median;
+  }
+  return totals;
+}
+
+// "by pass: forward 3 launches 12.00 us (40.0%), ..." when there is more than the forward pass.
+std::string pass_line(const ProfileRun& run) {
+  const std::map<NodeRole, PassTotal> totals = pass_totals(run);
+  if (totals.size() < 2 && totals.count(NodeRole::kForward)) return "";
+  std::vector<std::string> parts;
+  for (const auto& [role, total] : totals)
+    parts.push_back(fmt::format("{} {} launch{} {:.2f} us ({:.1f}%)", node_role_name(role), total.launches,
+                                total.launches == 1 ? "" : "es", total.kernel_sum_us,
+                                run.kernel_sum_us > 0 ? 100 * total.kernel_sum_us / run.kernel_sum_us : 0.0));
+  return fmt::format("by pass (kernel medians summed): {}\n", fmt::join(parts, ", "));
+}
+
 std::string run_table(const ProfileReport& report, const ProfileRun& run) {
   std::string out = fmt::format("\n== {} ({}) ==\n", report.graph_name, bindings_text(run.bindings));
   out += fmt::format("{} timed iterations after {} warm-up ({:.2f} s); timing: {}\n", run.iterations,
@@ -61,6 +91,7 @@ std::string run_table(const ProfileReport& report, const ProfileRun& run) {
       "end-to-end GPU time per iteration (first kernel start to last kernel end): median {:.2f} us, "
       "min {:.2f}, p90 {:.2f}, max {:.2f}; sum of kernel medians {:.2f} us\n",
       g.median, g.min, g.p90, g.max, run.kernel_sum_us);
+  out += pass_line(run);
   out += fmt::format("host enqueue time per iteration: median {:.2f} us, p90 {:.2f}\n", run.enqueue_us.median,
                      run.enqueue_us.p90);
   out += fmt::format("noise: relative IQR {:.1f}% end-to-end\n", 100 * g.rel_iqr);
@@ -74,6 +105,13 @@ std::string run_table(const ProfileReport& report, const ProfileRun& run) {
     for (const std::string& reason : run.untrusted) out += "  - " + reason + "\n";
   }
   return out;
+}
+
+nlohmann::json passes_json(const ProfileRun& run) {
+  nlohmann::json passes = nlohmann::json::object();
+  for (const auto& [role, total] : pass_totals(run))
+    passes[node_role_name(role)] = {{"launches", total.launches}, {"kernel_sum_median_us", total.kernel_sum_us}};
+  return passes;
 }
 
 nlohmann::json summary_json(const Summary& s) {
@@ -149,6 +187,7 @@ nlohmann::json profile_json(const ProfileReport& report) {
       launches.push_back({
           {"index", f.index},
           {"node", f.node},
+          {"pass", node_role_name(f.role)},
           {"kernel", f.kernel},
           {"entry", f.entry},
           {"grid", f.grid},
@@ -186,6 +225,7 @@ nlohmann::json profile_json(const ProfileReport& report) {
         {"gpu_time", timing_json(run.gpu_time_us, run.gpu_time_samples_us)},
         {"enqueue_time", summary_json(run.enqueue_us)},
         {"kernel_sum_median_us", run.kernel_sum_us},
+        {"passes", passes_json(run)},
         {"launches", launches},
     });
   }

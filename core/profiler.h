@@ -44,6 +44,7 @@ struct ProfileOptions {
 struct LaunchFacts {
   int index = 0;
   std::string node, kernel, entry;
+  NodeRole role = NodeRole::kForward;  // a training step's pass: forward, backward, update
   std::array<int64_t, 3> grid{1, 1, 1};
   std::array<int, 3> block{1, 1, 1};
   int64_t dynamic_smem_bytes = 0;

@@ -544,6 +544,21 @@ TEST(ProfileReport, TableShowsLaunchesTotalsAndTiming) {
       << table;
 }
 
+TEST(ProfileReport, ATrainingStepsPassesAreTotalled) {
+  ProfileReport report = synthetic_report(false, false);
+  EXPECT_EQ(cli::format_profile_table(report).find("by pass"), std::string::npos);  // forward only
+  report.runs[0].launches[1].facts.role = NodeRole::kBackward;
+  EXPECT_NE(cli::format_profile_table(report).find(
+                "by pass (kernel medians summed): forward 1 launch 15.00 us (60.0%), backward 1 launch 10.00 us "
+                "(40.0%)\n"),
+            std::string::npos)
+      << cli::format_profile_table(report);
+  const nlohmann::json j = cli::profile_json(report);
+  EXPECT_EQ(j["runs"][0]["launches"][1]["pass"], "backward");
+  EXPECT_EQ(j["runs"][0]["passes"]["backward"]["launches"], 1);
+  EXPECT_DOUBLE_EQ(j["runs"][0]["passes"]["forward"]["kernel_sum_median_us"].get<double>(), 15);
+}
+
 // ---- trace ----------------------------------------------------------------------------------
 
 TEST(ProfileTrace, ChromeTraceStructure) {
