@@ -7,25 +7,19 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cmath>
 
 #include "ops/conformance.h"
 #include "ops/grad_columns.h"
 #include "ops/kernel_util.h"
+#include "ops/norm_common.h"
 #include "ops/ops.h"
 
 namespace teeny::ops {
 namespace {
 
 TensorType infer(const OpDef& def, const OpContext& ctx) {
-  const DType dtype = common_float_dtype(def, ctx);
-  const TensorType& dy = ctx.inputs[0];
-  const TensorType& x = ctx.inputs[1];
-  if (x.shape.empty() || dy.shape != x.shape) {
-    throw OpError("inputs", fmt::format("{} needs dy and x of one shape [..., D]; got {} and {}", def.name,
-                                        shape_str(dy.shape), shape_str(x.shape)));
-  }
-  return contiguous(output_float_dtype(def, ctx, dtype), {x.shape.back()});
+  const DType dtype = norm_grad_dtype(def, ctx);
+  return contiguous(output_float_dtype(def, ctx, dtype), {ctx.inputs[1].shape.back()});
 }
 
 Lowering lower(const OpContext& ctx, const std::string& name, bool rms) {
@@ -84,13 +78,7 @@ HostTensor reference(const RefContext& ref, bool rms) {
   HostTensor dw{ref.op.output.dtype, ref.output_shape, std::vector<double>(cols, 0.0)};
   for (int64_t r = 0; r < rows; ++r) {
     const double* xr = x.data() + r * cols;
-    double mean = 0.0, second = 0.0;
-    if (!rms) {
-      for (int64_t c = 0; c < cols; ++c) mean += xr[c];
-      mean /= cols;
-    }
-    for (int64_t c = 0; c < cols; ++c) second += (xr[c] - mean) * (xr[c] - mean);
-    const double rstd = 1.0 / std::sqrt(second / cols + eps);
+    const auto [mean, rstd] = norm_row_stats(xr, cols, eps, rms);
     for (int64_t c = 0; c < cols; ++c) dw.data[c] += dy[r * cols + c] * (xr[c] - mean) * rstd;
   }
   return dw;
@@ -100,24 +88,14 @@ std::vector<ConformanceCase> conformance_cases(const std::string& op) {
   std::vector<ConformanceCase> cases;
   const CaseNode node("dw", op, {"dy", "x"});
   for (DType dtype : float_dtypes()) {
-    const std::string dt = dtype_name(dtype);
-    cases.push_back({"rows [B, W] " + dt,
-                     case_graph({"B", "W"}, {{"dy", dtype, "[B, W]"}, {"x", dtype, "[B, W]"}}, {node}),
-                     awkward_rows()});
+    cases.push_back(norm_grad_rows_case(node, dtype, {"B", "W"}, "[B, W]", awkward_rows()));
     // Rows of a warp, of a block, and streamed; one part of rows, a ragged one, many.
     for (int width : {7, 768, 20000}) {
-      const std::string shape = fmt::format("[B, {}]", width);
-      cases.push_back({fmt::format("rows {} {}", shape, dt),
-                       case_graph({"B"}, {{"dy", dtype, shape}, {"x", dtype, shape}}, {node}),
-                       {{{"B", 1}}, {{"B", 257}}, {{"B", width == 20000 ? 300 : 5000}}}});
+      cases.push_back(norm_grad_rows_case(node, dtype, {"B"}, fmt::format("[B, {}]", width),
+                                          {{{"B", 1}}, {{"B", 257}}, {{"B", width == 20000 ? 300 : 5000}}}));
     }
   }
-  cases.push_back(
-      {"padded dy and x (linears, 17 of 20)",
-       case_graph(
-           {"B"}, {{"a", DType::kF32, "[B, 8]"}},
-           {{"dy", "linear", {"a"}, {{"out_features", 17}}}, {"x", "linear", {"a"}, {{"out_features", 17}}}, node}),
-       {{{"B", 1}}, {{"B", 999}}}});
+  cases.push_back(norm_grad_padded_case(node));
   return cases;
 }
 
@@ -126,9 +104,7 @@ OpDef grad_norm_dweight_op(const std::string& name, bool rms) {
   def.name = "grad." + name + "_dweight";
   def.doc = fmt::format("{}'s weight gradient: Σ over rows of dy · x̂, dy and x [..., D] -> [D]", name);
   def.inputs = {{"dy", "dL/dy [..., D]"}, {"x", "the forward input [..., D]"}};
-  def.attrs.push_back(attr_spec("eps", AttrType::kFloat, "the forward node's eps", nlohmann::json(rms ? 1e-6 : 1e-5)));
-  def.attrs.back().min_value = 0.0;
-  def.attrs.back().min_exclusive = true;
+  def.attrs.push_back(norm_eps_attr(rms, "the forward node's eps"));
   def.dtypes = float_dtypes();
   def.source_file = TEENY_OP_FILE;
   const OpDef meta = def;

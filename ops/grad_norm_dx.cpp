@@ -7,10 +7,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cmath>
 
 #include "ops/conformance.h"
 #include "ops/kernel_util.h"
+#include "ops/norm_common.h"
 #include "ops/ops.h"
 
 namespace teeny::ops {
@@ -28,14 +28,8 @@ RowPlan grad_row_plan(const Expr& cols, DType dtype) {
 bool weighted(const OpContext& ctx, bool rms) { return rms || ctx.attrs.boolean("affine"); }
 
 TensorType infer(const OpDef& def, const OpContext& ctx) {
-  const DType dtype = common_float_dtype(def, ctx);
-  const TensorType& dy = ctx.inputs[0];
-  const TensorType& x = ctx.inputs[1];
-  if (x.shape.empty() || dy.shape != x.shape) {
-    throw OpError("inputs", fmt::format("{} needs dy and x of one shape [..., D]; got {} and {}", def.name,
-                                        shape_str(dy.shape), shape_str(x.shape)));
-  }
-  return contiguous(output_float_dtype(def, ctx, dtype), x.shape);
+  const DType dtype = norm_grad_dtype(def, ctx);
+  return contiguous(output_float_dtype(def, ctx, dtype), ctx.inputs[1].shape);
 }
 
 std::vector<ParamSpec> params(const OpContext& ctx, bool rms) {
@@ -87,13 +81,7 @@ HostTensor reference(const RefContext& ref, bool rms) {
   for (int64_t r = 0; r < rows; ++r) {
     const double* xr = x.data() + r * cols;
     const double* dyr = dy.data() + r * cols;
-    double mean = 0.0, second = 0.0;
-    if (!rms) {
-      for (int64_t c = 0; c < cols; ++c) mean += xr[c];
-      mean /= cols;
-    }
-    for (int64_t c = 0; c < cols; ++c) second += (xr[c] - mean) * (xr[c] - mean);
-    const double rstd = 1.0 / std::sqrt(second / cols + eps);
+    const auto [mean, rstd] = norm_row_stats(xr, cols, eps, rms);
     double mean_g = 0.0, mean_gx = 0.0;
     for (int64_t c = 0; c < cols; ++c) {
       const double g = dyr[c] * (with_weight ? ref.params[0].data[c] : 1.0);
@@ -115,29 +103,18 @@ std::vector<ConformanceCase> conformance_cases(const std::string& op, bool rms) 
     return CaseNode("dx", op, {"dy", "x"}, std::move(attrs));
   };
   for (DType dtype : float_dtypes()) {
-    const std::string dt = dtype_name(dtype);
-    cases.push_back({"rows [B, W] " + dt,
-                     case_graph({"B", "W"}, {{"dy", dtype, "[B, W]"}, {"x", dtype, "[B, W]"}}, {node()}),
-                     awkward_rows()});
+    cases.push_back(norm_grad_rows_case(node(), dtype, {"B", "W"}, "[B, W]", awkward_rows()));
     // A warp a row (17, 768), a block (4096), a block over several chunks (20000).
-    for (int width : {17, 768, 4096, 20000}) {
-      const std::string shape = fmt::format("[B, {}]", width);
-      cases.push_back({fmt::format("rows {} {}", shape, dt),
-                       case_graph({"B"}, {{"dy", dtype, shape}, {"x", dtype, shape}}, {node()}),
-                       {{{"B", 1}}, {{"B", 129}}}});
-    }
+    for (int width : {17, 768, 4096, 20000})
+      cases.push_back(
+          norm_grad_rows_case(node(), dtype, {"B"}, fmt::format("[B, {}]", width), {{{"B", 1}}, {{"B", 129}}}));
   }
   if (!rms)
     cases.push_back({"no affine [B, W] f32",
                      case_graph({"B", "W"}, {{"dy", DType::kF32, "[B, W]"}, {"x", DType::kF32, "[B, W]"}},
                                 {node({{"affine", false}})}),
                      awkward_rows()});
-  cases.push_back(
-      {"padded dy and x (linears, 17 of 20)",
-       case_graph(
-           {"B"}, {{"a", DType::kF32, "[B, 8]"}},
-           {{"dy", "linear", {"a"}, {{"out_features", 17}}}, {"x", "linear", {"a"}, {{"out_features", 17}}}, node()}),
-       {{{"B", 1}}, {{"B", 999}}}});
+  cases.push_back(norm_grad_padded_case(node()));
   return cases;
 }
 
@@ -147,9 +124,7 @@ OpDef grad_norm_dx_op(const std::string& name, bool rms) {
   def.doc = rms ? "rmsnorm's input gradient from dy, x [..., D] and weight [D]"
                 : "layernorm's input gradient from dy, x [..., D] and (affine) weight [D]";
   def.inputs = {{"dy", "dL/dy [..., D]"}, {"x", "the forward input [..., D]"}};
-  def.attrs.push_back(attr_spec("eps", AttrType::kFloat, "the forward node's eps", nlohmann::json(rms ? 1e-6 : 1e-5)));
-  def.attrs.back().min_value = 0.0;
-  def.attrs.back().min_exclusive = true;
+  def.attrs.push_back(norm_eps_attr(rms, "the forward node's eps"));
   if (!rms)
     def.attrs.push_back(attr_spec("affine", AttrType::kBool, "the forward node's affine", nlohmann::json(true)));
   def.dtypes = float_dtypes();

@@ -6,11 +6,10 @@
 // (layernorm three passes, rmsnorm two). Statistics in f32; weight/bias in the input's dtype.
 #include <fmt/format.h>
 
-#include <cmath>
-
 #include "core/autodiff.h"
 #include "ops/conformance.h"
 #include "ops/kernel_util.h"
+#include "ops/norm_common.h"
 #include "ops/ops.h"
 
 namespace teeny::ops {
@@ -22,9 +21,7 @@ OpDef norm_op(const std::string& name, bool rms) {
   def.doc = rms ? "y = x / sqrt(mean(x^2) + eps) * weight, over the last dim"
                 : "y = (x - mean) / sqrt(var + eps) * weight + bias, over the last dim (biased var)";
   def.inputs = {{"x", "input [..., D]"}};
-  def.attrs.push_back(attr_spec("eps", AttrType::kFloat, "added to the variance", nlohmann::json(rms ? 1e-6 : 1e-5)));
-  def.attrs.back().min_value = 0.0;
-  def.attrs.back().min_exclusive = true;
+  def.attrs.push_back(norm_eps_attr(rms, "added to the variance"));
   if (!rms)
     def.attrs.push_back(attr_spec("affine", AttrType::kBool, "learnable weight and bias", nlohmann::json(true)));
   def.dtypes = float_dtypes();
@@ -141,15 +138,9 @@ OpDef norm_op(const std::string& name, bool rms) {
     out.data.resize(x.size());
     for (int64_t r = 0; r < rows; ++r) {
       const double* row = x.data() + r * cols;
-      double mean = 0.0, second = 0.0;
-      if (!rms) {
-        for (int64_t c = 0; c < cols; ++c) mean += row[c];
-        mean /= cols;
-      }
-      for (int64_t c = 0; c < cols; ++c) second += (row[c] - mean) * (row[c] - mean);
-      const double inv = 1.0 / std::sqrt(second / cols + eps);
+      const auto [mean, rstd] = norm_row_stats(row, cols, eps, rms);
       for (int64_t c = 0; c < cols; ++c) {
-        double v = (row[c] - mean) * inv;
+        double v = (row[c] - mean) * rstd;
         if (weighted) v *= ref.params[0].data[c];
         if (weighted && !rms) v += ref.params[1].data[c];
         out.data[r * cols + c] = v;
