@@ -1,46 +1,13 @@
 // layernorm's and rmsnorm's gradients (ops/grad_norm_dx.cpp, ops/grad_norm_dweight.cpp), over the
-// last dim, any row length. Statistics in f32 as the forward pass (norms.cuh) computes them,
-// recomputed from x: mean (layernorm; 0 for rmsnorm) and rstd = 1 / sqrt(var + eps) (rmsnorm:
-// of the mean square). With x̂ = (x - mean) · rstd and g = dy · weight:
+// last dim, any row length. Statistics in f32 as the forward pass computes them (norms.cuh's
+// tn_norm_stats), recomputed from x: mean (layernorm; 0 for rmsnorm) and rstd = 1 / sqrt(var +
+// eps) (rmsnorm: of the mean square). With x̂ = (x - mean) · rstd and g = dy · weight:
 //   layernorm: dx = rstd · (g - mean(g) - x̂ · mean(g · x̂))
 //   rmsnorm:   dx = rstd · (g - x̂ · mean(g · x̂))
 #ifndef TEENY_GRAD_NORMS_CUH
 #define TEENY_GRAD_NORMS_CUH
 
-#include "prelude.cuh"
-
-// Row xr's statistics, for a group of kThreads owning it, in chunks of kItems packs a thread.
-// Columns past the row read as the mean, so they add no deviation.
-template <typename T, bool kRms, int kThreads, int kItems>
-__device__ __forceinline__ void tn_norm_stats(const T* xr, int cols, bool vec, int t, float eps, float* smem32,
-                                              float& mean, float& rstd) {
-  constexpr int kN = tn_pack<T>::kN;
-  constexpr int kChunk = kThreads * kItems * kN;
-  const float inv_cols = 1.f / (float)cols;
-  mean = 0.f;
-  if constexpr (!kRms) {
-    float s = 0.f;
-    for (int c0 = 0; c0 < cols; c0 += kChunk) {
-      float v[kItems][kN];
-      tn_row_load<T, kThreads, kItems>(xr + c0, cols - c0, vec, t, 0.f, v);
-#pragma unroll
-      for (int i = 0; i < kItems; ++i)
-#pragma unroll
-        for (int k = 0; k < kN; ++k) s += v[i][k];
-    }
-    mean = tn_group_sum<kThreads>(s, smem32) * inv_cols;
-  }
-  float sq = 0.f;
-  for (int c0 = 0; c0 < cols; c0 += kChunk) {
-    float v[kItems][kN];
-    tn_row_load<T, kThreads, kItems>(xr + c0, cols - c0, vec, t, mean, v);
-#pragma unroll
-    for (int i = 0; i < kItems; ++i)
-#pragma unroll
-      for (int k = 0; k < kN; ++k) sq += (v[i][k] - mean) * (v[i][k] - mean);
-  }
-  rstd = rsqrtf(tn_group_sum<kThreads>(sq, smem32) * inv_cols + eps);
-}
+#include "norms.cuh"
 
 // dx of one row a group (kRowsPerBlock groups a block), dx contiguous. Three passes over the
 // row in chunks (statistics, the two sums, the write); a row of up to one chunk stays in L1

@@ -5,6 +5,41 @@
 
 #include "prelude.cuh"
 
+// Row xr's statistics, for a group of kThreads owning it, in chunks of kItems packs a thread:
+// the mean (0 for rmsnorm) and rstd = 1 / sqrt(var + eps) (rmsnorm: of the mean square), for
+// the forward pass's streamed rows and the gradients (grad_norms.cuh), which recompute them from
+// x. Columns past the row read as the mean, so they add no deviation.
+template <typename T, bool kRms, int kThreads, int kItems>
+__device__ __forceinline__ void tn_norm_stats(const T* xr, int cols, bool vec, int t, float eps, float* smem32,
+                                              float& mean, float& rstd) {
+  constexpr int kN = tn_pack<T>::kN;
+  constexpr int kChunk = kThreads * kItems * kN;
+  const float inv_cols = 1.f / (float)cols;
+  mean = 0.f;
+  if constexpr (!kRms) {
+    float s = 0.f;
+    for (int c0 = 0; c0 < cols; c0 += kChunk) {
+      float v[kItems][kN];
+      tn_row_load<T, kThreads, kItems>(xr + c0, cols - c0, vec, t, 0.f, v);
+#pragma unroll
+      for (int i = 0; i < kItems; ++i)
+#pragma unroll
+        for (int k = 0; k < kN; ++k) s += v[i][k];
+    }
+    mean = tn_group_sum<kThreads>(s, smem32) * inv_cols;
+  }
+  float sq = 0.f;
+  for (int c0 = 0; c0 < cols; c0 += kChunk) {
+    float v[kItems][kN];
+    tn_row_load<T, kThreads, kItems>(xr + c0, cols - c0, vec, t, mean, v);
+#pragma unroll
+    for (int i = 0; i < kItems; ++i)
+#pragma unroll
+      for (int k = 0; k < kN; ++k) sq += (v[i][k] - mean) * (v[i][k] - mean);
+  }
+  rstd = rsqrtf(tn_group_sum<kThreads>(sq, smem32) * inv_cols + eps);
+}
+
 // A group of kThreads (a warp or the block; kRowsPerBlock groups a block) owns a row of `cols`
 // elements (row stride x_stride). A row that fits kItems packs a thread is read once
 // (layernorm: the mean, then the variance of the cached values, then the write; rmsnorm: the
@@ -86,37 +121,8 @@ __device__ __forceinline__ void tn_norm_rows(const T* x, const T* weight, const 
   }
   // Streaming: rows longer than the registers hold.
   constexpr int kChunk = kThreads * kN;
-  float shift = 0.f, scale;
-  if constexpr (kRms) {
-    float ss = 0.f;
-    for (int c0 = 0; c0 < cols; c0 += kChunk) {
-      float v[1][kN];
-      tn_row_load<T, kThreads, 1>(xr + c0, cols - c0, vec, t, 0.f, v);
-#pragma unroll
-      for (int k = 0; k < kN; ++k) ss += v[0][k] * v[0][k];
-    }
-    scale = rsqrtf(tn_group_sum<kThreads>(ss, smem32) * inv_cols + eps);
-  } else {
-    float s = 0.f;
-    for (int c0 = 0; c0 < cols; c0 += kChunk) {
-      float v[1][kN];
-      tn_row_load<T, kThreads, 1>(xr + c0, cols - c0, vec, t, 0.f, v);
-#pragma unroll
-      for (int k = 0; k < kN; ++k) s += v[0][k];
-    }
-    shift = tn_group_sum<kThreads>(s, smem32) * inv_cols;
-    float sq = 0.f;
-    for (int c0 = 0; c0 < cols; c0 += kChunk) {
-      float v[1][kN];
-      tn_row_load<T, kThreads, 1>(xr + c0, cols - c0, vec, t, 0.f, v);
-#pragma unroll
-      for (int k = 0; k < kN; ++k) {
-        const float dev = c0 + t * kN + k < cols ? v[0][k] - shift : 0.f;
-        sq += dev * dev;
-      }
-    }
-    scale = rsqrtf(tn_group_sum<kThreads>(sq, smem32) * inv_cols + eps);
-  }
+  float shift, scale;
+  tn_norm_stats<T, kRms, kThreads, 1>(xr, cols, vec, t, eps, smem32, shift, scale);
   for (int c0 = 0; c0 < cols; c0 += kChunk) {
     float v[1][kN];
     tn_row_load<T, kThreads, 1>(xr + c0, cols - c0, vec, t, 0.f, v);
