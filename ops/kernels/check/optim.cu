@@ -4,129 +4,68 @@
 #include "../optim.cuh"
 #include "check.cuh"
 
-TN_ENTRY(sgd_step_f32, (256))
-(float* param, const float* grad, float* momentum_buffer, long long n, const int* step, const float* clip, float lr,
- int warmup_steps, int total_steps, float min_lr_ratio, float momentum, float dampening, float weight_decay,
- int nesterov) {
-  tn_sgd_step<float, float, 256>(param, grad, momentum_buffer, n, step, clip, lr, warmup_steps, total_steps,
-                                 min_lr_ratio, momentum, dampening, weight_decay, nesterov);
-}
-TN_ENTRY(sgd_step_f32_unclipped, (256))
-(float* param, const float* grad, float* momentum_buffer, long long n, const int* step, float clip, float lr,
- int warmup_steps, int total_steps, float min_lr_ratio, float momentum, float dampening, float weight_decay,
- int nesterov) {
-  tn_sgd_step<float, float, 256>(param, grad, momentum_buffer, n, step, clip, lr, warmup_steps, total_steps,
-                                 min_lr_ratio, momentum, dampening, weight_decay, nesterov);
-}
-TN_ENTRY(sgd_step_bf16, (256))
-(__nv_bfloat16* param, const __nv_bfloat16* grad, float* momentum_buffer, long long n, const int* step,
- const float* clip, float lr, int warmup_steps, int total_steps, float min_lr_ratio, float momentum, float dampening,
- float weight_decay, int nesterov) {
-  tn_sgd_step<__nv_bfloat16, __nv_bfloat16, 256>(param, grad, momentum_buffer, n, step, clip, lr, warmup_steps,
-                                                 total_steps, min_lr_ratio, momentum, dampening, weight_decay,
-                                                 nesterov);
-}
-TN_ENTRY(sgd_step_f16, (256))
-(__half* param, const __half* grad, float* momentum_buffer, long long n, const int* step, const float* clip, float lr,
- int warmup_steps, int total_steps, float min_lr_ratio, float momentum, float dampening, float weight_decay,
- int nesterov) {
-  tn_sgd_step<__half, __half, 256>(param, grad, momentum_buffer, n, step, clip, lr, warmup_steps, total_steps,
-                                   min_lr_ratio, momentum, dampening, weight_decay, nesterov);
-}
-TN_ENTRY(sgd_step_master_bf16, (256))
-(__nv_bfloat16* param, float* master, const __nv_bfloat16* grad, float* momentum_buffer, long long n, const int* step,
- const float* clip, float lr, int warmup_steps, int total_steps, float min_lr_ratio, float momentum, float dampening,
- float weight_decay, int nesterov) {
-  tn_sgd_step_master<__nv_bfloat16, __nv_bfloat16, 256>(param, master, grad, momentum_buffer, n, step, clip, lr,
-                                                        warmup_steps, total_steps, min_lr_ratio, momentum, dampening,
-                                                        weight_decay, nesterov);
-}
-TN_ENTRY(sgd_step_master_f16, (256))
-(__half* param, float* master, const __half* grad, float* momentum_buffer, long long n, const int* step,
- const float* clip, float lr, int warmup_steps, int total_steps, float min_lr_ratio, float momentum, float dampening,
- float weight_decay, int nesterov) {
-  tn_sgd_step_master<__half, __half, 256>(param, master, grad, momentum_buffer, n, step, clip, lr, warmup_steps,
-                                          total_steps, min_lr_ratio, momentum, dampening, weight_decay, nesterov);
-}
-TN_ENTRY(sgd_step_no_momentum_f32, (256))
-(float* param, const float* grad, long long n, const int* step, float clip, float lr, int warmup_steps, int total_steps,
- float min_lr_ratio, float weight_decay) {
-  tn_sgd_step_no_momentum<float, float, 256>(param, grad, n, step, clip, lr, warmup_steps, total_steps, min_lr_ratio,
-                                             weight_decay);
-}
-TN_ENTRY(sgd_step_no_momentum_master_bf16, (256))
-(__nv_bfloat16* param, float* master, const __nv_bfloat16* grad, long long n, const int* step, const float* clip,
- float lr, int warmup_steps, int total_steps, float min_lr_ratio, float weight_decay) {
-  tn_sgd_step_no_momentum_master<__nv_bfloat16, __nv_bfloat16, 256>(
-      param, master, grad, n, step, clip, lr, warmup_steps, total_steps, min_lr_ratio, weight_decay);
-}
-TN_ENTRY(adamw_step_f32, (256))
-(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, long long n, const int* step, const float* clip,
- float lr, int warmup_steps, int total_steps, float min_lr_ratio, float beta1, float beta2, float eps,
- float weight_decay) {
-  tn_adamw_step<float, float, 256>(param, grad, exp_avg, exp_avg_sq, n, step, clip, lr, warmup_steps, total_steps,
-                                   min_lr_ratio, beta1, beta2, eps, weight_decay);
-}
-TN_ENTRY(adamw_step_f32_unclipped, (256))
-(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, long long n, const int* step, float clip, float lr,
- int warmup_steps, int total_steps, float min_lr_ratio, float beta1, float beta2, float eps, float weight_decay) {
-  tn_adamw_step<float, float, 256>(param, grad, exp_avg, exp_avg_sq, n, step, clip, lr, warmup_steps, total_steps,
-                                   min_lr_ratio, beta1, beta2, eps, weight_decay);
-}
-TN_ENTRY(adamw_step_bf16, (256))
-(__nv_bfloat16* param, const __nv_bfloat16* grad, float* exp_avg, float* exp_avg_sq, long long n, const int* step,
- const float* clip, float lr, int warmup_steps, int total_steps, float min_lr_ratio, float beta1, float beta2,
- float eps, float weight_decay) {
-  tn_adamw_step<__nv_bfloat16, __nv_bfloat16, 256>(param, grad, exp_avg, exp_avg_sq, n, step, clip, lr, warmup_steps,
-                                                   total_steps, min_lr_ratio, beta1, beta2, eps, weight_decay);
-}
-TN_ENTRY(adamw_step_f16, (256))
-(__half* param, const __half* grad, float* exp_avg, float* exp_avg_sq, long long n, const int* step, const float* clip,
- float lr, int warmup_steps, int total_steps, float min_lr_ratio, float beta1, float beta2, float eps,
- float weight_decay) {
-  tn_adamw_step<__half, __half, 256>(param, grad, exp_avg, exp_avg_sq, n, step, clip, lr, warmup_steps, total_steps,
-                                     min_lr_ratio, beta1, beta2, eps, weight_decay);
-}
-TN_ENTRY(adamw_step_master_bf16, (256))
-(__nv_bfloat16* param, float* master, const __nv_bfloat16* grad, float* exp_avg, float* exp_avg_sq, long long n,
- const int* step, const float* clip, float lr, int warmup_steps, int total_steps, float min_lr_ratio, float beta1,
- float beta2, float eps, float weight_decay) {
-  tn_adamw_step_master<__nv_bfloat16, __nv_bfloat16, 256>(param, master, grad, exp_avg, exp_avg_sq, n, step, clip, lr,
-                                                          warmup_steps, total_steps, min_lr_ratio, beta1, beta2, eps,
-                                                          weight_decay);
-}
-TN_ENTRY(adamw_step_master_f16, (256))
-(__half* param, float* master, const __half* grad, float* exp_avg, float* exp_avg_sq, long long n, const int* step,
- float clip, float lr, int warmup_steps, int total_steps, float min_lr_ratio, float beta1, float beta2, float eps,
- float weight_decay) {
-  tn_adamw_step_master<__half, __half, 256>(param, master, grad, exp_avg, exp_avg_sq, n, step, clip, lr, warmup_steps,
-                                            total_steps, min_lr_ratio, beta1, beta2, eps, weight_decay);
-}
-TN_ENTRY(adamw_step_master_bf16_grad_f32, (256))
-(__nv_bfloat16* param, float* master, const float* grad, float* exp_avg, float* exp_avg_sq, long long n,
- const int* step, const float* clip, float lr, int warmup_steps, int total_steps, float min_lr_ratio, float beta1,
- float beta2, float eps, float weight_decay) {
-  tn_adamw_step_master<__nv_bfloat16, float, 256>(param, master, grad, exp_avg, exp_avg_sq, n, step, clip, lr,
-                                                  warmup_steps, total_steps, min_lr_ratio, beta1, beta2, eps,
-                                                  weight_decay);
-}
-TN_ENTRY(grad_sq_sum_f32, (256))
-(const float* grad, long long n, float* partials, int offset) { tn_grad_sq_sum<float, 256>(grad, n, partials, offset); }
-TN_ENTRY(grad_sq_sum_bf16, (256))
-(const __nv_bfloat16* grad, long long n, float* partials, int offset) {
-  tn_grad_sq_sum<__nv_bfloat16, 256>(grad, n, partials, offset);
-}
-TN_ENTRY(grad_sq_sum_f16, (256))
-(const __half* grad, long long n, float* partials, int offset) {
-  tn_grad_sq_sum<__half, 256>(grad, n, partials, offset);
-}
-TN_ENTRY(clip_coef_t256, (256))(const float* partials, int count, float max_norm, float* clip) {
-  tn_clip_coef<256>(partials, count, max_norm, clip);
-}
-TN_ENTRY(clip_coef_t1024, (1024))(const float* partials, int count, float max_norm, float* clip) {
-  tn_clip_coef<1024>(partials, count, max_norm, clip);
-}
-TN_ENTRY(clip_coef_t32, (32))(const float* partials, int count, float max_norm, float* clip) {
-  tn_clip_coef<32>(partials, count, max_norm, clip);
-}
+// The updates' lists after the params (and master weights): the gradient of type G, the
+// optimizer's state, the clip (Clip: a pointer, or the float 1) and the hyperparameters.
+#define TN_SCHEDULE_PARAMS float lr, int warmup_steps, int total_steps, float min_lr_ratio
+#define TN_SCHEDULE_ARGS lr, warmup_steps, total_steps, min_lr_ratio
+#define TN_SGD_PARAMS(G, Clip)                                                                                        \
+  const G *grad, float *momentum_buffer, long long n, const int *step, Clip clip, TN_SCHEDULE_PARAMS, float momentum, \
+      float dampening, float weight_decay, int nesterov
+#define TN_SGD_ARGS grad, momentum_buffer, n, step, clip, TN_SCHEDULE_ARGS, momentum, dampening, weight_decay, nesterov
+#define TN_SGD_NO_MOMENTUM_PARAMS(G, Clip) \
+  const G *grad, long long n, const int *step, Clip clip, TN_SCHEDULE_PARAMS, float weight_decay
+#define TN_SGD_NO_MOMENTUM_ARGS grad, n, step, clip, TN_SCHEDULE_ARGS, weight_decay
+#define TN_ADAMW_PARAMS(G, Clip)                                                                                 \
+  const G *grad, float *exp_avg, float *exp_avg_sq, long long n, const int *step, Clip clip, TN_SCHEDULE_PARAMS, \
+      float beta1, float beta2, float eps, float weight_decay
+#define TN_ADAMW_ARGS grad, exp_avg, exp_avg_sq, n, step, clip, TN_SCHEDULE_ARGS, beta1, beta2, eps, weight_decay
+
+// An entry running update `function` on P params in place, or on their f32 master weights.
+#define TN_STEP(name, function, P, G, PARAMS, ARGS) \
+  TN_ENTRY(name, (256))(P * param, PARAMS) { function<P, G, 256>(param, ARGS); }
+#define TN_MASTER_STEP(name, function, P, G, PARAMS, ARGS) \
+  TN_ENTRY(name, (256))(P * param, float* master, PARAMS) { function<P, G, 256>(param, master, ARGS); }
+
+TN_STEP(sgd_step_f32, tn_sgd_step, float, float, TN_SGD_PARAMS(float, const float*), TN_SGD_ARGS)
+TN_STEP(sgd_step_f32_unclipped, tn_sgd_step, float, float, TN_SGD_PARAMS(float, float), TN_SGD_ARGS)
+TN_STEP(sgd_step_bf16, tn_sgd_step, __nv_bfloat16, __nv_bfloat16, TN_SGD_PARAMS(__nv_bfloat16, const float*),
+        TN_SGD_ARGS)
+TN_STEP(sgd_step_f16, tn_sgd_step, __half, __half, TN_SGD_PARAMS(__half, const float*), TN_SGD_ARGS)
+TN_MASTER_STEP(sgd_step_master_bf16, tn_sgd_step_master, __nv_bfloat16, __nv_bfloat16,
+               TN_SGD_PARAMS(__nv_bfloat16, const float*), TN_SGD_ARGS)
+TN_MASTER_STEP(sgd_step_master_f16, tn_sgd_step_master, __half, __half, TN_SGD_PARAMS(__half, const float*),
+               TN_SGD_ARGS)
+TN_STEP(sgd_step_no_momentum_f32, tn_sgd_step_no_momentum, float, float, TN_SGD_NO_MOMENTUM_PARAMS(float, float),
+        TN_SGD_NO_MOMENTUM_ARGS)
+TN_MASTER_STEP(sgd_step_no_momentum_master_bf16, tn_sgd_step_no_momentum_master, __nv_bfloat16, __nv_bfloat16,
+               TN_SGD_NO_MOMENTUM_PARAMS(__nv_bfloat16, const float*), TN_SGD_NO_MOMENTUM_ARGS)
+TN_STEP(adamw_step_f32, tn_adamw_step, float, float, TN_ADAMW_PARAMS(float, const float*), TN_ADAMW_ARGS)
+TN_STEP(adamw_step_f32_unclipped, tn_adamw_step, float, float, TN_ADAMW_PARAMS(float, float), TN_ADAMW_ARGS)
+TN_STEP(adamw_step_bf16, tn_adamw_step, __nv_bfloat16, __nv_bfloat16, TN_ADAMW_PARAMS(__nv_bfloat16, const float*),
+        TN_ADAMW_ARGS)
+TN_STEP(adamw_step_f16, tn_adamw_step, __half, __half, TN_ADAMW_PARAMS(__half, const float*), TN_ADAMW_ARGS)
+TN_MASTER_STEP(adamw_step_master_bf16, tn_adamw_step_master, __nv_bfloat16, __nv_bfloat16,
+               TN_ADAMW_PARAMS(__nv_bfloat16, const float*), TN_ADAMW_ARGS)
+TN_MASTER_STEP(adamw_step_master_f16, tn_adamw_step_master, __half, __half, TN_ADAMW_PARAMS(__half, float),
+               TN_ADAMW_ARGS)
+TN_MASTER_STEP(adamw_step_master_bf16_grad_f32, tn_adamw_step_master, __nv_bfloat16, float,
+               TN_ADAMW_PARAMS(float, const float*), TN_ADAMW_ARGS)
+
+// The gradient norm's two launches: each tensor's sum of squares, then the clip coefficient
+// at the op's block of 256, a warp and the largest block.
+#define TN_GRAD_SQ_SUM(name, G)                                                    \
+  TN_ENTRY(name, (256))(const G* grad, long long n, float* partials, int offset) { \
+    tn_grad_sq_sum<G, 256>(grad, n, partials, offset);                             \
+  }
+#define TN_CLIP_COEF(threads)                                                                                \
+  TN_ENTRY(clip_coef_t##threads, (threads))(const float* partials, int count, float max_norm, float* clip) { \
+    tn_clip_coef<threads>(partials, count, max_norm, clip);                                                  \
+  }
+
+TN_GRAD_SQ_SUM(grad_sq_sum_f32, float)
+TN_GRAD_SQ_SUM(grad_sq_sum_bf16, __nv_bfloat16)
+TN_GRAD_SQ_SUM(grad_sq_sum_f16, __half)
+TN_CLIP_COEF(256)
+TN_CLIP_COEF(1024)
+TN_CLIP_COEF(32)
 TN_ENTRY(step_increment, (32))(int* step) { tn_step_increment(step); }
