@@ -28,8 +28,8 @@ ConcatGeometry geometry(const OpContext& ctx) {
   if (rank == 0) throw OpError("inputs", "concat needs inputs of rank >= 1");
   ConcatGeometry g;
   g.axis = normalize_axis(ctx.attrs.integer("axis"), rank, "attrs.axis");
-  g.outer = product(Shape(first.shape.begin(), first.shape.begin() + g.axis));
-  g.inner = product(Shape(first.shape.begin() + g.axis + 1, first.shape.end()));
+  g.outer = product_range(first.shape, 0, g.axis);
+  g.inner = product_range(first.shape, g.axis + 1, rank);
   Expr offset(0);
   for (size_t i = 0; i < ctx.inputs.size(); ++i) {
     const Shape& shape = ctx.inputs[i].shape;
@@ -140,19 +140,16 @@ OpDef concat_op() {
   def.reference = [](const RefContext& ref) {
     const std::vector<int64_t>& out_shape = ref.output_shape;
     const size_t axis = normalize_axis(ref.op.attrs.integer("axis"), out_shape.size(), "attrs.axis");
-    int64_t outer = 1, inner = 1;
-    for (size_t k = 0; k < axis; ++k) outer *= out_shape[k];
-    for (size_t k = axis + 1; k < out_shape.size(); ++k) inner *= out_shape[k];
+    const auto [outer, len, inner] = host_axis_view(out_shape, axis);
     HostTensor out;
     out.dtype = ref.op.output.dtype;
     out.shape = out_shape;
-    out.data.resize(outer * out_shape[axis] * inner);
+    out.data.resize(outer * len * inner);
     int64_t offset = 0;
     for (const HostTensor& x : ref.inputs) {
       const int64_t cols = x.shape[axis] * inner;
       for (int64_t o = 0; o < outer; ++o)
-        for (int64_t c = 0; c < cols; ++c)
-          out.data[o * out_shape[axis] * inner + offset * inner + c] = x.data[o * cols + c];
+        for (int64_t c = 0; c < cols; ++c) out.data[o * len * inner + offset * inner + c] = x.data[o * cols + c];
       offset += x.shape[axis];
     }
     return out;

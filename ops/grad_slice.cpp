@@ -40,8 +40,8 @@ SliceGeometry geometry(const OpContext& ctx) {
     throw OpError("attrs.sizes", fmt::format("grad.slice: sizes {} add up to {}, but dy's axis {} is {}",
                                              shape_str(sizes), total.str(), g.axis, dy.shape[g.axis].str()));
   g.size = sizes[index];
-  g.outer = product(Shape(dy.shape.begin(), dy.shape.begin() + g.axis));
-  g.inner = product(Shape(dy.shape.begin() + g.axis + 1, dy.shape.end()));
+  g.outer = product_range(dy.shape, 0, g.axis);
+  g.inner = product_range(dy.shape, g.axis + 1, rank);
   return g;
 }
 
@@ -123,13 +123,10 @@ HostTensor reference(const RefContext& ref) {
   const HostTensor& dy = ref.inputs[0];
   const size_t axis = normalize_axis(ref.op.attrs.integer("axis"), dy.shape.size(), "attrs.axis");
   const int64_t size = ref.output_shape[axis], start = piece_start(ref, axis);
-  int64_t outer = 1, inner = 1;
-  for (size_t k = 0; k < axis; ++k) outer *= dy.shape[k];
-  for (size_t k = axis + 1; k < dy.shape.size(); ++k) inner *= dy.shape[k];
+  const auto [outer, len, inner] = host_axis_view(dy.shape, axis);
   HostTensor out{ref.op.output.dtype, ref.output_shape, std::vector<double>(outer * size * inner)};
   for (int64_t o = 0; o < outer; ++o)
-    for (int64_t c = 0; c < size * inner; ++c)
-      out.data[o * size * inner + c] = dy.data[(o * dy.shape[axis] + start) * inner + c];
+    for (int64_t c = 0; c < size * inner; ++c) out.data[o * size * inner + c] = dy.data[(o * len + start) * inner + c];
   return out;
 }
 

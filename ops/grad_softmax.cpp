@@ -23,10 +23,6 @@ namespace {
 constexpr int kColumnBlock = 256;
 constexpr int kElementsPerThread = 16;  // of each row: dy's and y's together fill 32 registers
 
-Expr product_range(const Shape& shape, size_t begin, size_t end) {
-  return product(Shape(shape.begin() + begin, shape.begin() + end));
-}
-
 TensorType infer(const OpDef& def, const OpContext& ctx) {
   const DType dtype = common_float_dtype(def, ctx);
   const TensorType& dy = ctx.inputs[0];
@@ -93,10 +89,7 @@ HostTensor reference(const RefContext& ref) {
   const std::vector<int64_t>& shape = ref.output_shape;
   const size_t axis = normalize_axis(ref.op.attrs.integer("axis"), shape.size(), "attrs.axis");
   const bool log_form = ref.op.attrs.boolean("log");
-  int64_t outer = 1, inner = 1;
-  for (size_t k = 0; k < axis; ++k) outer *= shape[k];
-  for (size_t k = axis + 1; k < shape.size(); ++k) inner *= shape[k];
-  const int64_t len = shape[axis];
+  const auto [outer, len, inner] = host_axis_view(shape, axis);
   const std::vector<double>& dy = ref.inputs[0].data;
   const std::vector<double>& y = ref.inputs[1].data;
   HostTensor out{ref.op.output.dtype, shape, std::vector<double>(dy.size())};

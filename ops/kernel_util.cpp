@@ -99,4 +99,16 @@ std::vector<int64_t> host_strides(const std::vector<int64_t>& shape) {
   return strides;
 }
 
+Expr product_range(const Shape& shape, size_t begin, size_t end) {
+  return product(Shape(shape.begin() + begin, shape.begin() + end));
+}
+
+HostAxisView host_axis_view(const std::vector<int64_t>& shape, size_t axis) {
+  HostAxisView view;
+  for (size_t k = 0; k < axis; ++k) view.outer *= shape[k];
+  view.len = shape[axis];
+  for (size_t k = axis + 1; k < shape.size(); ++k) view.inner *= shape[k];
+  return view;
+}
+
 }  // namespace teeny::ops

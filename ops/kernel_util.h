@@ -55,4 +55,14 @@ std::vector<Expr> element_strides(const TensorType& type);
 // Concrete row-major strides of a contiguous host shape.
 std::vector<int64_t> host_strides(const std::vector<int64_t>& shape);
 
+// The product of dims [begin, end) of a symbolic shape; 1 for an empty range.
+Expr product_range(const Shape& shape, size_t begin, size_t end);
+
+// A contiguous host shape viewed as [outer, len, inner] around `axis`, as the references of the
+// ops along one axis walk it: element (o, d, i) at (o * len + d) * inner + i.
+struct HostAxisView {
+  int64_t outer = 1, len = 1, inner = 1;
+};
+HostAxisView host_axis_view(const std::vector<int64_t>& shape, size_t axis);
+
 }  // namespace teeny::ops

@@ -33,10 +33,6 @@ const char* reduction_functor(Reduction kind) {
   return "";
 }
 
-Expr product_range(const Shape& shape, size_t begin, size_t end) {
-  return product(Shape(shape.begin() + begin, shape.begin() + end));
-}
-
 // dx: dy copied back along the axis (divided by its extent for the mean); for the max, dy goes to
 // the first position holding the max only (grad.reduce_max says why).
 void reduce_backward(GradBuilder& g, Reduction kind) {
@@ -151,10 +147,7 @@ OpDef reduce_op(const std::string& name, Reduction kind, std::string doc) {
   def.reference = [kind](const RefContext& ref) {
     const std::vector<int64_t>& in_shape = ref.inputs[0].shape;
     const size_t axis = normalize_axis(ref.op.attrs.integer("axis"), in_shape.size(), "attrs.axis");
-    int64_t outer = 1, inner = 1;
-    for (size_t k = 0; k < axis; ++k) outer *= in_shape[k];
-    for (size_t k = axis + 1; k < in_shape.size(); ++k) inner *= in_shape[k];
-    const int64_t len = in_shape[axis];
+    const auto [outer, len, inner] = host_axis_view(in_shape, axis);
     const std::vector<double>& x = ref.inputs[0].data;
     HostTensor out;
     out.dtype = ref.op.output.dtype;

@@ -19,10 +19,6 @@ namespace {
 
 constexpr int kColumnBlock = 256;
 
-Expr product_range(const Shape& shape, size_t begin, size_t end) {
-  return product(Shape(shape.begin() + begin, shape.begin() + end));
-}
-
 OpDef softmax_family(const std::string& name, bool log_form) {
   OpDef def;
   def.name = name;
@@ -114,10 +110,7 @@ OpDef softmax_family(const std::string& name, bool log_form) {
   def.reference = [log_form](const RefContext& ref) {
     const std::vector<int64_t>& shape = ref.output_shape;
     const size_t axis = normalize_axis(ref.op.attrs.integer("axis"), shape.size(), "attrs.axis");
-    int64_t outer = 1, inner = 1;
-    for (size_t k = 0; k < axis; ++k) outer *= shape[k];
-    for (size_t k = axis + 1; k < shape.size(); ++k) inner *= shape[k];
-    const int64_t len = shape[axis];
+    const auto [outer, len, inner] = host_axis_view(shape, axis);
     const std::vector<double>& x = ref.inputs[0].data;
     HostTensor out;
     out.dtype = ref.op.output.dtype;
