@@ -6,6 +6,9 @@
 // 16-byte packs once for a stable log-sum-exp in f32, each block summing its rows' losses and
 // counting them into the scratch buffer; then one block averages the blocks' partials in a
 // fixed order. Vocabulary-sized rows (32000-128000 classes) take a 512-thread block each.
+//
+// Its gradient (dL/dlogits; the targets have none) is grad.cross_entropy's
+// (ops/grad_cross_entropy.cpp).
 #include <fmt/format.h>
 
 #include <cmath>
@@ -19,42 +22,8 @@
 namespace teeny::ops {
 namespace {
 
-// Packs a thread holds at once: a row streams in chunks of this many 16-byte packs a thread.
-// Eight of 16-bit logits (a whole 32000-class row in a 512-thread block) fill the registers so
-// that one block holds an SM, its loads never overlapping its math; four leave room for two.
-constexpr int kMaxItems = 4;
-
-Expr leading(const Shape& shape) { return product(Shape(shape.begin(), shape.end() - 1)); }
-
-// plan_rows's group for the row, with at most kMaxItems packs a thread (a short row, fewer).
-RowPlan cross_entropy_plan(const Expr& classes, DType dtype) {
-  RowPlan plan = plan_rows(classes, dtype);
-  const std::optional<int64_t> n = classes.const_value();
-  const bool fits = n && *n <= int64_t{plan.threads} * plan.items * vector_width(dtype);
-  plan.items = fits ? std::min(plan.items, kMaxItems) : kMaxItems;
-  return plan;
-}
-
 TensorType infer(const OpDef& def, const OpContext& ctx) {
-  const TensorType& logits = ctx.inputs[0];
-  const TensorType& targets = ctx.inputs[1];
-  bool supported = false;
-  for (DType d : def.dtypes) supported |= d == logits.dtype;
-  if (!supported) {
-    throw OpError("inputs",
-                  fmt::format("cross_entropy needs f32, bf16 or f16 logits, got {}", dtype_name(logits.dtype)));
-  }
-  if (logits.shape.empty()) throw OpError("inputs", "cross_entropy needs logits of rank >= 1 ([..., classes])");
-  if (targets.dtype != DType::kI32) {
-    throw OpError("inputs",
-                  fmt::format("cross_entropy targets must be i32 class indices, got {}", dtype_name(targets.dtype)));
-  }
-  const Shape expected(logits.shape.begin(), logits.shape.end() - 1);
-  if (targets.shape != expected) {
-    throw OpError("inputs", fmt::format("targets have shape {} but logits {} need {} (the logits' shape without the "
-                                        "class dim)",
-                                        shape_str(targets.shape), shape_str(logits.shape), shape_str(expected)));
-  }
+  check_logits_and_targets(def, ctx);
   return loss_output(def, ctx);
 }
 
@@ -62,7 +31,7 @@ Lowering lower(const OpContext& ctx) {
   const TensorType& logits = ctx.inputs[0];
   const TensorType& targets = ctx.inputs[1];
   const DType dtype = logits.dtype;
-  const Expr rows = leading(logits.shape);
+  const Expr rows = logit_rows(logits.shape);
   const Expr classes = logits.shape.back();
   const RowPlan plan = cross_entropy_plan(classes, dtype);
   const Expr parts = loss_parts(ceil_div(rows, Expr(plan.rows_per_block)), plan.block());
@@ -179,6 +148,13 @@ OpDef cross_entropy_op() {
   def.lower = lower;
   def.reference = reference;
   def.conformance_cases = conformance_cases;
+  def.backward = [](GradBuilder& g) {
+    require_loss_root(g, "cross_entropy");
+    if (g.needs_input_grad(1))
+      throw Error(fmt::format("node '{}': cross_entropy's targets are integers and have no gradient", g.node()));
+    g.input_grad(0, g.add("grad.cross_entropy", {g.input(0), g.input(1)},
+                          {{"ignore_index", g.ctx().attrs.integer("ignore_index")}}));
+  };
   return def;
 }
 

@@ -1,11 +1,15 @@
-// What the losses (ops/cross_entropy.cpp, ops/mse_loss.cpp) share: their f32 scalar output and
-// the two launches of ops/kernels/loss.cuh, a first that leaves one partial result per block in
-// the node's scratch buffer "partials" and a second that averages them in a fixed order.
+// What the losses (ops/cross_entropy.cpp, ops/mse_loss.cpp) and their gradient ops
+// (ops/grad_cross_entropy.cpp, ops/grad_mse_loss.cpp) share: the f32 scalar output, the two
+// launches of ops/kernels/loss.cuh, a first that leaves one partial result per block in the
+// node's scratch buffer "partials" and a second that averages them in a fixed order, cross
+// entropy's inputs and row plan, and what the backward rules require of the loss node.
 #pragma once
 
 #include <string>
 
+#include "core/autodiff.h"
 #include "core/op.h"
+#include "ops/kernel_util.h"
 
 namespace teeny::ops {
 
@@ -24,5 +28,21 @@ Expr loss_parts(const Expr& blocks, int threads);
 // partial is (sum, count) and the mean is over the counts; else each is a sum and the mean is
 // over `n` terms.
 void add_loss_mean(Lowering& lowering, const std::string& op, const Expr& parts, bool counted, const Expr& n);
+
+// Checks cross entropy's inputs (logits [..., classes] of a float dtype of `def`, i32 targets of
+// the logits' shape without the class dim), for cross_entropy and grad.cross_entropy. Throws
+// OpError("inputs", ...) naming `def`.
+void check_logits_and_targets(const OpDef& def, const OpContext& ctx);
+
+// The rows of cross entropy's logits: every dim but the last, flattened.
+Expr logit_rows(const Shape& logits);
+
+// plan_rows's group for a row of `classes` logits, with at most 4 packs a thread (a short row,
+// fewer): the forward's log-sum-exp and the gradient stream a long row in chunks of that many.
+RowPlan cross_entropy_plan(const Expr& classes, DType dtype);
+
+// A loss's rule takes the gradient of its output as 1, so `op` is differentiated only as the
+// `train:` loss. Throws Error naming the node where the loss depends on it through other nodes.
+void require_loss_root(const GradBuilder& g, const std::string& op);
 
 }  // namespace teeny::ops

@@ -4,6 +4,9 @@
 // Two launches (ops/kernels/loss.cuh): a grid-stride sum of squares, 16-byte loads of both
 // inputs when both are contiguous, each block's sum into the scratch buffer; then one block
 // averages the blocks' sums in a fixed order.
+//
+// Its gradient: grad.mse_loss's 2 (prediction - target) / N for the prediction
+// (ops/grad_mse_loss.cpp), negated for the target.
 #include <fmt/format.h>
 
 #include "ops/conformance.h"
@@ -107,6 +110,12 @@ OpDef mse_loss_op() {
   def.lower = lower;
   def.reference = reference;
   def.conformance_cases = conformance_cases;
+  def.backward = [](GradBuilder& g) {
+    require_loss_root(g, "mse_loss");
+    const std::string d_prediction = g.add("grad.mse_loss", {g.input(0), g.input(1)});
+    if (g.needs_input_grad(0)) g.input_grad(0, d_prediction);
+    if (g.needs_input_grad(1)) g.input_grad(1, g.add("scale", {d_prediction}, {{"value", -1.0}}));
+  };
   return def;
 }
 

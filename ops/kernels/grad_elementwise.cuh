@@ -1,7 +1,8 @@
-// Gradients of the activations (ops/grad_activation.cpp): dx = dy * f'(.), written in the
-// forward tensor the backward rule saved: the output y (relu, sigmoid, tanh) or the input x
-// (silu, gelu, gelu_tanh). Math in f32 whatever the storage type; IEEE expf, erff and division
-// (not the forward's __expf and __fdividef): a gradient check sees every ulp.
+// Elementwise gradients. The activations' (ops/grad_activation.cpp): dx = dy * f'(.), written in
+// the forward tensor the backward rule saved: the output y (relu, sigmoid, tanh) or the input x
+// (silu, gelu, gelu_tanh); and mse_loss's (ops/grad_mse_loss.cpp), at the end. Math in f32
+// whatever the storage type; IEEE expf, erff and division (not the forward's __expf and
+// __fdividef): a gradient check sees every ulp.
 #ifndef TEENY_GRAD_ELEMENTWISE_CUH
 #define TEENY_GRAD_ELEMENTWISE_CUH
 
@@ -53,14 +54,13 @@ struct tn_act_grad_gelu_tanh {
   }
 };
 
-// A grid-stride loop over rows x cols elements: dx = Op(dy, s), dy and s of one shape with their
+// A grid-stride loop over rows x cols elements: dx = op(dy, s), dy and s of one shape with their
 // own row strides (a linear's padded output may be either), dx contiguous. 16-byte vectors when
 // the rows allow (all contiguous: one flat row with a scalar tail; padded rows whose strides and
 // pointers keep 16-byte alignment), a scalar path otherwise.
-template <typename T, int kBlock, template <typename> class Op>
-__device__ __forceinline__ void tn_grad_unary(const T* dy, const T* s, T* dx, long long rows, int cols, int dy_stride,
-                                              int s_stride) {
-  const Op<T> op;
+template <typename T, int kBlock, typename Op>
+__device__ __forceinline__ void tn_grad_map(const T* dy, const T* s, T* dx, long long rows, int cols, int dy_stride,
+                                            int s_stride, const Op& op) {
   const long long n = rows * (long long)cols;
   const long long threads = (long long)gridDim.x * kBlock;
   const long long tid = (long long)blockIdx.x * kBlock + threadIdx.x;
@@ -101,6 +101,25 @@ __device__ __forceinline__ void tn_grad_unary(const T* dy, const T* s, T* dx, lo
       dx[i] = tn_cast<T>(op(tn_f32(dy[r * dy_stride + c]), tn_f32(s[r * s_stride + c])));
     }
   }
+}
+
+// An activation's gradient (grad.activation): dx = Op<T>()(dy, saved).
+template <typename T, int kBlock, template <typename> class Op>
+__device__ __forceinline__ void tn_grad_unary(const T* dy, const T* s, T* dx, long long rows, int cols, int dy_stride,
+                                              int s_stride) {
+  tn_grad_map<T, kBlock>(dy, s, dx, rows, cols, dy_stride, s_stride, Op<T>());
+}
+
+// mse_loss's gradient (grad.mse_loss, ops/grad_mse_loss.cpp): dx = 2 (p - t) / n over n
+// elements, divided by n in f32 (IEEE) per element.
+struct tn_mse_grad {
+  float n;
+  __device__ __forceinline__ float operator()(float p, float t) const { return 2.f * (p - t) / n; }
+};
+template <typename T, int kBlock>
+__device__ __forceinline__ void tn_grad_mse(const T* p, const T* t, T* dx, long long rows, int cols, int p_stride,
+                                            int t_stride, long long n) {
+  tn_grad_map<T, kBlock>(p, t, dx, rows, cols, p_stride, t_stride, tn_mse_grad{(float)n});
 }
 
 #endif  // TEENY_GRAD_ELEMENTWISE_CUH

@@ -2,7 +2,8 @@
 // and in a fixed order, so that a loss is bitwise the same from run to run (no atomics). Launch 1:
 // each block sums its share of the terms in f32 and writes its partial result to the node's
 // scratch buffer; launch 2: one block adds the partials in double, in a fixed order, and writes
-// the mean as an f32 scalar.
+// the mean as an f32 scalar. Also cross entropy's gradient (ops/grad_cross_entropy.cpp), which
+// shares its row plans and log-sum-exp; mse_loss's is elementwise (grad_elementwise.cuh).
 #ifndef TEENY_LOSS_CUH
 #define TEENY_LOSS_CUH
 
@@ -10,13 +11,50 @@
 
 __device__ __forceinline__ float tn_nan() { return __int_as_float(0x7fffffff); }
 
+// A row's max and sum of exp(x - max) for a stable log-sum-exp, which every thread of the group
+// (kThreads, a warp or the block, owning the row) gets. The row streams in chunks of kItems
+// 16-byte packs a thread: each chunk's max rescales the running sum once, so every logit costs
+// one exp.
+struct tn_max_sum {
+  float max, sum;
+};
+template <typename T, int kThreads, int kItems>
+__device__ __forceinline__ tn_max_sum tn_row_max_sum(const T* xr, int classes, bool vec, int t, float* smem32) {
+  constexpr int kN = tn_pack<T>::kN;
+  constexpr int kChunk = kThreads * kItems * kN;
+  float m = tn_neg_inf(), s = 0.f;
+  for (int c0 = 0; c0 < classes; c0 += kChunk) {
+    float v[kItems][kN];
+    tn_row_load<T, kThreads, kItems>(xr + c0, classes - c0, vec, t, tn_neg_inf(), v);
+    float chunk_max = m;
+#pragma unroll
+    for (int i = 0; i < kItems; ++i)
+#pragma unroll
+      for (int k = 0; k < kN; ++k) chunk_max = fmaxf(chunk_max, v[i][k]);
+    if (chunk_max == tn_neg_inf()) continue;  // only -inf (or columns past the row) so far
+    s *= expf(m - chunk_max);                 // 0 while m is still -inf, when s is 0 too
+#pragma unroll
+    for (int i = 0; i < kItems; ++i)
+#pragma unroll
+      for (int k = 0; k < kN; ++k) s += expf(v[i][k] - chunk_max);
+    m = chunk_max;
+  }
+  const float row_max = tn_group_max<kThreads>(m, smem32);
+  s = m == tn_neg_inf() ? 0.f : s * expf(m - row_max);
+  return {row_max, tn_group_sum<kThreads>(s, smem32)};
+}
+
+// Element r of the targets, which have the logits' leading shape (rows of targets_last,
+// targets_stride apart).
+__device__ __forceinline__ int tn_target(const int* targets, long long r, int targets_last, int targets_stride) {
+  return targets[(r / targets_last) * targets_stride + r % targets_last];
+}
+
 // Cross entropy, launch 1. A group of kThreads (a warp, or the block; kRowsPerBlock groups a
-// block) owns one row of `classes` logits at a time, the blocks striding over the rows. A row's
-// log-sum-exp streams in chunks of kItems 16-byte packs a thread: each chunk's max rescales the
-// running sum once, so every logit costs one exp. The row's loss is lse - logits[target]; a
-// target equal to ignore_index is skipped (its logits are not read), any other outside
-// [0, classes) makes the loss NaN (nothing is read out of bounds). partials[2b], [2b + 1]: block
-// b's sum of losses and count of targets not ignored.
+// block) owns one row of `classes` logits at a time, the blocks striding over the rows. The row's
+// loss is lse - logits[target]; a target equal to ignore_index is skipped (its logits are not
+// read), any other outside [0, classes) makes the loss NaN (nothing is read out of bounds).
+// partials[2b], [2b + 1]: block b's sum of losses and count of targets not ignored.
 template <typename T, int kThreads, int kRowsPerBlock, int kItems>
 __device__ __forceinline__ void tn_cross_entropy_partials(const T* logits, const int* targets, float* partials,
                                                           long long rows, int classes, int x_stride, int targets_last,
@@ -24,8 +62,6 @@ __device__ __forceinline__ void tn_cross_entropy_partials(const T* logits, const
   __shared__ float smem32[32];
   __shared__ float group_sums[kRowsPerBlock];
   __shared__ int group_counts[kRowsPerBlock];
-  constexpr int kN = tn_pack<T>::kN;
-  constexpr int kChunk = kThreads * kItems * kN;
   const int group = threadIdx.x / kThreads;
   const int t = threadIdx.x % kThreads;
   float sum = 0.f;
@@ -34,7 +70,7 @@ __device__ __forceinline__ void tn_cross_entropy_partials(const T* logits, const
   // group-wide reductions inside it meet every thread of the group.
   for (long long r = (long long)blockIdx.x * kRowsPerBlock + group; r < rows;
        r += (long long)gridDim.x * kRowsPerBlock) {
-    const int target = targets[(r / targets_last) * targets_stride + r % targets_last];
+    const int target = tn_target(targets, r, targets_last, targets_stride);
     if (target == ignore_index) continue;
     ++count;
     if (target < 0 || target >= classes) {
@@ -42,28 +78,8 @@ __device__ __forceinline__ void tn_cross_entropy_partials(const T* logits, const
       continue;
     }
     const T* xr = logits + r * x_stride;
-    const bool vec = tn_aligned16(xr);
-    float m = tn_neg_inf(), s = 0.f;
-    for (int c0 = 0; c0 < classes; c0 += kChunk) {
-      float v[kItems][kN];
-      tn_row_load<T, kThreads, kItems>(xr + c0, classes - c0, vec, t, tn_neg_inf(), v);
-      float chunk_max = m;
-#pragma unroll
-      for (int i = 0; i < kItems; ++i)
-#pragma unroll
-        for (int k = 0; k < kN; ++k) chunk_max = fmaxf(chunk_max, v[i][k]);
-      if (chunk_max == tn_neg_inf()) continue;  // only -inf (or columns past the row) so far
-      s *= expf(m - chunk_max);                 // 0 while m is still -inf, when s is 0 too
-#pragma unroll
-      for (int i = 0; i < kItems; ++i)
-#pragma unroll
-        for (int k = 0; k < kN; ++k) s += expf(v[i][k] - chunk_max);
-      m = chunk_max;
-    }
-    const float row_max = tn_group_max<kThreads>(m, smem32);
-    s = m == tn_neg_inf() ? 0.f : s * expf(m - row_max);
-    s = tn_group_sum<kThreads>(s, smem32);
-    sum += row_max + logf(s) - tn_f32(xr[target]);
+    const tn_max_sum lse = tn_row_max_sum<T, kThreads, kItems>(xr, classes, tn_aligned16(xr), t, smem32);
+    sum += lse.max + logf(lse.sum) - tn_f32(xr[target]);
   }
   if (t == 0) {
     group_sums[group] = sum;
@@ -79,6 +95,74 @@ __device__ __forceinline__ void tn_cross_entropy_partials(const T* logits, const
     }
     partials[2 * blockIdx.x] = block_sum;
     partials[2 * blockIdx.x + 1] = (float)block_count;
+  }
+}
+
+// Cross entropy's gradient (grad.cross_entropy), launch 1, one block of kThreads: the targets not
+// equal to ignore_index counted exactly (integers, any order), and 1 / count written to
+// inv_count[0] (inf when there are none; then no row reads it).
+template <int kThreads>
+__device__ __forceinline__ void tn_cross_entropy_count(const int* targets, float* inv_count, long long rows,
+                                                       int targets_last, int targets_stride, int ignore_index) {
+  __shared__ long long warp_counts[kThreads / 32];
+  long long count = 0;
+  for (long long r = threadIdx.x; r < rows; r += kThreads)
+    count += tn_target(targets, r, targets_last, targets_stride) != ignore_index;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) count += __shfl_xor_sync(0xffffffffu, count, o);
+  if ((threadIdx.x & 31) == 0) warp_counts[threadIdx.x >> 5] = count;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    long long total = 0;
+    for (int w = 0; w < kThreads / 32; ++w) total += warp_counts[w];
+    inv_count[0] = 1.f / (float)total;
+  }
+}
+
+// Cross entropy's gradient, launch 2: a group of kThreads per row (kRowsPerBlock groups a block,
+// as the forward's plan) writes the row of dx = (softmax(logits[r]) - onehot(target)) / count:
+// the row's max and sum of exp first, then a second pass over the logits writing dx (a row of up
+// to one chunk is read again from L1). A row whose target is ignore_index gets 0, one whose
+// target is outside [0, classes) NaN (its loss is NaN); neither reads its logits.
+template <typename T, int kThreads, int kRowsPerBlock, int kItems>
+__device__ __forceinline__ void tn_cross_entropy_grad(const T* logits, const int* targets, const float* inv_count,
+                                                      T* dx, long long rows, int classes, int x_stride,
+                                                      int targets_last, int targets_stride, int ignore_index) {
+  __shared__ float smem32[32];
+  constexpr int kN = tn_pack<T>::kN;
+  constexpr int kChunk = kThreads * kItems * kN;
+  const int t = threadIdx.x % kThreads;
+  const long long r = (long long)blockIdx.x * kRowsPerBlock + threadIdx.x / kThreads;
+  if (r >= rows) return;  // whole groups only: a block-wide group has kRowsPerBlock == 1
+  const int target = tn_target(targets, r, targets_last, targets_stride);
+  T* out = dx + r * classes;
+  const bool vo = tn_aligned16(out);
+  if (target == ignore_index || target < 0 || target >= classes) {
+    const float fill = target == ignore_index ? 0.f : tn_nan();
+    float v[kItems][kN];
+#pragma unroll
+    for (int i = 0; i < kItems; ++i)
+#pragma unroll
+      for (int k = 0; k < kN; ++k) v[i][k] = fill;
+    for (int c0 = 0; c0 < classes; c0 += kChunk) tn_row_store<T, kThreads, kItems>(out + c0, classes - c0, vo, t, v);
+    return;
+  }
+  const T* xr = logits + r * x_stride;
+  const bool vx = tn_aligned16(xr);
+  const tn_max_sum lse = tn_row_max_sum<T, kThreads, kItems>(xr, classes, vx, t, smem32);
+  const float scale = inv_count[0];
+  const float p_scale = scale / lse.sum;  // softmax = exp(x - max) / sum
+  for (int c0 = 0; c0 < classes; c0 += kChunk) {
+    float v[kItems][kN];
+    tn_row_load<T, kThreads, kItems>(xr + c0, classes - c0, vx, t, 0.f, v);
+#pragma unroll
+    for (int i = 0; i < kItems; ++i)
+#pragma unroll
+      for (int k = 0; k < kN; ++k) {
+        const int c = c0 + (i * kThreads + t) * kN + k;
+        v[i][k] = expf(v[i][k] - lse.max) * p_scale - (c == target ? scale : 0.f);
+      }
+    tn_row_store<T, kThreads, kItems>(out + c0, classes - c0, vo, t, v);
   }
 }
 
