@@ -6,13 +6,12 @@
 // host reference executor.
 #include <gtest/gtest.h>
 
-#include <set>
-
 #include <fmt/format.h>
 
 #include "core/autodiff.h"
 #include "tests/error_test_util.h"
 #include "tests/grad_check_util.h"
+#include "tests/grad_graph_util.h"
 #include "tests/op_test_util.h"
 
 namespace teeny {
@@ -21,68 +20,14 @@ namespace {
 using op_testing::HostIn;
 using op_testing::infer_error;
 using op_testing::reference;
+using op_testing::registry;
 using op_testing::tensor;
+using testing::backward_of;
 using testing::expect_gradients_match;
-
-// The real ops and test.mse_loss: mse_loss with a backward rule of registered ops, 2 (p - t) / N
-// for a constant element count N, while mse_loss has none of its own yet.
-const Registry& registry() {
-  static const Registry r = [] {
-    Registry reg;
-    ops::register_all(reg);
-    OpDef loss = *reg.find("mse_loss");
-    loss.name = "test.mse_loss";
-    loss.backward = [](GradBuilder& g) {
-      const std::optional<int64_t> n = product(g.type(g.input(0)).shape).const_value();
-      if (!n) throw Error("test.mse_loss needs a constant element count");
-      const std::string diff = g.add("sub", {g.input(0), g.input(1)});
-      for (size_t i = 0; i < 2; ++i)
-        if (g.needs_input_grad(i))
-          g.input_grad(i, g.add("scale", {diff}, {{"value", (i == 0 ? 2.0 : -2.0) / static_cast<double>(*n)}}));
-    };
-    reg.add(loss);
-    return reg;
-  }();
-  return r;
-}
+using testing::loss_graph;
+using testing::trained;
 
 // ---- the graphs the rules build ----------------------------------------------------------------
-
-// A spec: `body` (inputs: and nodes: lines) whose last node `out` feeds mse_loss against a
-// `target` input of `out`'s shape, and a train: section asking for the inputs' gradients.
-std::string loss_graph(const std::string& body, const std::string& target_shape, const std::string& inputs,
-                       const std::string& dims = "") {
-  return fmt::format(
-      "name: grads\n{}"
-      "inputs:\n"
-      "  target: {{dtype: f32, shape: {}}}\n"
-      "{}"
-      "  - {{name: loss, op: test.mse_loss, inputs: [out, target]}}\n"
-      "outputs: [loss]\n"
-      "train:\n"
-      "  loss: loss\n"
-      "  inputs: [{}]\n",
-      dims, target_shape, body, inputs);
-}
-
-Graph trained(const std::string& spec) {
-  Graph graph = parse_graph(spec, "grads.yaml", registry());
-  add_training(graph, registry());
-  return graph;
-}
-
-// The backward nodes the rules of `forward` nodes added, one line each:
-// "name = op(inputs) {attrs}".
-std::vector<std::string> backward_of(const Graph& graph, const std::set<std::string>& forward) {
-  std::vector<std::string> lines;
-  for (const Node& node : graph.nodes) {
-    if (node.role != NodeRole::kBackward || !forward.count(node.grad_of)) continue;
-    const nlohmann::json& attrs = node.ctx.attrs.json();
-    lines.push_back(fmt::format("{} = {}({}){}", node.name, node.op->name, fmt::join(node.inputs, ", "),
-                                attrs.empty() ? "" : " " + attrs.dump()));
-  }
-  return lines;
-}
 
 // Each graph ends in `scale` (whose rule is one scale node, bwd_out), so the nodes under test read
 // bwd_out whatever the loss's rule adds.
@@ -94,7 +39,7 @@ TEST(GradientRules, ActivationsReadTheTensorTheirDerivativeIsWrittenIn) {
                          "  - {name: re, op: relu, inputs: [si]}\n"
                          "  - {name: ge, op: gelu, inputs: [re], attrs: {approximate: tanh}}\n"
                          "  - {name: out, op: scale, inputs: [ge], attrs: {value: 2}}\n",
-                         "[2, 3]", "x"));
+                         "[2, 3]", "  inputs: [x]\n"));
   const std::vector<std::string> expected{
       "bwd_out = scale(" + graph.find_node("bwd_out")->inputs.at(0) + ") {\"value\":2.0}",
       // gelu's derivative needs its input; relu's and sigmoid's and tanh's, their output.
@@ -115,7 +60,7 @@ TEST(GradientRules, BroadcastOperandsHaveTheirGradientsSummedBack) {
                          "  - {name: y, op: add, inputs: [a, b]}\n"
                          "  - {name: m, op: mul, inputs: [y, c]}\n"
                          "  - {name: out, op: scale, inputs: [m], attrs: {value: 2}}\n",
-                         "[3, 4]", "a, b, c"));
+                         "[3, 4]", "  inputs: [a, b, c]\n"));
   const std::vector<std::string> expected{
       // dL/dy = dy * c has y's shape: no sum; dL/dc = dy * y summed over the dim c was broadcast on.
       "bwd_m = mul(bwd_out, c)",
@@ -139,7 +84,7 @@ TEST(GradientRules, ShapeOpsAndReductionsGoBackThroughTheirInverses) {
                          "  - {name: c, op: concat, inputs: [f, z], attrs: {axis: 0}}\n"
                          "  - {name: r, op: reduce_sum, inputs: [c], attrs: {axis: 1}}\n"
                          "  - {name: out, op: scale, inputs: [r], attrs: {value: 2}}\n",
-                         "[6]", "x, z"));
+                         "[6]", "  inputs: [x, z]\n"));
   const std::vector<std::string> expected{
       // reduce_sum without keepdim: the axis comes back, dy copied along it.
       "bwd_r = grad.broadcast(bwd_out) {\"axis\":1,\"mean\":false,\"shape\":[\"6\",\"6\"]}",
@@ -163,7 +108,7 @@ TEST(GradientRules, SoftmaxAndMaxReadTheirOutputs) {
                          "  - {name: sm, op: softmax, inputs: [me], attrs: {axis: 0}}\n"
                          "  - {name: both, op: mul, inputs: [mx, sm]}\n"
                          "  - {name: out, op: scale, inputs: [both], attrs: {value: 2}}\n",
-                         "[2, 2]", "x"));
+                         "[2, 2]", "  inputs: [x]\n"));
   const std::vector<std::string> expected{
       // both = mx * sm broadcasts mx [2] and sm [2, 1] to [2, 2]: each gradient is summed back.
       "bwd_sm = grad.softmax(bwd_both_3, sm) {\"axis\":0,\"log\":false}",
@@ -329,7 +274,7 @@ TEST(GradientCheck, Activations) {
                                                   "nodes:\n"
                                                   "  - {{name: out, op: {}, inputs: [x]}}\n",
                                                   op),
-                                      "[3, 7]", "x"),
+                                      "[3, 7]", "  inputs: [x]\n"),
                            registry(), {"x"});
   }
   for (const char* form : {"none", "tanh"}) {
@@ -340,7 +285,7 @@ TEST(GradientCheck, Activations) {
                                "  - {{name: s, op: scale, inputs: [x], attrs: {{value: 3}}}}\n"
                                "  - {{name: out, op: gelu, inputs: [s], attrs: {{approximate: {}}}}}\n",
                                form),
-                   "[3, 7]", "x"),
+                   "[3, 7]", "  inputs: [x]\n"),
         registry(), {"x"});
   }
 }
@@ -356,7 +301,7 @@ TEST(GradientCheck, BroadcastingArithmetic) {
                                                   "  - {{name: ab, op: {0}, inputs: [a, b]}}\n"
                                                   "  - {{name: out, op: {0}, inputs: [c, ab]}}\n",
                                                   op),
-                                      "[3, 4]", "a, b, c"),
+                                      "[3, 4]", "  inputs: [a, b, c]\n"),
                            registry(), {"a", "b", "c"});
   }
   // Divisors kept in (0.27, 0.73) by a sigmoid, so that the finite differences stay smooth.
@@ -365,7 +310,7 @@ TEST(GradientCheck, BroadcastingArithmetic) {
                                     "nodes:\n"
                                     "  - {name: q, op: sigmoid, inputs: [b]}\n"
                                     "  - {name: out, op: div, inputs: [a, q]}\n",
-                                    "[2, 3, 4]", "a, b"),
+                                    "[2, 3, 4]", "  inputs: [a, b]\n"),
                          registry(), {"a", "b"});
 }
 
@@ -378,7 +323,7 @@ TEST(GradientCheck, SoftmaxBothFormsBothAxes) {
                                                     "  - {{name: s, op: scale, inputs: [x], attrs: {{value: 3}}}}\n"
                                                     "  - {{name: out, op: {}, inputs: [s], attrs: {{axis: {}}}}}\n",
                                                     op, axis),
-                                        "[3, 5]", "x"),
+                                        "[3, 5]", "  inputs: [x]\n"),
                              registry(), {"x"});
     }
 }
@@ -402,7 +347,7 @@ TEST(GradientCheck, Reductions) {
                                "nodes:\n"
                                "  - {{name: out, op: {}, inputs: [x], attrs: {{axis: {}, keepdim: {}}}}}\n",
                                c.op, c.axis, c.keepdim),
-                   c.target, "x"),
+                   c.target, "  inputs: [x]\n"),
         registry(), {"x"});
   }
 }
@@ -416,7 +361,7 @@ TEST(GradientCheck, ViewsTransposeAndConcat) {
                                     "  - {name: r, op: reshape, inputs: [z], attrs: {shape: [2, 6]}}\n"
                                     "  - {name: c, op: concat, inputs: [r, f, r], attrs: {axis: 0}}\n"
                                     "  - {name: out, op: tanh, inputs: [c]}\n",
-                                    "[8, 6]", "x, z"),
+                                    "[8, 6]", "  inputs: [x, z]\n"),
                          registry(), {"x", "z"});
 }
 
@@ -436,7 +381,7 @@ TEST(GradientCheck, AChainOfRulesOverASymbolicBatch) {
                                     "  - {name: mean, op: reduce_mean, inputs: [x], attrs: {axis: 1, keepdim: true}}\n"
                                     "  - {name: d, op: sub, inputs: [s, mean]}\n"
                                     "  - {name: out, op: reduce_sum, inputs: [d], attrs: {axis: 0}}\n",
-                                    "[5]", "x, b, w", "dims:\n  B: {min: 1, max: 64, default: 2}\n"),
+                                    "[5]", "  inputs: [x, b, w]\n", "dims:\n  B: {min: 1, max: 64, default: 2}\n"),
                          registry(), {"b", "w", "x"}, options);
 }
 
@@ -457,7 +402,7 @@ TEST(GradientCheck, CatchesAWrongRule) {
       testing::check_gradients(loss_graph("  x: {dtype: f32, shape: [2, 3]}\n"
                                           "nodes:\n"
                                           "  - {name: out, op: test.wrong_sigmoid, inputs: [x]}\n",
-                                          "[2, 3]", "x"),
+                                          "[2, 3]", "  inputs: [x]\n"),
                                wrong);
   ASSERT_EQ(checks.size(), 1u);
   EXPECT_EQ(checks[0].mismatches.size(), 6u);

@@ -5,13 +5,12 @@
 // (tests/grad_check_util.h), compiled through NVRTC and run by the host reference executor.
 #include <gtest/gtest.h>
 
-#include <set>
-
 #include <fmt/format.h>
 
 #include "core/autodiff.h"
 #include "tests/error_test_util.h"
 #include "tests/grad_check_util.h"
+#include "tests/grad_graph_util.h"
 #include "tests/op_test_util.h"
 
 namespace teeny {
@@ -20,66 +19,12 @@ namespace {
 using op_testing::HostIn;
 using op_testing::infer_error;
 using op_testing::reference;
+using op_testing::registry;
 using op_testing::tensor;
+using testing::backward_of;
 using testing::expect_gradients_match;
-
-// The real ops and test.mse_loss: mse_loss with a backward rule of registered ops, 2 (p - t) / N
-// for a constant element count N.
-const Registry& registry() {
-  static const Registry r = [] {
-    Registry reg;
-    ops::register_all(reg);
-    OpDef loss = *reg.find("mse_loss");
-    loss.name = "test.mse_loss";
-    loss.backward = [](GradBuilder& g) {
-      const std::optional<int64_t> n = product(g.type(g.input(0)).shape).const_value();
-      if (!n) throw Error("test.mse_loss needs a constant element count");
-      const std::string diff = g.add("sub", {g.input(0), g.input(1)});
-      g.input_grad(0, g.add("scale", {diff}, {{"value", 2.0 / static_cast<double>(*n)}}));
-    };
-    reg.add(loss);
-    return reg;
-  }();
-  return r;
-}
-
-// A spec: `body` (inputs: and nodes: lines) whose last node `out` feeds the loss against a
-// `target` input of `out`'s shape, and a train: section with `train` (params:, inputs: lines).
-std::string loss_graph(const std::string& body, const std::string& target_shape, const std::string& train,
-                       const std::string& dims = "") {
-  return fmt::format(
-      "name: grads\n{}"
-      "inputs:\n"
-      "  target: {{dtype: f32, shape: {}}}\n"
-      "{}"
-      "  - {{name: loss, op: test.mse_loss, inputs: [out, target]}}\n"
-      "outputs: [loss]\n"
-      "train:\n"
-      "  loss: loss\n"
-      "{}",
-      dims, target_shape, body, train);
-}
-
-Graph trained(const std::string& spec) {
-  Graph graph = parse_graph(spec, "grads.yaml", registry());
-  add_training(graph, registry());
-  return graph;
-}
-
-// The backward nodes the rules of `forward` nodes added, one line each:
-// "name = op(inputs) {attrs} {slot->param}".
-std::vector<std::string> backward_of(const Graph& graph, const std::set<std::string>& forward) {
-  std::vector<std::string> lines;
-  for (const Node& node : graph.nodes) {
-    if (node.role != NodeRole::kBackward || !forward.count(node.grad_of)) continue;
-    const nlohmann::json& attrs = node.ctx.attrs.json();
-    std::string line = fmt::format("{} = {}({}){}", node.name, node.op->name, fmt::join(node.inputs, ", "),
-                                   attrs.empty() ? "" : " " + attrs.dump());
-    for (const auto& [slot, param] : node.param_refs) line += fmt::format(" {{{}->{}}}", slot, param);
-    lines.push_back(line);
-  }
-  return lines;
-}
+using testing::loss_graph;
+using testing::trained;
 
 // ---- the graphs the rules build ----------------------------------------------------------------
 

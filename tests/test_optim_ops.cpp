@@ -23,29 +23,8 @@
 namespace teeny {
 namespace {
 
+using op_testing::registry;
 using testing::rendered;
-
-// The real ops and test.mse_loss: mse_loss with a backward rule of registered ops, 2 (p - t) / N
-// for a constant element count N (as tests/test_gradients.cpp), while mse_loss has none of its own.
-const Registry& registry() {
-  static const Registry r = [] {
-    Registry reg;
-    ops::register_all(reg);
-    OpDef loss = *reg.find("mse_loss");
-    loss.name = "test.mse_loss";
-    loss.backward = [](GradBuilder& g) {
-      const std::optional<int64_t> n = product(g.type(g.input(0)).shape).const_value();
-      if (!n) throw Error("test.mse_loss needs a constant element count");
-      const std::string diff = g.add("sub", {g.input(0), g.input(1)});
-      for (size_t i = 0; i < 2; ++i)
-        if (g.needs_input_grad(i))
-          g.input_grad(i, g.add("scale", {diff}, {{"value", (i == 0 ? 2.0 : -2.0) / static_cast<double>(*n)}}));
-    };
-    reg.add(loss);
-    return reg;
-  }();
-  return r;
-}
 
 // fc = linear(x) with weight [2, 3] and bias [2]; loss = mean((fc - target)^2).
 std::string net(const std::string& train, const char* dtype = "f32") {
@@ -56,7 +35,7 @@ std::string net(const std::string& train, const char* dtype = "f32") {
       "  target: {{dtype: {0}, shape: [2, 2]}}\n"
       "nodes:\n"
       "  - {{name: fc, op: linear, inputs: [x], attrs: {{out_features: 2}}}}\n"
-      "  - {{name: loss, op: test.mse_loss, inputs: [fc, target]}}\n"
+      "  - {{name: loss, op: mse_loss, inputs: [fc, target]}}\n"
       "outputs: [loss]\n"
       "train:\n"
       "  loss: loss\n"
