@@ -3,6 +3,7 @@
 // input row stride allow, else per element; reads honour a padded input row stride.
 #include <fmt/format.h>
 
+#include "core/autodiff.h"
 #include "ops/head_copy.h"
 #include "ops/kernel_util.h"
 #include "ops/ops.h"
@@ -56,6 +57,10 @@ OpDef merge_heads_op() {
   def.infer = [meta](const OpContext& ctx) { return infer_merge_heads(meta, ctx); };
   def.lower = lower_merge_heads;
   def.reference = merge_heads_reference;
+  // A permutation: the gradient goes back through its inverse, split_heads with the same heads.
+  def.backward = [](GradBuilder& g) {
+    g.input_grad(0, g.add("split_heads", {g.grad_output()}, {{"heads", g.ctx().attrs.integer("heads")}}));
+  };
   def.conformance_cases = [] {
     return head_copy_cases("merge_heads", {"[B*12, S, 64]", "[B*12, S, 3]"}, "[B*2, S, 8]");
   };

@@ -3,6 +3,7 @@
 // else per element; reads honour a padded input row stride, the output is contiguous.
 #include <fmt/format.h>
 
+#include "core/autodiff.h"
 #include "ops/head_copy.h"
 #include "ops/kernel_util.h"
 #include "ops/ops.h"
@@ -55,6 +56,10 @@ OpDef split_heads_op() {
   def.infer = [meta](const OpContext& ctx) { return infer_split_heads(meta, ctx); };
   def.lower = lower_split_heads;
   def.reference = split_heads_reference;
+  // A permutation: the gradient goes back through its inverse, merge_heads with the same heads.
+  def.backward = [](GradBuilder& g) {
+    g.input_grad(0, g.add("merge_heads", {g.grad_output()}, {{"heads", g.ctx().attrs.integer("heads")}}));
+  };
   def.conformance_cases = [] { return head_copy_cases("split_heads", {"[B, S, 768]", "[B, S, 36]"}, "[B, S, 8]"); };
   def.source_file = TEENY_OP_FILE;
   return def;
