@@ -1,0 +1,374 @@
+// sdpa's gradient ops (ops.md, "Gradients"): grad.sdpa_stats (the forward's row log-sum-exp,
+// recomputed, and D = rowsum(dO · O)), grad.sdpa_dq, and grad.sdpa_dkv (dK and dV side by side,
+// each k/v head's summed over the kv_groups query heads sharing it). FlashAttention-2's backward:
+// scores recomputed tile by tile, nothing S x S stored, no atomics (ops/kernels/grad_sdpa.cuh).
+// The forward op's output is untouched: its kernels never write the log-sum-exp.
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <tuple>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "ops/conformance.h"
+#include "ops/kernel_util.h"
+#include "ops/ops.h"
+#include "ops/sdpa.h"
+
+namespace teeny::ops {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kMaxHeadDim = 256;
+
+// Queries and keys a tile: the five staged [kB][Dh] and two [kB][kB] f32 tiles of the dK/dV
+// kernel stay near 100 KiB at every head dim, and each thread's accumulators at 32 registers.
+int tile_rows(int64_t head_dim) { return head_dim <= 64 ? 64 : head_dim <= 128 ? 32 : 16; }
+int64_t padded_ld(int64_t head_dim) { return head_dim % 2 == 0 ? head_dim + 1 : head_dim; }
+
+double attention_scale(const Attrs& attrs, int64_t head_dim) {
+  return attrs.has("scale") ? attrs.real("scale") : 1.0 / std::sqrt(static_cast<double>(head_dim));
+}
+
+// Which of an op's inputs are q, k and the tensors of q's shape (and the stats, for dq/dkv).
+struct GradInputs {
+  std::vector<const char*> names;  // every input, in order
+  std::vector<size_t> like_q;      // of q's shape and dtype (o, do)
+  bool v = false;                  // input 2 is v, of k's shape
+  bool stats = false;              // the last input is stats, f32 [N, Sq, 2]
+};
+
+const GradInputs kStatsInputs{{"q", "k", "o", "do"}, {2, 3}, false, false};
+const GradInputs kGradInputs{{"q", "k", "v", "do", "stats"}, {3}, true, true};
+
+// Shape rules shared by the three ops; returns the head dim. Throws OpError.
+int64_t check_grad_inputs(const OpDef& def, const OpContext& ctx, const GradInputs& in) {
+  const std::string& op = def.name;
+  for (size_t i = 0; i < ctx.inputs.size(); ++i)
+    if (ctx.inputs[i].shape.size() != 3)
+      throw OpError("inputs", fmt::format("{} needs {} of rank 3; {} is {}", op, fmt::join(in.names, ", "), in.names[i],
+                                          shape_str(ctx.inputs[i].shape)));
+  OpContext floats = ctx;  // the attention tensors share a dtype; stats is f32
+  if (in.stats) floats.inputs.pop_back();
+  common_float_dtype(def, floats);
+  const TensorType& q = ctx.inputs[0];
+  const TensorType& k = ctx.inputs[1];
+  if (in.v && ctx.inputs[2].shape != k.shape)
+    throw OpError("inputs", fmt::format("{}: k and v must have the same shape; got {} and {}", op, shape_str(k.shape),
+                                        shape_str(ctx.inputs[2].shape)));
+  const int64_t groups = kv_groups(ctx.attrs);
+  if (q.shape[0] != k.shape[0] * Expr(groups) || q.shape[2] != k.shape[2])
+    throw OpError("inputs", fmt::format("{}: q [N, Sq, Dh] needs k [N / kv_groups, Skv, Dh] with kv_groups = {}; got "
+                                        "q {} and k {}",
+                                        op, groups, shape_str(q.shape), shape_str(k.shape)));
+  for (size_t i : in.like_q)
+    if (ctx.inputs[i].shape != q.shape)
+      throw OpError("inputs", fmt::format("{}: {} must have q's shape {}; got {}", op, in.names[i], shape_str(q.shape),
+                                          shape_str(ctx.inputs[i].shape)));
+  if (in.stats) {
+    const TensorType& stats = ctx.inputs.back();
+    if (stats.dtype != DType::kF32 || stats.shape != Shape{q.shape[0], q.shape[1], Expr(2)})
+      throw OpError("inputs", fmt::format("{}: stats must be f32 [N, Sq, 2] (grad.sdpa_stats of q {}); got {} {}", op,
+                                          shape_str(q.shape), dtype_name(stats.dtype), shape_str(stats.shape)));
+  }
+  const auto head_dim = q.shape[2].const_value();
+  if (!head_dim) throw OpError("inputs", fmt::format("{} needs a fixed head dim; q is {}", op, shape_str(q.shape)));
+  if (*head_dim > kMaxHeadDim)
+    throw OpError("inputs", fmt::format("{} supports head dims up to {}; got {}", op, kMaxHeadDim, *head_dim));
+  return *head_dim;
+}
+
+TensorType infer_stats(const OpDef& def, const OpContext& ctx) {
+  check_grad_inputs(def, ctx, kStatsInputs);
+  if (ctx.requested_dtype && *ctx.requested_dtype != DType::kF32)
+    throw OpError("dtype", fmt::format("op '{}' produces f32 [lse, D] rows; it cannot produce {}", def.name,
+                                       dtype_name(*ctx.requested_dtype)));
+  const Shape& q = ctx.inputs[0].shape;
+  return contiguous(DType::kF32, {q[0], q[1], Expr(2)});
+}
+
+TensorType infer_dq(const OpDef& def, const OpContext& ctx) {
+  check_grad_inputs(def, ctx, kGradInputs);
+  const TensorType& q = ctx.inputs[0];
+  return contiguous(output_float_dtype(def, ctx, q.dtype), q.shape);
+}
+
+TensorType infer_dkv(const OpDef& def, const OpContext& ctx) {
+  check_grad_inputs(def, ctx, kGradInputs);
+  const TensorType& k = ctx.inputs[1];
+  return contiguous(output_float_dtype(def, ctx, k.dtype), {k.shape[0], k.shape[1], k.shape[2] * Expr(2)});
+}
+
+enum class Kernel { kStats, kDq, kDkv };
+
+Lowering lower(const OpContext& ctx, Kernel which) {
+  const TensorType& q = ctx.inputs[0];
+  const TensorType& k = ctx.inputs[1];
+  const DType dtype = q.dtype;
+  const int64_t head_dim = *q.shape[2].const_value();
+  const int tile = tile_rows(head_dim);
+  const bool causal = ctx.attrs.boolean("causal");
+  const Expr n = q.shape[0], sq = q.shape[1], skv = k.shape[1];
+  const double scale = attention_scale(ctx.attrs, head_dim);
+
+  Launch launch;
+  const int64_t ld = padded_ld(head_dim), b = tile;
+  const char* entry = nullptr;
+  std::string name;
+  int64_t smem_floats = 0;
+  if (which == Kernel::kStats) {
+    const TensorType& o = ctx.inputs[2];
+    const TensorType& dout = ctx.inputs[3];
+    launch.args = {input(0, "q", dtype),
+                   input(1, "k", dtype),
+                   input(2, "o", dtype),
+                   input(3, "dout", dtype),
+                   output("stats", DType::kF32),
+                   i32("N", n),
+                   i32("Sq", sq),
+                   i32("Skv", skv),
+                   i32("ldq", q.row_stride),
+                   i32("ldk", k.row_stride),
+                   i32("ldo", o.row_stride),
+                   i32("lddo", dout.row_stride),
+                   i32("kv_groups", Expr(kv_groups(ctx.attrs))),
+                   f32("scale", scale)};
+    entry = "tn_sdpa_grad_stats";
+    name = "grad_sdpa_stats";
+    smem_floats = 2 * b * ld + b * (b + 1);
+  } else {
+    const TensorType& dout = ctx.inputs[3];
+    const TensorType& stats = ctx.inputs[4];
+    const bool dq = which == Kernel::kDq;
+    launch.args = {input(0, "q", dtype),
+                   input(1, "k", dtype),
+                   input(2, "v", dtype),
+                   input(3, "dout", dtype),
+                   input(4, "stats", DType::kF32),
+                   output(dq ? "dq" : "dkv", dtype),
+                   i32("N", n),
+                   i32("Sq", sq),
+                   i32("Skv", skv),
+                   i32("ldq", q.row_stride),
+                   i32("ldk", k.row_stride),
+                   i32("ldv", ctx.inputs[2].row_stride),
+                   i32("lddo", dout.row_stride),
+                   i32("ldst", stats.row_stride),
+                   i32("kv_groups", Expr(kv_groups(ctx.attrs))),
+                   f32("scale", scale)};
+    entry = dq ? "tn_sdpa_grad_dq" : "tn_sdpa_grad_dkv";
+    name = dq ? "grad_sdpa_dq" : "grad_sdpa_dkv";
+    smem_floats = 4 * b * ld + (dq ? 1 : 2) * b * (b + 1) + 2 * b;
+  }
+  const Expr rows_of_blocks =
+      which == Kernel::kDkv ? (n / Expr(kv_groups(ctx.attrs))) * ceil_div(skv, Expr(b)) : n * ceil_div(sq, Expr(b));
+  launch.block = {kThreads, 1, 1};
+  launch.grid = {rows_of_blocks, Expr(1), Expr(1)};
+  launch.dynamic_smem = Expr(smem_floats * 4);
+  const Expr elem(static_cast<int64_t>(dtype_size(dtype)));
+  const Expr q_elems = n * sq * Expr(head_dim), kv_elems = (n / Expr(kv_groups(ctx.attrs))) * skv * Expr(head_dim);
+  // Each pass reads q, k (and v, do) once a tile of the other side; counted once, as sdpa's.
+  launch.bytes =
+      which == Kernel::kStats ? (Expr(3) * q_elems + kv_elems) * elem : (Expr(3) * q_elems + Expr(2) * kv_elems) * elem;
+  // q·kᵀ (and do·vᵀ, then the dQ or dK and dV products), 2 FLOPs a multiply-add; causal about half.
+  const int64_t products = which == Kernel::kStats ? 1 : which == Kernel::kDq ? 3 : 4;
+  const Expr full = Expr(2 * products) * n * sq * skv * Expr(head_dim);
+  launch.flops = causal ? full / Expr(2) : full;
+
+  const std::string kernel_name =
+      fmt::format("{}_{}_d{}{}", name, dtype_name(dtype), head_dim, causal ? "_causal" : "");
+  KernelSource kernel = template_kernel(
+      kernel_name, "grad_sdpa.cuh",
+      fmt::format("{}<{}, {}, {}, {}, {}>", entry, dtype_c_type(dtype), head_dim, tile, kThreads, causal), launch.args,
+      kThreads, TEENY_KERNEL_ORIGIN);
+  return Lowering{{kernel}, {launch}};
+}
+
+// ---- host references (double) -----------------------------------------------------------------
+
+struct HostAttention {
+  int64_t n, sq, skv, dh, groups;
+  bool causal;
+  double scale;
+};
+
+HostAttention host_attention(const RefContext& ref) {
+  const HostTensor& q = ref.inputs[0];
+  const HostTensor& k = ref.inputs[1];
+  const int64_t dh = q.shape[2];
+  return {q.shape[0],
+          q.shape[1],
+          k.shape[1],
+          dh,
+          kv_groups(ref.op.attrs),
+          ref.op.attrs.boolean("causal"),
+          attention_scale(ref.op.attrs, dh)};
+}
+
+double dot(const double* a, const double* b, int64_t len) {
+  double sum = 0.0;
+  for (int64_t d = 0; d < len; ++d) sum += a[d] * b[d];
+  return sum;
+}
+
+// Calls visit(n, i, j) for every visible (query head, query, key) in order.
+void for_each_visible(const HostAttention& a, const std::function<void(int64_t, int64_t, int64_t)>& visit) {
+  for (int64_t n = 0; n < a.n; ++n)
+    for (int64_t i = 0; i < a.sq; ++i)
+      for (int64_t j = 0; j < (a.causal ? std::min(a.skv, i + 1) : a.skv); ++j) visit(n, i, j);
+}
+
+HostTensor stats_reference(const RefContext& ref) {
+  const HostAttention a = host_attention(ref);
+  const std::vector<double>&q = ref.inputs[0].data, &k = ref.inputs[1].data;
+  const std::vector<double>&o = ref.inputs[2].data, &dout = ref.inputs[3].data;
+  HostTensor out{ref.op.output.dtype, ref.output_shape, std::vector<double>(a.n * a.sq * 2)};
+  std::vector<double> max(a.n * a.sq, -INFINITY), sum(a.n * a.sq, 0.0);
+  auto score = [&](int64_t n, int64_t i, int64_t j) {
+    return a.scale * dot(&q[(n * a.sq + i) * a.dh], &k[((n / a.groups) * a.skv + j) * a.dh], a.dh);
+  };
+  for_each_visible(
+      a, [&](int64_t n, int64_t i, int64_t j) { max[n * a.sq + i] = std::max(max[n * a.sq + i], score(n, i, j)); });
+  for_each_visible(
+      a, [&](int64_t n, int64_t i, int64_t j) { sum[n * a.sq + i] += std::exp(score(n, i, j) - max[n * a.sq + i]); });
+  for (int64_t r = 0; r < a.n * a.sq; ++r) {
+    out.data[2 * r] = max[r] + std::log(sum[r]);
+    out.data[2 * r + 1] = dot(&dout[r * a.dh], &o[r * a.dh], a.dh);
+  }
+  return out;
+}
+
+// dQ, or [dK | dV] rows, from p = exp(s - lse) and dS = p (dO·v - D) with the stats input's lse
+// and D.
+HostTensor grad_reference(const RefContext& ref, Kernel which) {
+  const HostAttention a = host_attention(ref);
+  const std::vector<double>&q = ref.inputs[0].data, &k = ref.inputs[1].data, &v = ref.inputs[2].data;
+  const std::vector<double>&dout = ref.inputs[3].data, &stats = ref.inputs[4].data;
+  int64_t elements = 1;
+  for (int64_t dim : ref.output_shape) elements *= dim;
+  HostTensor out{ref.op.output.dtype, ref.output_shape, std::vector<double>(elements, 0.0)};
+  for_each_visible(a, [&](int64_t n, int64_t i, int64_t j) {
+    const int64_t row = n * a.sq + i, kv_row = (n / a.groups) * a.skv + j;
+    const double p = std::exp(a.scale * dot(&q[row * a.dh], &k[kv_row * a.dh], a.dh) - stats[2 * row]);
+    const double ds = p * (dot(&dout[row * a.dh], &v[kv_row * a.dh], a.dh) - stats[2 * row + 1]);
+    for (int64_t d = 0; d < a.dh; ++d) {
+      if (which == Kernel::kDq) {
+        out.data[row * a.dh + d] += ds * a.scale * k[kv_row * a.dh + d];
+      } else {
+        out.data[kv_row * 2 * a.dh + d] += ds * a.scale * q[row * a.dh + d];
+        out.data[kv_row * 2 * a.dh + a.dh + d] += p * dout[row * a.dh + d];
+      }
+    }
+  });
+  return out;
+}
+
+// ---- conformance ------------------------------------------------------------------------------
+
+// The forward sdpa, then grad.sdpa_stats and, for dq/dkv, the op itself, on random q, k, v, do.
+ConformanceCase chain_case(const std::string& op, DType dtype, const std::string& q_shape, const std::string& kv_shape,
+                           nlohmann::json attrs, std::vector<Bindings> bindings, const std::string& label) {
+  std::vector<CaseNode> nodes = {{"o", "sdpa", {"q", "k", "v"}, attrs},
+                                 {"st", "grad.sdpa_stats", {"q", "k", "o", "do"}, attrs}};
+  if (op != "grad.sdpa_stats") nodes.push_back({"g", op, {"q", "k", "v", "do", "st"}, attrs});
+  return {fmt::format("{} {}", label, dtype_name(dtype)),
+          case_graph({"N", "S", "T"},
+                     {{"q", dtype, q_shape}, {"k", dtype, kv_shape}, {"v", dtype, kv_shape}, {"do", dtype, q_shape}},
+                     nodes),
+          std::move(bindings)};
+}
+
+// Every dtype at head dims 64 (the common one) and 17 (odd rows), causal and not, sequence
+// lengths 1, 17 and 129 (tiles of 64 cut short); 128 and 256 (tiles of 32 and 16) once each;
+// q and k/v lengths apart; grouped-query attention; a negative scale; padded inputs.
+std::vector<ConformanceCase> conformance_cases(const std::string& op) {
+  std::vector<ConformanceCase> cases;
+  const std::vector<Bindings> lengths = {
+      {{"N", 1}, {"S", 1}, {"T", 1}}, {{"N", 3}, {"S", 17}, {"T", 17}}, {{"N", 2}, {"S", 129}, {"T", 129}}};
+  const std::vector<Bindings> apart = {{{"N", 2}, {"S", 33}, {"T", 70}}, {{"N", 1}, {"S", 70}, {"T", 33}}};
+  for (DType dtype : float_dtypes()) {
+    for (int head_dim : {64, 17})
+      for (bool causal : {false, true}) {
+        const std::string shape = fmt::format("[N, S, {}]", head_dim);
+        cases.push_back(chain_case(op, dtype, shape, shape, {{"causal", causal}}, lengths,
+                                   fmt::format("{}{}", shape, causal ? " causal" : "")));
+      }
+    for (const auto& [groups, head_dim, causal] : {std::tuple{4, 64, true}, {3, 17, false}})
+      cases.push_back(chain_case(op, dtype, fmt::format("[N*{}, S, {}]", groups, head_dim),
+                                 fmt::format("[N, T, {}]", head_dim), {{"causal", causal}, {"kv_groups", groups}},
+                                 apart,
+                                 fmt::format("kv_groups {}, Dh {}{}", groups, head_dim, causal ? " causal" : "")));
+  }
+  for (const auto& [dtype, head_dim] : {std::tuple{DType::kBF16, 128}, {DType::kF32, 256}})
+    cases.push_back(chain_case(op, dtype, fmt::format("[N, S, {}]", head_dim), fmt::format("[N, T, {}]", head_dim),
+                               {{"causal", true}}, apart, fmt::format("Dh {} causal", head_dim)));
+  cases.push_back(chain_case(op, DType::kF16, "[N, S, 64]", "[N, T, 64]", {{"causal", false}, {"scale", -0.5}}, apart,
+                             "scale -0.5"));
+  std::vector<CaseNode> padded = {{"p", "linear", {"x"}, {{"out_features", 17}}},
+                                  {"o", "sdpa", {"p", "p", "p"}, {{"causal", true}}},
+                                  {"st", "grad.sdpa_stats", {"p", "p", "o", "p"}, {{"causal", true}}}};
+  if (op != "grad.sdpa_stats") padded.push_back({"g", op, {"p", "p", "p", "p", "st"}, {{"causal", true}}});
+  cases.push_back({"padded q/k/v/do (linear 17 of 20)",
+                   case_graph({"N", "S"}, {{"x", DType::kF32, "[N, S, 8]"}}, padded),
+                   {{{"N", 2}, {"S", 100}}}});
+  return cases;
+}
+
+OpDef grad_sdpa_op(const std::string& name, const std::string& doc, const GradInputs& inputs,
+                   std::vector<std::string> input_docs) {
+  OpDef def;
+  def.name = name;
+  def.doc = doc;
+  for (size_t i = 0; i < inputs.names.size(); ++i) {
+    InputSpec spec;
+    spec.name = inputs.names[i];
+    spec.doc = input_docs.at(i);
+    def.inputs.push_back(spec);
+  }
+  def.attrs = sdpa_attr_specs();
+  def.dtypes = float_dtypes();
+  def.conformance_cases = [name] { return conformance_cases(name); };
+  def.source_file = TEENY_OP_FILE;
+  return def;
+}
+
+}  // namespace
+
+OpDef grad_sdpa_stats_op() {
+  OpDef def = grad_sdpa_op(
+      "grad.sdpa_stats", "sdpa's row log-sum-exp of the scaled, masked scores and D = rowsum(do · o): f32 [N, Sq, 2]",
+      kStatsInputs, {"[N, Sq, Dh]", "[N/kv_groups, Skv, Dh]", "sdpa's output, q's shape", "dL/do, q's shape"});
+  const OpDef meta = def;
+  def.infer = [meta](const OpContext& ctx) { return infer_stats(meta, ctx); };
+  def.lower = [](const OpContext& ctx) { return lower(ctx, Kernel::kStats); };
+  def.reference = stats_reference;
+  return def;
+}
+
+OpDef grad_sdpa_dq_op() {
+  OpDef def = grad_sdpa_op(
+      "grad.sdpa_dq", "sdpa's gradient of q, from the recomputed scores and grad.sdpa_stats", kGradInputs,
+      {"[N, Sq, Dh]", "[N/kv_groups, Skv, Dh]", "k's shape", "dL/do, q's shape", "grad.sdpa_stats, f32 [N, Sq, 2]"});
+  const OpDef meta = def;
+  def.infer = [meta](const OpContext& ctx) { return infer_dq(meta, ctx); };
+  def.lower = [](const OpContext& ctx) { return lower(ctx, Kernel::kDq); };
+  def.reference = [](const RefContext& ref) { return grad_reference(ref, Kernel::kDq); };
+  return def;
+}
+
+OpDef grad_sdpa_dkv_op() {
+  OpDef def = grad_sdpa_op(
+      "grad.sdpa_dkv",
+      "sdpa's gradients of k and v side by side, [N/kv_groups, Skv, 2*Dh], summed over the query heads sharing a "
+      "k/v head",
+      kGradInputs,
+      {"[N, Sq, Dh]", "[N/kv_groups, Skv, Dh]", "k's shape", "dL/do, q's shape", "grad.sdpa_stats, f32 [N, Sq, 2]"});
+  const OpDef meta = def;
+  def.infer = [meta](const OpContext& ctx) { return infer_dkv(meta, ctx); };
+  def.lower = [](const OpContext& ctx) { return lower(ctx, Kernel::kDkv); };
+  def.reference = [](const RefContext& ref) { return grad_reference(ref, Kernel::kDkv); };
+  return def;
+}
+
+}  // namespace teeny::ops

@@ -1,0 +1,45 @@
+// grad_sdpa.cuh instantiated for kernel_check (see check.cuh): each kernel at the tiles
+// ops/grad_sdpa.cpp picks per head dim (64 rows up to 64, 32 up to 128, 16 up to 256), in each
+// dtype, causal and not, and an odd head dim.
+#include "../grad_sdpa.cuh"
+#include "check.cuh"
+
+#define TN_GRAD_SDPA_STATS_PARAMS(T)                                                                                   \
+  (const T* q, const T* k, const T* o, const T* dout, float* stats, int N, int Sq, int Skv, int ldq, int ldk, int ldo, \
+   int lddo, int kv_groups, float scale)
+#define TN_GRAD_SDPA_STATS_ARGS q, k, o, dout, stats, N, Sq, Skv, ldq, ldk, ldo, lddo, kv_groups, scale
+#define TN_GRAD_SDPA_PARAMS(T)                                                                                     \
+  (const T* q, const T* k, const T* v, const T* dout, const float* stats, T* out, int N, int Sq, int Skv, int ldq, \
+   int ldk, int ldv, int lddo, int ldst, int kv_groups, float scale)
+#define TN_GRAD_SDPA_ARGS q, k, v, dout, stats, out, N, Sq, Skv, ldq, ldk, ldv, lddo, ldst, kv_groups, scale
+
+TN_ENTRY(grad_sdpa_stats_f32_d64_causal, (256)) TN_GRAD_SDPA_STATS_PARAMS(float) {
+  tn_sdpa_grad_stats<float, 64, 64, 256, true>(TN_GRAD_SDPA_STATS_ARGS);
+}
+TN_ENTRY(grad_sdpa_stats_bf16_d128, (256)) TN_GRAD_SDPA_STATS_PARAMS(__nv_bfloat16) {
+  tn_sdpa_grad_stats<__nv_bfloat16, 128, 32, 256, false>(TN_GRAD_SDPA_STATS_ARGS);
+}
+TN_ENTRY(grad_sdpa_stats_f16_d256_causal, (256)) TN_GRAD_SDPA_STATS_PARAMS(__half) {
+  tn_sdpa_grad_stats<__half, 256, 16, 256, true>(TN_GRAD_SDPA_STATS_ARGS);
+}
+TN_ENTRY(grad_sdpa_dq_f32_d64_causal, (256)) TN_GRAD_SDPA_PARAMS(float) {
+  tn_sdpa_grad_dq<float, 64, 64, 256, true>(TN_GRAD_SDPA_ARGS);
+}
+TN_ENTRY(grad_sdpa_dq_bf16_d17, (256)) TN_GRAD_SDPA_PARAMS(__nv_bfloat16) {
+  tn_sdpa_grad_dq<__nv_bfloat16, 17, 64, 256, false>(TN_GRAD_SDPA_ARGS);
+}
+TN_ENTRY(grad_sdpa_dq_f16_d256_causal, (256)) TN_GRAD_SDPA_PARAMS(__half) {
+  tn_sdpa_grad_dq<__half, 256, 16, 256, true>(TN_GRAD_SDPA_ARGS);
+}
+TN_ENTRY(grad_sdpa_dkv_f32_d64_causal, (256)) TN_GRAD_SDPA_PARAMS(float) {
+  tn_sdpa_grad_dkv<float, 64, 64, 256, true>(TN_GRAD_SDPA_ARGS);
+}
+TN_ENTRY(grad_sdpa_dkv_bf16_d128, (256)) TN_GRAD_SDPA_PARAMS(__nv_bfloat16) {
+  tn_sdpa_grad_dkv<__nv_bfloat16, 128, 32, 256, false>(TN_GRAD_SDPA_ARGS);
+}
+TN_ENTRY(grad_sdpa_dkv_f16_d256_causal, (256)) TN_GRAD_SDPA_PARAMS(__half) {
+  tn_sdpa_grad_dkv<__half, 256, 16, 256, true>(TN_GRAD_SDPA_ARGS);
+}
+TN_ENTRY(grad_sdpa_dkv_f32_d17, (256)) TN_GRAD_SDPA_PARAMS(float) {
+  tn_sdpa_grad_dkv<float, 17, 64, 256, false>(TN_GRAD_SDPA_ARGS);
+}
