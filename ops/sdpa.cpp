@@ -14,7 +14,9 @@
 
 #include <fmt/format.h>
 
+#include "core/autodiff.h"
 #include "ops/conformance.h"
+#include "ops/grad_util.h"
 #include "ops/kernel_util.h"
 #include "ops/ops.h"
 #include "ops/sdpa.h"
@@ -117,6 +119,23 @@ HostTensor repeat_kv_heads(const HostTensor& x, int64_t rows, const AttentionHea
 
 // sdpa's heads: one a row block of q and of k/v, kv_groups query heads to a k/v head.
 AttentionHeads one_head_per_row(const Attrs& attrs) { return {1, 1, kv_groups(attrs)}; }
+
+// FlashAttention-2's backward: the row statistics (log-sum-exp, recomputed, and rowsum(dO · O)),
+// then dQ and [dK | dV] from scores recomputed tile by tile (ops/grad_sdpa.cpp); dK and dV are
+// cut from the one [N / kv_groups, Skv, 2*Dh] tensor the dK/dV kernel writes.
+void sdpa_backward(GradBuilder& g) {
+  const nlohmann::json& attrs = g.ctx().attrs.json();
+  const std::string &q = g.input(0), &k = g.input(1), &v = g.input(2), &dout = g.grad_output();
+  const std::string stats = g.add("grad.sdpa_stats", {q, k, g.output(), dout}, attrs);
+  if (g.needs_input_grad(0)) g.input_grad(0, g.add("grad.sdpa_dq", {q, k, v, dout, stats}, attrs));
+  if (!g.needs_input_grad(1) && !g.needs_input_grad(2)) return;
+  const std::string dkv = g.add("grad.sdpa_dkv", {q, k, v, dout, stats}, attrs);
+  const Expr& head_dim = g.ctx().inputs.at(0).shape[2];
+  for (size_t i : {1, 2})
+    if (g.needs_input_grad(i))
+      g.input_grad(
+          i, g.add("grad.slice", {dkv}, {{"axis", 2}, {"sizes", shape_attr({head_dim, head_dim})}, {"index", i - 1}}));
+}
 
 }  // namespace
 
@@ -283,6 +302,7 @@ OpDef sdpa_op() {
   def.infer = [meta](const OpContext& ctx) { return infer_sdpa(meta, ctx); };
   def.lower = [](const OpContext& ctx) { return lower_attention(ctx, one_head_per_row(ctx.attrs)); };
   def.reference = [](const RefContext& ref) { return attention_reference(ref, one_head_per_row(ref.op.attrs)); };
+  def.backward = sdpa_backward;
   def.conformance_cases = [] {
     std::vector<ConformanceCase> cases;
     const std::vector<Bindings> lengths = {

@@ -1,0 +1,319 @@
+// Attention's backward rules (split_heads, merge_heads, sdpa) and the grad.sdpa_* ops sdpa's adds
+// (ops.md, "Gradients"): the exact backward nodes, the ops' host references against values worked
+// out by hand, their shape errors (exact text), the rules' gradients against finite differences of
+// the loss (tests/grad_check_util.h) including causal masks and grouped-query attention, and
+// tiny_lm trained on a cross_entropy loss compiled with its backward nodes through NVRTC.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "core/autodiff.h"
+#include "core/compile.h"
+#include "tests/grad_check_util.h"
+#include "tests/grad_graph_util.h"
+#include "tests/op_test_util.h"
+
+namespace teeny {
+namespace {
+
+using op_testing::HostIn;
+using op_testing::infer_error;
+using op_testing::reference;
+using op_testing::registry;
+using op_testing::tensor;
+using testing::backward_of;
+using testing::expect_gradients_match;
+using testing::loss_graph;
+using testing::trained;
+
+// ---- the graphs the rules build ----------------------------------------------------------------
+
+TEST(AttentionGradientRules, SplitAndMergeHeadsGoBackThroughEachOther) {
+  const Graph graph =
+      trained(loss_graph("  x: {dtype: f32, shape: [2, 3, 8]}\n"
+                         "nodes:\n"
+                         "  - {name: sh, op: split_heads, inputs: [x], attrs: {heads: 2}}\n"
+                         "  - {name: out, op: merge_heads, inputs: [sh], attrs: {heads: 4}}\n",
+                         "[1, 3, 16]", "  inputs: [x]\n"));
+  const std::vector<std::string> expected{
+      "bwd_out = split_heads(bwd_loss) {\"heads\":4}",
+      "bwd_sh = merge_heads(bwd_out) {\"heads\":2}",
+  };
+  EXPECT_EQ(backward_of(graph, {"sh", "out"}), expected);
+  EXPECT_EQ(graph.find_node("bwd_sh")->ctx.output.shape, (Shape{Expr(2), Expr(3), Expr(8)}));
+}
+
+TEST(AttentionGradientRules, SdpaRecomputesStatisticsAndCutsDkAndDvFromOneTensor) {
+  const Graph graph =
+      trained(loss_graph("  q: {dtype: f32, shape: [4, 3, 8]}\n"
+                         "  k: {dtype: f32, shape: [2, 5, 8]}\n"
+                         "  v: {dtype: f32, shape: [2, 5, 8]}\n"
+                         "nodes:\n"
+                         "  - {name: out, op: sdpa, inputs: [q, k, v], attrs: {causal: true, "
+                         "kv_groups: 2}}\n",
+                         "[4, 3, 8]", "  inputs: [q, k, v]\n"));
+  const std::string attrs = "{\"causal\":true,\"kv_groups\":2}";
+  const std::vector<std::string> expected{
+      "bwd_out = grad.sdpa_stats(q, k, out, bwd_loss) " + attrs,
+      "bwd_out_1 = grad.sdpa_dq(q, k, v, bwd_loss, bwd_out) " + attrs,
+      "bwd_out_2 = grad.sdpa_dkv(q, k, v, bwd_loss, bwd_out) " + attrs,
+      "bwd_out_3 = grad.slice(bwd_out_2) {\"axis\":2,\"index\":0,\"sizes\":[\"8\",\"8\"]}",
+      "bwd_out_4 = grad.slice(bwd_out_2) {\"axis\":2,\"index\":1,\"sizes\":[\"8\",\"8\"]}",
+  };
+  EXPECT_EQ(backward_of(graph, {"out"}), expected);
+  EXPECT_EQ(graph.gradients,
+            (std::map<std::string, std::string>{{"k", "bwd_out_3"}, {"q", "bwd_out_1"}, {"v", "bwd_out_4"}}));
+  const TensorType& stats = graph.find_node("bwd_out")->ctx.output;
+  EXPECT_EQ(stats.dtype, DType::kF32);
+  EXPECT_EQ(stats.shape, (Shape{Expr(4), Expr(3), Expr(2)}));
+  EXPECT_EQ(graph.find_node("bwd_out_2")->ctx.output.shape, (Shape{Expr(2), Expr(5), Expr(16)}));
+  EXPECT_EQ(graph.find_node("bwd_out_4")->ctx.output.shape, (Shape{Expr(2), Expr(5), Expr(8)}));
+}
+
+TEST(AttentionGradientRules, SdpaWithoutKvGradientsSkipsTheDkvKernel) {
+  const Graph graph =
+      trained(loss_graph("  q: {dtype: f32, shape: [2, 3, 8]}\n"
+                         "  kv: {dtype: f32, shape: [2, 3, 8]}\n"
+                         "nodes:\n"
+                         "  - {name: out, op: sdpa, inputs: [q, kv, kv], attrs: {scale: 0.5}}\n",
+                         "[2, 3, 8]", "  inputs: [q]\n"));
+  const std::vector<std::string> expected{
+      "bwd_out = grad.sdpa_stats(q, kv, out, bwd_loss) {\"causal\":false,\"kv_groups\":1,\"scale\":0.5}",
+      "bwd_out_1 = grad.sdpa_dq(q, kv, kv, bwd_loss, bwd_out) {\"causal\":false,\"kv_groups\":1,\"scale\":0.5}",
+  };
+  EXPECT_EQ(backward_of(graph, {"out"}), expected);
+}
+
+// ---- the grad.sdpa_* ops' references -------------------------------------------------------------
+
+// One query q = [1] against keys [1, 2] and values [10, 20] (head dim 1, scale 1): scores [1, 2],
+// p = [p0, p1] = [1, e] / (1 + e), o = 10 p0 + 20 p1; with dO = [1], D = o, dP = v, and
+// dS = p (v - o) = [-10 p0 p1, 10 p0 p1]. So dq = dS·k = 10 p0 p1, dk = dS q, dv = p dO.
+const double kE = std::exp(1.0), kP0 = 1 / (1 + kE), kP1 = kE / (1 + kE), kO = 10 * kP0 + 20 * kP1;
+
+std::vector<HostIn> one_query(int64_t heads, bool causal_pair = false) {
+  if (causal_pair) {
+    // Two queries [1, 1] over the same keys: under the causal mask query 0 sees key 0 alone.
+    return {{{1, 2, 1}, {1, 1}}, {{1, 2, 1}, {1, 2}}, {{1, 2, 1}, {10, 20}}, {{1, 2, 1}, {1, 1}}};
+  }
+  // `heads` identical query heads sharing one k/v head.
+  return {{{heads, 1, 1}, std::vector<double>(heads, 1.0)},
+          {{1, 2, 1}, {1, 2}},
+          {{1, 2, 1}, {10, 20}},
+          {{heads, 1, 1}, std::vector<double>(heads, 1.0)}};
+}
+
+// grad.sdpa_stats then `op` over inputs q, k, v, do (o from sdpa's reference).
+HostTensor through_stats(const std::string& op, const nlohmann::json& attrs, std::vector<HostIn> in) {
+  const HostTensor o = reference("sdpa", attrs, {in[0], in[1], in[2]});
+  const HostTensor stats = reference("grad.sdpa_stats", attrs, {in[0], in[1], {o.shape, o.data}, in[3]});
+  if (op == "grad.sdpa_stats") return stats;
+  in.push_back({stats.shape, stats.data});
+  return reference(op, attrs, in);
+}
+
+void expect_near_all(const std::vector<double>& actual, const std::vector<double>& expected) {
+  ASSERT_EQ(actual.size(), expected.size());
+  for (size_t i = 0; i < actual.size(); ++i) EXPECT_NEAR(actual[i], expected[i], 1e-12) << i;
+}
+
+TEST(AttentionGradientReference, StatsAreTheLogSumExpAndRowsumOfDoTimesO) {
+  const nlohmann::json attrs = {{"causal", false}, {"scale", 1.0}};
+  const HostTensor stats = through_stats("grad.sdpa_stats", attrs, one_query(1));
+  EXPECT_EQ(stats.shape, (std::vector<int64_t>{1, 1, 2}));
+  expect_near_all(stats.data, {std::log(kE + kE * kE), kO});
+  // A scale of 2 doubles the scores: log(e^2 + e^4).
+  const HostTensor scaled = through_stats("grad.sdpa_stats", {{"causal", false}, {"scale", 2.0}}, one_query(1));
+  EXPECT_NEAR(scaled.data[0], std::log(std::exp(2.0) + std::exp(4.0)), 1e-12);
+}
+
+TEST(AttentionGradientReference, DqAndDkvOfOneQuery) {
+  const nlohmann::json attrs = {{"causal", false}, {"scale", 1.0}};
+  expect_near_all(through_stats("grad.sdpa_dq", attrs, one_query(1)).data, {10 * kP0 * kP1});
+  const HostTensor dkv = through_stats("grad.sdpa_dkv", attrs, one_query(1));
+  EXPECT_EQ(dkv.shape, (std::vector<int64_t>{1, 2, 2}));
+  // Rows [dk_j, dv_j].
+  expect_near_all(dkv.data, {-10 * kP0 * kP1, kP0, 10 * kP0 * kP1, kP1});
+  // A scale of 0.5 halves the scores (so p changes) and scales dq and dk once more.
+  const double e = std::exp(0.5), p0 = 1 / (1 + e), p1 = e / (1 + e);
+  expect_near_all(through_stats("grad.sdpa_dq", {{"causal", false}, {"scale", 0.5}}, one_query(1)).data,
+                  {0.5 * 10 * p0 * p1});
+}
+
+TEST(AttentionGradientReference, CausalMaskAndSharedKvHeads) {
+  // Query 0 sees key 0 alone: p = 1, o = v0, dS = 0; it adds dO = 1 to dv0 and nothing else.
+  // Query 1 is the unmasked query above.
+  const nlohmann::json causal = {{"causal", true}, {"scale", 1.0}};
+  expect_near_all(through_stats("grad.sdpa_dq", causal, one_query(1, true)).data, {0, 10 * kP0 * kP1});
+  expect_near_all(through_stats("grad.sdpa_dkv", causal, one_query(1, true)).data,
+                  {-10 * kP0 * kP1, 1 + kP0, 10 * kP0 * kP1, kP1});
+  // Three identical query heads on one k/v head: dq per head as one, dk and dv three times.
+  const nlohmann::json grouped = {{"causal", false}, {"scale", 1.0}, {"kv_groups", 3}};
+  expect_near_all(through_stats("grad.sdpa_dq", grouped, one_query(3)).data, std::vector<double>(3, 10 * kP0 * kP1));
+  expect_near_all(through_stats("grad.sdpa_dkv", grouped, one_query(3)).data,
+                  {-30 * kP0 * kP1, 3 * kP0, 30 * kP0 * kP1, 3 * kP1});
+}
+
+TEST(AttentionGradientShape, ErrorsNameWhatDoesNotFit) {
+  const nlohmann::json attrs = {{"causal", false}, {"kv_groups", 2}};
+  auto t = [](DType dtype, std::vector<int64_t> dims) {
+    std::vector<Expr> shape;
+    for (int64_t d : dims) shape.push_back(Expr(d));
+    return tensor(dtype, shape);
+  };
+  const DType f32 = DType::kF32;
+  EXPECT_EQ(infer_error("grad.sdpa_stats", attrs,
+                        {t(f32, {4, 3, 8}), t(f32, {4, 5, 8}), t(f32, {4, 3, 8}), t(f32, {4, 3, 8})}),
+            "grad.sdpa_stats: q [N, Sq, Dh] needs k [N / kv_groups, Skv, Dh] with kv_groups = 2; got q [4, 3, 8] and "
+            "k [4, 5, 8]");
+  EXPECT_EQ(
+      infer_error("grad.sdpa_stats", attrs, {t(f32, {4, 3, 8}), t(f32, {2, 5, 8}), t(f32, {4, 3, 8}), t(f32, {4, 8})}),
+      "grad.sdpa_stats needs q, k, o, do of rank 3; do is [4, 8]");
+  EXPECT_EQ(
+      infer_error("grad.sdpa_dq", attrs,
+                  {t(f32, {4, 3, 8}), t(f32, {2, 5, 8}), t(f32, {2, 5, 8}), t(f32, {4, 5, 8}), t(f32, {4, 3, 2})}),
+      "grad.sdpa_dq: do must have q's shape [4, 3, 8]; got [4, 5, 8]");
+  EXPECT_EQ(
+      infer_error("grad.sdpa_dkv", attrs,
+                  {t(f32, {4, 3, 8}), t(f32, {2, 5, 8}), t(f32, {2, 4, 8}), t(f32, {4, 3, 8}), t(f32, {4, 3, 2})}),
+      "grad.sdpa_dkv: k and v must have the same shape; got [2, 5, 8] and [2, 4, 8]");
+  EXPECT_EQ(infer_error("grad.sdpa_dkv", attrs,
+                        {t(DType::kBF16, {4, 3, 8}), t(DType::kBF16, {2, 5, 8}), t(DType::kBF16, {2, 5, 8}),
+                         t(DType::kBF16, {4, 3, 8}), t(DType::kBF16, {4, 3, 2})}),
+            "grad.sdpa_dkv: stats must be f32 [N, Sq, 2] (grad.sdpa_stats of q [4, 3, 8]); got bf16 [4, 3, 2]");
+  EXPECT_EQ(infer_error("grad.sdpa_dq", {{"causal", false}},
+                        {t(f32, {2, 3, 300}), t(f32, {2, 5, 300}), t(f32, {2, 5, 300}), t(f32, {2, 3, 300}),
+                         t(f32, {2, 3, 2})}),
+            "grad.sdpa_dq supports head dims up to 256; got 300");
+}
+
+// ---- gradients against finite differences ------------------------------------------------------
+
+TEST(AttentionGradientCheck, SplitThenMergeWithOtherHeads) {
+  expect_gradients_match(loss_graph("  x: {dtype: f32, shape: [2, 3, 8]}\n"
+                                    "nodes:\n"
+                                    "  - {name: sh, op: split_heads, inputs: [x], attrs: {heads: 2}}\n"
+                                    "  - {name: t, op: tanh, inputs: [sh]}\n"
+                                    "  - {name: out, op: merge_heads, inputs: [t], attrs: {heads: 4}}\n",
+                                    "[1, 3, 16]", "  inputs: [x]\n"),
+                         registry(), {"x"});
+}
+
+TEST(AttentionGradientCheck, SdpaPlainCausalAndScaled) {
+  for (const char* attrs : {"{causal: false}", "{causal: true}", "{causal: true, scale: -0.7}"}) {
+    SCOPED_TRACE(attrs);
+    expect_gradients_match(loss_graph(fmt::format("  q: {{dtype: f32, shape: [2, 4, 3]}}\n"
+                                                  "  k: {{dtype: f32, shape: [2, 4, 3]}}\n"
+                                                  "  v: {{dtype: f32, shape: [2, 4, 3]}}\n"
+                                                  "nodes:\n"
+                                                  "  - {{name: out, op: sdpa, inputs: [q, k, v], attrs: {}}}\n",
+                                                  attrs),
+                                      "[2, 4, 3]", "  inputs: [q, k, v]\n"),
+                           registry(), {"k", "q", "v"});
+  }
+}
+
+TEST(AttentionGradientCheck, GroupedQueryAttentionSumsOverTheSharingHeads) {
+  // 6 query heads on 2 k/v heads, queries and keys of different lengths, causal.
+  expect_gradients_match(loss_graph("  q: {dtype: f32, shape: [6, 3, 4]}\n"
+                                    "  k: {dtype: f32, shape: [2, 5, 4]}\n"
+                                    "  v: {dtype: f32, shape: [2, 5, 4]}\n"
+                                    "nodes:\n"
+                                    "  - {name: out, op: sdpa, inputs: [q, k, v], attrs: {causal: true, "
+                                    "kv_groups: 3}}\n",
+                                    "[6, 3, 4]", "  inputs: [q, k, v]\n"),
+                         registry(), {"k", "q", "v"});
+}
+
+// An attention block as tiny_lm's: q, k, v linears on one input, heads split, causal sdpa,
+// merged, projected; every param and the input get their gradients through all of it. k has no
+// bias: one would add q·b to every score of a row alike, which softmax ignores (its gradient is 0).
+TEST(AttentionGradientCheck, AnAttentionBlock) {
+  expect_gradients_match(loss_graph("  x: {dtype: f32, shape: [2, 3, 8]}\n"
+                                    "nodes:\n"
+                                    "  - {name: q, op: linear, inputs: [x], attrs: {out_features: 8}}\n"
+                                    "  - {name: k, op: linear, inputs: [x], attrs: {out_features: 8, bias: false}}\n"
+                                    "  - {name: v, op: linear, inputs: [x], attrs: {out_features: 8}}\n"
+                                    "  - {name: qh, op: split_heads, inputs: [q], attrs: {heads: 2}}\n"
+                                    "  - {name: kh, op: split_heads, inputs: [k], attrs: {heads: 2}}\n"
+                                    "  - {name: vh, op: split_heads, inputs: [v], attrs: {heads: 2}}\n"
+                                    "  - {name: attn, op: sdpa, inputs: [qh, kh, vh], attrs: {causal: true}}\n"
+                                    "  - {name: merged, op: merge_heads, inputs: [attn], attrs: {heads: 2}}\n"
+                                    "  - {name: out, op: linear, inputs: [merged], attrs: {out_features: 8}}\n",
+                                    "[2, 3, 8]", "  inputs: [x]\n"),
+                         registry(),
+                         {"k.weight", "out.bias", "out.weight", "q.bias", "q.weight", "v.bias", "v.weight", "x"});
+}
+
+// ---- the example graphs ---------------------------------------------------------------------------
+
+std::string read_graph(const std::string& name) {
+  std::ifstream in(std::string(TEENY_SOURCE_DIR) + "/graphs/" + name);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// `text` with `from` (which must occur once) replaced by `to`.
+std::string replaced(std::string text, const std::string& from, const std::string& to) {
+  const size_t at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  if (at != std::string::npos) text.replace(at, from.size(), to);
+  return text;
+}
+
+// tiny_lm with a next-token loss: cross_entropy takes the head's logits (it applies log_softmax
+// itself, so the graph's log_softmax node goes) against i32 targets.
+std::string tiny_lm_training() {
+  std::string spec = read_graph("tiny_lm.yaml");
+  spec = replaced(spec, "  ids: {dtype: i32, shape: [B, S]}\n",
+                  "  ids: {dtype: i32, shape: [B, S]}\n  targets: {dtype: i32, shape: [B, S]}\n");
+  spec = replaced(spec, "  - {name: logprobs, op: log_softmax, inputs: [head], attrs: {axis: -1}}\n",
+                  "  - {name: loss, op: cross_entropy, inputs: [head, targets]}\n");
+  return replaced(spec, "outputs: [logprobs]\n", "outputs: [loss]\ntrain:\n  loss: loss\n");
+}
+
+TEST(AttentionGradientGraphs, TinyLmTrainsThroughItsAttentionAndCompiles) {
+  const Graph graph = parse_graph(tiny_lm_training(), "tiny_lm_train.yaml", registry());
+  CompileOptions options;
+  options.cache_dir = testing::grad_check_detail::cache_dir();
+  CompileStats stats;
+  const Bundle bundle = compile_graph(graph, registry(), options, &stats);
+  // Every param has a gradient: 2 blocks of 4 linears with bias, 2 more, 5 layernorms, the
+  // embedding and the bias-free head.
+  EXPECT_EQ(bundle.gradients.size(), 2u * (2 * 6 + 2 * 2) + 2 + 1 + 1);
+  std::map<std::string, int> backward_ops;
+  for (const BundleNode& node : bundle.nodes) {
+    if (node.role == NodeRole::kBackward) ++backward_ops[node.op];
+    // The backward reads the heads and sdpa's output, so fuse_attention_heads leaves them alone.
+    EXPECT_NE(node.op, "fused.sdpa_heads") << node.name;
+  }
+  EXPECT_EQ(backward_ops["grad.sdpa_stats"], 2);
+  EXPECT_EQ(backward_ops["grad.sdpa_dq"], 2);
+  EXPECT_EQ(backward_ops["grad.sdpa_dkv"], 2);
+  EXPECT_EQ(backward_ops["grad.slice"], 4);
+  // Each block's q, k, v heads go back through merge_heads, its merged output through split_heads.
+  EXPECT_EQ(backward_ops["merge_heads"], 6);
+  EXPECT_EQ(backward_ops["split_heads"], 2);
+}
+
+TEST(AttentionGradientGraphs, TransformerBlockDifferentiatesEveryParam) {
+  std::string spec = read_graph("transformer_block.yaml");
+  spec = replaced(spec, "  x: {dtype: f32, shape: [B, S, 768]}\n",
+                  "  x: {dtype: f32, shape: [B, S, 768]}\n  target: {dtype: f32, shape: [B, S, 768]}\n");
+  spec = replaced(spec, "outputs: [out]\n",
+                  "  - {name: loss, op: mse_loss, inputs: [out, target]}\n"
+                  "outputs: [loss]\ntrain:\n  loss: loss\n  inputs: [x]\n");
+  Graph graph = parse_graph(spec, "transformer_block_train.yaml", registry());
+  add_training(graph, registry());
+  // 6 linears with bias, 2 layernorms, and x.
+  EXPECT_EQ(graph.gradients.size(), 6u * 2 + 2 * 2 + 1);
+  EXPECT_EQ(backward_of(graph, {"qh"}), std::vector<std::string>{"bwd_qh = merge_heads(bwd_attn_1) {\"heads\":12}"});
+}
+
+}  // namespace
+}  // namespace teeny
