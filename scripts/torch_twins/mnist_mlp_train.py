@@ -1,0 +1,303 @@
+#!/usr/bin/env python3
+"""Training twin of graphs/mnist_mlp_train.yaml: `teeny train` and PyTorch train mnist_mlp
+(784 -> 256 relu -> 10, cross-entropy) from the same initial weights on the same batches of
+scikit-learn's digits, and must agree step by step.
+
+The data: the 1797 8x8 digits, pixels scaled to [0, 1], each upscaled to 24x24 (a 3x3 block per
+pixel) and padded by 2 to 28x28, so the 784-input MLP is unchanged; a fixed permutation holds out
+360 samples and trains on the other 1437. PyTorch's model starts from torch.manual_seed(--seed),
+its weights go to teeny as init.safetensors (`fc1.weight`, ...), and PyTorch takes, at every step,
+the samples teeny's batch order gives (docs/training.md, "Data order", reproduced below), with the
+spec's optimizer, clipping and schedule (`LambdaLR(factor(k + 1))`, "Optimizer semantics").
+`--optimizer sgd` trains a copy of the spec whose optimizer is SGD with Nesterov momentum instead.
+
+Compared, each within |teeny - torch| <= atol + rtol * |torch|:
+  - the loss of each of the first 50 steps (teeny's progress lines): atol 1e-5, rtol 1e-4;
+  - after the last step (--steps, default 200: the schedule's length), every param in teeny's
+    checkpoint: atol 1e-4, rtol 1e-3; every optimizer state with rtol 1e-3 and an atol scaled to
+    its size: exp_avg 1e-6, exp_avg_sq 1e-8, momentum_buffer 1e-5;
+  - held-out accuracy (teeny's by `teeny run` of graphs/mnist_mlp.yaml on the checkpoint's params):
+    within 2 samples of PyTorch's, and both at least 85%.
+Why these: both sides start from the same bits and compute in f32 (TF32 off in PyTorch), so they
+differ only by rounding, mostly the order of summation in the matmuls and in the loss's and the
+clip norm's reductions (teeny's host reference adds in double and rounds once, its GPU kernels add
+in f32 in their own order): a few f32 epsilons of each sum, about 1e-6 on a loss near 2. Training
+compounds the params' differences, slowly at these learning rates, and AdamW's normalised step
+(m / sqrt(v)) can turn a rounding difference in a near-zero gradient into one of its step size,
+hence the params' rtol. The tolerances sit one to two orders of magnitude above what rounding
+gives, while a wrong batch, schedule step or update formula moves the losses by 1e-2 or more
+within the first steps.
+
+Usage: TEENY=build/teeny python3 scripts/torch_twins/mnist_mlp_train.py [--device cpu] [--steps N]
+(--device cpu runs teeny's host reference executor and PyTorch on the CPU). Exit status: 0 match,
+1 mismatch, 2 a teeny command failed.
+"""
+import argparse
+import math
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import yaml
+from safetensors.numpy import load_file, save_file
+from sklearn.datasets import load_digits
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SPEC = os.path.join(REPO, "graphs", "mnist_mlp_train.yaml")
+HELD_OUT = 360
+LOSS_STEPS = 50
+LOSS_TOL = (1e-5, 1e-4)  # (atol, rtol)
+PARAM_TOL = (1e-4, 1e-3)
+STATE_TOL = {"exp_avg": (1e-6, 1e-3), "exp_avg_sq": (1e-8, 1e-3), "momentum_buffer": (1e-5, 1e-3)}
+SGD = {"type": "sgd", "lr": 0.05, "momentum": 0.9, "nesterov": True, "weight_decay": 1e-4,
+       "schedule": "warmup_cosine", "warmup_steps": 10, "total_steps": 200, "min_lr_ratio": 0.1}
+
+# docs/training.md, "Data order"
+M64 = (1 << 64) - 1
+
+
+def mix(z):
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
+    return z ^ (z >> 31)
+
+
+class SplitMix64:
+    def __init__(self, seed, stream):
+        self.state = seed ^ mix(stream)
+
+    def next(self):
+        self.state = (self.state + 0x9E3779B97F4A7C15) & M64
+        return mix(self.state)
+
+
+def epoch_order(n, seed, epoch):
+    g, p = SplitMix64(seed, epoch), list(range(n))
+    for i in range(n - 1, 0, -1):
+        j = g.next() % (i + 1)
+        p[i], p[j] = p[j], p[i]
+    return p
+
+
+def array_batch(n, batch, seed, step):
+    """The sample indices of 0-based step `step`: drop_last batches of a reshuffled epoch."""
+    per_epoch = n // batch
+    p = epoch_order(n, seed, step // per_epoch)
+    b = step % per_epoch
+    return p[b * batch:(b + 1) * batch]
+
+
+def lr_factor(opt, s):
+    """docs/training.md, "Optimizer semantics": the schedule's factor at 1-based step s."""
+    if opt.get("schedule", "constant") == "constant":
+        return 1.0
+    w, t, m = int(opt.get("warmup_steps", 0)), int(opt["total_steps"]), float(opt.get("min_lr_ratio", 0))
+    if s <= w:
+        return s / w
+    return m + (1 - m) * (1 + math.cos(math.pi * min(1.0, (s - w) / max(1, t - w)))) / 2
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--teeny", default=os.environ.get("TEENY", os.path.join(REPO, "build", "teeny")),
+                        help="teeny binary (default: $TEENY, else build/teeny)")
+    parser.add_argument("--device", choices=["gpu", "cpu"], default="gpu",
+                        help="gpu (default): teeny and PyTorch on the GPU; cpu: teeny's host reference executor "
+                        "and PyTorch on the CPU")
+    parser.add_argument("--steps", type=int, default=200, help="training steps (default 200, the schedule's length)")
+    parser.add_argument("--optimizer", choices=["spec", "sgd"], default="spec",
+                        help="spec (default): the spec's AdamW; sgd: SGD with Nesterov momentum")
+    parser.add_argument("--seed", type=int, default=0, help="PyTorch's init and teeny's batch order")
+    parser.add_argument("--workdir", help="keep the data, weights, bundles and checkpoints here")
+    return parser.parse_args()
+
+
+def digits_784():
+    """sklearn's digits as [1797, 784] f32 in [0, 1] (8x8 -> 24x24 -> padded 28x28) and i32 labels."""
+    digits = load_digits()
+    images = np.stack([np.pad(np.kron(im / 16.0, np.ones((3, 3))), 2) for im in digits.images])
+    return images.reshape(len(images), 784).astype(np.float32), digits.target.astype(np.int32)
+
+
+class MnistMlp(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(784, 256)
+        self.fc2 = nn.Linear(256, 10)
+
+    def forward(self, x):
+        return self.fc2(F.relu(self.fc1(x)))
+
+
+def torch_optimizer(opt, params):
+    # float(): PyYAML reads YAML 1.1, where a float needs a dot, so "2e-3" comes back a string.
+    num = lambda key, default=None: float(opt.get(key, default))
+    kind = opt["type"]
+    if kind == "adamw":
+        betas = tuple(float(b) for b in opt.get("betas", (0.9, 0.999)))
+        return torch.optim.AdamW(params, lr=num("lr"), betas=betas, eps=num("eps", 1e-8),
+                                 weight_decay=num("weight_decay", 0.01))
+    if kind == "sgd":
+        return torch.optim.SGD(params, lr=num("lr"), momentum=num("momentum", 0), dampening=num("dampening", 0),
+                               weight_decay=num("weight_decay", 0), nesterov=opt.get("nesterov", False))
+    raise ValueError(f"no PyTorch twin for optimizer '{kind}'")
+
+
+def torch_train(model, train_section, x, y, batch, seed, steps, device):
+    """PyTorch on teeny's batches; returns each step's loss."""
+    opt = train_section["optimizer"]
+    optimizer = torch_optimizer(opt, model.parameters())
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda k: lr_factor(opt, k + 1))
+    xs, ys = torch.from_numpy(x).to(device), torch.from_numpy(y).long().to(device)
+    losses = []
+    for step in range(steps):
+        rows = torch.tensor(array_batch(len(x), batch, seed, step), device=device)
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(xs[rows]), ys[rows])
+        loss.backward()
+        if "clip_grad_norm" in train_section:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), train_section["clip_grad_norm"])
+        optimizer.step()
+        schedule.step()
+        losses.append(loss.item())
+    return optimizer, losses
+
+
+def teeny(args, *command):
+    """Runs a teeny command, echoing its output; returns its stdout."""
+    print("$", " ".join([args.teeny, *command]), flush=True)
+    result = subprocess.run([args.teeny, *command], stdout=subprocess.PIPE, text=True)
+    if result.returncode != 0:
+        print(result.stdout, end="")
+        print(f"teeny exited with {result.returncode}", file=sys.stderr)
+        sys.exit(2)
+    return result.stdout
+
+
+def teeny_losses(log):
+    """{step: loss} from the progress lines `step k/N  loss L  ...`."""
+    return {int(m.group(1)): float(m.group(2)) for m in re.finditer(r"^step (\d+)/\d+\s+loss (\S+)", log, re.M)}
+
+
+def compare(label, got, want, tol):
+    """True when |got - want| <= atol + rtol * |want| everywhere; prints the figures either way."""
+    atol, rtol = tol
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    if got.shape != want.shape:
+        print(f"  {label}: MISMATCH shape {got.shape} vs PyTorch {want.shape}")
+        return False
+    err = np.abs(got - want)
+    bad = ~(err <= atol + rtol * np.abs(want))  # NaN counts as a mismatch
+    worst = np.unravel_index(np.argmax(np.where(np.isnan(err), np.inf, err)), err.shape)
+    verdict = "ok" if not bad.any() else f"MISMATCH ({int(bad.sum())} of {err.size} outside)"
+    print(f"  {label}: {verdict}; max abs err {err[worst]:.3g} at {tuple(int(i) for i in worst)} "
+          f"(teeny {got[worst]:.7g}, PyTorch {want[worst]:.7g}); atol {atol:g} + rtol {rtol:g}")
+    return not bad.any()
+
+
+def torch_state(model, optimizer):
+    """PyTorch's params and optimizer state under the checkpoint's names."""
+    tensors = {}
+    for name, p in model.named_parameters():
+        tensors[name] = p
+        for key, value in optimizer.state[p].items():
+            if key != "step":
+                tensors[f"optimizer.{name}.{key}"] = value
+    return {name: t.detach().cpu().numpy() for name, t in tensors.items()}
+
+
+def accuracy(probs_or_logits, labels):
+    return float(np.mean(np.argmax(probs_or_logits, axis=1) == labels))
+
+
+def main():
+    args = parse_args()
+    workdir = args.workdir or tempfile.mkdtemp(prefix="teeny-train-twin-")
+    os.makedirs(workdir, exist_ok=True)
+    path = lambda name: os.path.join(workdir, name)
+    on_gpu = args.device == "gpu" and torch.cuda.is_available()
+    device = torch.device("cuda" if on_gpu else "cpu")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+
+    with open(SPEC) as f:
+        spec = yaml.safe_load(f)
+    spec_path = SPEC
+    if args.optimizer == "sgd":
+        spec["train"]["optimizer"] = SGD
+        spec["name"] += "_sgd"
+        spec_path = path("mnist_mlp_train_sgd.yaml")
+        with open(spec_path, "w") as f:
+            yaml.safe_dump(spec, f, sort_keys=False)
+    train_section = spec["train"]
+    batch = spec["dims"]["B"]["default"]
+
+    x, y = digits_784()
+    held_out = np.random.RandomState(0).permutation(len(x))
+    test, train = held_out[:HELD_OUT], held_out[HELD_OUT:]
+    np.save(path("x.npy"), x[train])
+    np.save(path("labels.npy"), y[train])
+    np.save(path("test_x.npy"), x[test])
+
+    torch.manual_seed(args.seed)
+    model = MnistMlp().to(device)
+    save_file({k: v.detach().cpu().numpy() for k, v in model.state_dict().items()}, path("init.safetensors"))
+
+    teeny(args, "compile", spec_path, "-o", path("train.teeny"))
+    teeny(args, "compile", os.path.join(REPO, "graphs", "mnist_mlp.yaml"), "-o", path("mnist_mlp.teeny"))
+    log = teeny(args, "train", path("train.teeny"), "--device", args.device, "--data", f"x={path('x.npy')}",
+                "--data", f"labels={path('labels.npy')}", "--seed", str(args.seed), "--weights",
+                path("init.safetensors"), "--steps", str(args.steps), "--log-every", "1", "--save",
+                path("ckpt.safetensors"))
+    print("\n".join(line for line in log.splitlines() if not line.startswith("step ")))
+    got_losses = teeny_losses(log)
+
+    print(f"PyTorch {torch.__version__} on {device}: {args.steps} steps of {train_section['optimizer']['type']}")
+    optimizer, want_losses = torch_train(model, train_section, x[train], y[train], batch, args.seed, args.steps,
+                                         device)
+
+    ok = True
+    if sorted(got_losses) != list(range(1, args.steps + 1)):
+        print(f"  teeny printed losses for {len(got_losses)} steps, expected {args.steps}")
+        ok = False
+    else:
+        checked = min(LOSS_STEPS, args.steps)
+        got, want = [got_losses[s + 1] for s in range(args.steps)], want_losses
+        ok &= compare(f"loss of steps 1-{checked}", got[:checked], want[:checked], LOSS_TOL)
+        print(f"  for scale: loss {want[0]:.5g} -> {want[-1]:.5g}; max abs difference over all {args.steps} steps "
+              f"{np.max(np.abs(np.subtract(got, want))):.3g}")
+
+    ckpt, want_state = load_file(path("ckpt.safetensors")), torch_state(model, optimizer)
+    if sorted(ckpt) != sorted(want_state):
+        print(f"  checkpoint tensors {sorted(ckpt)}, PyTorch's {sorted(want_state)}")
+        ok = False
+    else:
+        for name in sorted(ckpt):
+            tol = STATE_TOL[name.split(".")[-1]] if name.startswith("optimizer.") else PARAM_TOL
+            ok &= compare(name, ckpt[name], want_state[name], tol)
+
+    # `teeny run --weights` takes params only: the checkpoint without its optimizer.* entries.
+    save_file({k: v for k, v in ckpt.items() if not k.startswith("optimizer.")}, path("params.safetensors"))
+    teeny(args, "run", path("mnist_mlp.teeny"), "--device", args.device, "--bind", f"B={HELD_OUT}", "--weights",
+          path("params.safetensors"), "--input", f"x={path('test_x.npy')}", "--output",
+          f"probs={path('probs.npy')}")
+    teeny_acc = accuracy(np.load(path("probs.npy")), y[test])
+    with torch.no_grad():
+        torch_acc = accuracy(model(torch.from_numpy(x[test]).to(device)).cpu().numpy(), y[test])
+    acc_ok = abs(teeny_acc - torch_acc) * HELD_OUT <= 2 + 1e-9 and min(teeny_acc, torch_acc) >= 0.85
+    print(f"  held-out accuracy ({HELD_OUT} digits): teeny {teeny_acc:.2%}, PyTorch {torch_acc:.2%}: "
+          f"{'ok' if acc_ok else 'MISMATCH'} (within 2 samples, both >= 85%)")
+    ok &= acc_ok
+
+    print("PASS" if ok else "FAIL")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
