@@ -218,8 +218,14 @@ def accuracy(probs_or_logits, labels):
 
 def main():
     args = parse_args()
-    workdir = args.workdir or tempfile.mkdtemp(prefix="teeny-train-twin-")
-    os.makedirs(workdir, exist_ok=True)
+    if args.workdir:
+        os.makedirs(args.workdir, exist_ok=True)
+        return run_twin(args, args.workdir)
+    with tempfile.TemporaryDirectory(prefix="teeny-train-twin-") as workdir:
+        return run_twin(args, workdir)
+
+
+def run_twin(args, workdir):
     path = lambda name: os.path.join(workdir, name)
     on_gpu = args.device == "gpu" and torch.cuda.is_available()
     device = torch.device("cuda" if on_gpu else "cpu")
