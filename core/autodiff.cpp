@@ -66,8 +66,9 @@ class Differentiator {
       node.ctx.output = op->infer(node.ctx);
       check_sizes(node.ctx.output, op->params ? op->params(node.ctx) : std::vector<ParamSpec>{});
     } catch (const Error& e) {
-      // An optimizer's hyper-parameters are the train section's: its errors are there.
-      if (op == train_.optimizer) throw at(train_.optimizer_pos, "train: optimizer: " + e.message());
+      // An optimizer's hyper-parameters are the train section's: its errors are there, and they
+      // name their keys in full ("optimizer.lr").
+      if (op == train_.optimizer) throw at(train_.optimizer_pos, "train: " + e.message());
       throw graph_.error_at(
           origin, "op",
           fmt::format("{} of it, node '{}' (op '{}'): {}", node_role_name(role), node.name, op_name, e.message()));

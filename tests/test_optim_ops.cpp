@@ -400,31 +400,42 @@ std::string train_error(const std::string& train) {
 
 TEST(OptimOps, BadHyperParametersAreErrorsAtTheOptimizerKey) {
   EXPECT_EQ(train_error("  optimizer: {type: sgd, lr: 0.1, nesterov: true}\n"),
-            "teeny: error: fit.yaml:11:14: train: optimizer: optimizer.momentum is 0; it must be > 0 with "
+            "teeny: error: fit.yaml:11:14: train: optimizer.momentum is 0; it must be > 0 with "
             "optimizer.nesterov\n"
             "    optimizer: {type: sgd, lr: 0.1, nesterov: true}\n"
             "               ^\n");
   EXPECT_EQ(train_error("  optimizer: {type: sgd, lr: 0.1, momentum: 1}\n"),
-            "teeny: error: fit.yaml:11:14: train: optimizer: optimizer.momentum is 1; it must be in [0, 1)\n"
+            "teeny: error: fit.yaml:11:14: train: optimizer.momentum is 1; it must be in [0, 1)\n"
             "    optimizer: {type: sgd, lr: 0.1, momentum: 1}\n"
             "               ^\n");
   EXPECT_EQ(train_error("  optimizer: {type: adamw, lr: 0.1, betas: [0.9, 1.5]}\n"),
-            "teeny: error: fit.yaml:11:14: train: optimizer: optimizer.betas[1] is 1.5; it must be in [0, 1)\n"
+            "teeny: error: fit.yaml:11:14: train: optimizer.betas[1] is 1.5; it must be in [0, 1)\n"
             "    optimizer: {type: adamw, lr: 0.1, betas: [0.9, 1.5]}\n"
             "               ^\n");
   EXPECT_EQ(train_error("  optimizer: {type: adamw, lr: 0.1, betas: [0.9]}\n"),
-            "teeny: error: fit.yaml:11:14: train: optimizer: optimizer.betas is [0.9]; it must be [beta1, beta2]\n"
+            "teeny: error: fit.yaml:11:14: train: optimizer.betas is [0.9]; it must be [beta1, beta2]\n"
             "    optimizer: {type: adamw, lr: 0.1, betas: [0.9]}\n"
             "               ^\n");
   EXPECT_EQ(train_error("  optimizer: {type: adamw, lr: 0.1, schedule: warmup_cosine, warmup_steps: 10, "
                         "total_steps: 5}\n"),
-            "teeny: error: fit.yaml:11:14: train: optimizer: optimizer.warmup_steps is 10; it must be <= "
+            "teeny: error: fit.yaml:11:14: train: optimizer.warmup_steps is 10; it must be <= "
             "optimizer.total_steps (5)\n"
             "    optimizer: {type: adamw, lr: 0.1, schedule: warmup_cosine, warmup_steps: 10, total_steps: 5}\n"
             "               ^\n");
   EXPECT_EQ(train_error("  optimizer: {type: sgd, lr: 0.1, schedule: warmup_cosine}\n"),
-            "teeny: error: fit.yaml:11:14: train: optimizer: optimizer.total_steps is 0; it must be >= 1\n"
+            "teeny: error: fit.yaml:11:14: train: optimizer.total_steps is 0; it must be >= 1\n"
             "    optimizer: {type: sgd, lr: 0.1, schedule: warmup_cosine}\n"
+            "               ^\n");
+  // The constant schedule has no warm-up: a key it would ignore is refused.
+  EXPECT_EQ(train_error("  optimizer: {type: adamw, lr: 0.1, warmup_steps: 100}\n"),
+            "teeny: error: fit.yaml:11:14: train: optimizer.warmup_steps is 100, but optimizer.schedule is constant, "
+            "which has no warmup_steps; use schedule: warmup_cosine\n"
+            "    optimizer: {type: adamw, lr: 0.1, warmup_steps: 100}\n"
+            "               ^\n");
+  EXPECT_EQ(train_error("  optimizer: {type: sgd, lr: 0.1, schedule: constant, min_lr_ratio: 0.1}\n"),
+            "teeny: error: fit.yaml:11:14: train: optimizer.min_lr_ratio is 0.1, but optimizer.schedule is constant, "
+            "which has no min_lr_ratio; use schedule: warmup_cosine\n"
+            "    optimizer: {type: sgd, lr: 0.1, schedule: constant, min_lr_ratio: 0.1}\n"
             "               ^\n");
   // What the attrs' types and domains say, the spec parser says at the value.
   EXPECT_EQ(train_error("  optimizer: {type: adamw, lr: -1}\n"),
