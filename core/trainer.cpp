@@ -324,7 +324,7 @@ StepResult Trainer::step(int64_t number, bool check, const std::function<void(co
       throw Error(fmt::format("--check: step {} differs from the host reference", number), ExitCode::kCheckMismatch);
   } else {
     result.loss = runner_->forward_backward();
-    if (!std::isfinite(result.loss)) fail_non_finite(number, result.loss);
+    if (!std::isfinite(result.loss)) fail_non_finite(number, result.loss, batch);
     runner_->update();
   }
   result.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
@@ -334,8 +334,10 @@ StepResult Trainer::step(int64_t number, bool check, const std::function<void(co
   return result;
 }
 
-void Trainer::fail_non_finite(int64_t number, double loss) {
+void Trainer::fail_non_finite(int64_t number, double loss, const std::map<std::string, HostTensor>& batch) {
   Error error(fmt::format("step {}: the loss is {}; the run stops before the step's updates", number, loss));
+  for (const auto& [name, values] : batch)
+    if (!all_finite(values)) throw error.note(fmt::format("the batch's input '{}' holds a NaN or an infinity", name));
   const std::optional<std::string> node = runner_->first_non_finite();
   error.note(node ? "the first non-finite value is the output of " + node_description(*bound_.bundle, *node)
                   : std::string("no node's output is non-finite when the step runs again node by node"));

@@ -98,7 +98,7 @@ class Trainer {
 
   // Runs the steps, calling `progress` after each; `on_check` gets the first step's report with
   // --check (a mismatch stops the run with ExitCode::kCheckMismatch). Throws Error on a non-finite
-  // loss, naming the step and the first non-finite node.
+  // loss, naming the step and the batch's non-finite input or else the first non-finite node.
   void run(const std::function<void(const StepResult&)>& progress,
            const std::function<void(const CheckReport&)>& on_check);
 
@@ -107,7 +107,7 @@ class Trainer {
 
  private:
   StepResult step(int64_t number, bool check, const std::function<void(const CheckReport&)>& on_check);
-  [[noreturn]] void fail_non_finite(int64_t number, double loss);
+  [[noreturn]] void fail_non_finite(int64_t number, double loss, const std::map<std::string, HostTensor>& batch);
 
   BoundBundle& bound_;
   TrainOptions options_;

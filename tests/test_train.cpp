@@ -188,14 +188,19 @@ TEST_F(Train, AWeightsFileHoldsEveryTrainedParam) {
             "note: the bundle's trained parameters: fc.weight [2, 3] f32, fc.bias [2] f32\n");
 }
 
-TEST_F(Train, ANonFiniteLossStopsNamingTheFirstNonFiniteNode) {
+TEST_F(Train, ANonFiniteLossStopsNamingTheFirstNonFiniteValue) {
   compile(fit_spec("{type: sgd, lr: 0.1}"), NAN);
-  const Command run = train("--steps 3 --save never.safetensors");
-  EXPECT_EQ(run.exit_code, 1);
-  EXPECT_EQ(run.err,
+  const Command bad_data = train("--steps 3 --save never.safetensors");
+  EXPECT_EQ(bad_data.exit_code, 1);
+  EXPECT_EQ(bad_data.err,
             "teeny: error: step 1: the loss is nan; the run stops before the step's updates\n"
-            "note: the first non-finite value is the output of node 'fc' (linear), in the forward pass\n");
+            "note: the batch's input 'x' holds a NaN or an infinity\n");
   EXPECT_FALSE(std::filesystem::exists(dir_.path() / "never.safetensors"));
+  // Inputs near 1e30 keep fc finite in f32, but not the squares of the loss.
+  compile(fit_spec("{type: sgd, lr: 0.1}"), 1e30);
+  EXPECT_EQ(train("--steps 3").err,
+            "teeny: error: step 1: the loss is inf; the run stops before the step's updates\n"
+            "note: the first non-finite value is the output of node 'loss' (mse_loss), in the forward pass\n");
 }
 
 TEST_F(Train, Errors) {
