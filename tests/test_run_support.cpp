@@ -127,8 +127,7 @@ Bundle tiny_bundle() {
     n.inputs = std::move(inputs);
     return n;
   };
-  bundle.nodes = {node("h", "test.affine", {"x"}), node("s", "test.add", {"h", "x"}),
-                  node("out", "test.flat", {"s"})};
+  bundle.nodes = {node("h", "test.affine", {"x"}), node("s", "test.add", {"h", "x"}), node("out", "test.flat", {"s"})};
   BundleLaunch affine;
   affine.node = "h";
   affine.kernel = 0;
