@@ -14,7 +14,6 @@
 #include <cmath>
 #include <limits>
 
-#include "ops/conformance.h"
 #include "ops/kernel_util.h"
 #include "ops/loss_common.h"
 #include "ops/ops.h"
@@ -83,47 +82,6 @@ HostTensor reference(const RefContext& ref) {
   return HostTensor{DType::kF32, {}, {sum / static_cast<double>(count)}};  // 0 / 0: NaN, as PyTorch
 }
 
-// logits [rows, classes] (or `shape`) and targets of its leading shape; targets stay in [0, classes)
-// where classes is a constant.
-ConformanceCase logits_case(const std::string& label, DType dtype, const std::vector<std::string>& dims,
-                            const std::string& logits_shape, const std::string& targets_shape,
-                            const std::vector<Bindings>& bindings, nlohmann::json attrs = nlohmann::json::object()) {
-  return {fmt::format("{} {}", label, dtype_name(dtype)),
-          case_graph(dims, {{"logits", dtype, logits_shape}, {"targets", DType::kI32, targets_shape}},
-                     {{"loss", "cross_entropy", {"logits", "targets"}, std::move(attrs)}}),
-          bindings};
-}
-
-std::vector<ConformanceCase> conformance_cases() {
-  std::vector<ConformanceCase> cases;
-  const std::vector<Bindings> rows = {{{"B", 1}}, {{"B", 7}}, {{"B", 4099}}};
-  for (DType dtype : float_dtypes()) {
-    // Constant widths pick the plans: a warp per row (1, 7, 1000; 1000 in two chunks in 16
-    // bits), a block of 512 streaming a vocabulary's row.
-    for (int classes : {1, 7, 1000}) {
-      cases.push_back(logits_case(fmt::format("rows [B, {}]", classes), dtype, {"B"}, fmt::format("[B, {}]", classes),
-                                  "[B]", rows));
-    }
-    cases.push_back(logits_case("vocab [B, 32003]", dtype, {"B"}, "[B, 32003]", "[B]", {{{"B", 1}}, {{"B", 300}}}));
-    cases.push_back(logits_case("vocab [B, 50257]", dtype, {"B"}, "[B, 50257]", "[B]", {{{"B", 1}}, {{"B", 33}}}));
-    // A symbolic width: random targets stay below 8, so widths 1 and 3 hold targets out of
-    // range, whose loss is NaN.
-    cases.push_back(logits_case("rows [B, W]", dtype, {"B", "W"}, "[B, W]", "[B]", awkward_rows()));
-    cases.push_back(logits_case("tokens [B, S, 1000]", dtype, {"B", "S"}, "[B, S, 1000]", "[B, S]",
-                                {{{"B", 1}, {"S", 1}}, {{"B", 3}, {"S", 17}}, {{"B", 8}, {"S", 512}}}));
-    // Class 0 ignored: about a seventh of the rows; with one class, every row (NaN).
-    cases.push_back(logits_case("ignore_index 0 [B, 7]", dtype, {"B"}, "[B, 7]", "[B]", rows, {{"ignore_index", 0}}));
-    cases.push_back(logits_case("all ignored [B, 1]", dtype, {"B"}, "[B, 1]", "[B]", {{{"B", 1}}, {{"B", 999}}},
-                                {{"ignore_index", 0}}));
-  }
-  cases.push_back({"padded logits (linear, 17 of 20)",
-                   case_graph({"B"}, {{"x", DType::kF32, "[B, 8]"}, {"targets", DType::kI32, "[B]"}},
-                              {{"p", "linear", {"x"}, {{"out_features", 17}}},
-                               {"loss", "cross_entropy", {"p", "targets"}, {{"ignore_index", 3}}}}),
-                   {{{"B", 1}}, {{"B", 999}}}});
-  return cases;
-}
-
 }  // namespace
 
 OpDef cross_entropy_op() {
@@ -136,10 +94,7 @@ OpDef cross_entropy_op() {
   def.inputs = {{"logits", "unnormalised scores [..., classes]"},
                 {"targets", "i32 class indices, the logits' shape without the class dim"}};
   def.inputs[1].id_bound_input = 0;
-  def.attrs = {
-      attr_spec("ignore_index", AttrType::kInt, "targets equal to it count for nothing", nlohmann::json(-100))};
-  def.attrs[0].min_value = std::numeric_limits<int32_t>::min();
-  def.attrs[0].max_value = std::numeric_limits<int32_t>::max();
+  def.attrs = {ignore_index_attr("targets equal to it count for nothing")};
   def.dtypes = float_dtypes();
   def.loss = true;
   def.source_file = TEENY_OP_FILE;
@@ -147,7 +102,7 @@ OpDef cross_entropy_op() {
   def.infer = [meta](const OpContext& ctx) { return infer(meta, ctx); };
   def.lower = lower;
   def.reference = reference;
-  def.conformance_cases = conformance_cases;
+  def.conformance_cases = [] { return logits_cases("cross_entropy", "loss", {{32003, 300}, {50257, 33}}); };
   def.backward = [](GradBuilder& g) {
     require_loss_root(g, "cross_entropy");
     if (g.needs_input_grad(1))

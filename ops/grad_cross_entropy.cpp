@@ -12,7 +12,6 @@
 #include <cmath>
 #include <limits>
 
-#include "ops/conformance.h"
 #include "ops/kernel_util.h"
 #include "ops/loss_common.h"
 #include "ops/ops.h"
@@ -108,45 +107,6 @@ HostTensor reference(const RefContext& ref) {
   return out;
 }
 
-// logits [rows, classes] (or `shape`) and targets of its leading shape; targets stay in [0, classes)
-// where classes is a constant.
-ConformanceCase logits_case(const std::string& label, DType dtype, const std::vector<std::string>& dims,
-                            const std::string& logits_shape, const std::string& targets_shape,
-                            const std::vector<Bindings>& bindings, nlohmann::json attrs = nlohmann::json::object()) {
-  return {fmt::format("{} {}", label, dtype_name(dtype)),
-          case_graph(dims, {{"logits", dtype, logits_shape}, {"targets", DType::kI32, targets_shape}},
-                     {{"dx", "grad.cross_entropy", {"logits", "targets"}, std::move(attrs)}}),
-          bindings};
-}
-
-// The forward's cases (ops/cross_entropy.cpp): the plans' constant widths, vocabularies whose rows
-// are (128256) and are not (50257) 16-byte aligned, a symbolic width (out-of-range targets: NaN
-// rows), tokens, ignored targets; then padded logits rows.
-std::vector<ConformanceCase> conformance_cases() {
-  std::vector<ConformanceCase> cases;
-  const std::vector<Bindings> rows = {{{"B", 1}}, {{"B", 7}}, {{"B", 4099}}};
-  for (DType dtype : float_dtypes()) {
-    for (int classes : {1, 7, 1000}) {
-      cases.push_back(logits_case(fmt::format("rows [B, {}]", classes), dtype, {"B"}, fmt::format("[B, {}]", classes),
-                                  "[B]", rows));
-    }
-    cases.push_back(logits_case("vocab [B, 50257]", dtype, {"B"}, "[B, 50257]", "[B]", {{{"B", 1}}, {{"B", 33}}}));
-    cases.push_back(logits_case("vocab [B, 128256]", dtype, {"B"}, "[B, 128256]", "[B]", {{{"B", 1}}, {{"B", 5}}}));
-    cases.push_back(logits_case("rows [B, W]", dtype, {"B", "W"}, "[B, W]", "[B]", awkward_rows()));
-    cases.push_back(logits_case("tokens [B, S, 1000]", dtype, {"B", "S"}, "[B, S, 1000]", "[B, S]",
-                                {{{"B", 1}, {"S", 1}}, {{"B", 3}, {"S", 17}}, {{"B", 8}, {"S", 512}}}));
-    cases.push_back(logits_case("ignore_index 0 [B, 7]", dtype, {"B"}, "[B, 7]", "[B]", rows, {{"ignore_index", 0}}));
-    cases.push_back(logits_case("all ignored [B, 1]", dtype, {"B"}, "[B, 1]", "[B]", {{{"B", 1}}, {{"B", 999}}},
-                                {{"ignore_index", 0}}));
-  }
-  cases.push_back({"padded logits (linear, 17 of 20)",
-                   case_graph({"B"}, {{"x", DType::kF32, "[B, 8]"}, {"targets", DType::kI32, "[B]"}},
-                              {{"p", "linear", {"x"}, {{"out_features", 17}}},
-                               {"dx", "grad.cross_entropy", {"p", "targets"}, {{"ignore_index", 3}}}}),
-                   {{{"B", 1}}, {{"B", 999}}}});
-  return cases;
-}
-
 }  // namespace
 
 OpDef grad_cross_entropy_op() {
@@ -159,17 +119,14 @@ OpDef grad_cross_entropy_op() {
   def.inputs = {{"logits", "the forward logits [..., classes]"},
                 {"targets", "the forward i32 class indices, the logits' shape without the class dim"}};
   def.inputs[1].id_bound_input = 0;
-  def.attrs = {attr_spec("ignore_index", AttrType::kInt, "the forward's: targets equal to it count for nothing",
-                         nlohmann::json(-100))};
-  def.attrs[0].min_value = std::numeric_limits<int32_t>::min();
-  def.attrs[0].max_value = std::numeric_limits<int32_t>::max();
+  def.attrs = {ignore_index_attr("the forward's: targets equal to it count for nothing")};
   def.dtypes = float_dtypes();
   def.source_file = TEENY_OP_FILE;
   const OpDef meta = def;
   def.infer = [meta](const OpContext& ctx) { return infer(meta, ctx); };
   def.lower = lower;
   def.reference = reference;
-  def.conformance_cases = conformance_cases;
+  def.conformance_cases = [] { return logits_cases("grad.cross_entropy", "dx", {{50257, 33}, {128256, 5}}); };
   return def;
 }
 

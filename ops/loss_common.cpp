@@ -1,9 +1,11 @@
 #include "ops/loss_common.h"
 
 #include <algorithm>
+#include <limits>
 
 #include <fmt/format.h>
 
+#include "ops/conformance.h"
 #include "ops/kernel_util.h"
 
 namespace teeny::ops {
@@ -83,6 +85,56 @@ void require_loss_root(const GradBuilder& g, const std::string& op) {
       fmt::format("node '{}': {} is differentiated only as the train: loss, but the loss depends on it "
                   "through other nodes",
                   g.node(), op));
+}
+
+AttrSpec ignore_index_attr(const std::string& doc) {
+  AttrSpec spec = attr_spec("ignore_index", AttrType::kInt, doc, nlohmann::json(-100));
+  spec.min_value = std::numeric_limits<int32_t>::min();
+  spec.max_value = std::numeric_limits<int32_t>::max();
+  return spec;
+}
+
+namespace {
+
+ConformanceCase logits_case(const std::string& op, const std::string& node, const std::string& label, DType dtype,
+                            const std::vector<std::string>& dims, const std::string& logits_shape,
+                            const std::string& targets_shape, const std::vector<Bindings>& bindings,
+                            nlohmann::json attrs = nlohmann::json::object()) {
+  return {fmt::format("{} {}", label, dtype_name(dtype)),
+          case_graph(dims, {{"logits", dtype, logits_shape}, {"targets", DType::kI32, targets_shape}},
+                     {{node, op, {"logits", "targets"}, std::move(attrs)}}),
+          bindings};
+}
+
+}  // namespace
+
+std::vector<ConformanceCase> logits_cases(const std::string& op, const std::string& node,
+                                          const std::vector<std::pair<int, int64_t>>& vocabularies) {
+  std::vector<ConformanceCase> cases;
+  const std::vector<Bindings> rows = {{{"B", 1}}, {{"B", 7}}, {{"B", 4099}}};
+  auto add = [&](const std::string& label, DType dtype, const std::vector<std::string>& dims,
+                 const std::string& logits_shape, const std::string& targets_shape,
+                 const std::vector<Bindings>& bindings, nlohmann::json attrs = nlohmann::json::object()) {
+    cases.push_back(logits_case(op, node, label, dtype, dims, logits_shape, targets_shape, bindings, std::move(attrs)));
+  };
+  for (DType dtype : float_dtypes()) {
+    for (int classes : {1, 7, 1000})
+      add(fmt::format("rows [B, {}]", classes), dtype, {"B"}, fmt::format("[B, {}]", classes), "[B]", rows);
+    for (const auto& [classes, batch] : vocabularies)
+      add(fmt::format("vocab [B, {}]", classes), dtype, {"B"}, fmt::format("[B, {}]", classes), "[B]",
+          {{{"B", 1}}, {{"B", batch}}});
+    add("rows [B, W]", dtype, {"B", "W"}, "[B, W]", "[B]", awkward_rows());
+    add("tokens [B, S, 1000]", dtype, {"B", "S"}, "[B, S, 1000]", "[B, S]",
+        {{{"B", 1}, {"S", 1}}, {{"B", 3}, {"S", 17}}, {{"B", 8}, {"S", 512}}});
+    add("ignore_index 0 [B, 7]", dtype, {"B"}, "[B, 7]", "[B]", rows, {{"ignore_index", 0}});
+    add("all ignored [B, 1]", dtype, {"B"}, "[B, 1]", "[B]", {{{"B", 1}}, {{"B", 999}}}, {{"ignore_index", 0}});
+  }
+  cases.push_back({"padded logits (linear, 17 of 20)",
+                   case_graph({"B"}, {{"x", DType::kF32, "[B, 8]"}, {"targets", DType::kI32, "[B]"}},
+                              {{"p", "linear", {"x"}, {{"out_features", 17}}},
+                               {node, op, {"p", "targets"}, {{"ignore_index", 3}}}}),
+                   {{{"B", 1}}, {{"B", 999}}}});
+  return cases;
 }
 
 }  // namespace teeny::ops

@@ -6,6 +6,8 @@
 #pragma once
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/autodiff.h"
 #include "core/op.h"
@@ -40,6 +42,19 @@ Expr logit_rows(const Shape& logits);
 // plan_rows's group for a row of `classes` logits, with at most 4 packs a thread (a short row,
 // fewer): the forward's log-sum-exp and the gradient stream a long row in chunks of that many.
 RowPlan cross_entropy_plan(const Expr& classes, DType dtype);
+
+// Cross entropy's ignore_index attr (an i32 the kernel compares targets with; default -100, as
+// PyTorch's), documented as `doc`.
+AttrSpec ignore_index_attr(const std::string& doc);
+
+// The GPU conformance cases of an op reading (logits, targets) as cross entropy does, a node
+// `node` of op `op`: constant widths that pick each row plan (a warp per row for 1, 7 and 1000
+// classes, 1000 in two chunks in 16 bits), `vocabularies` ({classes, a larger batch}: rows a
+// block streams), a symbolic width (random targets stay below 8, so widths 1 and 3 hold targets
+// out of range: NaN), tokens [B, S, classes], ignored targets (class 0 of 7: about a seventh of
+// the rows; of 1: every row), in each float dtype; then padded logits rows.
+std::vector<ConformanceCase> logits_cases(const std::string& op, const std::string& node,
+                                          const std::vector<std::pair<int, int64_t>>& vocabularies);
 
 // A loss's rule takes the gradient of its output as 1, so `op` is differentiated only as the
 // `train:` loss. Throws Error naming the node where the loss depends on it through other nodes.
