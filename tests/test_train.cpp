@@ -243,6 +243,43 @@ TEST_F(Train, Errors) {
             "samples\n");
 }
 
+// A bigram model on token ids 0, 1, ..., 10, 0, 1, ... (a .bin of uint16): each next token is
+// the current one plus one, which an embedding and a linear head learn.
+TEST_F(Train, TokenDataTrainsALanguageModel) {
+  testing::spit(dir_.path() / "lm.yaml",
+                "name: lm\n"
+                "dims:\n"
+                "  B: {min: 1, max: 8, default: 4}\n"
+                "  S: {min: 1, max: 16, default: 8}\n"
+                "inputs:\n"
+                "  idx: {dtype: i32, shape: [B, S]}\n"
+                "  tgt: {dtype: i32, shape: [B, S]}\n"
+                "nodes:\n"
+                "  - {name: emb, op: embedding, inputs: [idx], attrs: {num_embeddings: 11, dim: 16}}\n"
+                "  - {name: head, op: linear, inputs: [emb], attrs: {out_features: 11}}\n"
+                "  - {name: loss, op: cross_entropy, inputs: [head, tgt]}\n"
+                "outputs: [loss]\n"
+                "train:\n"
+                "  loss: loss\n"
+                "  optimizer: {type: adamw, lr: 0.05}\n");
+  std::string tokens;
+  for (int i = 0; i < 500; ++i) tokens += std::string{static_cast<char>(i % 11), '\0'};  // little-endian uint16
+  testing::spit(dir_.path() / "tokens.bin", tokens);
+  ASSERT_EQ(teeny("compile lm.yaml -o lm.teeny").exit_code, 0);
+  const Command run = teeny("train lm.teeny --device cpu --tokens idx,tgt=tokens.bin --steps 40");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const std::regex line(R"(step (\d+)/40  loss (\S+)  [0-9.]+ ms  [0-9]+ tokens/s)");
+  std::vector<double> loss;
+  for (std::sregex_iterator it(run.out.begin(), run.out.end(), line), end; it != end; ++it)
+    loss.push_back(std::stod((*it)[2]));
+  ASSERT_EQ(loss.size(), 40u) << run.out;
+  EXPECT_NEAR(loss.front(), std::log(11.0), 0.5);  // small random logits: about uniform
+  EXPECT_LT(loss.back(), 0.25) << run.out;
+  EXPECT_EQ(teeny("train lm.teeny --device cpu --tokens idx,loss=tokens.bin --steps 1").err,
+            "teeny: error: --tokens idx,loss=tokens.bin: bundle lm.teeny has no graph input 'loss'\n"
+            "note: its inputs: idx, tgt\n");
+}
+
 class GpuTrain : public Train {};
 
 // The first step node by node against the host reference (every gradient and update), then the
