@@ -86,7 +86,7 @@ HostTensor host_init_values(const BoundParam& param, const Bundle& bundle) {
 std::string filled_note(const std::vector<std::string>& filled, const DataOptions& options) {
   return fmt::format("{} trained parameter(s) not loaded from weights are {}: {}", filled.size(),
                      options.fill == ParamFill::kRandom
-                         ? fmt::format("random (seed {})", options.seed)
+                         ? fmt::format("random (--init random, seed {})", options.seed)
                          : std::string("zero (use --weights FILE.safetensors, or --init random)"),
                      fmt::join(filled, ", "));
 }
