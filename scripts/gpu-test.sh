@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # GPU test, on a machine with a CUDA driver and device:
 #   1. configure and build with Ninja (build dir: $BUILD_DIR, default build-gpu),
-#   2. run the gpu-labelled tests, then the rest of ctest,
+#   2. run the gpu-labelled tests,
 #   3. compile every graphs/*.yaml and run each bundle with --check (random params, so the
 #      check compares real numbers), once plainly and once as a replayed CUDA graph,
-#   4. run every PyTorch twin (scripts/torch_twins/<graph>.py) when python3 has torch.
+#   4. run every PyTorch twin (scripts/torch_twins/<graph>.py) when python3 has torch,
+#   5. run the rest of ctest.
 # Every step's output goes to a log in $OUT (if set) or $BUILD_DIR/gpu-test-logs; a summary
 # is printed at the end and written to summary.txt there. Exit status: 0 only if every step
 # passed.
@@ -53,7 +54,6 @@ skip() {
 if step configure cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo &&
    step build ninja -C "$BUILD" -j "$JOBS"; then
   step ctest-gpu ctest --test-dir "$BUILD" -L gpu --output-on-failure
-  step ctest-cpu ctest --test-dir "$BUILD" -LE gpu --output-on-failure -j "$JOBS"
 
   mkdir -p "$BUILD/gpu-test-bundles"
   for graph in "$ROOT"/graphs/*.yaml; do
@@ -76,6 +76,8 @@ if step configure cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWi
   else
     skip twins "python3 has no torch"
   fi
+  # Last: the CPU tests also run in CI, the steps above only here.
+  step ctest-cpu ctest --test-dir "$BUILD" -LE gpu --output-on-failure -j "$JOBS"
 else
   skip tests "build failed"
 fi
