@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <mutex>
@@ -130,6 +131,7 @@ TEST(GpuConformance, EveryRegisteredOpMatchesItsReference) {
 
   struct OpTally {
     int cases = 0, runs = 0, failures = 0;
+    double seconds = 0;  // running and checking, compile excluded: shows where the test's time goes
   };
   std::map<std::string, OpTally> tally;
   for (size_t i = 0; i < jobs.size(); ++i) {
@@ -141,6 +143,7 @@ TEST(GpuConformance, EveryRegisteredOpMatchesItsReference) {
       ADD_FAILURE() << job.label() << ": compile failed:\n" << compile_errors[i];
       continue;
     }
+    const auto start = std::chrono::steady_clock::now();
     const std::vector<Bindings> runs = job.c.bindings.empty() ? std::vector<Bindings>{Bindings{}} : job.c.bindings;
     for (const Bindings& b : runs) {
       const std::string where = fmt::format("{} with {}", job.label(), bindings_text(b));
@@ -172,12 +175,14 @@ TEST(GpuConformance, EveryRegisteredOpMatchesItsReference) {
         ADD_FAILURE() << where << ": " << e.render();
       }
     }
+    t.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
   std::error_code ec;
   std::filesystem::remove_all(cache, ec);
 
-  std::printf("%-22s %6s %6s %9s\n", "op", "cases", "runs", "failures");
-  for (const auto& [op, t] : tally) std::printf("%-22s %6d %6d %9d\n", op.c_str(), t.cases, t.runs, t.failures);
+  std::printf("%-22s %6s %6s %9s %9s\n", "op", "cases", "runs", "failures", "seconds");
+  for (const auto& [op, t] : tally)
+    std::printf("%-22s %6d %6d %9d %9.1f\n", op.c_str(), t.cases, t.runs, t.failures, t.seconds);
   for (const OpDef& op : registry().ops())
     if (!tally.count(op.name)) std::printf("%-22s (no conformance cases)\n", op.name.c_str());
 }

@@ -75,7 +75,9 @@ __device__ __forceinline__ void tn_softmax_grad_rows(const T* dy, const T* y, T*
 }
 
 // Any other axis: the tensors viewed as [outer, axis_len, inner], one thread per (outer, inner)
-// column, coalesced across inner: the sum, then the write.
+// column, coalesced across inner: the sum, then the write. inner spans the last dim, so a step
+// along the axis is inner / last whole rows: the padded offsets advance by a constant, with no
+// division per element.
 template <typename T, bool kLog, int kBlock>
 __device__ __forceinline__ void tn_softmax_grad_columns(const T* dy, const T* y, T* dx, long long outer, int axis_len,
                                                         long long inner, int last, int dy_stride, int y_stride) {
@@ -83,16 +85,15 @@ __device__ __forceinline__ void tn_softmax_grad_columns(const T* dy, const T* y,
   if (column >= outer * inner) return;
   const long long o = column / inner, i = column - o * inner;
   const long long base = o * axis_len * inner + i;
-  float s = 0.f;
-  for (int d = 0; d < axis_len; ++d) {
-    const long long f = base + (long long)d * inner;
-    s += tn_softmax_grad_term<kLog>(tn_f32(dy[tn_padded(f, last, dy_stride)]), tn_f32(y[tn_padded(f, last, y_stride)]));
-  }
-  for (int d = 0; d < axis_len; ++d) {
-    const long long f = base + (long long)d * inner;
-    dx[f] = tn_cast<T>(tn_softmax_grad_finish<kLog>(tn_f32(dy[tn_padded(f, last, dy_stride)]),
-                                                    tn_f32(y[tn_padded(f, last, y_stride)]), s));
-  }
+  const long long rows_per_step = inner / last;
+  const T* g = dy + tn_padded(base, last, dy_stride);
+  const T* v = y + tn_padded(base, last, y_stride);
+  const long long g_step = rows_per_step * dy_stride, v_step = rows_per_step * y_stride;
+  tn_kahan_sum acc;  // one thread sums the whole axis: compensated, so long axes stay accurate
+  for (int d = 0; d < axis_len; ++d) acc.add(tn_softmax_grad_term<kLog>(tn_f32(g[d * g_step]), tn_f32(v[d * v_step])));
+  for (int d = 0; d < axis_len; ++d)
+    dx[base + d * inner] =
+        tn_cast<T>(tn_softmax_grad_finish<kLog>(tn_f32(g[d * g_step]), tn_f32(v[d * v_step]), acc.sum));
 }
 
 // grad.reduce_max, last axis: a warp per row of x (kRowsPerBlock warps a block). The row's

@@ -24,6 +24,8 @@
 //   float tn_group_sum<kThreads>(float, float* smem32), tn_group_max<kThreads>(...)
 //                                    warp shuffle when kThreads == 32, else block-wide
 //   float tn_neg_inf()
+//   tn_kahan_sum                     compensated f32 sum: add(x), then .sum; for one thread's
+//                                    long serial sums (error independent of the length)
 #ifndef TEENY_PRELUDE_CUH
 #define TEENY_PRELUDE_CUH
 
@@ -154,6 +156,18 @@ __device__ __forceinline__ void tn_store16(T* p, const float (&v)[tn_pack<T>::kN
 }
 
 __device__ __forceinline__ float tn_neg_inf() { return __int_as_float(0xff800000); }
+
+// Kahan's compensated summation. No multiply is involved, so FMA contraction cannot fold away
+// the compensation term.
+struct tn_kahan_sum {
+  float sum = 0.f, carry = 0.f;
+  __device__ __forceinline__ void add(float v) {
+    const float y = v - carry;
+    const float t = sum + y;
+    carry = (t - sum) - y;
+    sum = t;
+  }
+};
 
 __device__ __forceinline__ float tn_warp_sum(float v) {
 #pragma unroll
