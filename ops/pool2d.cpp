@@ -1,63 +1,28 @@
 // maxpool2d, avgpool2d (count_include_pad = true) and global_avgpool over x [B, C, H, W], in any
-// float dtype (sums and means in f32).
+// float dtype (sums and means in f32), and their backward rules: grad.maxpool2d (reading x, whose
+// picks it recomputes), grad.avgpool2d (dy alone), and for global_avgpool grad.broadcast with
+// mean (dy / (H * W) over each plane).
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
+#include "ops/grad_util.h"
 #include "ops/kernel_util.h"
 #include "ops/ops.h"
-#include "ops/vision_common.h"
+#include "ops/pool_common.h"
 
 namespace teeny::ops {
 namespace {
 
 constexpr int kThreads = 256;
 
-Window2d pool_window(const Attrs& attrs) {
-  Window2d p;
-  std::tie(p.kh, p.kw) = attrs.pair("kernel_size");
-  std::tie(p.sh, p.sw) = attrs.has("stride") ? attrs.pair("stride") : std::pair{p.kh, p.kw};
-  std::tie(p.ph, p.pw) = attrs.pair("padding");
-  return p;
-}
-
-std::vector<AttrSpec> pool_attr_specs() {
-  return {
-      {"kernel_size", AttrType::kIntPair, "window: n or [kH, kW]", std::nullopt, {}, false, 1.0, false, kMaxWindow},
-      {"stride",
-       AttrType::kIntPair,
-       "step: n or [sH, sW]; default = kernel_size",
-       std::nullopt,
-       {},
-       true,
-       1.0,
-       false,
-       kMaxWindow},
-      {"padding",
-       AttrType::kIntPair,
-       "implicit padding: n or [pH, pW], at most half the kernel",
-       nlohmann::json(0),
-       {},
-       false,
-       0.0,
-       false,
-       kMaxWindow},
-  };
-}
-
 TensorType infer_pool(const OpDef& meta, const OpContext& ctx) {
   const DType dtype = output_float_dtype(meta, ctx, common_float_dtype(meta, ctx));
   const TensorType& x = ctx.inputs.at(0);
   check_nchw(meta.name, x);
-  const Window2d p = pool_window(ctx.attrs);
-  // PyTorch's rule: a window must always overlap the input.
-  if (2 * p.ph > p.kh || 2 * p.pw > p.kw)
-    throw OpError("attrs.padding",
-                  fmt::format("padding [{}, {}] must be at most half the kernel [{}, {}]", p.ph, p.pw, p.kh, p.kw));
-  return contiguous(dtype, {x.shape[0], x.shape[1], window_extent("height", x.shape[2], p.kh, p.sh, p.ph, 1),
-                            window_extent("width", x.shape[3], p.kw, p.sw, p.pw, 1)});
+  return contiguous(dtype, pooled_shape(x.shape, ctx.attrs));
 }
 
 // ops/kernels/pool2d.cuh's tn_pool2d: one output per thread, flat over [B, C, Ho, Wo].
@@ -115,6 +80,15 @@ OpDef window_pool_op(const std::string& name, bool is_max, const std::string& do
   def.infer = [meta](const OpContext& ctx) { return infer_pool(meta, ctx); };
   def.lower = [name, is_max](const OpContext& ctx) { return lower_window_pool(name, is_max, ctx); };
   def.reference = [is_max](const RefContext& ref) { return window_pool_reference(is_max, ref); };
+  def.backward = [is_max](GradBuilder& g) {
+    nlohmann::json attrs = g.ctx().attrs.json();
+    if (is_max) {
+      g.input_grad(0, g.add("grad.maxpool2d", {g.grad_output(), g.input(0)}, attrs));
+      return;
+    }
+    attrs["shape"] = shape_attr(g.type(g.input(0)).shape);
+    g.input_grad(0, g.add("grad.avgpool2d", {g.grad_output()}, attrs));
+  };
   def.conformance_cases = [name] {
     std::vector<VisionCase> cases = {
         {"k3 s2 p1, odd 15x13", "[B, 8, 15, 13]", {{"kernel_size", 3}, {"stride", 2}, {"padding", 1}}},
@@ -199,6 +173,10 @@ OpDef global_avgpool_op() {
   };
   def.lower = lower_global_avgpool;
   def.reference = global_avgpool_reference;
+  def.backward = [](GradBuilder& g) {
+    g.input_grad(0, g.add("grad.broadcast", {g.grad_output()},
+                          {{"shape", shape_attr(g.type(g.input(0)).shape)}, {"mean", true}}));
+  };
   def.conformance_cases = [] {
     std::vector<VisionCase> cases = {{"195-pixel planes (a warp each)", "[B, 8, 15, 13]"},
                                      {"4096-pixel planes (a block each)", "[B, 4, 64, 64]"}};

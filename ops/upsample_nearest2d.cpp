@@ -2,6 +2,7 @@
 // dtype, never converted) to an s x s block.
 #include <fmt/format.h>
 
+#include "ops/grad_util.h"
 #include "ops/kernel_util.h"
 #include "ops/ops.h"
 #include "ops/vision_common.h"
@@ -63,6 +64,12 @@ OpDef upsample_nearest2d_op() {
   };
   def.lower = upsample_lower;
   def.reference = upsample_reference;
+  // grad.upsample_nearest2d: each element the sum of its s x s block of dy.
+  def.backward = [](GradBuilder& g) {
+    g.input_grad(0, g.add("grad.upsample_nearest2d", {g.grad_output()},
+                          {{"scale_factor", g.ctx().attrs.integer("scale_factor")},
+                           {"shape", shape_attr(g.type(g.input(0)).shape)}}));
+  };
   def.conformance_cases = [] {
     std::vector<VisionCase> cases = {{"x2, odd 15x13", "[B, 8, 15, 13]"},
                                      {"x3", "[B, 16, 8, 8]", {{"scale_factor", 3}}}};
