@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "cli/pairs.h"
 #include "core/bundle.h"
+#include "core/driver.h"
 #include "core/trainer.h"
 
 namespace teeny::cli {
@@ -67,6 +68,17 @@ struct RunSummary {
   }
 };
 
+// The device memory a step holds (the same on the host executor): the liveness-planned arena of
+// activations, saved tensors and gradients, and the params with the optimizer's state.
+std::string memory_line(const BoundBundle& bound) {
+  uint64_t params = 0;
+  for (const BoundParam& param : bound.params) params += param.bytes;
+  return fmt::format(
+      "memory: activations and gradients {} planned by liveness (naive {}), parameters and optimizer state {}\n",
+      cuda::format_bytes(bound.plan.arena_bytes), cuda::format_bytes(bound.plan.naive_bytes),
+      cuda::format_bytes(params));
+}
+
 void train_bundle(TrainFlags& flags) {
   TrainOptions& options = flags.options;
   options.data.arrays = parse_pairs(flags.data, "--data", "NAME=FILE.npy");
@@ -81,7 +93,7 @@ void train_bundle(TrainFlags& flags) {
   std::cout << fmt::format("bundle {} (graph '{}'){}: steps {} to {} on {}\n", flags.bundle, bundle.graph_name,
                            dims.empty() ? "" : ", " + fmt::format("{}", fmt::join(dims, ", ")), trainer.first_step(),
                            options.steps, flags.device == "cpu" ? "the host reference executor" : "the GPU")
-            << std::flush;
+            << memory_line(bound) << std::flush;
   RunSummary summary;
   trainer.run(
       [&](const StepResult& step) {

@@ -2,10 +2,7 @@
 
 #include <array>
 
-#include <fmt/format.h>
-
 #include "core/core_kernels.h"
-#include "core/nvrtc.h"
 
 namespace teeny {
 namespace {
@@ -18,16 +15,7 @@ constexpr long long kCycles = 1 << 21;
 }  // namespace
 
 std::string clock_probe_ptx(int cc_major, int cc_minor) {
-  KernelSource source;
-  source.name = kEntry;
-  source.source = "#include \"clock_probe.cuh\"\n";
-  source.file = __FILE__;
-  source.line = __LINE__;
-  NvrtcConfig config;
-  config.arch = fmt::format("sm_{}{}", cc_major, cc_minor);
-  config.headers = embedded_core_kernels();
-  config.jobs = 1;
-  return compile_kernels({source}, config).front().ptx;
+  return core_kernel_ptx("clock_probe.cuh", cc_major, cc_minor);
 }
 
 ClockProbe::ClockProbe(std::shared_ptr<cuda::Device> device)

@@ -53,9 +53,9 @@ class GpuExecutor {
   const BoundBundle& bound() const { return bound_; }
   const std::shared_ptr<cuda::Device>& device() const { return device_; }
   uint64_t params_bytes() const { return params_.size(); }
+  CUdeviceptr tensor_ptr(const std::string& name) const;  // in the activation arena
 
  private:
-  CUdeviceptr tensor_ptr(const std::string& name) const;
   CUdeviceptr arg_ptr(const BoundArg& arg) const;  // kInput, kParam, kOutput
   CUtensorMap encode_tensor_map(const BoundLaunch& launch, const BoundArg& arg) const;
   void load_modules();

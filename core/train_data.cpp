@@ -81,10 +81,28 @@ std::vector<int64_t> epoch_order(int64_t n, uint64_t seed, int64_t epoch) {
   return order;
 }
 
-std::map<std::string, HostTensor> BatchSource::next_batch() {
-  std::map<std::string, HostTensor> batch = batch_at(step_);
-  ++step_;
+std::map<std::string, HostTensor> BatchSource::next_batch() { return batch(step_++); }
+
+std::vector<RowGather> BatchSource::next_rows() { return rows(step_++); }
+
+std::map<std::string, HostTensor> BatchSource::batch(int64_t step) {
+  if (sources().empty()) return read_batch(step);
+  std::map<std::string, HostTensor> batch;
+  for (const RowGather& gather : rows(step)) {
+    const HostTensor& source = sources().at(gather.source);
+    HostTensor tensor{source.dtype, gather.shape, {}};
+    tensor.data.reserve(gather.starts.size() * static_cast<size_t>(gather.row));
+    for (int64_t start : gather.starts) {
+      const auto begin = source.data.begin() + static_cast<std::ptrdiff_t>(start);
+      tensor.data.insert(tensor.data.end(), begin, begin + static_cast<std::ptrdiff_t>(gather.row));
+    }
+    batch[gather.input] = std::move(tensor);
+  }
   return batch;
+}
+
+std::map<std::string, HostTensor> BatchSource::read_batch(int64_t) {
+  throw Error("internal: a batch source without sources must read its batches");
 }
 
 void BatchSource::seek(int64_t step) {
@@ -112,26 +130,20 @@ ArrayBatches::ArrayBatches(const std::vector<ArrayInput>& inputs, uint64_t seed)
   }
 }
 
-std::map<std::string, HostTensor> ArrayBatches::batch_at(int64_t step) {
+std::vector<RowGather> ArrayBatches::rows(int64_t step) {
   const int64_t epoch = step / batches_per_epoch();
   if (epoch != order_epoch_) {
     order_ = epoch_order(samples_, seed_, epoch);
     order_epoch_ = epoch;
   }
   const int64_t first = step % batches_per_epoch() * batch_;
-  std::map<std::string, HostTensor> batch;
+  std::vector<RowGather> gathers;
   for (size_t i = 0; i < inputs_.size(); ++i) {
-    const std::vector<double>& all = data_[i].data;
-    const size_t sample_size = all.size() / static_cast<size_t>(samples_);
-    HostTensor tensor{inputs_[i].dtype, inputs_[i].shape, {}};
-    tensor.data.reserve(sample_size * static_cast<size_t>(batch_));
-    for (int64_t k = first; k < first + batch_; ++k) {
-      const auto begin = all.begin() + static_cast<std::ptrdiff_t>(order_[k] * sample_size);
-      tensor.data.insert(tensor.data.end(), begin, begin + static_cast<std::ptrdiff_t>(sample_size));
-    }
-    batch[inputs_[i].name] = std::move(tensor);
+    RowGather gather{inputs_[i].name, inputs_[i].shape, i, data_[i].numel() / samples_, {}};
+    for (int64_t k = first; k < first + batch_; ++k) gather.starts.push_back(order_[k] * gather.row);
+    gathers.push_back(std::move(gather));
   }
-  return batch;
+  return gathers;
 }
 
 namespace {
@@ -153,8 +165,8 @@ void check_enough_tokens(const TokenData& data, int64_t tokens) {
   }
 }
 
-std::vector<int32_t> read_npy_ids(const TokenData& data) {
-  const HostTensor values = read_npy(data.path);
+HostTensor read_npy_ids(const TokenData& data) {
+  HostTensor values = read_npy(data.path);
   if (values.shape.size() != 1) {
     throw Error(fmt::format("{}: token ids must be a 1-D array, but the file's shape is {}", data.path,
                             shape_text(values.shape)));
@@ -162,12 +174,10 @@ std::vector<int32_t> read_npy_ids(const TokenData& data) {
   if (is_float(values.dtype))
     throw Error(fmt::format("{}: token ids must be integers, but the file holds floats", data.path));
   check_enough_tokens(data, values.shape[0]);
-  std::vector<int32_t> ids(values.data.size());
-  for (size_t i = 0; i < ids.size(); ++i) {
-    ids[i] = static_cast<int32_t>(values.data[i]);
-    check_token(data, ids[i], static_cast<int64_t>(i));
-  }
-  return ids;
+  for (size_t i = 0; i < values.data.size(); ++i)
+    check_token(data, static_cast<int64_t>(values.data[i]), static_cast<int64_t>(i));
+  values.dtype = DType::kI32;
+  return values;
 }
 
 std::vector<int32_t> decode_uint16(const std::string& bytes) {
@@ -194,8 +204,8 @@ void check_bin_ids(const TokenData& data, const InputFile& file) {
 
 TokenBatches::TokenBatches(const TokenData& data, uint64_t seed) : data_(data), seed_(seed) {
   if (ends_with(data.path, ".npy")) {
-    ids_ = read_npy_ids(data);
-    tokens_ = static_cast<int64_t>(ids_.size());
+    ids_.push_back(read_npy_ids(data));
+    tokens_ = ids_[0].numel();
   } else if (ends_with(data.path, ".bin")) {
     bin_ = std::make_unique<InputFile>(data.path, "token file");
     if (bin_->size() % 2 != 0) {
@@ -221,24 +231,31 @@ int64_t TokenBatches::batches_per_epoch() const {
   return std::max<int64_t>(1, tokens_ / (data_.batch * data_.sequence));
 }
 
-std::vector<int32_t> TokenBatches::window(int64_t offset, int64_t count) const {
-  if (bin_) return decode_uint16(bin_->read(static_cast<uint64_t>(offset) * 2, static_cast<uint64_t>(count) * 2));
-  return std::vector<int32_t>(ids_.begin() + offset, ids_.begin() + offset + count);
+std::vector<RowGather> TokenBatches::rows(int64_t step) {
+  const int64_t batch = data_.batch, sequence = data_.sequence;
+  RowGather inputs{data_.input, {batch, sequence}, 0, sequence, {}};
+  SplitMix64 draws(seed_, static_cast<uint64_t>(step));
+  for (int64_t row = 0; row < batch; ++row)
+    inputs.starts.push_back(static_cast<int64_t>(draws.next() % static_cast<uint64_t>(tokens_ - sequence)));
+  RowGather targets = inputs;
+  targets.input = data_.target;
+  for (int64_t& start : targets.starts) ++start;
+  return {std::move(inputs), std::move(targets)};
 }
 
-std::map<std::string, HostTensor> TokenBatches::batch_at(int64_t step) {
-  const int64_t batch = data_.batch, sequence = data_.sequence;
-  HostTensor inputs{DType::kI32, {batch, sequence}, {}}, targets = inputs;
-  inputs.data.reserve(static_cast<size_t>(batch * sequence));
-  targets.data.reserve(static_cast<size_t>(batch * sequence));
-  SplitMix64 draws(seed_, static_cast<uint64_t>(step));
-  for (int64_t row = 0; row < batch; ++row) {
-    const auto offset = static_cast<int64_t>(draws.next() % static_cast<uint64_t>(tokens_ - sequence));
-    const std::vector<int32_t> ids = window(offset, sequence + 1);
-    inputs.data.insert(inputs.data.end(), ids.begin(), ids.end() - 1);
-    targets.data.insert(targets.data.end(), ids.begin() + 1, ids.end());
+// A .bin file's windows, read from the file: each row's tokens and the one after them.
+std::map<std::string, HostTensor> TokenBatches::read_batch(int64_t step) {
+  std::map<std::string, HostTensor> batch;
+  for (const RowGather& gather : rows(step)) {
+    HostTensor tensor{DType::kI32, gather.shape, {}};
+    for (int64_t start : gather.starts) {
+      const std::vector<int32_t> ids =
+          decode_uint16(bin_->read(static_cast<uint64_t>(start) * 2, static_cast<uint64_t>(gather.row) * 2));
+      tensor.data.insert(tensor.data.end(), ids.begin(), ids.end());
+    }
+    batch[gather.input] = std::move(tensor);
   }
-  return {{data_.input, std::move(inputs)}, {data_.target, std::move(targets)}};
+  return batch;
 }
 
 }  // namespace teeny

@@ -66,20 +66,42 @@ class SplitMix64 {
 // Epoch `epoch`'s order of samples 0..n-1 (the Fisher-Yates shuffle above).
 std::vector<int64_t> epoch_order(int64_t n, uint64_t seed, int64_t epoch);
 
-// Batches by step number: next_batch() gives the batch of step(), then moves on; seek(s) makes the
-// next batch the one step s would have given, so a run resumed from a checkpoint of s steps
-// continues the order it left.
+// One graph input of a batch as rows copied out of a flat source array: batch row r is elements
+// [starts[r], starts[r] + row) of BatchSource::sources()[source]. The same description gathers a
+// batch on the host (BatchSource::batch) or on the GPU from a copy of the sources held there.
+struct RowGather {
+  std::string input;           // the graph input
+  std::vector<int64_t> shape;  // the batch tensor's: [starts.size(), ...]
+  size_t source = 0;
+  int64_t row = 0;  // elements
+  std::vector<int64_t> starts;
+};
+
+// Batches by step number: next_batch() gives the batch of step() (next_rows() describes it), then
+// moves on; seek(s) makes the next batch the one step s would have given, so a run resumed from a
+// checkpoint of s steps continues the order it left.
 class BatchSource {
  public:
   virtual ~BatchSource() = default;
   std::map<std::string, HostTensor> next_batch();  // by graph input name
+  std::vector<RowGather> next_rows();
   void seek(int64_t step);
   int64_t step() const { return step_; }
   int64_t epoch() const { return step_ / batches_per_epoch(); }
   virtual int64_t batches_per_epoch() const = 0;
+  virtual int64_t batch_size() const = 0;
+  virtual int64_t tokens_per_sample() const { return 0; }  // token data: the sequence length
+
+  virtual std::vector<RowGather> rows(int64_t step) = 0;
+  // The arrays rows() gathers from, whole in memory and rounded to their inputs' dtypes; empty
+  // when they are read a batch at a time (a .bin token file, which may exceed memory).
+  virtual const std::vector<HostTensor>& sources() const = 0;
+  // The batch of `step` by graph input name, gathered on the host.
+  std::map<std::string, HostTensor> batch(int64_t step);
 
  protected:
-  virtual std::map<std::string, HostTensor> batch_at(int64_t step) = 0;
+  // batch() where sources() is empty.
+  virtual std::map<std::string, HostTensor> read_batch(int64_t step);
 
  private:
   int64_t step_ = 0;
@@ -102,10 +124,11 @@ class ArrayBatches final : public BatchSource {
   ArrayBatches(const std::vector<ArrayInput>& inputs, uint64_t seed);
   int64_t samples() const { return samples_; }
   int64_t batches_per_epoch() const override { return samples_ / batch_; }
+  int64_t batch_size() const override { return batch_; }
+  std::vector<RowGather> rows(int64_t step) override;
+  const std::vector<HostTensor>& sources() const override { return data_; }
 
  private:
-  std::map<std::string, HostTensor> batch_at(int64_t step) override;
-
   std::vector<ArrayInput> inputs_;
   std::vector<HostTensor> data_;  // per input, rounded to its dtype
   uint64_t seed_;
@@ -134,15 +157,19 @@ class TokenBatches final : public BatchSource {
   // A pass's worth of tokens (tokens / (batch * sequence), at least 1), for progress only: windows
   // are drawn with replacement, so an epoch need not see every token.
   int64_t batches_per_epoch() const override;
+  int64_t batch_size() const override { return data_.batch; }
+  int64_t tokens_per_sample() const override { return data_.sequence; }
+  // Both inputs gather from the one token array: the targets' rows start a token later.
+  std::vector<RowGather> rows(int64_t step) override;
+  const std::vector<HostTensor>& sources() const override { return ids_; }
 
  private:
-  std::map<std::string, HostTensor> batch_at(int64_t step) override;
-  std::vector<int32_t> window(int64_t offset, int64_t count) const;
+  std::map<std::string, HostTensor> read_batch(int64_t step) override;
 
   TokenData data_;
   uint64_t seed_;
   int64_t tokens_ = 0;
-  std::vector<int32_t> ids_;        // a .npy file's ids
+  std::vector<HostTensor> ids_;     // a .npy file's ids: one i32 [T] array
   std::unique_ptr<InputFile> bin_;  // a .bin file
 };
 

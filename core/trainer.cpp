@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "core/device_batches.h"
 #include "core/driver.h"
 #include "core/executor.h"
 #include "core/host_executor.h"
@@ -40,8 +41,8 @@ class HostStepRunner final : public StepRunner {
         step_(host_step_start(bound, data)),
         first_update_(first_update_node(*bound.bundle)) {}
 
-  void set_inputs(const std::map<std::string, HostTensor>& batch) override {
-    for (const auto& [name, values] : batch) step_.tensors[name] = values;
+  void load_batch(BatchSource& batches) override {
+    for (auto& [name, values] : batches.next_batch()) step_.tensors[name] = std::move(values);
   }
   double forward_backward() override {
     run_host_nodes(bound_, registry_, step_, 0, first_update_);
@@ -81,8 +82,17 @@ class GpuStepRunner final : public StepRunner {
       for (size_t launch : bound.node_launches(i)) update_launch_ = std::min(update_launch_, launch);
   }
 
-  void set_inputs(const std::map<std::string, HostTensor>& batch) override {
-    for (const auto& [name, values] : batch) executor_->set_input(name, values);
+  // From a copy of the data set on the GPU where it fits (made at the first batch), else uploaded.
+  void load_batch(BatchSource& batches) override {
+    if (!device_batches_checked_) {
+      device_batches_ = DeviceBatches::make(*executor_, batches);
+      device_batches_checked_ = true;
+    }
+    if (device_batches_) {
+      device_batches_->gather(*executor_, batches.next_rows());
+      return;
+    }
+    for (const auto& [name, values] : batches.next_batch()) executor_->set_input(name, values);
   }
   // Each phase is captured once as a CUDA graph and replayed: its launches' arguments (buffers,
   // sizes) are the same every step; the step count the updates read lives in device memory.
@@ -127,6 +137,8 @@ class GpuStepRunner final : public StepRunner {
   size_t first_update_, update_launch_ = 0;
   std::unique_ptr<GpuExecutor> executor_;
   std::unique_ptr<cuda::CudaGraph> forward_backward_, update_;
+  std::unique_ptr<DeviceBatches> device_batches_;
+  bool device_batches_checked_ = false;
 };
 
 // ---- data ------------------------------------------------------------------------------------
@@ -193,11 +205,6 @@ std::unique_ptr<BatchSource> array_batches(const BoundBundle& bound, const Train
 std::unique_ptr<BatchSource> make_batches(const BoundBundle& bound, const TrainDataOptions& data, uint64_t seed) {
   check_fed_inputs(*bound.bundle, data, bound.label);
   return data.tokens_path.empty() ? array_batches(bound, data, seed) : token_batches(bound, data, seed);
-}
-
-int64_t first_dim(const std::map<std::string, HostTensor>& batch) {
-  const HostTensor& any = batch.begin()->second;
-  return any.shape.empty() ? 1 : any.shape[0];
 }
 
 std::string node_description(const Bundle& bundle, const std::string& name) {
@@ -313,8 +320,8 @@ void Trainer::run(const std::function<void(const StepResult&)>& progress,
 
 StepResult Trainer::step(int64_t number, bool check, const std::function<void(const CheckReport&)>& on_check) {
   const auto start = std::chrono::steady_clock::now();
-  const std::map<std::string, HostTensor> batch = batches_->next_batch();
-  runner_->set_inputs(batch);
+  const int64_t batch_step = batches_->step();
+  runner_->load_batch(*batches_);
   StepResult result;
   result.step = number;
   if (check) {
@@ -324,12 +331,12 @@ StepResult Trainer::step(int64_t number, bool check, const std::function<void(co
       throw Error(fmt::format("--check: step {} differs from the host reference", number), ExitCode::kCheckMismatch);
   } else {
     result.loss = runner_->forward_backward();
-    if (!std::isfinite(result.loss)) fail_non_finite(number, result.loss, batch);
+    if (!std::isfinite(result.loss)) fail_non_finite(number, result.loss, batches_->batch(batch_step));
     runner_->update();
   }
   result.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  result.samples = first_dim(batch);
-  if (!options_.data.tokens_path.empty()) result.tokens = result.samples * batch.begin()->second.shape.at(1);
+  result.samples = batches_->batch_size();
+  result.tokens = result.samples * batches_->tokens_per_sample();
   done_ = number;
   return result;
 }

@@ -56,7 +56,8 @@ struct StepResult {
 class StepRunner {
  public:
   virtual ~StepRunner() = default;
-  virtual void set_inputs(const std::map<std::string, HostTensor>& batch) = 0;
+  // Feeds the graph inputs the next batch of `batches`.
+  virtual void load_batch(BatchSource& batches) = 0;
   // The forward and backward nodes; returns the loss.
   virtual double forward_backward() = 0;
   virtual void update() = 0;

@@ -140,6 +140,11 @@ TEST_F(Train, ProgressLinesAndTheLossGoingDown) {
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_EQ(run.out.rfind("bundle fit.teeny (graph 'fit'), B=4: steps 1 to 60 on the host reference executor\n", 0), 0u)
       << run.out;
+  // fc.weight [2, 3] and fc.bias [2], their momentum buffers (f32), the i32 step counter: 68 bytes.
+  EXPECT_TRUE(std::regex_search(run.out, std::regex(R"(\nmemory: activations and gradients [0-9.]+ [KM]?i?B planned )"
+                                                    R"(by liveness \(naive [0-9.]+ [KM]?i?B\), parameters and )"
+                                                    R"(optimizer state 68 B\n)")))
+      << run.out;
   const std::vector<double> loss = losses(run.out);
   ASSERT_EQ(loss.size(), 60u) << run.out;
   EXPECT_LT(loss.back(), 0.01 * loss.front()) << run.out;  // the data is an exact linear fit

@@ -8,6 +8,7 @@
 #include <set>
 #include <string>
 
+#include "core/device_batches.h"
 #include "core/error.h"
 #include "core/npy.h"
 #include "core/train_data.h"
@@ -104,6 +105,28 @@ TEST_F(TrainDataTest, ArrayBatchesFollowEachEpochsOrderAndDropTheRest) {
   EXPECT_EQ(batches.epoch(), 1);
   // Epoch 1's order is 2 1 8 4 9 6 5 7 3 0.
   EXPECT_EQ(samples_of(batches.next_batch()), (std::vector<int64_t>{2, 1, 8}));
+}
+
+// rows() is what the GPU gathers from its copy of sources(): each input's batch rows as spans of
+// its source array (a sample's elements), in the order next_batch() returns them.
+TEST_F(TrainDataTest, ArrayRowsNameEachSamplesSpanOfItsSource) {
+  write_samples(10);
+  ArrayBatches batches(inputs(3), 0);
+  ASSERT_EQ(batches.sources().size(), 2u);
+  EXPECT_EQ(batches.sources()[0].numel(), 20);  // x: 10 samples of 2
+  const std::vector<RowGather> rows = batches.rows(1);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].input, "x");
+  EXPECT_EQ(rows[0].source, 0u);
+  EXPECT_EQ(rows[0].row, 2);
+  EXPECT_EQ(rows[0].shape, (std::vector<int64_t>{3, 2}));
+  EXPECT_EQ(rows[0].starts, (std::vector<int64_t>{18, 16, 2}));  // samples 9, 8, 1 (batch 1 above)
+  EXPECT_EQ(rows[1].input, "labels");
+  EXPECT_EQ(rows[1].source, 1u);
+  EXPECT_EQ(rows[1].starts, (std::vector<int64_t>{9, 8, 1}));
+  EXPECT_EQ(batches.step(), 0);  // describing a step does not move on
+  EXPECT_EQ(batches.next_rows()[1].starts, (std::vector<int64_t>{6, 3, 2}));
+  EXPECT_EQ(batches.step(), 1);
 }
 
 TEST_F(TrainDataTest, ValuesAreRoundedToTheInputsDtype) {
@@ -235,6 +258,31 @@ TEST_F(TrainDataTest, TokenWindowsAndTheirShiftedTargets) {
       EXPECT_EQ(targets.data, want_targets) << file;
     }
   }
+}
+
+// Both token inputs gather from the one array of ids; a .bin file's ids stay on disk.
+TEST_F(TrainDataTest, TokenRowsShareOneSourceWithTheTargetsOneLater) {
+  TokenBatches batches(tokens(write_token_npy(20), 3, 4), 0);
+  ASSERT_EQ(batches.sources().size(), 1u);
+  EXPECT_EQ(batches.sources()[0].dtype, DType::kI32);
+  EXPECT_EQ(batches.sources()[0].numel(), 20);
+  const std::vector<RowGather> rows = batches.rows(2);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].input, "idx");
+  EXPECT_EQ(rows[1].input, "targets");
+  EXPECT_EQ(rows[0].shape, (std::vector<int64_t>{3, 4}));
+  for (size_t r = 0; r < 3; ++r) {
+    EXPECT_EQ(rows[1].starts[r], rows[0].starts[r] + 1);
+    EXPECT_LT(rows[0].starts[r], 16);  // below T - S
+  }
+  EXPECT_TRUE(TokenBatches(tokens(write_token_bin(20), 3, 4), 0).sources().empty());
+}
+
+TEST(DeviceBatches, GatherKernelsCompileForEachElementSize) {
+  const std::string ptx = gather_rows_ptx(9, 0);
+  EXPECT_NE(ptx.find(".entry teeny_gather_rows_2("), std::string::npos) << ptx;
+  EXPECT_NE(ptx.find(".entry teeny_gather_rows_4("), std::string::npos) << ptx;
+  EXPECT_NE(ptx.find(".u16"), std::string::npos);
 }
 
 // Offsets are below T - S: every window fits, and the last token is some window's last target.
