@@ -1,6 +1,8 @@
 // conv2d: NCHW convolution with stride, padding, dilation and groups (depthwise when groups = C),
 // PyTorch layout weight [Co, C/groups, kH, kW] and bias [Co], both in x's dtype. Lowering:
 // ops/vision_common.cpp; kernels: ops/kernels/conv2d.cuh.
+#include "core/autodiff.h"
+#include "ops/grad_util.h"
 #include "ops/kernel_util.h"
 #include "ops/ops.h"
 #include "ops/vision_common.h"
@@ -27,6 +29,26 @@ HostTensor conv2d_reference(const RefContext& ref) {
   return y;
 }
 
+// dx (grad.conv2d_dx, the weight through a param ref, x's shape as an attr), dweight
+// (grad.conv2d_dweight, reading x) and dbias: dy summed over images and pixels (grad.sum_to down
+// to [Co, 1, 1], viewed as [Co]).
+void conv2d_backward(GradBuilder& g) {
+  const std::string& dy = g.grad_output();
+  nlohmann::json attrs = g.ctx().attrs.json();
+  attrs.erase("bias");
+  if (g.needs_input_grad(0)) {
+    nlohmann::json dx_attrs = attrs;
+    dx_attrs["shape"] = shape_attr(g.type(g.input(0)).shape);
+    g.input_grad(0, g.add("grad.conv2d_dx", {dy}, dx_attrs, {{"weight", g.param("weight")}}));
+  }
+  if (g.needs_param_grad("weight")) g.param_grad("weight", g.add("grad.conv2d_dweight", {dy, g.input(0)}, attrs));
+  if (g.needs_param_grad("bias")) {
+    const Expr channels(g.ctx().attrs.integer("out_channels"));
+    const std::string sums = g.add("grad.sum_to", {dy}, {{"shape", shape_attr({channels, Expr(1), Expr(1)})}});
+    g.param_grad("bias", g.add("reshape", {sums}, {{"shape", shape_attr({channels})}}));
+  }
+}
+
 }  // namespace
 
 OpDef conv2d_op() {
@@ -51,6 +73,7 @@ OpDef conv2d_op() {
     return lower_conv("conv2d", conv_geometry("conv2d", ctx), "weight", epilogue);
   };
   def.reference = conv2d_reference;
+  def.backward = conv2d_backward;
   def.conformance_cases = [] {
     using nlohmann::json;
     const std::vector<Bindings> b1_b2 = {{{"B", 1}}, {{"B", 2}}};
