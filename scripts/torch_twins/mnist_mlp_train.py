@@ -33,10 +33,7 @@ Usage: TEENY=build/teeny python3 scripts/torch_twins/mnist_mlp_train.py [--devic
 1 mismatch, 2 a teeny command failed.
 """
 import argparse
-import math
 import os
-import re
-import subprocess
 import sys
 import tempfile
 
@@ -48,6 +45,8 @@ import yaml
 from safetensors.numpy import load_file, save_file
 from sklearn.datasets import load_digits
 
+from train_twin import Trainer, array_batch, compare_checkpoint, compare_losses, teeny, teeny_losses
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SPEC = os.path.join(REPO, "graphs", "mnist_mlp_train.yaml")
 HELD_OUT = 360
@@ -57,51 +56,6 @@ PARAM_TOL = (1e-4, 1e-3)
 STATE_TOL = {"exp_avg": (1e-6, 1e-3), "exp_avg_sq": (1e-8, 1e-3), "momentum_buffer": (1e-5, 1e-3)}
 SGD = {"type": "sgd", "lr": 0.05, "momentum": 0.9, "nesterov": True, "weight_decay": 1e-4,
        "schedule": "warmup_cosine", "warmup_steps": 10, "total_steps": 200, "min_lr_ratio": 0.1}
-
-# docs/training.md, "Data order"
-M64 = (1 << 64) - 1
-
-
-def mix(z):
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
-    return z ^ (z >> 31)
-
-
-class SplitMix64:
-    def __init__(self, seed, stream):
-        self.state = seed ^ mix(stream)
-
-    def next(self):
-        self.state = (self.state + 0x9E3779B97F4A7C15) & M64
-        return mix(self.state)
-
-
-def epoch_order(n, seed, epoch):
-    g, p = SplitMix64(seed, epoch), list(range(n))
-    for i in range(n - 1, 0, -1):
-        j = g.next() % (i + 1)
-        p[i], p[j] = p[j], p[i]
-    return p
-
-
-def array_batch(n, batch, seed, step):
-    """The sample indices of 0-based step `step`: drop_last batches of a reshuffled epoch."""
-    per_epoch = n // batch
-    p = epoch_order(n, seed, step // per_epoch)
-    b = step % per_epoch
-    return p[b * batch:(b + 1) * batch]
-
-
-def lr_factor(opt, s):
-    """docs/training.md, "Optimizer semantics": the schedule's factor at 1-based step s."""
-    if opt.get("schedule", "constant") == "constant":
-        return 1.0
-    w, t, m = int(opt.get("warmup_steps", 0)), int(opt["total_steps"]), float(opt.get("min_lr_ratio", 0))
-    if s <= w:
-        return s / w
-    return m + (1 - m) * (1 + math.cos(math.pi * min(1.0, (s - w) / max(1, t - w)))) / 2
-
 
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -135,81 +89,15 @@ class MnistMlp(nn.Module):
         return self.fc2(F.relu(self.fc1(x)))
 
 
-def torch_optimizer(opt, params):
-    # float(): PyYAML reads YAML 1.1, where a float needs a dot, so "2e-3" comes back a string.
-    num = lambda key, default=None: float(opt.get(key, default))
-    kind = opt["type"]
-    if kind == "adamw":
-        betas = tuple(float(b) for b in opt.get("betas", (0.9, 0.999)))
-        return torch.optim.AdamW(params, lr=num("lr"), betas=betas, eps=num("eps", 1e-8),
-                                 weight_decay=num("weight_decay", 0.01))
-    if kind == "sgd":
-        return torch.optim.SGD(params, lr=num("lr"), momentum=num("momentum", 0), dampening=num("dampening", 0),
-                               weight_decay=num("weight_decay", 0), nesterov=opt.get("nesterov", False))
-    raise ValueError(f"no PyTorch twin for optimizer '{kind}'")
-
-
 def torch_train(model, train_section, x, y, batch, seed, steps, device):
-    """PyTorch on teeny's batches; returns each step's loss."""
-    opt = train_section["optimizer"]
-    optimizer = torch_optimizer(opt, model.parameters())
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda k: lr_factor(opt, k + 1))
+    """PyTorch on teeny's batches; returns the trainer and each step's loss."""
+    trainer = Trainer(model, train_section)
     xs, ys = torch.from_numpy(x).to(device), torch.from_numpy(y).long().to(device)
     losses = []
     for step in range(steps):
         rows = torch.tensor(array_batch(len(x), batch, seed, step), device=device)
-        optimizer.zero_grad()
-        loss = F.cross_entropy(model(xs[rows]), ys[rows])
-        loss.backward()
-        if "clip_grad_norm" in train_section:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), train_section["clip_grad_norm"])
-        optimizer.step()
-        schedule.step()
-        losses.append(loss.item())
-    return optimizer, losses
-
-
-def teeny(args, *command):
-    """Runs a teeny command, echoing its output; returns its stdout."""
-    print("$", " ".join([args.teeny, *command]), flush=True)
-    result = subprocess.run([args.teeny, *command], stdout=subprocess.PIPE, text=True)
-    if result.returncode != 0:
-        print(result.stdout, end="")
-        print(f"teeny exited with {result.returncode}", file=sys.stderr)
-        sys.exit(2)
-    return result.stdout
-
-
-def teeny_losses(log):
-    """{step: loss} from the progress lines `step k/N  loss L  ...`."""
-    return {int(m.group(1)): float(m.group(2)) for m in re.finditer(r"^step (\d+)/\d+\s+loss (\S+)", log, re.M)}
-
-
-def compare(label, got, want, tol):
-    """True when |got - want| <= atol + rtol * |want| everywhere; prints the figures either way."""
-    atol, rtol = tol
-    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
-    if got.shape != want.shape:
-        print(f"  {label}: MISMATCH shape {got.shape} vs PyTorch {want.shape}")
-        return False
-    err = np.abs(got - want)
-    bad = ~(err <= atol + rtol * np.abs(want))  # NaN counts as a mismatch
-    worst = np.unravel_index(np.argmax(np.where(np.isnan(err), np.inf, err)), err.shape)
-    verdict = "ok" if not bad.any() else f"MISMATCH ({int(bad.sum())} of {err.size} outside)"
-    print(f"  {label}: {verdict}; max abs err {err[worst]:.3g} at {tuple(int(i) for i in worst)} "
-          f"(teeny {got[worst]:.7g}, PyTorch {want[worst]:.7g}); atol {atol:g} + rtol {rtol:g}")
-    return not bad.any()
-
-
-def torch_state(model, optimizer):
-    """PyTorch's params and optimizer state under the checkpoint's names."""
-    tensors = {}
-    for name, p in model.named_parameters():
-        tensors[name] = p
-        for key, value in optimizer.state[p].items():
-            if key != "step":
-                tensors[f"optimizer.{name}.{key}"] = value
-    return {name: t.detach().cpu().numpy() for name, t in tensors.items()}
+        losses.append(trainer.step(lambda: F.cross_entropy(model(xs[rows]), ys[rows])))
+    return trainer, losses
 
 
 def accuracy(probs_or_logits, labels):
@@ -265,28 +153,13 @@ def run_twin(args, workdir):
     got_losses = teeny_losses(log)
 
     print(f"PyTorch {torch.__version__} on {device}: {args.steps} steps of {train_section['optimizer']['type']}")
-    optimizer, want_losses = torch_train(model, train_section, x[train], y[train], batch, args.seed, args.steps,
-                                         device)
+    trainer, want_losses = torch_train(model, train_section, x[train], y[train], batch, args.seed, args.steps,
+                                       device)
 
-    ok = True
-    if sorted(got_losses) != list(range(1, args.steps + 1)):
-        print(f"  teeny printed losses for {len(got_losses)} steps, expected {args.steps}")
-        ok = False
-    else:
-        checked = min(LOSS_STEPS, args.steps)
-        got, want = [got_losses[s + 1] for s in range(args.steps)], want_losses
-        ok &= compare(f"loss of steps 1-{checked}", got[:checked], want[:checked], LOSS_TOL)
-        print(f"  for scale: loss {want[0]:.5g} -> {want[-1]:.5g}; max abs difference over all {args.steps} steps "
-              f"{np.max(np.abs(np.subtract(got, want))):.3g}")
-
-    ckpt, want_state = load_file(path("ckpt.safetensors")), torch_state(model, optimizer)
-    if sorted(ckpt) != sorted(want_state):
-        print(f"  checkpoint tensors {sorted(ckpt)}, PyTorch's {sorted(want_state)}")
-        ok = False
-    else:
-        for name in sorted(ckpt):
-            tol = STATE_TOL[name.split(".")[-1]] if name.startswith("optimizer.") else PARAM_TOL
-            ok &= compare(name, ckpt[name], want_state[name], tol)
+    ok = compare_losses(got_losses, want_losses, args.steps, min(LOSS_STEPS, args.steps), LOSS_TOL)
+    ckpt = load_file(path("ckpt.safetensors"))
+    state_tol = lambda name: STATE_TOL[name.split(".")[-1]] if name.startswith("optimizer.") else PARAM_TOL
+    ok &= compare_checkpoint(ckpt, trainer.state(), state_tol)
 
     # `teeny run --weights` takes params only: the checkpoint without its optimizer.* entries.
     save_file({k: v for k, v in ckpt.items() if not k.startswith("optimizer.")}, path("params.safetensors"))
