@@ -28,6 +28,7 @@ class Differentiator {
   }
 
   void run() {
+    apply_train_modes();
     collect_trained();
     const std::vector<bool> active = active_nodes();
     for (size_t k = graph_.nodes.size(); k-- > 0;)
@@ -36,6 +37,28 @@ class Differentiator {
     add_input_gradients();
     add_updates();
     for (Node& node : added_) graph_.nodes.push_back(std::move(node));
+  }
+
+  // An update a forward node's training mode asked for (TrainModeBuilder::add_update).
+  struct ModeUpdate {
+    size_t origin;  // the forward node's index
+    std::string op;
+    std::vector<std::string> inputs;
+    nlohmann::json attrs;
+    std::map<std::string, std::string> param_refs;
+  };
+  void request_update(const Node& origin, ModeUpdate update) {
+    update.origin = static_cast<size_t>(&origin - graph_.nodes.data());
+    mode_updates_.push_back(std::move(update));
+  }
+
+  // Sets a forward node's attr in training mode, inferring its type again.
+  void set_attr(Node& node, const std::string& name, nlohmann::json value) {
+    nlohmann::json attrs = node.ctx.attrs.json();
+    attrs[name] = std::move(value);
+    node.ctx.attrs = Attrs(std::move(attrs));
+    node.ctx.output = node.op->infer(node.ctx);
+    types_[node.name] = node.ctx.output;
   }
 
   const TensorType& type(const std::string& tensor) const {
@@ -80,6 +103,22 @@ class Differentiator {
   }
 
  private:
+  // ---- training mode -------------------------------------------------------------------------
+
+  // Every forward node whose op computes otherwise in training (model.train()) switches; an op
+  // that cannot train says why, at the node.
+  void apply_train_modes() {
+    for (Node& node : graph_.nodes) {
+      if (!node.op->train_mode) continue;
+      TrainModeBuilder builder(*this, node);
+      try {
+        node.op->train_mode(builder);
+      } catch (const OpError& e) {
+        throw graph_.error_at(node, e.key, e.message());
+      }
+    }
+  }
+
   // ---- what is trained, and which nodes lie between it and the loss --------------------------
 
   void collect_trained() {
@@ -88,6 +127,10 @@ class Differentiator {
       if (!node.op->params) continue;
       for (const ParamSpec& spec : node.op->params(node.ctx)) {
         if (spec.init != ParamInit::kTrained) continue;
+        if (spec.hints.buffer) {
+          check_buffer_not_listed(node.name + "." + spec.slot);
+          continue;
+        }
         const std::string name = param_name(node, spec.slot);
         if (listed.empty() || listed.count(node.name) || listed.count(node.name + "." + spec.slot)) {
           trained_[node.name].push_back(spec.slot);
@@ -95,6 +138,15 @@ class Differentiator {
         }
       }
     }
+  }
+
+  void check_buffer_not_listed(const std::string& buffer) const {
+    for (size_t i = 0; i < train_.params.size(); ++i)
+      if (train_.params[i] == buffer)
+        throw at(train_.params_pos[i],
+                 fmt::format("train: params: '{}' is a buffer (running statistics), which no optimizer trains; its "
+                             "node's training mode updates it",
+                             buffer));
   }
 
   static std::string param_name(const Node& node, const std::string& slot) {
@@ -243,6 +295,13 @@ class Differentiator {
       add_node(*t->owner, NodeRole::kUpdate, param, base, train_.optimizer->name, inputs, train_.optimizer_attrs,
                {{"param", param}, {"step", step_param}});
     }
+    for (ModeUpdate& update : mode_updates_) {
+      const Node& origin = graph_.nodes[update.origin];
+      std::string base = update.op.substr(update.op.find('.') + 1) + "_" + origin.name;
+      std::replace(base.begin(), base.end(), '.', '_');
+      add_node(origin, NodeRole::kUpdate, "", base, update.op, std::move(update.inputs), std::move(update.attrs),
+               std::move(update.param_refs));
+    }
   }
 
   // ---- names and attrs -----------------------------------------------------------------------
@@ -280,6 +339,7 @@ class Differentiator {
   std::unordered_map<std::string, std::vector<std::string>> contributions_;  // tensor -> dL/d parts
   std::map<std::string, std::string> param_grads_;                           // full name -> dL/d tensor
   std::vector<Node> added_;
+  std::vector<ModeUpdate> mode_updates_;
 };
 
 // ---- GradBuilder ---------------------------------------------------------------------------
@@ -311,6 +371,22 @@ std::string GradBuilder::add(const std::string& op, std::vector<std::string> inp
 
 void GradBuilder::input_grad(size_t i, const std::string& tensor) { input_grads_[i] = tensor; }
 void GradBuilder::param_grad(const std::string& slot, const std::string& tensor) { param_grads_[slot] = tensor; }
+
+// ---- TrainModeBuilder ----------------------------------------------------------------------
+
+std::string TrainModeBuilder::param(const std::string& slot) const {
+  auto renamed = forward_.param_names.find(slot);
+  return renamed != forward_.param_names.end() ? renamed->second : forward_.name + "." + slot;
+}
+
+void TrainModeBuilder::set_attr(const std::string& name, nlohmann::json value) {
+  owner_.set_attr(forward_, name, std::move(value));
+}
+
+void TrainModeBuilder::add_update(const std::string& op, std::vector<std::string> inputs, nlohmann::json attrs,
+                                  std::map<std::string, std::string> param_refs) {
+  owner_.request_update(forward_, {0, op, std::move(inputs), std::move(attrs), std::move(param_refs)});
+}
 
 // ---- entry points --------------------------------------------------------------------------
 

@@ -58,13 +58,41 @@ class GradBuilder {
   std::map<std::string, std::string> param_grads_;
 };
 
-// Appends the backward nodes of `graph.train` and, where it names an optimizer, the update nodes
-// (nothing without a `train:` section). Throws Error located at the `train:` key or the node
+// What an op's training-mode hook (OpDef::train_mode) sees of its forward node, and how it changes
+// it.
+class TrainModeBuilder {
+ public:
+  const OpContext& ctx() const { return forward_.ctx; }
+  const std::string& node() const { return forward_.name; }
+  const std::string& input(size_t i) const { return forward_.inputs.at(i); }
+  // The full name of the forward node's param `slot` ("bn1.running_mean").
+  std::string param(const std::string& slot) const;
+  // Sets the forward node's attr `name` (its output type inferred again).
+  void set_attr(const std::string& name, nlohmann::json value);
+  // Adds an update node of `op` (attrs not given take their defaults) reading `inputs`, its slots
+  // bound by `param_refs` to existing params it writes in place, named `<op without its
+  // namespace>_<node>` ("batchnorm_stats_bn1"). Update nodes exist where the train section has an
+  // optimizer; these run after the optimizer's.
+  void add_update(const std::string& op, std::vector<std::string> inputs, nlohmann::json attrs,
+                  std::map<std::string, std::string> param_refs);
+
+ private:
+  friend class Differentiator;
+  TrainModeBuilder(Differentiator& owner, Node& forward) : owner_(owner), forward_(forward) {}
+
+  Differentiator& owner_;
+  Node& forward_;
+};
+
+// Puts the forward nodes in training mode (OpDef::train_mode), then appends the backward nodes of
+// `graph.train` and, where it names an optimizer, the update nodes (nothing without a `train:`
+// section). Throws Error located at the `train:` key or the node
 // concerned: an op without a gradient on the way to the loss, a listed param that does not
 // affect the loss.
 void add_training(Graph& graph, const Registry& registry);
 
-// The trained params of a graph with a `train:` section, by full name in graph order.
+// The trained params of a graph with a `train:` section, by full name in graph order (buffers,
+// ParamHints::buffer, are not: no optimizer steps them).
 std::vector<std::string> trained_params(const Graph& graph);
 
 }  // namespace teeny

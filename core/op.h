@@ -85,6 +85,11 @@ struct ParamHints {
   // num_batches_tracked): a weights file may hold it under the param's prefix
   // ("bn1.num_batches_tracked" beside "bn1.running_mean"), and loading skips it.
   std::vector<std::string> unused_state;
+  // A buffer of the PyTorch module, not a parameter (BatchNorm's running statistics): loaded from
+  // weights and saved in checkpoints by name like a trained param, but never trained: a training
+  // graph computes no gradient for it and no optimizer steps it (an op's OpDef::train_mode may add
+  // an update that writes it).
+  bool buffer = false;
 };
 
 struct ParamSpec {
@@ -296,6 +301,11 @@ struct OpTuning {
 class GradBuilder;
 using BackwardFn = std::function<void(GradBuilder&)>;
 
+// Training mode (PyTorch's model.train()): an op that computes otherwise in a training graph
+// changes its forward node through the builder (core/autodiff.h), before differentiation.
+class TrainModeBuilder;
+using TrainModeFn = std::function<void(TrainModeBuilder&)>;
+
 // Which pass of a training step a node belongs to; a graph without `train:` is all forward.
 enum class NodeRole { kForward, kBackward, kUpdate };
 const char* node_role_name(NodeRole role);  // "forward", "backward", "update"
@@ -342,6 +352,12 @@ struct OpDef {
   OpTuning tuning{};
   // Absent: the op has no gradient (training through it is an error naming the node).
   BackwardFn backward{};
+  // Absent: the op computes the same in a training graph. Present: add_training calls it for every
+  // forward node of the op in a graph with a `train:` section, on the gradient's path or not (as
+  // model.train() switches every module), before differentiating: it may set the node's attrs
+  // (batchnorm2d's batch statistics) and add update nodes that run once a step after the
+  // optimizer's (batchnorm2d's running statistics), or throw OpError where the op cannot train.
+  TrainModeFn train_mode{};
   // A loss: its output is a scalar whose rule takes an absent dL/d(output) as 1, so a training
   // graph's `loss` node must be one.
   bool loss = false;

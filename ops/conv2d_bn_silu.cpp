@@ -6,6 +6,7 @@
 // three nodes: ops/fuse_conv_bn_silu.cpp.
 #include <cmath>
 
+#include "core/autodiff.h"
 #include "ops/kernel_util.h"
 #include "ops/ops.h"
 #include "ops/vision_common.h"
@@ -23,6 +24,7 @@ std::vector<ParamSpec> conv2d_bn_silu_params(const OpContext& ctx) {
     params.push_back({slot, channels, g.dtype, ParamInit::kTrained, {}});
   params[4].hints.random_range = std::array<double, 2>{0.5, 1.5};  // a variance: positive
   params[3].hints.unused_state = {"num_batches_tracked"};          // PyTorch's step counter
+  params[3].hints.buffer = params[4].hints.buffer = true;
   return params;
 }
 
@@ -68,6 +70,15 @@ OpDef conv2d_bn_silu_op() {
                       ConvEpilogue{ConvEpilogue::kBnSilu, ctx.attrs.real("eps")});
   };
   def.reference = conv2d_bn_silu_reference;
+  // Its batch norm is folded from running statistics; in a training graph batch norm normalizes by
+  // the batch's (model.train()), which the fused kernel cannot, so it refuses rather than train
+  // something else than PyTorch would.
+  def.train_mode = [](TrainModeBuilder&) {
+    throw OpError("op",
+                  "conv2d_bn_silu cannot train: its batch norm uses running statistics, and a training graph's batch "
+                  "norm uses the batch's (PyTorch's model.train()); write conv2d (bias: false), batchnorm2d and silu "
+                  "as three nodes");
+  };
   def.conformance_cases = [] {
     std::vector<VisionCase> cases = {
         {"3x3 p1 Co 64, odd 15x13", "[B, 8, 15, 13]", {{"out_channels", 64}, {"kernel_size", 3}, {"padding", 1}}},

@@ -1,6 +1,9 @@
-// Graph pass: conv2d (bias: false) -> batchnorm2d -> silu, each intermediate used once, becomes
-// one conv2d_bn_silu node. The fused node takes the silu node's name (so its consumers and the
-// graph outputs are unchanged), keeps the original param names (c1.weight, bn1.running_mean,
+// Graph pass: conv2d (bias: false) -> batchnorm2d (inference) -> silu, each intermediate used
+// once, becomes one conv2d_bn_silu node. A batchnorm2d in training mode (every one of a training
+// graph, whose train mode compile sets before the passes run) normalizes by batch statistics,
+// which the fused kernel's folded running statistics cannot: it is left alone. The fused node takes the silu node's
+// name (so its consumers and the graph outputs are unchanged), keeps the original param names (c1.weight,
+// bn1.running_mean,
 // ...) through Node::param_names, and lists the nodes it replaced in Node::fused_from.
 #include <fmt/format.h>
 
@@ -40,6 +43,7 @@ int fuse_conv_bn_silu(Graph& graph, const Registry& registry) {
   return fuse_patterns(graph, "silu", [&](const Node& silu, const GraphUses& uses) -> std::optional<Fusion> {
     // silu and batchnorm2d have one input.
     const Node* bn = uses.single_use_producer(silu.inputs.at(0), "batchnorm2d");
+    if (bn && bn->ctx.attrs.boolean("training")) return std::nullopt;
     const Node* conv = bn ? uses.single_use_producer(bn->inputs.at(0), "conv2d") : nullptr;
     if (conv == nullptr || conv->ctx.attrs.boolean("bias")) return std::nullopt;
     return Fusion{fuse(*conv, *bn, silu, fused), {conv, bn}};
@@ -50,8 +54,8 @@ int fuse_conv_bn_silu(Graph& graph, const Registry& registry) {
 
 GraphPass fuse_conv_bn_silu_pass() {
   return GraphPass{"fuse_conv_bn_silu",
-                   "conv2d (bias: false) -> batchnorm2d -> silu, intermediates used once, into one "
-                   "conv2d_bn_silu node keeping the original param names",
+                   "conv2d (bias: false) -> batchnorm2d (not training) -> silu, intermediates used once, into "
+                   "one conv2d_bn_silu node keeping the original param names",
                    fuse_conv_bn_silu};
 }
 

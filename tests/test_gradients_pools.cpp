@@ -1,6 +1,7 @@
-// The pools' and upsample_nearest2d's backward rules and the grad.* ops they add (ops.md,
-// "Gradients"): the exact backward nodes, the ops' host references against hand-computed values,
-// their shape errors (exact text), and the gradients against finite differences of the loss
+// The pools', upsample_nearest2d's and batchnorm2d's backward rules and the grad.* ops they add
+// (ops.md, "Gradients"), and batchnorm2d's training mode (docs/training.md, "Training mode"): the
+// exact backward and update nodes, the ops' host references against hand-computed values, their
+// errors (exact text), and the gradients against finite differences of the loss
 // (tests/grad_check_util.h), compiled through NVRTC and run by the host reference executor.
 #include <gtest/gtest.h>
 
@@ -10,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "core/autodiff.h"
+#include "core/compile.h"
 #include "tests/grad_check_util.h"
 #include "tests/grad_graph_util.h"
 #include "tests/op_test_util.h"
@@ -160,6 +162,145 @@ TEST(PoolGradientCheck, GlobalAvgpoolAndUpsample) {
   expect_gradients_match(
       pooled_graph("[1, 2, 3, 2]", "op: upsample_nearest2d, inputs: [s], attrs: {scale_factor: 3}", "[1, 2, 9, 6]"),
       registry(), {"x"});
+}
+
+// ---- batchnorm2d in training mode -------------------------------------------------------------
+
+const char* kBatchNormBody =
+    "  x: {dtype: f32, shape: [B, 3, 2, 2]}\n"
+    "nodes:\n"
+    "  - {name: bn, op: batchnorm2d, inputs: [x], attrs: {momentum: 0.25}}\n"
+    "  - {name: out, op: scale, inputs: [bn], attrs: {value: 2}}\n";
+const char* kBatchNormDims = "dims:\n  B: {min: 1, max: 8, default: 2}\n";
+
+TEST(BatchNormTraining, BatchStatisticsGradientsAndARunningStatisticsUpdate) {
+  const Graph graph = trained(loss_graph(kBatchNormBody, "[B, 3, 2, 2]",
+                                         "  inputs: [x]\n  optimizer: {type: adamw, lr: 0.01}\n", kBatchNormDims));
+  EXPECT_TRUE(graph.find_node("bn")->ctx.attrs.boolean("training"));
+  const std::vector<std::string> expected{
+      "bwd_bn = grad.batchnorm2d_dx(bwd_out, x) {\"eps\":1e-05} {weight->bn.weight}",
+      "bwd_bn_1 = grad.batchnorm2d_dweight(bwd_out, x) {\"eps\":1e-05}",
+      "bwd_bn_2 = grad.sum_to(bwd_out) {\"shape\":[\"1\",\"3\",\"1\",\"1\"]}",
+      "bwd_bn_3 = reshape(bwd_bn_2) {\"shape\":[\"3\"]}",
+  };
+  EXPECT_EQ(backward_of(graph, {"bn"}), expected);
+  // The running statistics are buffers: no gradient, no optimizer; one update after the
+  // optimizer's writes them from x.
+  EXPECT_EQ(trained_params(graph), (std::vector<std::string>{"bn.weight", "bn.bias"}));
+  std::vector<std::string> updates;
+  for (const Node& node : graph.nodes)
+    if (node.role == NodeRole::kUpdate) updates.push_back(node.name + " " + node.op->name);
+  EXPECT_EQ(updates,
+            (std::vector<std::string>{"optim_step train.step", "adamw_bn_weight optim.adamw",
+                                      "adamw_bn_bias optim.adamw", "batchnorm_stats_bn train.batchnorm_stats"}));
+  const Node& stats = *graph.find_node("batchnorm_stats_bn");
+  EXPECT_EQ(stats.inputs, std::vector<std::string>{"x"});
+  EXPECT_EQ(stats.ctx.attrs.real("momentum"), 0.25);
+  EXPECT_EQ(stats.param_refs, (std::map<std::string, std::string>{{"running_mean", "bn.running_mean"},
+                                                                  {"running_var", "bn.running_var"}}));
+}
+
+TEST(BatchNormTraining, ABatchNormOffTheGradientsPathTrainsItsStatisticsToo) {
+  // model.train() switches every module: bn's params are not trained here, its statistics are.
+  const Graph graph =
+      trained(loss_graph("  x: {dtype: f32, shape: [2, 3, 2, 2]}\n"
+                         "nodes:\n"
+                         "  - {name: bn, op: batchnorm2d, inputs: [x]}\n"
+                         "  - {name: out, op: linear, inputs: [bn], attrs: {out_features: 2}}\n",
+                         "[2, 3, 2, 2]", "  params: [out]\n  optimizer: {type: sgd, lr: 0.1}\n"));
+  EXPECT_TRUE(graph.find_node("bn")->ctx.attrs.boolean("training"));
+  EXPECT_TRUE(backward_of(graph, {"bn"}).empty());
+  EXPECT_NE(graph.find_node("batchnorm_stats_bn"), nullptr);
+}
+
+TEST(BatchNormTraining, TheFusionPassLeavesATrainingBatchNormAlone) {
+  // Off the gradient's path each intermediate has one reader: only the batch norm's training mode
+  // keeps the pass from fusing.
+  const std::string body =
+      "  x: {dtype: f32, shape: [2, 3, 6, 6]}\n"
+      "nodes:\n"
+      "  - {name: c, op: conv2d, inputs: [x], attrs: {out_channels: 4, kernel_size: 3, bias: false}}\n"
+      "  - {name: bn, op: batchnorm2d, inputs: [c]}\n"
+      "  - {name: act, op: silu, inputs: [bn]}\n"
+      "  - {name: out, op: linear, inputs: [act], attrs: {out_features: 2}}\n";
+  const Graph graph = parse_graph(loss_graph(body, "[2, 4, 4, 2]", "  params: [out]\n"), "grads.yaml", registry());
+  const Graph prepared = prepare_graph(graph, registry(), CompileOptions{});
+  std::vector<std::string> forward;
+  for (const Node& node : prepared.nodes)
+    if (node.role == NodeRole::kForward) forward.push_back(node.op->name);
+  EXPECT_EQ(forward, (std::vector<std::string>{"conv2d", "batchnorm2d", "silu", "linear", "mse_loss"}));
+}
+
+std::string train_error(const std::string& spec) {
+  try {
+    trained(spec);
+  } catch (const Error& e) {
+    return e.message();
+  }
+  return "(no error)";
+}
+
+TEST(BatchNormTraining, Errors) {
+  EXPECT_EQ(train_error(
+                loss_graph(kBatchNormBody, "[B, 3, 2, 2]", "  params: [bn.weight, bn.running_mean]\n", kBatchNormDims)),
+            "train: params: 'bn.running_mean' is a buffer (running statistics), which no optimizer trains; its node's "
+            "training mode updates it");
+  EXPECT_EQ(train_error(loss_graph("  x: {dtype: f32, shape: [2, 3, 6, 6]}\n"
+                                   "nodes:\n"
+                                   "  - {name: out, op: conv2d_bn_silu, inputs: [x], attrs: {out_channels: 4, "
+                                   "kernel_size: 3}}\n",
+                                   "[2, 4, 4, 4]", "")),
+            "node 'out': conv2d_bn_silu cannot train: its batch norm uses running statistics, and a training graph's "
+            "batch norm uses the batch's (PyTorch's model.train()); write conv2d (bias: false), batchnorm2d and "
+            "silu as three nodes");
+  EXPECT_EQ(infer_error("batchnorm2d", {{"eps", 1e-5}, {"momentum", 0.1}, {"training", true}}, {nchw(1, 3, 1, 1)}),
+            "batchnorm2d in training mode needs more than one value per channel (B * H * W), got x [1, 3, 1, 1]");
+  EXPECT_EQ(infer_error("grad.batchnorm2d_dx", {{"eps", 1e-5}}, {nchw(2, 3, 2, 2), nchw(2, 3, 2, 1)}),
+            "grad.batchnorm2d_dx needs dy and x of one shape [B, C, H, W], both contiguous; got [2, 3, 2, 2] and "
+            "[2, 3, 2, 1]");
+}
+
+TEST(BatchNormTraining, ReferencesOnOneChannel) {
+  // x = [1, 3, 5, 7] over B = 2 images of 1x2: mean 4, biased var 5, unbiased 20/3.
+  const double eps = 1e-12;
+  const HostTensor y = reference("batchnorm2d", {{"eps", eps}, {"momentum", 0.1}, {"training", true}},
+                                 {{{2, 1, 1, 2}, {1, 3, 5, 7}}}, {{2}, {1}, {100}, {100}});
+  for (int i = 0; i < 4; ++i) EXPECT_NEAR(y.data[i], (2 * i - 3) / std::sqrt(5.0) * 2 + 1, 1e-9) << i;
+  // dy = [1, 0, 0, 0], weight 2: x̂ = [-3, -1, 1, 3] / sqrt(5), Σdy = 1, Σ dy x̂ = -3 / sqrt(5);
+  // dx = 2 / sqrt(5) (dy - 1/4 - x̂ (-3 / sqrt(5)) / 4).
+  const std::vector<op_testing::HostIn> inputs = {{{2, 1, 1, 2}, {1, 0, 0, 0}}, {{2, 1, 1, 2}, {1, 3, 5, 7}}};
+  const HostTensor dx = reference("grad.batchnorm2d_dx", {{"eps", eps}}, inputs, {{2}});
+  const double xhat[4] = {-3 / std::sqrt(5.0), -1 / std::sqrt(5.0), 1 / std::sqrt(5.0), 3 / std::sqrt(5.0)};
+  for (int i = 0; i < 4; ++i)
+    EXPECT_NEAR(dx.data[i], 2 / std::sqrt(5.0) * ((i == 0) - 0.25 + xhat[i] * 3 / std::sqrt(5.0) / 4), 1e-9) << i;
+  const HostTensor dw = reference("grad.batchnorm2d_dweight", {{"eps", eps}}, inputs);
+  EXPECT_NEAR(dw.data.at(0), -3 / std::sqrt(5.0), 1e-9);
+
+  // The running statistics with momentum 0.25 from [1, 2]: mean 0.75 + 1, var 1.5 + 0.25 * 20/3.
+  const OpDef& stats = op_testing::op("train.batchnorm_stats");
+  const OpContext ctx = op_testing::context("train.batchnorm_stats", {{"momentum", 0.25}}, {nchw(2, 1, 1, 2)});
+  const RefContext ref{
+      ctx, {{DType::kF32, {2, 1, 1, 2}, {1, 3, 5, 7}}}, {{DType::kF32, {1}, {1}}, {DType::kF32, {1}, {2}}}, {1}};
+  const std::map<std::string, HostTensor> updated = stats.update_reference(ref);
+  EXPECT_NEAR(updated.at("running_mean").data.at(0), 1.75, 1e-12);
+  EXPECT_NEAR(updated.at("running_var").data.at(0), 1.5 + 5.0 / 3, 1e-12);
+}
+
+TEST(BatchNormGradientCheck, TrainingModeAloneAndBeforeAPool) {
+  expect_gradients_match(loss_graph("  x: {dtype: f32, shape: [3, 2, 2, 3]}\n"
+                                    "nodes:\n"
+                                    "  - {name: s, op: scale, inputs: [x], attrs: {value: 3}}\n"
+                                    "  - {name: out, op: batchnorm2d, inputs: [s], attrs: {eps: 0.1}}\n",
+                                    "[3, 2, 2, 3]", "  inputs: [x]\n"),
+                         registry(), {"out.bias", "out.weight", "x"});
+  expect_gradients_match(loss_graph("  x: {dtype: f32, shape: [2, 3, 5, 5]}\n"
+                                    "nodes:\n"
+                                    "  - {name: bn, op: batchnorm2d, inputs: [x], attrs: {eps: 0.01}}\n"
+                                    "  - {name: act, op: silu, inputs: [bn]}\n"
+                                    "  - {name: out, op: avgpool2d, inputs: [act], attrs: {kernel_size: 3, stride: 2, "
+                                    "padding: 1}}\n",
+                                    "[2, 3, 3, 3]", "  inputs: [x]\n"),
+                         registry(), {"bn.bias", "bn.weight", "x"});
 }
 
 }  // namespace

@@ -32,10 +32,8 @@ Usage: TEENY=build/teeny python3 scripts/torch_twins/mnist_mlp_train.py [--devic
 (--device cpu runs teeny's host reference executor and PyTorch on the CPU). Exit status: 0 match,
 1 mismatch, 2 a teeny command failed.
 """
-import argparse
 import os
 import sys
-import tempfile
 
 import numpy as np
 import torch
@@ -45,9 +43,9 @@ import yaml
 from safetensors.numpy import load_file, save_file
 from sklearn.datasets import load_digits
 
-from train_twin import Trainer, array_batch, compare_checkpoint, compare_losses, teeny, teeny_losses
+from train_twin import (REPO, array_batch, compare_checkpoint, compare_losses, run_in_workdir, teeny,
+                       teeny_losses, torch_device, Trainer, twin_parser)
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SPEC = os.path.join(REPO, "graphs", "mnist_mlp_train.yaml")
 HELD_OUT = 360
 LOSS_STEPS = 50
@@ -58,17 +56,9 @@ SGD = {"type": "sgd", "lr": 0.05, "momentum": 0.9, "nesterov": True, "weight_dec
        "schedule": "warmup_cosine", "warmup_steps": 10, "total_steps": 200, "min_lr_ratio": 0.1}
 
 def parse_args():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--teeny", default=os.environ.get("TEENY", os.path.join(REPO, "build", "teeny")),
-                        help="teeny binary (default: $TEENY, else build/teeny)")
-    parser.add_argument("--device", choices=["gpu", "cpu"], default="gpu",
-                        help="gpu (default): teeny and PyTorch on the GPU; cpu: teeny's host reference executor "
-                        "and PyTorch on the CPU")
-    parser.add_argument("--steps", type=int, default=200, help="training steps (default 200, the schedule's length)")
+    parser = twin_parser(__doc__)
     parser.add_argument("--optimizer", choices=["spec", "sgd"], default="spec",
                         help="spec (default): the spec's AdamW; sgd: SGD with Nesterov momentum")
-    parser.add_argument("--seed", type=int, default=0, help="PyTorch's init and teeny's batch order")
-    parser.add_argument("--workdir", help="keep the data, weights, bundles and checkpoints here")
     return parser.parse_args()
 
 
@@ -105,20 +95,12 @@ def accuracy(probs_or_logits, labels):
 
 
 def main():
-    args = parse_args()
-    if args.workdir:
-        os.makedirs(args.workdir, exist_ok=True)
-        return run_twin(args, args.workdir)
-    with tempfile.TemporaryDirectory(prefix="teeny-train-twin-") as workdir:
-        return run_twin(args, workdir)
+    return run_in_workdir(parse_args(), run_twin)
 
 
 def run_twin(args, workdir):
     path = lambda name: os.path.join(workdir, name)
-    on_gpu = args.device == "gpu" and torch.cuda.is_available()
-    device = torch.device("cuda" if on_gpu else "cpu")
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
+    device = torch_device(args)
 
     with open(SPEC) as f:
         spec = yaml.safe_load(f)
@@ -130,6 +112,7 @@ def run_twin(args, workdir):
         with open(spec_path, "w") as f:
             yaml.safe_dump(spec, f, sort_keys=False)
     train_section = spec["train"]
+    args.steps = args.steps or int(spec["train"]["optimizer"]["total_steps"])
     batch = spec["dims"]["B"]["default"]
 
     x, y = digits_784()

@@ -33,12 +33,10 @@ the final check is statistical: the same held-out loss within a few percent.
 Usage: TEENY=build/teeny python3 scripts/torch_twins/tiny_lm_train.py [--dtype bf16] [--steps N]
 Exit status: 0 match, 1 mismatch, 2 a teeny command failed.
 """
-import argparse
 import glob
 import math
 import os
 import sys
-import tempfile
 
 import numpy as np
 import sklearn
@@ -50,9 +48,9 @@ from safetensors.torch import load_file
 import dense_twin
 import vision_twin
 from tiny_lm import TinyLM
-from train_twin import Trainer, compare_checkpoint, compare_losses, teeny, teeny_losses, token_offsets
+from train_twin import (REPO, compare_checkpoint, compare_losses, run_in_workdir, teeny, teeny_losses,
+                       token_offsets, Trainer, twin_parser)
 
-REPO = dense_twin.REPO
 SPEC = os.path.join(REPO, "graphs", "tiny_lm_train.yaml")
 CHECKED_STEPS = 50
 HELD_OUT_WINDOWS = 64
@@ -63,16 +61,8 @@ TOLERANCES = {  # dtype: loss (atol, rtol), params at step 50, final held-out lo
 
 
 def parse_args():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--teeny", default=os.environ.get("TEENY", os.path.join(REPO, "build", "teeny")),
-                        help="teeny binary (default: $TEENY, else build/teeny)")
+    parser = twin_parser(__doc__)
     parser.add_argument("--dtype", choices=["f32", "bf16"], default="f32")
-    parser.add_argument("--device", choices=["gpu", "cpu"], default="gpu",
-                        help="gpu (default); cpu: teeny's host reference executor and PyTorch on the CPU (slow: "
-                        "for trying a few steps)")
-    parser.add_argument("--steps", type=int, help="training steps (default: the schedule's total_steps)")
-    parser.add_argument("--seed", type=int, default=0, help="PyTorch's init and teeny's window order")
-    parser.add_argument("--workdir", help="keep the data, weights, bundles and checkpoints here")
     return parser.parse_args()
 
 
@@ -128,12 +118,7 @@ def checkpoint_params(path):
 
 
 def main():
-    args = parse_args()
-    if args.workdir:
-        os.makedirs(args.workdir, exist_ok=True)
-        return run_twin(args, args.workdir)
-    with tempfile.TemporaryDirectory(prefix="teeny-train-twin-") as workdir:
-        return run_twin(args, workdir)
+    return run_in_workdir(parse_args(), run_twin)
 
 
 def run_twin(args, workdir):

@@ -3,13 +3,49 @@
 PyTorch training loop that follows them (with f32 master weights for a 16-bit model, as teeny's
 optimizers keep them), the teeny calls and the comparisons. Not a twin itself: no graph has its name.
 """
+import argparse
 import math
+import os
 import re
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 import torch
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def twin_parser(description):
+    """The options every training twin takes; a twin adds its own to the parser."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--teeny", default=os.environ.get("TEENY", os.path.join(REPO, "build", "teeny")),
+                        help="teeny binary (default: $TEENY, else build/teeny)")
+    parser.add_argument("--device", choices=["gpu", "cpu"], default="gpu",
+                        help="gpu (default): teeny and PyTorch on the GPU; cpu: teeny's host reference executor "
+                        "and PyTorch on the CPU")
+    parser.add_argument("--steps", type=int, help="training steps (default: the schedule's total_steps)")
+    parser.add_argument("--seed", type=int, default=0, help="PyTorch's init and teeny's batch order")
+    parser.add_argument("--workdir", help="keep the data, weights, bundles and checkpoints here")
+    return parser
+
+
+def run_in_workdir(args, run_twin):
+    """run_twin(args, workdir) in --workdir, or in a temporary directory removed afterwards."""
+    if args.workdir:
+        os.makedirs(args.workdir, exist_ok=True)
+        return run_twin(args, args.workdir)
+    with tempfile.TemporaryDirectory(prefix="teeny-train-twin-") as workdir:
+        return run_twin(args, workdir)
+
+
+def torch_device(args):
+    """Where PyTorch trains (the GPU unless --device cpu or none), in f32 without TF32, as teeny."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    return torch.device("cuda" if args.device == "gpu" and torch.cuda.is_available() else "cpu")
+
 
 # docs/training.md, "Data order"
 M64 = (1 << 64) - 1
@@ -111,8 +147,9 @@ class Trainer:
         return loss.item()
 
     def state(self):
-        """The params and optimizer state under teeny's checkpoint names."""
-        tensors = {}
+        """The params, buffers (batch norm's running statistics) and optimizer state under teeny's
+        checkpoint names."""
+        tensors = {name: b for name, b in self.model.named_buffers() if b.is_floating_point()}
         for name, p in self.params.items():
             tensors[name] = p
             stepped = self.masters.get(name, p)
