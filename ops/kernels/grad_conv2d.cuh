@@ -57,7 +57,7 @@ struct tn_conv2d_dgrad {
     const bool n_ok = n_load < n_total;
     const long long img = n_ok ? n_load / hw_in : 0;
     const int pix = n_ok ? (int)(n_load - img * hw_in) : 0;
-    const int ih = pix / in_w, iw = pix - (pix / in_w) * in_w;
+    const int ih = pix / in_w, iw = pix - ih * in_w;
     const T* dy_src = dy + (img * Shape::kCo + group * Shape::kCog) * hw_out;
 
     float a_reg[kALoads], b_reg[kBLoads];
@@ -351,7 +351,7 @@ struct tn_conv2d_wgrad_depthwise {
     for (long long n = n_begin + threadIdx.x; n < n_end; n += kThreads) {
       const long long img = n / hw_out;
       const int pix = (int)(n - img * hw_out);
-      const int oh = pix / out_w, ow = pix - (pix / out_w) * out_w;
+      const int oh = pix / out_w, ow = pix - oh * out_w;
       const float g = tn_ldg_f32(dy + (img * Shape::kCo + co) * hw_out + pix);
       const T* x_plane = x + (img * Shape::kCIn + co / kMultiplier) * hw_in;
 #pragma unroll
