@@ -73,9 +73,7 @@ TensorType infer(const OpDef& def, const OpContext& ctx) {
   const DType dtype = common_float_dtype(def, ctx);
   const TensorType& dy = ctx.inputs[0];
   const TensorType& saved = ctx.inputs[1];
-  if (dy.shape != saved.shape)
-    throw OpError("inputs", fmt::format("grad.activation: dy has shape {} but saved has {}; they must match",
-                                        shape_str(dy.shape), shape_str(saved.shape)));
+  require_same_shape("grad.activation", dy, "dy", saved, "saved");
   return contiguous(output_float_dtype(def, ctx, dtype), dy.shape);
 }
 

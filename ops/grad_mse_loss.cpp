@@ -20,9 +20,7 @@ TensorType infer(const OpDef& def, const OpContext& ctx) {
   const DType dtype = common_float_dtype(def, ctx);
   const TensorType& prediction = ctx.inputs[0];
   const TensorType& target = ctx.inputs[1];
-  if (prediction.shape != target.shape)
-    throw OpError("inputs", fmt::format("grad.mse_loss: prediction has shape {} but target has {}; they must match",
-                                        shape_str(prediction.shape), shape_str(target.shape)));
+  require_same_shape("grad.mse_loss", prediction, "prediction", target, "target");
   return contiguous(output_float_dtype(def, ctx, dtype), prediction.shape);
 }
 

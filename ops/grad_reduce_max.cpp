@@ -31,9 +31,7 @@ TensorType infer(const OpDef& def, const OpContext& ctx) {
     throw OpError("inputs",
                   fmt::format("grad.reduce_max: y has shape {}; x {} reduced over axis {} is {} or {}",
                               shape_str(y.shape), shape_str(x.shape), axis, shape_str(dropped), shape_str(kept)));
-  if (dy.shape != y.shape)
-    throw OpError("inputs", fmt::format("grad.reduce_max: dy has shape {} but y has {}; they must match",
-                                        shape_str(dy.shape), shape_str(y.shape)));
+  require_same_shape("grad.reduce_max", dy, "dy", y, "y");
   return contiguous(output_float_dtype(def, ctx, dtype), x.shape);
 }
 

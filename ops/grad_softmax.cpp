@@ -27,9 +27,7 @@ TensorType infer(const OpDef& def, const OpContext& ctx) {
   const DType dtype = common_float_dtype(def, ctx);
   const TensorType& dy = ctx.inputs[0];
   const TensorType& y = ctx.inputs[1];
-  if (dy.shape != y.shape)
-    throw OpError("inputs", fmt::format("grad.softmax: dy has shape {} but y has {}; they must match",
-                                        shape_str(dy.shape), shape_str(y.shape)));
+  require_same_shape("grad.softmax", dy, "dy", y, "y");
   if (dy.shape.empty()) throw OpError("inputs", "grad.softmax needs inputs of rank >= 1");
   normalize_axis(ctx.attrs.integer("axis"), dy.shape.size(), "attrs.axis");
   return contiguous(output_float_dtype(def, ctx, dtype), dy.shape);

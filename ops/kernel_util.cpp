@@ -111,4 +111,11 @@ HostAxisView host_axis_view(const std::vector<int64_t>& shape, size_t axis) {
   return view;
 }
 
+void require_same_shape(const std::string& op, const TensorType& a, const char* a_name, const TensorType& b,
+                        const char* b_name) {
+  if (a.shape != b.shape)
+    throw OpError("inputs", fmt::format("{}: {} has shape {} but {} has {}; they must match", op, a_name,
+                                        shape_str(a.shape), b_name, shape_str(b.shape)));
+}
+
 }  // namespace teeny::ops

@@ -65,4 +65,9 @@ struct HostAxisView {
 };
 HostAxisView host_axis_view(const std::vector<int64_t>& shape, size_t axis);
 
+// Throws OpError("inputs", "<op>: <a_name> has shape .. but <b_name> has ..; they must match")
+// unless a and b have one shape (a gradient and the tensor it pairs with).
+void require_same_shape(const std::string& op, const TensorType& a, const char* a_name, const TensorType& b,
+                        const char* b_name);
+
 }  // namespace teeny::ops
