@@ -73,6 +73,9 @@ if step configure cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWi
       [[ -f "$ROOT/graphs/$name.yaml" ]] || continue  # shared modules, not twins
       step "twin-$name" env TEENY="$BUILD/teeny" python3 "$twin"
     done
+    # The training twin's bf16 form (f32 master weights) as well.
+    step twin-tiny_lm_train-bf16 env TEENY="$BUILD/teeny" python3 "$ROOT/scripts/torch_twins/tiny_lm_train.py" \
+      --dtype bf16
   else
     skip twins "python3 has no torch"
   fi
