@@ -37,8 +37,8 @@ import yaml
 from safetensors.numpy import load_file, save_file
 from sklearn.datasets import load_digits
 
-from train_twin import (REPO, array_batch, compare, compare_checkpoint, compare_losses, run_in_workdir, teeny,
-                       teeny_losses, torch_device, Trainer, twin_parser)
+from train_twin import (REPO, array_batch, compare, compare_accuracy, compare_checkpoint, compare_losses,
+                       run_in_workdir, teeny, teeny_losses, torch_device, Trainer, twin_parser)
 
 SPEC = os.path.join(REPO, "graphs", "digits_cnn_train.yaml")
 HELD_OUT = 360
@@ -147,12 +147,7 @@ def run_twin(args, workdir):
                   want_logits, INFERENCE_TOL)
     save_file({k: v for k, v in ckpt.items() if not k.startswith("optimizer.")}, path("params.safetensors"))
     run(path("params.safetensors"), path("logits.npy"))
-    teeny_acc = float(np.mean(np.argmax(np.load(path("logits.npy")), 1) == y[test]))
-    torch_acc = float(np.mean(np.argmax(want_logits, 1) == y[test]))
-    acc_ok = abs(teeny_acc - torch_acc) * HELD_OUT <= 2 + 1e-9 and min(teeny_acc, torch_acc) >= 0.9
-    print(f"  held-out accuracy ({HELD_OUT} digits): teeny {teeny_acc:.2%}, PyTorch {torch_acc:.2%}: "
-          f"{'ok' if acc_ok else 'MISMATCH'} (within 2 samples, both >= 90%)")
-    ok &= acc_ok
+    ok &= compare_accuracy(np.load(path("logits.npy")), want_logits, y[test], 0.9)
 
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1

@@ -43,8 +43,8 @@ import yaml
 from safetensors.numpy import load_file, save_file
 from sklearn.datasets import load_digits
 
-from train_twin import (REPO, array_batch, compare_checkpoint, compare_losses, run_in_workdir, teeny,
-                       teeny_losses, torch_device, Trainer, twin_parser)
+from train_twin import (REPO, array_batch, compare_accuracy, compare_checkpoint, compare_losses,
+                       run_in_workdir, teeny, teeny_losses, torch_device, Trainer, twin_parser)
 
 SPEC = os.path.join(REPO, "graphs", "mnist_mlp_train.yaml")
 HELD_OUT = 360
@@ -88,10 +88,6 @@ def torch_train(model, train_section, x, y, batch, seed, steps, device):
         rows = torch.tensor(array_batch(len(x), batch, seed, step), device=device)
         losses.append(trainer.step(lambda: F.cross_entropy(model(xs[rows]), ys[rows])))
     return trainer, losses
-
-
-def accuracy(probs_or_logits, labels):
-    return float(np.mean(np.argmax(probs_or_logits, axis=1) == labels))
 
 
 def main():
@@ -149,13 +145,9 @@ def run_twin(args, workdir):
     teeny(args, "run", path("mnist_mlp.teeny"), "--device", args.device, "--bind", f"B={HELD_OUT}", "--weights",
           path("params.safetensors"), "--input", f"x={path('test_x.npy')}", "--output",
           f"probs={path('probs.npy')}")
-    teeny_acc = accuracy(np.load(path("probs.npy")), y[test])
     with torch.no_grad():
-        torch_acc = accuracy(model(torch.from_numpy(x[test]).to(device)).cpu().numpy(), y[test])
-    acc_ok = abs(teeny_acc - torch_acc) * HELD_OUT <= 2 + 1e-9 and min(teeny_acc, torch_acc) >= 0.85
-    print(f"  held-out accuracy ({HELD_OUT} digits): teeny {teeny_acc:.2%}, PyTorch {torch_acc:.2%}: "
-          f"{'ok' if acc_ok else 'MISMATCH'} (within 2 samples, both >= 85%)")
-    ok &= acc_ok
+        torch_scores = model(torch.from_numpy(x[test]).to(device)).cpu().numpy()
+    ok &= compare_accuracy(np.load(path("probs.npy")), torch_scores, y[test], 0.85)
 
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1

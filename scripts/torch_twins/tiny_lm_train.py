@@ -157,7 +157,8 @@ def run_twin(args, workdir):
     bundle = path("train.teeny")
     teeny(args, "compile", spec_path, "-o", bundle)
     teeny(args, "compile", os.path.join(REPO, "graphs", "tiny_lm.yaml"), "-o", path("tiny_lm.teeny"))
-    common = ["--device", args.device, "--tokens", f"ids,targets={path('tokens.npy')}", "--seed", str(args.seed), "--log-every", "1"]
+    common = ["--device", args.device, "--tokens", f"ids,targets={path('tokens.npy')}", "--seed", str(args.seed),
+              "--log-every", "1"]
     log = teeny(args, "train", bundle, *common, "--weights", path("init.safetensors"), "--steps", str(checked),
                 "--save", path("ckpt50.safetensors"))
     if steps > checked:
@@ -176,7 +177,8 @@ def run_twin(args, workdir):
 
     final = path("final.safetensors" if steps > checked else "ckpt50.safetensors")
     vision_twin.save_safetensors(path("params.safetensors"), checkpoint_params(final))
-    teeny(args, "run", path("tiny_lm.teeny"), "--device", args.device, "--bind", f"B={HELD_OUT_WINDOWS}", "--bind", f"S={seq}", "--weights",
+    teeny(args, "run", path("tiny_lm.teeny"), "--device", args.device, "--bind", f"B={HELD_OUT_WINDOWS}", "--bind",
+          f"S={seq}", "--weights",
           path("params.safetensors"), "--input", f"ids={path('val_ids.npy')}", "--output",
           f"logprobs={path('logprobs.npy')}")
     teeny_held = held_out_loss(np.load(path("logprobs.npy")), val_targets)

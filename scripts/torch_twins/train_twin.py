@@ -206,6 +206,16 @@ def compare_losses(got_losses, want, steps, checked, tol):
     return ok
 
 
+def compare_accuracy(teeny_scores, torch_scores, labels, floor):
+    """Held-out accuracy of each side's scores ([N, classes]): within 2 samples of each other and
+    both at least `floor`. Prints both; returns whether they pass."""
+    teeny_acc, torch_acc = (float(np.mean(np.argmax(s, axis=1) == labels)) for s in (teeny_scores, torch_scores))
+    ok = abs(teeny_acc - torch_acc) * len(labels) <= 2 + 1e-9 and min(teeny_acc, torch_acc) >= floor
+    print(f"  held-out accuracy ({len(labels)} digits): teeny {teeny_acc:.2%}, PyTorch {torch_acc:.2%}: "
+          f"{'ok' if ok else 'MISMATCH'} (within 2 samples, both >= {floor:.0%})")
+    return ok
+
+
 def compare_checkpoint(ckpt, want_state, tolerance):
     """Every tensor of teeny's checkpoint against PyTorch's state of the same name;
     tolerance(name) gives its (atol, rtol)."""
