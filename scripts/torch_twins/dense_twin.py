@@ -1,12 +1,13 @@
 """Shared pieces of the dense PyTorch twins (transformer_block.py, transformer_block_bf16.py,
-tiny_lm.py).
+tiny_lm.py, llama_block.py).
 
 A twin builds the same model as a graph in graphs/ with module names equal to the graph's dotted
 param names (`<node>.<slot>`), exports its weights as safetensors and an input as .npy, runs
 `teeny compile` once and `teeny run --bind B=.. --bind S=..` per shape, and compares teeny's output
-with PyTorch's within stated tolerances, printing the max errors. Exit status: 0 match, 1 mismatch,
-2 a teeny command failed. The safetensors/.npy writing, the teeny call and the comparison are the
-vision twins' (vision_twin.py), so every twin reports the same way.
+with PyTorch's within stated tolerances, printing the max errors (`--device cpu`: teeny's host
+reference executor instead of the GPU). Exit status: 0 match, 1 mismatch, 2 a teeny command
+failed. The safetensors/.npy writing, the teeny call and the comparison are the vision twins'
+(vision_twin.py), so every twin reports the same way.
 """
 import argparse
 import os
@@ -30,7 +31,16 @@ def parse_args(description, batches=(1, 3), seqs=(128, 77)):
     parser.add_argument("--seq", type=int, nargs="+", default=list(seqs), help="values of S to check")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workdir", help="keep the weights, inputs, bundles and outputs here")
+    parser.add_argument("--device", choices=["gpu", "cpu"], default="gpu",
+                        help="gpu (default): teeny runs on the GPU; cpu: teeny's host reference executor runs "
+                        "(no GPU needed), and PyTorch on the CPU where the twin takes its device from setup_torch")
     return parser.parse_args()
+
+
+def setup_torch(args):
+    """vision_twin.setup_torch (seeded, TF32 off), on the CPU with --device cpu."""
+    device = vision_twin.setup_torch(args.seed)
+    return torch.device("cpu") if args.device == "cpu" else device
 
 
 # ---- the GPT-2-style pre-norm block, with the graph's flat node names ------------------------
@@ -105,8 +115,9 @@ def run_twin(args, graph, model, make_input, input_name, output, rtol, atol, ref
                     theirs = other(x).double().cpu().numpy()
                     print(f"  for scale: {label} vs the reference: max abs err {np.abs(theirs - want).max():.3g}")
             out_dir = os.path.join(workdir, f"out_b{batch}_s{seq}")
-            vision_twin.teeny(args, "run", bundle, "--bind", f"B={batch}", "--bind", f"S={seq}", "--weights", weights,
-                              "--input", f"{input_name}={x_path}", "--output-dir", out_dir)
+            vision_twin.teeny(args, "run", bundle, "--device", args.device, "--bind", f"B={batch}", "--bind",
+                              f"S={seq}", "--weights", weights, "--input", f"{input_name}={x_path}", "--output-dir",
+                              out_dir)
             got = np.load(os.path.join(out_dir, f"{output}.npy"))
             ok &= vision_twin.compare(f"{graph} B={batch} S={seq} '{output}'", got, want, rtol, atol)
     print("PASS" if ok else "FAIL")
