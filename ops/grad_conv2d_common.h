@@ -57,4 +57,30 @@ std::vector<GradConvCase> grad_conv_cases();
 // x's and dy's shapes in a case, as YAML lists over B: {"[B, 6, 17, 13]", "[B, 10, 9, 7]"}.
 std::array<std::string, 2> grad_conv_case_shapes(const GradConvCase& c);
 
+// Every tap of the convolution `a` from x [B, C, H, W] to dy [B, Co, OH, OW], padding skipped:
+// tap(dy index, x index, weight index) for each output element, input element its window reads
+// and the weight element that reads it (flat, row-major). Both gradients' host references walk it.
+template <typename Tap>
+void for_each_conv_tap(const ConvAttrs& a, const std::vector<int64_t>& x_shape, const std::vector<int64_t>& dy_shape,
+                       Tap tap) {
+  const int64_t batch = x_shape[0], channels = x_shape[1], in_h = x_shape[2], in_w = x_shape[3];
+  const int64_t out_c = dy_shape[1], out_h = dy_shape[2], out_w = dy_shape[3];
+  const int64_t cg = channels / a.groups, cog = out_c / a.groups;
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t co = 0; co < out_c; ++co)
+      for (int64_t oh = 0; oh < out_h; ++oh)
+        for (int64_t ow = 0; ow < out_w; ++ow) {
+          const int64_t gi = ((b * out_c + co) * out_h + oh) * out_w + ow;
+          for (int64_t c = 0; c < cg; ++c) {
+            const int64_t ci = (co / cog) * cg + c;
+            for (int64_t kh = 0; kh < a.kh; ++kh)
+              for (int64_t kw = 0; kw < a.kw; ++kw) {
+                const int64_t ih = oh * a.sh - a.ph + kh * a.dh, iw = ow * a.sw - a.pw + kw * a.dw;
+                if (ih < 0 || ih >= in_h || iw < 0 || iw >= in_w) continue;
+                tap(gi, ((b * channels + ci) * in_h + ih) * in_w + iw, ((co * cg + c) * a.kh + kh) * a.kw + kw);
+              }
+          }
+        }
+}
+
 }  // namespace teeny::ops

@@ -95,26 +95,10 @@ HostTensor reference(const RefContext& ref) {
   const ConvAttrs a = conv_attrs(ref.op.attrs);
   const HostTensor& dy = ref.inputs[0];
   const HostTensor& x = ref.inputs[1];
-  const int64_t batch = x.shape[0], channels = x.shape[1], in_h = x.shape[2], in_w = x.shape[3];
-  const int64_t out_c = dy.shape[1], out_h = dy.shape[2], out_w = dy.shape[3];
-  const int64_t cg = channels / a.groups, cog = out_c / a.groups;
-  HostTensor dw{ref.op.output.dtype, ref.output_shape, std::vector<double>(out_c * cg * a.kh * a.kw, 0.0)};
-  for (int64_t b = 0; b < batch; ++b)
-    for (int64_t co = 0; co < out_c; ++co)
-      for (int64_t oh = 0; oh < out_h; ++oh)
-        for (int64_t ow = 0; ow < out_w; ++ow) {
-          const double g = dy.data[((b * out_c + co) * out_h + oh) * out_w + ow];
-          for (int64_t c = 0; c < cg; ++c) {
-            const int64_t ci = (co / cog) * cg + c;
-            for (int64_t kh = 0; kh < a.kh; ++kh)
-              for (int64_t kw = 0; kw < a.kw; ++kw) {
-                const int64_t ih = oh * a.sh - a.ph + kh * a.dh, iw = ow * a.sw - a.pw + kw * a.dw;
-                if (ih < 0 || ih >= in_h || iw < 0 || iw >= in_w) continue;
-                dw.data[((co * cg + c) * a.kh + kh) * a.kw + kw] +=
-                    g * x.data[((b * channels + ci) * in_h + ih) * in_w + iw];
-              }
-          }
-        }
+  HostTensor dw{ref.op.output.dtype, ref.output_shape, {}};
+  dw.data.assign(static_cast<size_t>(dw.numel()), 0.0);
+  for_each_conv_tap(a, x.shape, dy.shape,
+                    [&](int64_t gi, int64_t xi, int64_t wi) { dw.data[wi] += dy.data[gi] * x.data[xi]; });
   return dw;
 }
 
