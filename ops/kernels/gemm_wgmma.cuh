@@ -1,5 +1,7 @@
 // GEMM on Hopper tensor cores (sm_90a): C[M, N] = A[M, K] · B[N, K]ᵀ (+ bias, act, + residual),
-// f16/bf16, or f32 as 3xTF32, with f32 accumulation. Warp-specialised and persistent:
+// f16/bf16, or f32 as 3xTF32, with f32 accumulation. 16-bit operands loaded by TMA may also be
+// stored MN-major (kAMnMajor: A as [K, M], kBMnMajor: B as [K, N]; the gradients' GEMMs), which
+// wgmma reads transposed from shared memory. Warp-specialised and persistent:
 // warpgroup 0 loads, the other kConsumers warpgroups compute with wgmma m64nBNk16 from shared
 // memory. Each block walks output tiles first_tile, first_tile + gridDim.x, ... (its tiles
 // t = 0, 1, ...; grid = at most one block per SM), so the loads of a block's next tile run
@@ -18,7 +20,8 @@
 // step t * k_tiles + kt. Consumers keep one MMA group in flight (wgmma.wait_group 1) and release
 // a stage one step late. Tiles are [rows][64] of 128-byte rows in wgmma's 128-byte swizzle
 // (16-byte chunk c of row r sits at chunk c ^ (r % 8); the swizzle is a function of the
-// address, so every tile starts on a 1024-byte boundary).
+// address, so every tile starts on a 1024-byte boundary). An MN-major tile is instead rows of K
+// in atoms of 64 columns of M or N (kBK rows of 128 bytes each, one TMA box), atom after atom.
 //
 // f32 (3xTF32): each operand x is split into TF32 parts hi = tf32(x) and lo = tf32(x - hi),
 // and D += A_lo B_hi + A_hi B_lo + A_hi B_hi (A_lo B_lo, ~2^-22 relative, is dropped), which
@@ -42,6 +45,16 @@ __device__ __forceinline__ unsigned tn_swizzled(int row, int chunk) {
 // K-major layouts), stride byte offset 1024 (between 8-row groups), 128-byte swizzle.
 __device__ __forceinline__ unsigned long long tn_wgmma_desc(unsigned addr) {
   return (unsigned long long)((addr & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
+}
+
+// The same for an MN-major operand (16-bit only), stored as rows of K, each 64 elements of M or
+// N (one 128-byte swizzle row), in atoms of 64 columns `atom_bytes` apart: the leading byte
+// offset is the step between atoms along M or N, the stride byte offset 1024 between 8-row
+// groups along K (CUTLASS's canonical MN-major SW128 layout, ((8T, m), (8, k)) : ((1, LBO),
+// (8T, SBO)) with T the elements of 16 bytes).
+__device__ __forceinline__ unsigned long long tn_wgmma_desc_mn(unsigned addr, unsigned atom_bytes) {
+  return (unsigned long long)((addr & 0x3FFFF) >> 4) | ((unsigned long long)(atom_bytes >> 4) << 16) | (64ull << 32) |
+         (1ull << 62);
 }
 
 __device__ __forceinline__ void tn_wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
@@ -72,34 +85,37 @@ __device__ __forceinline__ void tn_wgmma_wait() {
 #define TN_WGMMA_ACC96 TN_WGMMA_ACC64, TN_WGMMA_ACC32(64)
 #define TN_WGMMA_ACC128 TN_WGMMA_ACC96, TN_WGMMA_ACC32(96)
 // The instruction text for an m64nNkK MMA of `type` operands; TF32 takes 8 elements of K and no
-// transpose operands (both operands K-major).
+// transpose operands (both operands K-major). 16-bit types take imm-trans-a and imm-trans-b, the
+// immediates ta and tb: 1 where that operand is MN-major.
 #define TN_WGMMA_TEXT(n, k, type, transpose, regs, a, b, scale)                                   \
   "{\n.reg .pred p;\nsetp.ne.b32 p, " scale ", 0;\n"                                            \
   "wgmma.mma_async.sync.aligned.m64n" n "k" k ".f32." type "." type " {" regs "}, " a ", " b ", " \
   "p, 1, 1" transpose ";\n}\n"
-#define TN_WGMMA_ASM(n, regs, a, b, scale, accumulators)                                                   \
+#define TN_WGMMA_ASM(n, regs, a, b, scale, ta, tb, accumulators)                                           \
   if constexpr (sizeof(T) == 4) {                                                                          \
     asm volatile(TN_WGMMA_TEXT(n, "8", "tf32", "", regs, a, b, scale)                                      \
-                 : accumulators : "l"(a_desc), "l"(b_desc), "r"(1));                                       \
+                 : accumulators : "l"(a_desc), "l"(b_desc), "r"(1), "n"(0), "n"(0));                       \
   } else if constexpr (tn_is_bf16<T>::kValue) {                                                            \
-    asm volatile(TN_WGMMA_TEXT(n, "16", "bf16", ", 0, 0", regs, a, b, scale)                               \
-                 : accumulators : "l"(a_desc), "l"(b_desc), "r"(1));                                       \
+    asm volatile(TN_WGMMA_TEXT(n, "16", "bf16", ", " ta ", " tb, regs, a, b, scale)                        \
+                 : accumulators : "l"(a_desc), "l"(b_desc), "r"(1), "n"((int)kTransA), "n"((int)kTransB)); \
   } else {                                                                                                 \
-    asm volatile(TN_WGMMA_TEXT(n, "16", "f16", ", 0, 0", regs, a, b, scale)                                \
-                 : accumulators : "l"(a_desc), "l"(b_desc), "r"(1));                                       \
+    asm volatile(TN_WGMMA_TEXT(n, "16", "f16", ", " ta ", " tb, regs, a, b, scale)                         \
+                 : accumulators : "l"(a_desc), "l"(b_desc), "r"(1), "n"((int)kTransA), "n"((int)kTransB)); \
   }
 // clang-format on
 
-// D[64 x kN] += A · B, both from shared memory, K-major: T is f16 or bf16, or f32 read as TF32.
-template <typename T, int kN>
+// D[64 x kN] += A · B, both from shared memory: T is f16 or bf16, each operand K-major or (with
+// kTransA, kTransB) MN-major, or f32 read as TF32, K-major.
+template <typename T, int kN, bool kTransA = false, bool kTransB = false>
 __device__ __forceinline__ void tn_wgmma(float (&d)[kN / 2], unsigned long long a_desc, unsigned long long b_desc) {
   static_assert(kN == 128 || kN == 192 || kN == 256, "the widths of the GEMM tiles");
+  static_assert(sizeof(T) == 2 || !(kTransA || kTransB), "TF32 reads K-major operands only");
   if constexpr (kN == 128) {
-    TN_WGMMA_ASM("128", TN_WGMMA_REGS64, "%64", "%65", "%66", TN_WGMMA_ACC64)
+    TN_WGMMA_ASM("128", TN_WGMMA_REGS64, "%64", "%65", "%66", "%67", "%68", TN_WGMMA_ACC64)
   } else if constexpr (kN == 192) {
-    TN_WGMMA_ASM("192", TN_WGMMA_REGS96, "%96", "%97", "%98", TN_WGMMA_ACC96)
+    TN_WGMMA_ASM("192", TN_WGMMA_REGS96, "%96", "%97", "%98", "%99", "%100", TN_WGMMA_ACC96)
   } else {
-    TN_WGMMA_ASM("256", TN_WGMMA_REGS128, "%128", "%129", "%130", TN_WGMMA_ACC128)
+    TN_WGMMA_ASM("256", TN_WGMMA_REGS128, "%128", "%129", "%130", "%131", "%132", TN_WGMMA_ACC128)
   }
 }
 
@@ -107,7 +123,7 @@ __device__ __forceinline__ void tn_wgmma(float (&d)[kN / 2], unsigned long long 
 // swizzle row), kThreads = 128 (the loader) + 128 a consumer, kStages ring stages; kStoreGroupCols
 // is the TMA store's box width (c_map's and r_map's).
 template <typename T, int BM, int BN, int BK, int Threads, int kStages, bool kPingpong, bool kSplitTf32, bool kTma,
-          int kStoreGroupCols, class Epilogue>
+          int kStoreGroupCols, class Epilogue, bool kAMnMajor = false, bool kBMnMajor = false>
 struct tn_wgmma_gemm {
   static constexpr int kBM = BM, kBN = BN, kBK = BK, kThreads = Threads;
   static constexpr bool kPersistent = true;
@@ -132,6 +148,13 @@ struct tn_wgmma_gemm {
   static_assert(kRowBlocks * kAcc <= 128, "accumulators must leave registers for addresses (168 per thread)");
   static_assert(kSplitTf32 == (sizeof(T) == 4), "f32 runs as 3xTF32; 16-bit types directly");
   static_assert(!(kTma && kSplitTf32), "3xTF32 splits its chunks in the loader threads, so it copies by cp.async");
+  static_assert(!(kAMnMajor || kBMnMajor) || (kTma && sizeof(T) == 2), "MN-major operands: 16-bit, loaded by TMA");
+  static_assert(kBM % 64 == 0 && (!kBMnMajor || kBN % 64 == 0), "MN-major tiles are whole atoms of 64 columns");
+  // An MN-major atom: kBK rows of K, 128 bytes each. A row block of 64 rows of A takes 8 KiB in
+  // either layout (64 rows of 128 bytes, or one atom); a 16-element k-step of an MMA is 32 bytes
+  // along each row of a K-major tile and 16 rows of an MN-major one.
+  static constexpr int kMnAtomBytes = kBK * 128;
+  static constexpr int kAKStepBytes = kAMnMajor ? 16 * 128 : 32, kBKStepBytes = kBMnMajor ? 16 * 128 : 32;
   static constexpr int kATileBytes = kBM * 128, kBTileBytes = kBN * 128;
   static constexpr int kOperandBytes = kATileBytes + kBTileBytes;
   static constexpr int kStageBytes = kOperandBytes * (kSplitTf32 ? 2 : 1);
@@ -239,13 +262,26 @@ struct tn_wgmma_gemm {
     arrive_full(smem, tid, s);
   }
 
+  // The TMA copies of one operand tile of kRows rows of M or N from row r0, K from k0: one box
+  // of K-major rows, or MN-major one box an atom (the map's columns are M or N, its rows K).
+  template <bool kMnMajor, int kRows>
+  static __device__ __forceinline__ void load_operand_tma(unsigned dst, const tn_tensor_map* map, int k0, int r0,
+                                                          unsigned bar) {
+    if constexpr (kMnMajor) {
+#pragma unroll
+      for (int j = 0; j < kRows / 64; ++j) tn_tma_load(dst + j * kMnAtomBytes, map, r0 + 64 * j, k0, bar);
+    } else {
+      tn_tma_load(dst, map, k0, r0, bar);
+    }
+  }
+
   // One thread's TMA copies of a stage's two operand tiles, counted on its full barrier.
   static __device__ __forceinline__ void load_stage_tma(unsigned char* a_tile, unsigned bar, const tn_tensor_map* a_map,
                                                         const tn_tensor_map* b_map, int k0, int m0, int n0) {
     const unsigned a_addr = tn_smem_addr(a_tile);
     tn_mbar_arrive_expect_tx(bar, kStageBytes);
-    tn_tma_load(a_addr, a_map, k0, m0, bar);
-    tn_tma_load(a_addr + kATileBytes, b_map, k0, n0, bar);
+    load_operand_tma<kAMnMajor, kBM>(a_addr, a_map, k0, m0, bar);
+    load_operand_tma<kBMnMajor, kBN>(a_addr + kATileBytes, b_map, k0, n0, bar);
   }
 
   // Warpgroup 0 (with TMA only its first thread): fills the ring with the k-steps of units
@@ -322,21 +358,27 @@ struct tn_wgmma_gemm {
     }
   }
 
+  // The descriptor of an operand's MMA slice at `addr`, in its layout.
+  template <bool kMnMajor>
+  static __device__ __forceinline__ unsigned long long operand_desc(unsigned addr) {
+    return kMnMajor ? tn_wgmma_desc_mn(addr, kMnAtomBytes) : tn_wgmma_desc(addr);
+  }
+
   // The MMAs of one stage into acc, as one wgmma group: A's rows at a_addr, B's at b_addr.
   static __device__ __forceinline__ void multiply_stage(float (&acc)[kRowBlocks][kAcc], unsigned a_addr,
                                                         unsigned b_addr) {
     fence_acc(acc);
     tn_wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk)  // one MMA's K (16 16-bit or 8 TF32 elements) is 32 bytes of the row
+    for (int kk = 0; kk < 4; ++kk)  // one MMA's K: 16 16-bit or 8 TF32 elements
 #pragma unroll
       for (int i = 0; i < kRowBlocks; ++i) {
-        const unsigned a = a_addr + i * 64 * 128 + kk * 32, b = b_addr + kk * 32;
+        const unsigned a = a_addr + i * 64 * 128 + kk * kAKStepBytes, b = b_addr + kk * kBKStepBytes;
         if (kSplitTf32) {  // the small terms first, into the still-small accumulator
           tn_wgmma<T, kBN>(acc[i], tn_wgmma_desc(a + kOperandBytes), tn_wgmma_desc(b));
           tn_wgmma<T, kBN>(acc[i], tn_wgmma_desc(a), tn_wgmma_desc(b + kOperandBytes));
         }
-        tn_wgmma<T, kBN>(acc[i], tn_wgmma_desc(a), tn_wgmma_desc(b));
+        tn_wgmma<T, kBN, kAMnMajor, kBMnMajor>(acc[i], operand_desc<kAMnMajor>(a), operand_desc<kBMnMajor>(b));
       }
     tn_wgmma_commit();
   }
@@ -478,9 +520,10 @@ struct tn_wgmma_gemm {
     }
   }
 
-  // Ragged or misaligned tiles: every pair checked (tn_store_pair).
+  // Ragged or misaligned tiles, or f32 partial sums (TC): every pair checked (tn_store_pair).
+  template <typename TC>
   static __device__ __forceinline__ void store_tile_checked(const float (&acc)[kRowBlocks][kAcc],
-                                                            const T* __restrict__ bias, T* __restrict__ C,
+                                                            const T* __restrict__ bias, TC* __restrict__ C,
                                                             const T* __restrict__ R, int M, int N, int ldc, int ldr,
                                                             int row, int col) {
 #pragma unroll
@@ -495,9 +538,11 @@ struct tn_wgmma_gemm {
 
   // Computes work units first_tile, first_tile + gridDim.x, ...: unit u is output tile u % tiles
   // (grouped tile order) over K split u / tiles of `splits`. Every unit takes the same number of
-  // k-steps (the ring arithmetic relies on it); steps past K load zeros. With splits > 1 (f32
-  // only) units add into C, which the caller zeroed, and split 0 adds the bias and residual.
-  // The tensor maps are needed with kTma only (r_map with a residual too).
+  // k-steps (the ring arithmetic relies on it); steps past K load zeros. With splits > 1, f32
+  // units add into C, which the caller zeroed, and split 0 adds the bias and residual; 16-bit
+  // ones (the gradients' GEMMs: no bias, no residual) write their f32 partial sums to matrix
+  // u / tiles of `partials` ([splits][M][N]), which a second launch adds in order. The tensor
+  // maps are needed with kTma only (r_map with a residual too).
   //
   // The TMA and the register-pair epilogues stay in this function, as does the shared-memory
   // layout (Smem's fields are computed here): moved into functions of their own, they changed
@@ -506,7 +551,7 @@ struct tn_wgmma_gemm {
       const T* __restrict__ A, const T* __restrict__ B, const T* __restrict__ bias, T* __restrict__ C, int M, int N,
       int K, int lda, int ldb, int ldc, int first_tile, const T* __restrict__ R = nullptr, int ldr = 0, int splits = 1,
       const tn_tensor_map* a_map = nullptr, const tn_tensor_map* b_map = nullptr, const tn_tensor_map* c_map = nullptr,
-      const tn_tensor_map* r_map = nullptr) {
+      const tn_tensor_map* r_map = nullptr, float* __restrict__ partials = nullptr) {
     extern __shared__ unsigned char tn_dynamic_smem[];
     unsigned char* stages = tn_dynamic_smem + ((1024 - (tn_smem_addr(tn_dynamic_smem) & 1023)) & 1023);
     unsigned char* store_bufs = stages + kStages * kStageBytes;
@@ -566,6 +611,8 @@ struct tn_wgmma_gemm {
 
       if (kSplitTf32 && splits > 1) {
         store_split_k(acc, bias, C, R, M, N, ldc, ldr, row, col, unit < tiles);
+      } else if (splits > 1) {
+        store_tile_checked(acc, bias, partials + (long long)(unit / tiles) * M * N, R, M, N, N, ldr, row, col);
       } else if (kTma && whole16) {
         // Through shared memory, 32 columns at a time: the consumer's threads write their pairs
         // into a buffer (over the group's residual, which they read first), and one thread
