@@ -124,4 +124,87 @@ __device__ __forceinline__ void tn_matmul(const T* a, const T* b, T* c, int M, i
   Gemm::block(a + a_off, b + b_off, nullptr, c + c_off, M, N, K, lda, ldb, N, pid);
 }
 
+// ---- the gradients' GEMMs (ops/grad_gemm.h): C = A · B, its sum over K split ------------------
+// The launch passes a, b, c, the scratch buffer `partials`, M, N, K, lda, ldb and the split
+// count, then tn_matmul's batch dims. With one split each block writes its tile of C; with more,
+// split s of the batch-z matrix writes its partial sums (f32) to matrix s * batches + z of
+// `partials`, and tn_gemm_sum_splits adds them into C in split order: no atomics, so the same
+// bits on every run.
+
+// The product of the batch dims' extents (every third of tn_matmul_batch_offsets' arguments).
+__device__ __forceinline__ long long tn_batch_count() { return 1; }
+template <typename... Rest>
+__device__ __forceinline__ long long tn_batch_count(int batch, long long, long long, Rest... rest) {
+  return batch * tn_batch_count(rest...);
+}
+
+// The K range [k0, k0 + k_split) of split `split`, whole k-steps of Gemm, clipped to K (empty
+// past it: the split then writes zeros).
+template <class Gemm>
+__device__ __forceinline__ void tn_split_range(int K, int splits, int split, int& k0, int& k) {
+  const int k_split = ((K + Gemm::kBK - 1) / Gemm::kBK + splits - 1) / splits * Gemm::kBK;
+  k0 = min(split * k_split, K);
+  k = min(K - k0, k_split);
+}
+
+// Block b computes tile b % tiles of matrix b / tiles, which is split * batches + batch; A and
+// B start at the split's K range (k0 columns of a K-contiguous operand, k0 rows of the other).
+template <class Gemm, typename T, typename... BatchDims>
+__device__ __forceinline__ void tn_grad_gemm(const T* a, const T* b, T* c, float* partials, int M, int N, int K,
+                                             int lda, int ldb, int splits, BatchDims... batch_dims) {
+  const int tiles = ((M + Gemm::kBM - 1) / Gemm::kBM) * ((N + Gemm::kBN - 1) / Gemm::kBN);
+  const long long matrix = blockIdx.x / tiles, batches = tn_batch_count(batch_dims...);
+  const int pid = blockIdx.x % tiles;
+  long long z = matrix % batches, a_off = 0, b_off = 0;
+  tn_matmul_batch_offsets(z, a_off, b_off, batch_dims...);
+  int k0, k;
+  tn_split_range<Gemm>(K, splits, (int)(matrix / batches), k0, k);
+  a_off += Gemm::kAStoredKM ? (long long)k0 * lda : k0;
+  b_off += Gemm::kBStoredNK ? k0 : (long long)k0 * ldb;
+  const long long c_off = matrix * M * (long long)N;
+  float* split_out = splits > 1 ? partials + c_off : nullptr;
+  // f32 runs on CUDA cores, whose C is f32 already; the mma.sync kernel takes the partials apart.
+  if constexpr (sizeof(T) == 4)
+    Gemm::block(a + a_off, b + b_off, nullptr, split_out != nullptr ? split_out : c + c_off, M, N, k, lda, ldb, N, pid);
+  else
+    Gemm::block(a + a_off, b + b_off, nullptr, c + c_off, M, N, k, lda, ldb, N, pid, nullptr, 0, split_out);
+}
+
+// The persistent wgmma kernel (2-D, loading by TMA through a_map and b_map, either operand
+// K-major or MN-major, storing c by TMA through c_map): its blocks walk the (tile, split) units.
+template <class Gemm, typename T>
+__device__ __forceinline__ void tn_grad_gemm_tma(const T* a, const T* b, T* c, float* partials, int M, int N, int K,
+                                                 int lda, int ldb, int splits, const tn_tensor_map& a_map,
+                                                 const tn_tensor_map& b_map, const tn_tensor_map& c_map) {
+  Gemm::block(a, b, nullptr, c, M, N, K, lda, ldb, N, blockIdx.x, nullptr, 0, splits, &a_map, &b_map, &c_map, nullptr,
+              partials);
+}
+
+// c[i] = the sum over s of partials[s * count + i], s = 0, 1, ..., splits - 1 in order; four
+// consecutive outputs a thread where count allows 16-byte loads.
+template <typename T>
+__device__ __forceinline__ void tn_gemm_sum_splits(const float* __restrict__ partials, T* __restrict__ c,
+                                                   long long count, int splits) {
+  const long long stride = (long long)gridDim.x * blockDim.x;
+  const long long first = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (count % 4 == 0 && tn_aligned16(partials) &&
+      (reinterpret_cast<unsigned long long>(c) & (4 * sizeof(T) - 1)) == 0) {
+    for (long long i = first * 4; i < count; i += stride * 4) {
+      float4 sum = *reinterpret_cast<const float4*>(partials + i);
+      for (int s = 1; s < splits; ++s) {
+        const float4 v = *reinterpret_cast<const float4*>(partials + s * count + i);
+        sum.x += v.x, sum.y += v.y, sum.z += v.z, sum.w += v.w;
+      }
+      tn_store2(c + i, sum.x, sum.y);
+      tn_store2(c + i + 2, sum.z, sum.w);
+    }
+    return;
+  }
+  for (long long i = first; i < count; i += stride) {
+    float sum = partials[i];
+    for (int s = 1; s < splits; ++s) sum += partials[s * count + i];
+    c[i] = tn_cast<T>(sum);
+  }
+}
+
 #endif  // TEENY_GEMM_CUH

@@ -93,9 +93,9 @@ __device__ __forceinline__ void tn_quad_transpose(unsigned (&u)[4], int quad_lan
 }
 
 // C[m][n..n+1] = Epilogue(v + bias) + R[m][n..n+1], as one store where aligned: rows >= M are
-// skipped, columns in [N, ldc) are row padding and get zeros.
-template <class Epilogue, typename T>
-__device__ __forceinline__ void tn_store_pair(T* __restrict__ C, const T* __restrict__ bias, const T* __restrict__ R,
+// skipped, columns in [N, ldc) are row padding and get zeros. C is T, or f32 partial sums (TC).
+template <class Epilogue, typename T, typename TC>
+__device__ __forceinline__ void tn_store_pair(TC* __restrict__ C, const T* __restrict__ bias, const T* __restrict__ R,
                                               int M, int N, int ldc, int ldr, int m, int n, float v0, float v1) {
   if (m >= M) return;
   float v[2] = {v0, v1};
@@ -105,13 +105,13 @@ __device__ __forceinline__ void tn_store_pair(T* __restrict__ C, const T* __rest
     const float r = (Epilogue::kHasResidual && n + e < N) ? tn_f32(R[(long long)m * ldr + n + e]) : 0.f;
     v[e] = n + e < N ? Epilogue::apply(v[e] + b, r) : 0.f;
   }
-  T* out = C + (long long)m * ldc + n;
-  if (ldc % 2 == 0 && n + 1 < ldc && (reinterpret_cast<unsigned long long>(out) & (2 * sizeof(T) - 1)) == 0) {
+  TC* out = C + (long long)m * ldc + n;
+  if (ldc % 2 == 0 && n + 1 < ldc && (reinterpret_cast<unsigned long long>(out) & (2 * sizeof(TC) - 1)) == 0) {
     tn_store2(out, v[0], v[1]);
   } else {
 #pragma unroll
     for (int e = 0; e < 2; ++e)
-      if (n + e < ldc) out[e] = tn_cast<T>(v[e]);
+      if (n + e < ldc) out[e] = tn_cast<TC>(v[e]);
   }
 }
 

@@ -20,6 +20,7 @@ struct tn_mma_gemm {
   static constexpr int kBM = BM, kBN = BN, kBK = BK, kThreads = Threads;
   static constexpr bool kHasBias = Epilogue::kHasBias, kHasResidual = Epilogue::kHasResidual;
   static constexpr bool kPersistent = false;
+  static constexpr bool kAStoredKM = kATransposed, kBStoredNK = kBTransposed;
   static constexpr int kWarpTileM = kBM / kWarpsM, kWarpTileN = kBN / kWarpsN;
   static constexpr int kMI = kWarpTileM / 16, kNI = kWarpTileN / 8;
   static_assert(kWarpsM * kWarpsN * 32 == kThreads, "warp grid must match the block");
@@ -64,13 +65,14 @@ struct tn_mma_gemm {
     tn_cp_async_commit();
   }
 
-  // Computes output tile `pid` (grouped order); R (with ldr) is read only with a residual. The
-  // MMAs stay in this function: as a function of their own (accumulators by reference) they
-  // changed the kernel's code.
+  // Computes output tile `pid` (grouped order); R (with ldr) is read only with a residual. With
+  // `partials` (a split of a gradient's sum), the tile's f32 sums go there instead of C. The MMAs
+  // stay in this function: as a function of their own (accumulators by reference) they changed
+  // the kernel's code.
   static __device__ __forceinline__ void block(const T* __restrict__ A, const T* __restrict__ B,
                                                const T* __restrict__ bias, T* __restrict__ C, int M, int N, int K,
                                                int lda, int ldb, int ldc, int pid, const T* __restrict__ R = nullptr,
-                                               int ldr = 0) {
+                                               int ldr = 0, float* __restrict__ partials = nullptr) {
     __shared__ __align__(16) T As[2][kARows][kALd];
     __shared__ __align__(16) T Bs[2][kBRows][kBLd];
     int tile_m, tile_n;
@@ -143,9 +145,13 @@ struct tn_mma_gemm {
 #pragma unroll
       for (int h = 0; h < 2; ++h)
 #pragma unroll
-        for (int j = 0; j < kNI; ++j)
-          tn_store_pair<Epilogue>(C, bias, R, M, N, ldc, ldr, m0 + wm * kWarpTileM + i * 16 + g + h * 8,
-                                  n0 + wn * kWarpTileN + j * 8 + t * 2, acc[i][j][h * 2], acc[i][j][h * 2 + 1]);
+        for (int j = 0; j < kNI; ++j) {
+          const int m = m0 + wm * kWarpTileM + i * 16 + g + h * 8, n = n0 + wn * kWarpTileN + j * 8 + t * 2;
+          if (partials != nullptr)
+            tn_store_pair<Epilogue>(partials, bias, R, M, N, ldc, ldr, m, n, acc[i][j][h * 2], acc[i][j][h * 2 + 1]);
+          else
+            tn_store_pair<Epilogue>(C, bias, R, M, N, ldc, ldr, m, n, acc[i][j][h * 2], acc[i][j][h * 2 + 1]);
+        }
   }
 };
 

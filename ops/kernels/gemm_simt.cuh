@@ -38,6 +38,7 @@ struct tn_simt_gemm {
   static constexpr int kBM = BM, kBN = BN, kBK = BK, kThreads = Threads;
   static constexpr bool kHasBias = Epilogue::kHasBias, kHasResidual = Epilogue::kHasResidual;
   static constexpr bool kPersistent = false;
+  static constexpr bool kAStoredKM = kATransposed, kBStoredNK = kBTransposed;
   static constexpr int kThreadsN = kBN / kTN, kThreadsM = kBM / kTM;
   static_assert(kThreadsN * kThreadsM == kThreads, "thread grid must match the block");
   static_assert(kTM % 4 == 0 && kTN % 4 == 0 && kBK % 4 == 0, "micro-tiles are float4 groups");
