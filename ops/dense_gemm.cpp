@@ -66,6 +66,8 @@ GemmTile wgmma_tile(DType dtype, int bn, int stages, WgmmaSchedule schedule,
 
 }  // namespace
 
+GemmTile gemm_tma_tile(DType dtype) { return wgmma_tile(dtype, 128, 6, WgmmaSchedule::kPingpong, WgmmaLoader::kTma); }
+
 GemmTile choose_gemm_tile(DType dtype, GemmBLayout layout, const Expr& n, const Expr& k, int target_sm, bool tma_ok) {
   const bool narrow = n.is_const() && *n.const_value() < 512;
   if (dtype == DType::kF32) {
@@ -85,8 +87,7 @@ GemmTile choose_gemm_tile(DType dtype, GemmBLayout layout, const Expr& n, const 
   // L1 for the consumers. Tried on the pingpong kernel and dropped: 2-CTA clusters sharing each
   // B tile by TMA multicast (no faster: L2-to-SM traffic is not the limit), and prefetching a
   // tile's residual rows into L2 as its loads start (slower).
-  if (target_sm == 90 && layout == GemmBLayout::kNK && tma_ok)
-    return wgmma_tile(dtype, 128, 6, WgmmaSchedule::kPingpong, WgmmaLoader::kTma);
+  if (target_sm == 90 && layout == GemmBLayout::kNK && tma_ok) return gemm_tma_tile(dtype);
   // Loading by cp.async: with a short K a tile is a few k-steps, and the cooperative kernel
   // idles the tensor cores through each tile's drain and epilogue, which pingpong overlaps (it
   // was the fastest at K = 768 for every N of GPT-2); with a long K the cooperative tiles are
@@ -114,7 +115,7 @@ std::vector<GemmTile> gemm_tile_candidates(DType dtype, GemmBLayout layout, int 
   // Pingpong keeps 128 columns (its consumers hold a whole tile's accumulators each); TMA loads
   // only feed it (its store boxes are whole pingpong tiles).
   tiles.push_back(wgmma_tile(dtype, 128, 6, WgmmaSchedule::kPingpong));
-  if (tma_ok) tiles.push_back(wgmma_tile(dtype, 128, 6, WgmmaSchedule::kPingpong, WgmmaLoader::kTma));
+  if (tma_ok) tiles.push_back(gemm_tma_tile(dtype));
   tiles.push_back(wgmma_tile(dtype, 192, 5, WgmmaSchedule::kCooperative));
   tiles.push_back(wgmma_tile(dtype, 256, 4, WgmmaSchedule::kCooperative));
   return tiles;
@@ -151,11 +152,19 @@ GemmTile fit_gemm_epilogue(GemmTile tile, const GemmEpilogue& epilogue) {
   return tile;
 }
 
-std::vector<KernelArg> gemm_tensor_maps(const GemmTile& tile, const GemmOperands& ops) {
-  // A K box of 128 bytes: one swizzle row (the tile's row of a k-step). C's and R's boxes: a
-  // 32-column group of the tile's rows, 64 bytes wide (kStoreGroupCols of tn_wgmma_gemm).
-  std::vector<KernelArg> maps = {tensor_map("a_map", {ops.a, ops.k, ops.m, ops.lda, tile.bk, tile.bm, 128}),
-                                 tensor_map("b_map", {ops.b, ops.k, ops.n, ops.ldb, tile.bk, tile.bn, 128}),
+std::vector<KernelArg> gemm_tensor_maps(const GemmTile& tile, const GemmOperands& ops, GemmALayout a_layout,
+                                        GemmBLayout b_layout) {
+  // A K-major box is a K step (tile.bk elements, 128 bytes: one swizzle row) by the tile's rows;
+  // an MN-major one 128 bytes of M or N (tile.bk elements again: one atom of tn_wgmma_gemm's
+  // MN-major tiles) by the K step's rows. C's and R's boxes: a 32-column group of the tile's
+  // rows, 64 bytes wide (kStoreGroupCols of tn_wgmma_gemm).
+  const TensorMapSpec a = a_layout == GemmALayout::kMK
+                              ? TensorMapSpec{ops.a, ops.k, ops.m, ops.lda, tile.bk, tile.bm, 128}
+                              : TensorMapSpec{ops.a, ops.m, ops.k, ops.lda, tile.bk, tile.bk, 128};
+  const TensorMapSpec b = b_layout == GemmBLayout::kNK
+                              ? TensorMapSpec{ops.b, ops.k, ops.n, ops.ldb, tile.bk, tile.bn, 128}
+                              : TensorMapSpec{ops.b, ops.n, ops.k, ops.ldb, tile.bk, tile.bk, 128};
+  std::vector<KernelArg> maps = {tensor_map("a_map", a), tensor_map("b_map", b),
                                  tensor_map("c_map", {ops.c, ops.n, ops.m, ops.ldc, kTmaStoreBox, tile.bm, 64})};
   if (!ops.r.empty()) maps.push_back(tensor_map("r_map", {ops.r, ops.n, ops.m, ops.ldr, kTmaStoreBox, tile.bm, 64}));
   return maps;
@@ -205,10 +214,15 @@ std::string gemm_kernel_class(DType dtype, GemmBLayout layout, bool has_bias, co
   // (and their cache keys) stay as they were.
   const std::string a_transposed = a_layout == GemmALayout::kKM ? ", true" : "";
   if (tile.wgmma()) {
-    if (a_layout == GemmALayout::kKM) throw Error("internal: the wgmma GEMM reads A as [M, K] only");
-    return fmt::format("tn_wgmma_gemm<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}>", type, tile.bm, tile.bn, tile.bk,
+    // MN-major operands (the layouts' defaults left out, as above): TMA-loaded 16-bit only.
+    const bool mn_major = a_layout == GemmALayout::kKM || layout == GemmBLayout::kKN;
+    if (mn_major && (!tile.tma || dtype == DType::kF32))
+      throw Error("internal: the wgmma GEMM reads MN-major operands only in 16 bits, by TMA");
+    const std::string majors =
+        mn_major ? fmt::format(", {}, {}", a_layout == GemmALayout::kKM, layout == GemmBLayout::kKN) : "";
+    return fmt::format("tn_wgmma_gemm<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}{}>", type, tile.bm, tile.bn, tile.bk,
                        tile.threads, tile.stages, tile.pingpong, tile.split_tf32, tile.tma, kTmaStoreBox,
-                       epilogue_class);
+                       epilogue_class, majors);
   }
   const bool b_transposed = layout == GemmBLayout::kNK;
   if (dtype == DType::kF32) {

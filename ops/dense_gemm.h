@@ -22,8 +22,8 @@
 namespace teeny::ops {
 
 enum class GemmBLayout { kNK, kKN };
-// A is [M, K] (kMK), or stored as [K, M] (kKM: the gradient GEMMs' dyᵀ and aᵀ; CUDA-core and
-// mma.sync tiles only).
+// A is [M, K] (kMK), or stored as [K, M] (kKM: the gradient GEMMs' dyᵀ and aᵀ). The wgmma
+// kernel reads a kKM A and a kKN B (MN-major) only in 16 bits, loading by TMA.
 enum class GemmALayout { kMK, kKM };
 
 // The launch constants one kernel is generated from.
@@ -61,6 +61,10 @@ struct GemmEpilogue {
 GemmTile choose_gemm_tile(DType dtype, GemmBLayout layout, const Expr& n, const Expr& k, int target_sm,
                           bool tma_ok = false);
 
+// The 16-bit wgmma tile that loads by TMA (sm_90; every operand row a 16-byte multiple): 128x128x64,
+// 6 stages, pingpong. The only wgmma tile that reads MN-major operands.
+GemmTile gemm_tma_tile(DType dtype);
+
 // Every tile the GEMM can run for the dtype and B layout on the target SM (each valid at any M, N
 // and K), for `teeny tune` to measure: choose_gemm_tile picks one of them.
 std::vector<GemmTile> gemm_tile_candidates(DType dtype, GemmBLayout layout, int target_sm, bool tma_ok);
@@ -72,8 +76,9 @@ std::string gemm_tile_name(const GemmTile& tile);
 // kernel with a residual stages a whole output tile).
 GemmTile fit_gemm_epilogue(GemmTile tile, const GemmEpilogue& epilogue);
 
-// The pointer arguments a TMA kernel's tensor maps view: `a` [M, K] (row stride lda), `b`
-// [N, K] (ldb), the output `c` [M, N] (ldc) and, if named, the residual `r` [M, N] (ldr).
+// The pointer arguments a TMA kernel's tensor maps view: `a` [M, K] or stored [K, M] (row stride
+// lda), `b` [N, K] or [K, N] (ldb), the output `c` [M, N] (ldc) and, if named, the residual `r`
+// [M, N] (ldr).
 struct GemmOperands {
   std::string a, b, c, r;
   Expr m, n, k, lda, ldb, ldc, ldr;
@@ -83,7 +88,9 @@ struct GemmOperands {
 // boxes the kernel loads and stores. Tiles store through shared memory by TMA (faster over
 // GPT-2's bf16 layers than 16-byte stores from registers), with a residual, which first
 // arrives there by TMA under the mainloop.
-std::vector<KernelArg> gemm_tensor_maps(const GemmTile& tile, const GemmOperands& operands);
+std::vector<KernelArg> gemm_tensor_maps(const GemmTile& tile, const GemmOperands& operands,
+                                        GemmALayout a_layout = GemmALayout::kMK,
+                                        GemmBLayout b_layout = GemmBLayout::kNK);
 
 // Dynamic shared memory of a launch of the tile's kernel, in bytes (0 unless wgmma).
 int64_t gemm_dynamic_smem(const GemmTile& tile, const GemmEpilogue& epilogue);
@@ -93,7 +100,8 @@ int64_t gemm_dynamic_smem(const GemmTile& tile, const GemmEpilogue& epilogue);
 // its block() computes output tile `pid` (grouped tile order) or, in the persistent wgmma kernel,
 // tiles pid, pid + gridDim.x, .... Columns in [N, ldc) of the tile's rows are written as zeros
 // (row padding). The entries of ops/kernels/gemm.cuh (tn_linear, tn_matmul, ...) take it as
-// their `Gemm`. Throws Error for a kKM A on a wgmma tile.
+// their `Gemm`. Throws Error for MN-major operands (a kKM A, a kKN B) on a wgmma tile that is not
+// gemm_tma_tile's.
 std::string gemm_kernel_class(DType dtype, GemmBLayout layout, bool has_bias, const GemmTile& tile,
                               const GemmEpilogue& epilogue = {}, GemmALayout a_layout = GemmALayout::kMK);
 
