@@ -6,37 +6,140 @@
 
 namespace teeny::ops {
 
+namespace {
+
+// The reduction is split (tn_grad_gemm) until the (tile, split) units make kSplitWaves waves of
+// the units in flight at once (in_flight_per_sm), each split at least kMinSplitK long (wgmma:
+// kMinSplitKWgmma: its k-steps are so much faster that a short split would spend more on writing
+// its partial tile than on its MMAs): a weight gradient's few output tiles
+// over a long sum (768 x 768 outputs are 36 tiles of 128 x 128) otherwise leave most SMs idle, and
+// a last wave of units that is mostly empty costs more than writing and adding the partials. The
+// count is an expression of the dims and the bound device's SM count; the partials are sized
+// before the device is known, for at most kMaxSplitSms SMs (a device with more splits as one
+// with that many would).
+constexpr int kSplitWaves = 2;
+constexpr int kMinSplitK = 256;
+constexpr int kMinSplitKWgmma = 1024;
+constexpr int kMaxSplitSms = 160;
+constexpr int kSumThreads = 256;
+
+// Units an SM computes at once: the persistent wgmma kernel's two consumers, else the blocks
+// __launch_bounds__ asks an SM to hold.
+int in_flight_per_sm(const GemmTile& tile) { return tile.wgmma() ? tile.threads / 128 - 1 : tile.min_blocks; }
+
+// The split count on a device of `sms` SMs: the wanted count, then as many as cover K's k-steps
+// at that length (so no split is empty).
+Expr split_count(const GemmTile& tile, const Expr& units, const Expr& k, const Expr& sms) {
+  const Expr in_flight = sms * Expr(in_flight_per_sm(tile));
+  const Expr min_k(tile.wgmma() ? kMinSplitKWgmma : kMinSplitK);
+  const Expr by_k = ceil_div(k, min_k);
+  if (by_k.is_const() && *by_k.const_value() <= 1) return Expr(1);  // too short to split on any device
+  const Expr wanted = max(Expr(1), min(ceil_div(in_flight * Expr(kSplitWaves), units), by_k));
+  const Expr k_steps = ceil_div(k, Expr(tile.bk));
+  return ceil_div(k_steps, ceil_div(k_steps, wanted));
+}
+
+bool is_16_byte_multiple(const Expr& elements, DType dtype) {
+  return elements.is_const() && *elements.const_value() * static_cast<int64_t>(dtype_size(dtype)) % 16 == 0;
+}
+
+// The wgmma kernel by TMA takes a 16-bit GEMM on sm_90 over one matrix (its persistent blocks walk
+// a single one) whose rows of A, B and C are 16-byte multiples (TMA's strides; C is [M, N]).
+bool wgmma_applies(const GradGemm& gemm, int target_sm) {
+  return target_sm == 90 && gemm.dtype != DType::kF32 && gemm.batch.empty() &&
+         is_16_byte_multiple(gemm.lda, gemm.dtype) && is_16_byte_multiple(gemm.ldb, gemm.dtype) &&
+         is_16_byte_multiple(gemm.n, gemm.dtype);
+}
+
+// The GEMM's arguments past a, b, c and the partials: the sizes, the split count, then tn_matmul's
+// batch dims (innermost first, as tn_matmul_batch_offsets takes them) or the tensor maps.
+std::vector<KernelArg> gemm_args(const GradGemm& gemm, const GemmTile& tile, const Expr& splits) {
+  std::vector<KernelArg> args = {gemm.a,
+                                 gemm.b,
+                                 output("c", gemm.dtype),
+                                 scratch("partials", "partials", DType::kF32),
+                                 i32("M", gemm.m),
+                                 i32("N", gemm.n),
+                                 i32("K", gemm.k),
+                                 i32("lda", gemm.lda),
+                                 i32("ldb", gemm.ldb),
+                                 i32("splits", splits)};
+  for (size_t i = gemm.batch.size(); i-- > 0;) {
+    args.push_back(i32(fmt::format("batch{}", i), gemm.batch[i].extent));
+    args.push_back(i64(fmt::format("a_stride{}", i), gemm.batch[i].a_stride));
+    args.push_back(i64(fmt::format("b_stride{}", i), gemm.batch[i].b_stride));
+  }
+  if (tile.tma) {
+    const GemmOperands operands{gemm.a.name, gemm.b.name, "c",      "",     gemm.m, gemm.n,
+                                gemm.k,      gemm.lda,    gemm.ldb, gemm.n, Expr(0)};
+    for (KernelArg& map : gemm_tensor_maps(tile, operands, gemm.a_layout, gemm.b_layout))
+      args.push_back(std::move(map));
+  }
+  return args;
+}
+
+// The second launch of a split GEMM: the partials added in split order into c.
+Launch sum_splits_launch(const GradGemm& gemm, const Expr& outputs, const Expr& splits, int kernel) {
+  Launch launch;
+  launch.kernel = kernel;
+  launch.args = {scratch("partials", "partials", DType::kF32), output("c", gemm.dtype), i64("count", outputs),
+                 i32("splits", splits)};
+  launch.block = {kSumThreads, 1, 1};
+  launch.grid = {grid_stride_blocks(ceil_div(outputs, Expr(4 * kSumThreads)), kSumThreads), Expr(1), Expr(1)};
+  launch.dynamic_smem = Expr(0);
+  launch.bytes = outputs * (splits * Expr(4) + Expr(static_cast<int64_t>(dtype_size(gemm.dtype))));
+  launch.flops = outputs * (splits - Expr(1));
+  launch.when = le(Expr(2), splits);
+  return launch;
+}
+
+}  // namespace
+
 Lowering lower_grad_gemm(const GradGemm& gemm, int target_sm) {
-  // The [K, N] heuristic picks among the one-tile-a-block kernels only (wgmma reads B as [N, K]
-  // and its persistent blocks walk a single matrix); their tiles serve either B layout.
-  const GemmTile tile = choose_gemm_tile(gemm.dtype, GemmBLayout::kKN, gemm.n, gemm.k, target_sm);
+  // Otherwise the [K, N] heuristic picks among the one-tile-a-block kernels (it never picks
+  // wgmma for a [K, N] B); their tiles serve either B layout.
+  const GemmTile tile = wgmma_applies(gemm, target_sm)
+                            ? fit_gemm_epilogue(gemm_tma_tile(gemm.dtype), {})
+                            : choose_gemm_tile(gemm.dtype, GemmBLayout::kKN, gemm.n, gemm.k, target_sm);
   Expr batches(1);
   for (const GradGemm::BatchDim& dim : gemm.batch) batches = batches * dim.extent;
+  const Expr units = gemm_tiles(tile, gemm.m, gemm.n) * batches;
+  const Expr outputs = batches * gemm.m * gemm.n;
+  // The most splits any device takes, from the dims alone: 1 (a constant) where K is too short
+  // to split, or the tiles fill every device.
+  const Expr max_splits = split_count(tile, units, gemm.k, Expr(kMaxSplitSms));
+  const Expr splits =
+      max_splits == Expr(1) ? Expr(1) : split_count(tile, units, gemm.k, min(device_sms(), Expr(kMaxSplitSms)));
 
+  Lowering lowering;
+  lowering.scratch.push_back({"partials", DType::kF32, max(Expr(1), le(Expr(2), max_splits) * max_splits * outputs)});
   Launch launch;
-  launch.args = {gemm.a,           gemm.b,           output("c", gemm.dtype), i32("M", gemm.m),
-                 i32("N", gemm.n), i32("K", gemm.k), i32("lda", gemm.lda),    i32("ldb", gemm.ldb)};
-  // Innermost first, as tn_matmul_batch_offsets takes them.
-  for (size_t i = gemm.batch.size(); i-- > 0;) {
-    launch.args.push_back(i32(fmt::format("batch{}", i), gemm.batch[i].extent));
-    launch.args.push_back(i64(fmt::format("a_stride{}", i), gemm.batch[i].a_stride));
-    launch.args.push_back(i64(fmt::format("b_stride{}", i), gemm.batch[i].b_stride));
-  }
+  launch.args = gemm_args(gemm, tile, splits);
   launch.block = {tile.threads, 1, 1};
-  launch.grid = {gemm_tiles(tile, gemm.m, gemm.n) * batches, Expr(1), Expr(1)};
-  launch.dynamic_smem = Expr(0);
+  launch.grid = {gemm_grid(tile, units * splits), Expr(1), Expr(1)};
+  launch.dynamic_smem = Expr(gemm_dynamic_smem(tile, {}));
   const Expr elem(static_cast<int64_t>(dtype_size(gemm.dtype)));
-  launch.bytes = (gemm.a_elements + gemm.b_elements + batches * gemm.m * gemm.n) * elem;
-  launch.flops = Expr(2) * batches * gemm.m * gemm.n * gemm.k;
+  // Split, the tiles go to the partials (f32) instead of c.
+  const Expr written = outputs * (elem + le(Expr(2), splits) * (splits * Expr(4) - elem));
+  launch.bytes = (gemm.a_elements + gemm.b_elements) * elem + written;
+  launch.flops = Expr(2) * outputs * gemm.k;
 
   const bool a_transposed = gemm.a_layout == GemmALayout::kKM;
   const std::string name = fmt::format("{}{}_b{}", gemm_kernel_name(gemm.op, gemm.dtype, gemm.b_layout, false, tile),
                                        a_transposed ? "_at" : "", gemm.batch.size());
   const std::string gemm_class = gemm_kernel_class(gemm.dtype, gemm.b_layout, false, tile, {}, gemm.a_layout);
-  Lowering lowering;
-  lowering.kernels.push_back(template_kernel(name, "gemm.cuh", fmt::format("tn_matmul<{}>", gemm_class), launch.args,
-                                             tile.threads, TEENY_KERNEL_ORIGIN, tile.min_blocks));
+  KernelSource kernel = template_kernel(
+      name, "gemm.cuh", fmt::format("{}<{}>", tile.tma ? "tn_grad_gemm_tma" : "tn_grad_gemm", gemm_class), launch.args,
+      tile.threads, TEENY_KERNEL_ORIGIN, tile.min_blocks);
+  kernel.arch_specific = tile.wgmma();
+  lowering.kernels.push_back(std::move(kernel));
   lowering.launches.push_back(std::move(launch));
+  if (max_splits == Expr(1)) return lowering;
+
+  Launch sum = sum_splits_launch(gemm, outputs, splits, 1);
+  lowering.kernels.push_back(template_kernel(fmt::format("grad_gemm_sum_splits_{}", dtype_name(gemm.dtype)), "gemm.cuh",
+                                             "tn_gemm_sum_splits", sum.args, kSumThreads, TEENY_KERNEL_ORIGIN));
+  lowering.launches.push_back(std::move(sum));
   return lowering;
 }
 

@@ -1,9 +1,13 @@
 // The GEMMs of the dense ops' gradients (ops/grad_linear_dx.cpp, ops/grad_linear_dweight.cpp,
-// ops/grad_matmul.cpp): C = A·B over the output's batch dims, through gemm.cuh's batched entry
-// tn_matmul, C contiguous. A is [M, K] or stored as [K, M] (the weight gradients' dyᵀ and aᵀ,
-// whose sums run over the rows: read transposed in place, with no transpose node); B is [K, N]
-// or [N, K]. Always a one-tile-a-block kernel (CUDA cores or mma.sync), never split over K:
-// each output is one sum in a fixed order, so a gradient has the same bits on every run.
+// ops/grad_matmul.cpp): C = A·B over the output's batch dims, through gemm.cuh's entries
+// tn_grad_gemm and tn_grad_gemm_tma, C contiguous. A is [M, K] or stored as [K, M] (the weight
+// gradients' dyᵀ and aᵀ, whose sums run over the rows: read transposed in place, with no
+// transpose node); B is [K, N] or [N, K]. 16-bit on sm_90, over one matrix whose rows are 16-byte
+// multiples: the persistent wgmma kernel by TMA, which reads either operand K-major or MN-major;
+// otherwise a one-tile-a-block kernel (CUDA cores or mma.sync). Where the output tiles cannot
+// fill the GPU, the sum over K is split: each split writes its partial tiles (f32) to the
+// scratch buffer `partials` and a second launch adds them in split order, so each output is
+// still one sum in a fixed order (no atomics) and a gradient has the same bits on every run.
 #pragma once
 
 #include <string>
@@ -31,7 +35,8 @@ struct GradGemm {
   Expr a_elements, b_elements;  // what the launch reads, for the cost
 };
 
-// The launch of `gemm` with the tile the GEMM heuristic picks for its N and K.
+// The launches of `gemm`: the GEMM (wgmma where it applies, else the tile the GEMM heuristic picks
+// for its N and K), and the sum of its splits where the dims allow more than one.
 Lowering lower_grad_gemm(const GradGemm& gemm, int target_sm);
 
 // C[z] = op(A[z]) · op(B[z]) on the host in double, for the ops' references: A element (i, p) of

@@ -76,6 +76,23 @@ std::vector<ConformanceCase> conformance_cases() {
     cases.push_back(dw_case(dtype, "[B, 1]", "[B, W]", rows));
     cases.push_back(dw_case(dtype, "[B, 1003]", "[B, W]", {{{"B", 3}, {"W", 1}}, {{"B", 257}, {"W", 768}}}));
     cases.push_back(dw_case(dtype, "[B, 3, 64]", "[B, 3, W]", {{{"B", 1}, {"W", 17}}, {{"B", 700}, {"W", 130}}}));
+    // Few output tiles over a long sum: split over the rows, and ragged M, N and K (one k-step
+    // past a whole number of them).
+    cases.push_back(dw_case(dtype, "[B, 64]", "[B, 48]", {{{"B", 4097}}, {{"B", 20000}}}));
+    cases.push_back(dw_case(dtype, "[B, 770]", "[B, 17]", {{{"B", 1}}, {{"B", 4097}}}));
+    // Rows of 16-byte multiples (16-bit on sm_90: wgmma by TMA, both operands MN-major): ragged
+    // tiles, then 4 tiles over 12000 rows, split.
+    cases.push_back(dw_case(dtype, "[B, 200]", "[B, 136]", {{{"B", 1}}, {{"B", 1000}}, {{"B", 4097}}}));
+    cases.push_back(dw_case(dtype, "[B, 256]", "[B, 256]", {{{"B", 12000}}}));
+  }
+  // 16-bit dy with padded rows (20 of 24) and x of 16: TMA reads dy's stride.
+  for (DType dtype : {DType::kBF16, DType::kF16}) {
+    cases.push_back({fmt::format("padded dy (linear, 20 of 24), x 16 {}", dtype_name(dtype)),
+                     case_graph({"B"}, {{"x", dtype, "[B, 8]"}},
+                                {{"p", "linear", {"x"}, {{"out_features", 20}}},
+                                 {"q", "linear", {"x"}, {{"out_features", 16}}},
+                                 {"dw", "grad.linear_dweight", {"p", "q"}}}),
+                     {{{"B", 1}}, {{"B", 999}}, {{"B", 4097}}}});
   }
   // Both operands with padded rows (two linears' 17 of 20 and 9 of 12).
   cases.push_back({"padded dy and x (linears 17 of 20, 9 of 12)",

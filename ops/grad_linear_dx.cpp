@@ -71,6 +71,21 @@ std::vector<ConformanceCase> conformance_cases() {
         {"dy [B, 3, 768] -> 1001 " + dt,
          case_graph({"B"}, {{"dy", dtype, "[B, 3, 768]"}}, {{"dx", "grad.linear_dx", {"dy"}, {{"in_features", 1001}}}}),
          {{{"B", 1}}, {{"B", 130}}}});
+    // Ragged N and K over many rows; a long K over few rows (split); rows of 16-byte multiples
+    // (16-bit on sm_90: wgmma by TMA, the weight read N-major).
+    const std::vector<std::pair<int, int>> shapes = {{770, 17}, {4096, 72}, {264, 136}};
+    for (auto [n, k] : shapes) {
+      cases.push_back({fmt::format("dy [B, {}] -> {} {}", n, k, dt),
+                       case_graph({"B"}, {{"dy", dtype, fmt::format("[B, {}]", n)}},
+                                  {{"dx", "grad.linear_dx", {"dy"}, {{"in_features", k}}}}),
+                       {{{"B", 1}}, {{"B", 130}}, {{"B", 4097}}}});
+    }
+    // dy with padded rows (a linear's 20 of 24 in 16-bit, of 20 in f32).
+    cases.push_back({"padded dy (linear 20) -> 16 " + dt,
+                     case_graph({"B"}, {{"x", dtype, "[B, 8]"}},
+                                {{"p", "linear", {"x"}, {{"out_features", 20}}},
+                                 {"dx", "grad.linear_dx", {"p"}, {{"in_features", 16}}}}),
+                     {{{"B", 1}}, {{"B", 999}}}});
   }
   // dy with padded rows (a linear's 17 of 20).
   cases.push_back({"padded dy (linear, 17 of 20) -> 9",

@@ -220,6 +220,10 @@ std::vector<ConformanceCase> da_cases() {
                               {{{"B", 1}, {"W", 1}}, {{"B", 3}, {"W", 130}}}));
     cases.push_back(pair_case("grad.matmul_da", dtype, "[B, 3, 20, 600]", "[1, 3, 17, 600]",
                               {{{"B", 1}, {"W", 1}}, {{"B", 5}, {"W", 1}}}));
+    // 2-D, rows of 16-byte multiples (16-bit on sm_90: wgmma by TMA, both operands K-major); a
+    // long K over one tile (split).
+    cases.push_back(pair_case("grad.matmul_da", dtype, "[W, 264]", "[136, 264]", {{{"W", 1000}}, {{"W", 4097}}}));
+    cases.push_back(pair_case("grad.matmul_da", dtype, "[W, 4096]", "[72, 4096]", {{{"W", 1}}, {{"W", 100}}}));
   }
   return cases;
 }
@@ -234,6 +238,11 @@ std::vector<ConformanceCase> db_cases() {
                               {{{"B", 1}, {"W", 1}}, {{"B", 4}, {"W", 300}}}, {{"sum_batches", true}}));
     cases.push_back(pair_case("grad.matmul_db", dtype, "[1, 3, 20, 17]", "[B, 3, 20, 600]",
                               {{{"B", 1}, {"W", 1}}, {{"B", 5}, {"W", 1}}}));
+    // 2-D and summed over batches, rows of 16-byte multiples (16-bit on sm_90: wgmma by TMA,
+    // both operands MN-major): one tile over many rows, split.
+    cases.push_back(pair_case("grad.matmul_db", dtype, "[W, 72]", "[W, 136]", {{{"W", 1}}, {{"W", 12000}}}));
+    cases.push_back(pair_case("grad.matmul_db", dtype, "[B, W, 72]", "[B, W, 136]", {{{"B", 3}, {"W", 4097}}},
+                              {{"sum_batches", true}}));
   }
   return cases;
 }
