@@ -1,7 +1,9 @@
 // sdpa's gradient ops (ops.md, "Gradients"): grad.sdpa_stats (the forward's row log-sum-exp,
 // recomputed, and D = rowsum(dO · O)), grad.sdpa_dq, and grad.sdpa_dkv (dK and dV side by side,
 // each k/v head's summed over the kv_groups query heads sharing it). FlashAttention-2's backward:
-// scores recomputed tile by tile, nothing S x S stored, no atomics (ops/kernels/grad_sdpa.cuh).
+// scores recomputed tile by tile, nothing S x S stored, no atomics. On tensor cores where the
+// forward is (attention_tensor_cores: ops/kernels/grad_sdpa_mma.cuh), else on CUDA cores in f32
+// (ops/kernels/grad_sdpa.cuh).
 // The forward op's output is untouched: its kernels never write the log-sum-exp.
 #include <algorithm>
 #include <cmath>
@@ -26,6 +28,21 @@ constexpr int kMaxHeadDim = 256;
 // kernel stay near 100 KiB at every head dim, and each thread's accumulators at 32 registers.
 int tile_rows(int64_t head_dim) { return head_dim <= 64 ? 64 : head_dim <= 128 ? 32 : 16; }
 int64_t padded_ld(int64_t head_dim) { return head_dim % 2 == 0 ? head_dim + 1 : head_dim; }
+
+// Tensor-core kernels (grad_sdpa_mma.cuh): 4 warps of 16 rows, 64-row tiles of queries and keys,
+// rows padded by 8 elements. Shared memory: Q and double-buffered K (stats); Q, dO and
+// double-buffered K and V (dQ); K, V and double-buffered Q and dO with their rows' lse and D (dK/dV,
+// whose query tiles are 32 rows above head dim 64, leaving registers to its dK and dV).
+constexpr int kMmaThreads = 128;
+constexpr int kMmaTile = 64;
+int mma_dkv_query_tile(int64_t head_dim) { return head_dim <= 64 ? 64 : 32; }
+// Asks ptxas for two resident blocks, which leaves it up to 255 registers a thread: without a
+// hint it may aim at four and spill the dQ kernel's accumulators.
+constexpr int kMmaBlocksPerSm = 2;
+// `rows` of padded T rows, then `floats` f32 values.
+int64_t mma_smem_bytes(int64_t head_dim, DType dtype, int64_t rows, int64_t floats) {
+  return rows * (head_dim + 8) * static_cast<int64_t>(dtype_size(dtype)) + floats * 4;
+}
 
 double attention_scale(const Attrs& attrs, int64_t head_dim) {
   return attrs.has("scale") ? attrs.real("scale") : 1.0 / std::sqrt(static_cast<double>(head_dim));
@@ -107,7 +124,9 @@ Lowering lower(const OpContext& ctx, Kernel which) {
   const TensorType& k = ctx.inputs[1];
   const DType dtype = q.dtype;
   const int64_t head_dim = *q.shape[2].const_value();
-  const int tile = tile_rows(head_dim);
+  const bool mma = attention_tensor_cores(dtype, head_dim);
+  const int tile = mma ? kMmaTile : tile_rows(head_dim);
+  const int threads = mma ? kMmaThreads : kThreads;
   const bool causal = ctx.attrs.boolean("causal");
   const Expr n = q.shape[0], sq = q.shape[1], skv = k.shape[1];
   const double scale = attention_scale(ctx.attrs, head_dim);
@@ -116,7 +135,7 @@ Lowering lower(const OpContext& ctx, Kernel which) {
   const int64_t ld = padded_ld(head_dim), b = tile;
   const char* entry = nullptr;
   std::string name;
-  int64_t smem_floats = 0;
+  int64_t smem_bytes = 0;
   if (which == Kernel::kStats) {
     const TensorType& o = ctx.inputs[2];
     const TensorType& dout = ctx.inputs[3];
@@ -136,7 +155,7 @@ Lowering lower(const OpContext& ctx, Kernel which) {
                    f32("scale", scale)};
     entry = "tn_sdpa_grad_stats";
     name = "grad_sdpa_stats";
-    smem_floats = 2 * b * ld + b * (b + 1);
+    smem_bytes = mma ? mma_smem_bytes(head_dim, dtype, 3 * kMmaTile, 0) : (2 * b * ld + b * (b + 1)) * 4;
   } else {
     const TensorType& dout = ctx.inputs[3];
     const TensorType& stats = ctx.inputs[4];
@@ -159,13 +178,16 @@ Lowering lower(const OpContext& ctx, Kernel which) {
                    f32("scale", scale)};
     entry = dq ? "tn_sdpa_grad_dq" : "tn_sdpa_grad_dkv";
     name = dq ? "grad_sdpa_dq" : "grad_sdpa_dkv";
-    smem_floats = 4 * b * ld + (dq ? 1 : 2) * b * (b + 1) + 2 * b;
+    const int64_t bq = mma_dkv_query_tile(head_dim);
+    smem_bytes = !mma ? (4 * b * ld + (dq ? 1 : 2) * b * (b + 1) + 2 * b) * 4
+                 : dq ? mma_smem_bytes(head_dim, dtype, 6 * kMmaTile, 0)
+                      : mma_smem_bytes(head_dim, dtype, 2 * kMmaTile + 4 * bq, 4 * bq);
   }
   const Expr rows_of_blocks =
       which == Kernel::kDkv ? (n / Expr(kv_groups(ctx.attrs))) * ceil_div(skv, Expr(b)) : n * ceil_div(sq, Expr(b));
-  launch.block = {kThreads, 1, 1};
+  launch.block = {threads, 1, 1};
   launch.grid = {rows_of_blocks, Expr(1), Expr(1)};
-  launch.dynamic_smem = Expr(smem_floats * 4);
+  launch.dynamic_smem = Expr(smem_bytes);
   const Expr elem(static_cast<int64_t>(dtype_size(dtype)));
   const Expr q_elems = n * sq * Expr(head_dim), kv_elems = (n / Expr(kv_groups(ctx.attrs))) * skv * Expr(head_dim);
   // Each pass reads q, k (and v, do) once a tile of the other side; counted once, as sdpa's.
@@ -177,11 +199,13 @@ Lowering lower(const OpContext& ctx, Kernel which) {
   launch.flops = causal ? full / Expr(2) : full;
 
   const std::string kernel_name =
-      fmt::format("{}_{}_d{}{}", name, dtype_name(dtype), head_dim, causal ? "_causal" : "");
+      fmt::format("{}_{}_d{}{}{}", name, dtype_name(dtype), head_dim, causal ? "_causal" : "", mma ? "_mma" : "");
   KernelSource kernel = template_kernel(
-      kernel_name, "grad_sdpa.cuh",
-      fmt::format("{}<{}, {}, {}, {}, {}>", entry, dtype_c_type(dtype), head_dim, tile, kThreads, causal), launch.args,
-      kThreads, TEENY_KERNEL_ORIGIN);
+      kernel_name, mma ? "grad_sdpa_mma.cuh" : "grad_sdpa.cuh",
+      fmt::format("{}{}<{}, {}, {}{}, {}, {}>", entry, mma ? "_mma" : "", dtype_c_type(dtype), head_dim, tile,
+                  mma && which == Kernel::kDkv ? fmt::format(", {}", mma_dkv_query_tile(head_dim)) : "", threads,
+                  causal),
+      launch.args, threads, TEENY_KERNEL_ORIGIN, mma ? kMmaBlocksPerSm : 0);
   return Lowering{{kernel}, {launch}};
 }
 
@@ -305,6 +329,13 @@ std::vector<ConformanceCase> conformance_cases(const std::string& op) {
                                {{"causal", true}}, apart, fmt::format("Dh {} causal", head_dim)));
   cases.push_back(chain_case(op, DType::kF16, "[N, S, 64]", "[N, T, 64]", {{"causal", false}, {"scale", -0.5}}, apart,
                              "scale -0.5"));
+  // The tensor-core kernels at their other head dims, with lengths that cut 64-row tiles short
+  // on one side and run long on the other.
+  cases.push_back(chain_case(op, DType::kBF16, "[N*2, S, 96]", "[N, T, 96]", {{"causal", true}, {"kv_groups", 2}},
+                             {{{"N", 1}, {"S", 1000}, {"T", 1000}}, {{"N", 1}, {"S", 7}, {"T", 4097}}},
+                             "kv_groups 2, Dh 96 causal"));
+  cases.push_back(chain_case(op, DType::kF16, "[N, S, 32]", "[N, T, 32]", {{"causal", false}},
+                             {{{"N", 2}, {"S", 128}, {"T", 128}}, {{"N", 1}, {"S", 4097}, {"T", 7}}}, "Dh 32"));
   std::vector<CaseNode> padded = {{"p", "linear", {"x"}, {{"out_features", 17}}},
                                   {"o", "sdpa", {"p", "p", "p"}, {{"causal", true}}},
                                   {"st", "grad.sdpa_stats", {"p", "p", "o", "p"}, {{"causal", true}}}};

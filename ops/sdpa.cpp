@@ -62,11 +62,6 @@ double sdpa_scale(const OpContext& ctx, int64_t head_dim) {
   return ctx.attrs.has("scale") ? ctx.attrs.real("scale") : 1.0 / std::sqrt(static_cast<double>(head_dim));
 }
 
-// The tensor-core kernel: 16-bit storage, head dims in MMA steps, accumulators in registers.
-bool use_tensor_cores(DType dtype, int64_t head_dim) {
-  return dtype != DType::kF32 && head_dim % 16 == 0 && head_dim <= 128;
-}
-
 // The register-tiled CUDA-core kernel: f32, head dim 64.
 bool use_f32_tiled(DType dtype, int64_t head_dim) { return dtype == DType::kF32 && head_dim == 64; }
 
@@ -173,6 +168,10 @@ DType check_attention_inputs(const OpDef& meta, const OpContext& ctx, const Atte
   return dtype;
 }
 
+bool attention_tensor_cores(DType dtype, int64_t head_dim) {
+  return dtype != DType::kF32 && head_dim % 16 == 0 && head_dim <= 128;
+}
+
 void check_sdpa_head_dim(const std::string& op, int64_t head_dim) {
   const int tpq = threads_per_query(head_dim);
   if (head_dim > kMaxHeadDim || head_dim % tpq != 0) {
@@ -188,7 +187,7 @@ Lowering lower_attention(const OpContext& ctx, const AttentionHeads& h) {
   const DType dtype = ctx.output.dtype;
   const int64_t head_dim = *q.shape[2].const_value() / h.heads;
   const bool causal = ctx.attrs.boolean("causal");
-  const bool tensor_cores = use_tensor_cores(dtype, head_dim);
+  const bool tensor_cores = attention_tensor_cores(dtype, head_dim);
   const int tpq = threads_per_query(head_dim);
   const bool f32_tiled = use_f32_tiled(dtype, head_dim);
   const int threads = tensor_cores ? kMmaWarps * 32 : f32_tiled ? kF32TiledThreads : kQueriesPerBlock * tpq;

@@ -45,6 +45,10 @@ DType check_attention_inputs(const OpDef& meta, const OpContext& ctx, const Atte
 // `head_dim`.
 void check_sdpa_head_dim(const std::string& op, int64_t head_dim);
 
+// Whether attention's kernels (forward and gradient) at this dtype and head dim run on tensor
+// cores: 16-bit storage and head dims in MMA steps, up to what keeps the accumulators in registers.
+bool attention_tensor_cores(DType dtype, int64_t head_dim);
+
 // The heads of q and of k/v in each row block, and how many query heads share a k/v head.
 struct AttentionHeads {
   int64_t heads = 1, kv_heads = 1, kv_groups = 1;

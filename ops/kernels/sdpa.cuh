@@ -210,7 +210,7 @@ __device__ __forceinline__ void tn_sdpa_mma(const T* q, const T* k, const T* v, 
   int qt, n;
   tn_sdpa_tile((Sq + kBQ - 1) / kBQ, N, qt, n);
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-  const int g = lane / 4, t = lane % 4, mat = lane / 8;
+  const int g = lane / 4, t = lane % 4;
   const int q0 = qt * kBQ;
   // Head n: row block n / heads, columns from (n % heads) * kDH (kDH % 16 == 0: 16-byte aligned);
   // its k/v head n / kv_groups alike.
@@ -233,8 +233,7 @@ __device__ __forceinline__ void tn_sdpa_mma(const T* q, const T* k, const T* v, 
   tn_cp_async_wait<1>();  // Q's group
   __syncthreads();
 #pragma unroll
-  for (int kk = 0; kk < kDH / 16; ++kk)
-    tn_ldmatrix_x4(qf[kk], &Ks[1][warp * 16 + lane % 16][kk * 16 + (lane / 16) * 8]);
+  for (int kk = 0; kk < kDH / 16; ++kk) tn_ldmatrix_a(qf[kk], &Ks[1][warp * 16], kk * 16);
   if (scale < 0.f)  // scores of -q, so the softmax scale below is positive (negation is exact)
 #pragma unroll
     for (int kk = 0; kk < kDH / 16; ++kk)
@@ -266,16 +265,7 @@ __device__ __forceinline__ void tn_sdpa_mma(const T* q, const T* k, const T* v, 
     float s[kBKV / 8][4];
 #pragma unroll
     for (int j = 0; j < kBKV / 8; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
-#pragma unroll
-    for (int kk = 0; kk < kDH / 16; ++kk) {
-#pragma unroll
-      for (int j = 0; j < kBKV / 8; j += 2) {
-        unsigned r[4];  // keys j*8.. (k 0-7, 8-15), keys j*8+8.. (k 0-7, 8-15)
-        tn_ldmatrix_x4(r, &Ks[buf][j * 8 + (mat / 2) * 8 + lane % 8][kk * 16 + (mat % 2) * 8]);
-        tn_mma16816<T>(s[j], qf[kk], r[0], r[1]);
-        tn_mma16816<T>(s[j + 1], qf[kk], r[2], r[3]);
-      }
-    }
+    tn_mma_abt<T, kDH, kBKV>(s, qf, Ks[buf]);
 
     // Mask: only tiles past Skv or reaching the block's first query under causality hold
     // hidden keys, and the branch is the same for the whole block, so other tiles skip the tests.
@@ -328,20 +318,7 @@ __device__ __forceinline__ void tn_sdpa_mma(const T* q, const T* k, const T* v, 
       o[d][3] *= alpha[1];
     }
 
-    // O += P·V: P's A-fragment for keys kj*16.. is S tiles 2kj (cols 0-7) and 2kj+1 (cols 8-15).
-#pragma unroll
-    for (int kj = 0; kj < kBKV / 16; ++kj) {
-      const unsigned pa[4] = {tn_pack2<T>(s[2 * kj][0], s[2 * kj][1]), tn_pack2<T>(s[2 * kj][2], s[2 * kj][3]),
-                              tn_pack2<T>(s[2 * kj + 1][0], s[2 * kj + 1][1]),
-                              tn_pack2<T>(s[2 * kj + 1][2], s[2 * kj + 1][3])};
-#pragma unroll
-      for (int d = 0; d < kDH / 8; d += 2) {
-        unsigned r[4];  // dims d*8.. (keys 0-7, 8-15), dims d*8+8.. (keys 0-7, 8-15)
-        tn_ldmatrix_x4_trans(r, &Vs[buf][kj * 16 + (mat % 2) * 8 + lane % 8][d * 8 + (mat / 2) * 8]);
-        tn_mma16816<T>(o[d], pa, r[0], r[1]);
-        tn_mma16816<T>(o[d + 1], pa, r[2], r[3]);
-      }
-    }
+    tn_mma_pb<T, kBKV, kDH>(o, s, Vs[buf]);  // O += P·V, P straight from the score registers
   }
 
 #pragma unroll

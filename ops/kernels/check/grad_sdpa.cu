@@ -1,6 +1,7 @@
 // grad_sdpa.cuh instantiated for kernel_check (see check.cuh): each kernel at the tiles
 // ops/grad_sdpa.cpp picks per head dim (64 rows up to 64, 32 up to 128, 16 up to 256), in each
-// dtype, causal and not, and an odd head dim.
+// dtype where it runs (f32; 16-bit off the tensor-core head dims), causal and not, and an odd
+// head dim.
 #include "../grad_sdpa.cuh"
 #include "check.cuh"
 
@@ -16,8 +17,8 @@
 TN_ENTRY(grad_sdpa_stats_f32_d64_causal, (256)) TN_GRAD_SDPA_STATS_PARAMS(float) {
   tn_sdpa_grad_stats<float, 64, 64, 256, true>(TN_GRAD_SDPA_STATS_ARGS);
 }
-TN_ENTRY(grad_sdpa_stats_bf16_d128, (256)) TN_GRAD_SDPA_STATS_PARAMS(__nv_bfloat16) {
-  tn_sdpa_grad_stats<__nv_bfloat16, 128, 32, 256, false>(TN_GRAD_SDPA_STATS_ARGS);
+TN_ENTRY(grad_sdpa_stats_f32_d128, (256)) TN_GRAD_SDPA_STATS_PARAMS(float) {
+  tn_sdpa_grad_stats<float, 128, 32, 256, false>(TN_GRAD_SDPA_STATS_ARGS);
 }
 TN_ENTRY(grad_sdpa_stats_f16_d256_causal, (256)) TN_GRAD_SDPA_STATS_PARAMS(__half) {
   tn_sdpa_grad_stats<__half, 256, 16, 256, true>(TN_GRAD_SDPA_STATS_ARGS);
@@ -34,8 +35,8 @@ TN_ENTRY(grad_sdpa_dq_f16_d256_causal, (256)) TN_GRAD_SDPA_PARAMS(__half) {
 TN_ENTRY(grad_sdpa_dkv_f32_d64_causal, (256)) TN_GRAD_SDPA_PARAMS(float) {
   tn_sdpa_grad_dkv<float, 64, 64, 256, true>(TN_GRAD_SDPA_ARGS);
 }
-TN_ENTRY(grad_sdpa_dkv_bf16_d128, (256)) TN_GRAD_SDPA_PARAMS(__nv_bfloat16) {
-  tn_sdpa_grad_dkv<__nv_bfloat16, 128, 32, 256, false>(TN_GRAD_SDPA_ARGS);
+TN_ENTRY(grad_sdpa_dkv_f32_d128, (256)) TN_GRAD_SDPA_PARAMS(float) {
+  tn_sdpa_grad_dkv<float, 128, 32, 256, false>(TN_GRAD_SDPA_ARGS);
 }
 TN_ENTRY(grad_sdpa_dkv_f16_d256_causal, (256)) TN_GRAD_SDPA_PARAMS(__half) {
   tn_sdpa_grad_dkv<__half, 256, 16, 256, true>(TN_GRAD_SDPA_ARGS);

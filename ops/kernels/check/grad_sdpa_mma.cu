@@ -1,0 +1,51 @@
+// grad_sdpa_mma.cuh instantiated for kernel_check (see check.cuh): each kernel in both 16-bit
+// dtypes, causal and not, at the head dims whose register use differs most (32, 64, 96, 128),
+// with the two-blocks-an-SM bound ops/grad_sdpa.cpp gives them.
+#include "../grad_sdpa_mma.cuh"
+#include "check.cuh"
+
+#define TN_GRAD_SDPA_STATS_PARAMS(T)                                                                                   \
+  (const T* q, const T* k, const T* o, const T* dout, float* stats, int N, int Sq, int Skv, int ldq, int ldk, int ldo, \
+   int lddo, int kv_groups, float scale)
+#define TN_GRAD_SDPA_STATS_ARGS q, k, o, dout, stats, N, Sq, Skv, ldq, ldk, ldo, lddo, kv_groups, scale
+#define TN_GRAD_SDPA_PARAMS(T)                                                                                     \
+  (const T* q, const T* k, const T* v, const T* dout, const float* stats, T* out, int N, int Sq, int Skv, int ldq, \
+   int ldk, int ldv, int lddo, int ldst, int kv_groups, float scale)
+#define TN_GRAD_SDPA_ARGS q, k, v, dout, stats, out, N, Sq, Skv, ldq, ldk, ldv, lddo, ldst, kv_groups, scale
+
+TN_ENTRY(grad_sdpa_stats_bf16_d64_causal_mma, (128, 2)) TN_GRAD_SDPA_STATS_PARAMS(__nv_bfloat16) {
+  tn_sdpa_grad_stats_mma<__nv_bfloat16, 64, 64, 128, true>(TN_GRAD_SDPA_STATS_ARGS);
+}
+TN_ENTRY(grad_sdpa_stats_f16_d128_mma, (128, 2)) TN_GRAD_SDPA_STATS_PARAMS(__half) {
+  tn_sdpa_grad_stats_mma<__half, 128, 64, 128, false>(TN_GRAD_SDPA_STATS_ARGS);
+}
+TN_ENTRY(grad_sdpa_stats_bf16_d96_causal_mma, (128, 2)) TN_GRAD_SDPA_STATS_PARAMS(__nv_bfloat16) {
+  tn_sdpa_grad_stats_mma<__nv_bfloat16, 96, 64, 128, true>(TN_GRAD_SDPA_STATS_ARGS);
+}
+TN_ENTRY(grad_sdpa_stats_f16_d32_mma, (128, 2)) TN_GRAD_SDPA_STATS_PARAMS(__half) {
+  tn_sdpa_grad_stats_mma<__half, 32, 64, 128, false>(TN_GRAD_SDPA_STATS_ARGS);
+}
+TN_ENTRY(grad_sdpa_dq_bf16_d64_causal_mma, (128, 2)) TN_GRAD_SDPA_PARAMS(__nv_bfloat16) {
+  tn_sdpa_grad_dq_mma<__nv_bfloat16, 64, 64, 128, true>(TN_GRAD_SDPA_ARGS);
+}
+TN_ENTRY(grad_sdpa_dq_f16_d128_mma, (128, 2)) TN_GRAD_SDPA_PARAMS(__half) {
+  tn_sdpa_grad_dq_mma<__half, 128, 64, 128, false>(TN_GRAD_SDPA_ARGS);
+}
+TN_ENTRY(grad_sdpa_dq_bf16_d96_causal_mma, (128, 2)) TN_GRAD_SDPA_PARAMS(__nv_bfloat16) {
+  tn_sdpa_grad_dq_mma<__nv_bfloat16, 96, 64, 128, true>(TN_GRAD_SDPA_ARGS);
+}
+TN_ENTRY(grad_sdpa_dq_f16_d32_mma, (128, 2)) TN_GRAD_SDPA_PARAMS(__half) {
+  tn_sdpa_grad_dq_mma<__half, 32, 64, 128, false>(TN_GRAD_SDPA_ARGS);
+}
+TN_ENTRY(grad_sdpa_dkv_bf16_d64_causal_mma, (128, 2)) TN_GRAD_SDPA_PARAMS(__nv_bfloat16) {
+  tn_sdpa_grad_dkv_mma<__nv_bfloat16, 64, 64, 64, 128, true>(TN_GRAD_SDPA_ARGS);
+}
+TN_ENTRY(grad_sdpa_dkv_f16_d128_mma, (128, 2)) TN_GRAD_SDPA_PARAMS(__half) {
+  tn_sdpa_grad_dkv_mma<__half, 128, 64, 32, 128, false>(TN_GRAD_SDPA_ARGS);
+}
+TN_ENTRY(grad_sdpa_dkv_bf16_d96_causal_mma, (128, 2)) TN_GRAD_SDPA_PARAMS(__nv_bfloat16) {
+  tn_sdpa_grad_dkv_mma<__nv_bfloat16, 96, 64, 32, 128, true>(TN_GRAD_SDPA_ARGS);
+}
+TN_ENTRY(grad_sdpa_dkv_f16_d32_mma, (128, 2)) TN_GRAD_SDPA_PARAMS(__half) {
+  tn_sdpa_grad_dkv_mma<__half, 32, 64, 64, 128, false>(TN_GRAD_SDPA_ARGS);
+}
