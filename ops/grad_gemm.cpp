@@ -14,23 +14,23 @@ namespace {
 // its partial tile than on its MMAs): a weight gradient's few output tiles
 // over a long sum (768 x 768 outputs are 36 tiles of 128 x 128) otherwise leave most SMs idle, and
 // a last wave of units that is mostly empty costs more than writing and adding the partials. The
-// count is an expression of the dims and the bound device's SM count; the partials are sized
-// before the device is known, for at most kMaxSplitSms SMs (a device with more splits as one
-// with that many would).
+// count is a function of the dims alone, sized for a GPU of kSplitSms SMs whatever the device:
+// the split decides how the sum is rounded, and a gradient keeps the same bits on every GPU (one
+// with more or fewer SMs runs the same units in a few more or fewer waves).
 constexpr int kSplitWaves = 2;
 constexpr int kMinSplitK = 256;
 constexpr int kMinSplitKWgmma = 1024;
-constexpr int kMaxSplitSms = 160;
+constexpr int kSplitSms = 132;
 constexpr int kSumThreads = 256;
 
 // Units an SM computes at once: the persistent wgmma kernel's two consumers, else the blocks
 // __launch_bounds__ asks an SM to hold.
 int in_flight_per_sm(const GemmTile& tile) { return tile.wgmma() ? tile.threads / 128 - 1 : tile.min_blocks; }
 
-// The split count on a device of `sms` SMs: the wanted count, then as many as cover K's k-steps
-// at that length (so no split is empty).
-Expr split_count(const GemmTile& tile, const Expr& units, const Expr& k, const Expr& sms) {
-  const Expr in_flight = sms * Expr(in_flight_per_sm(tile));
+// The split count: the wanted count, then as many as cover K's k-steps at that length (so no
+// split is empty).
+Expr split_count(const GemmTile& tile, const Expr& units, const Expr& k) {
+  const Expr in_flight = Expr(kSplitSms * in_flight_per_sm(tile));
   const Expr min_k(tile.wgmma() ? kMinSplitKWgmma : kMinSplitK);
   const Expr by_k = ceil_div(k, min_k);
   if (by_k.is_const() && *by_k.const_value() <= 1) return Expr(1);  // too short to split on any device
@@ -105,14 +105,10 @@ Lowering lower_grad_gemm(const GradGemm& gemm, int target_sm) {
   for (const GradGemm::BatchDim& dim : gemm.batch) batches = batches * dim.extent;
   const Expr units = gemm_tiles(tile, gemm.m, gemm.n) * batches;
   const Expr outputs = batches * gemm.m * gemm.n;
-  // The most splits any device takes, from the dims alone: 1 (a constant) where K is too short
-  // to split, or the tiles fill every device.
-  const Expr max_splits = split_count(tile, units, gemm.k, Expr(kMaxSplitSms));
-  const Expr splits =
-      max_splits == Expr(1) ? Expr(1) : split_count(tile, units, gemm.k, min(device_sms(), Expr(kMaxSplitSms)));
+  const Expr splits = split_count(tile, units, gemm.k);
 
   Lowering lowering;
-  lowering.scratch.push_back({"partials", DType::kF32, max(Expr(1), le(Expr(2), max_splits) * max_splits * outputs)});
+  lowering.scratch.push_back({"partials", DType::kF32, max(Expr(1), le(Expr(2), splits) * splits * outputs)});
   Launch launch;
   launch.args = gemm_args(gemm, tile, splits);
   launch.block = {tile.threads, 1, 1};
@@ -134,7 +130,7 @@ Lowering lower_grad_gemm(const GradGemm& gemm, int target_sm) {
   kernel.arch_specific = tile.wgmma();
   lowering.kernels.push_back(std::move(kernel));
   lowering.launches.push_back(std::move(launch));
-  if (max_splits == Expr(1)) return lowering;
+  if (splits == Expr(1)) return lowering;
 
   Launch sum = sum_splits_launch(gemm, outputs, splits, 1);
   lowering.kernels.push_back(template_kernel(fmt::format("grad_gemm_sum_splits_{}", dtype_name(gemm.dtype)), "gemm.cuh",
