@@ -33,6 +33,7 @@ the final check is statistical: the same held-out loss within a few percent.
 Usage: TEENY=build/teeny python3 scripts/torch_twins/tiny_lm_train.py [--dtype bf16] [--steps N]
 Exit status: 0 match, 1 mismatch, 2 a teeny command failed.
 """
+import copy
 import glob
 import math
 import os
@@ -112,6 +113,20 @@ class TinyLMTrain(TinyLM):
         return dense_twin.block_forward(self, "b1_", x, 4)
 
 
+def exactly_zero_gradients(model, tokens, batch, seq, seed):
+    """Names of the params whose gradient at the first step is zero up to f64 rounding (below 1e-12
+    of the largest gradient): softmax is shift-invariant along the keys, so a key projection's bias,
+    which adds the same q·b to every score of a query, gets a gradient of exactly zero."""
+    model = copy.deepcopy(model).double()
+    rows = torch.tensor(token_offsets(len(tokens), seq, batch, seed, 0))[:, None] + torch.arange(seq + 1)
+    window = torch.from_numpy(tokens).long()[rows]
+    logits = model.head(model.ln_f(model.hidden(window[:, :-1])))
+    F.cross_entropy(logits.flatten(0, 1), window[:, 1:].flatten()).backward()
+    grads = {name: p.grad.abs().max().item() for name, p in model.named_parameters()}
+    largest = max(grads.values())
+    return sorted(name for name, g in grads.items() if g <= 1e-12 * largest)
+
+
 def checkpoint_params(path):
     """A teeny checkpoint's params (no optimizer state), as f32 arrays."""
     return {k: v.float().numpy() for k, v in load_file(path).items() if not k.startswith("optimizer.")}
@@ -152,6 +167,7 @@ def run_twin(args, workdir):
     model = TinyLMTrain()
     dense_twin.randomise_norms(model, args.seed)
     dense_twin.export_weights(model, path("init.safetensors"))
+    zero_grad = exactly_zero_gradients(model, train, batch, seq, args.seed)
     model = model.to(device=device, dtype=torch.bfloat16 if args.dtype == "bf16" else torch.float32)
 
     bundle = path("train.teeny")
@@ -173,7 +189,16 @@ def run_twin(args, workdir):
 
     ok = compare_losses(teeny_losses(log), want_losses, steps, checked, tol["loss"])
     want_params = {k: v for k, v in at_checked.items() if not k.startswith("optimizer.")}
-    ok &= compare_checkpoint(checkpoint_params(path("ckpt50.safetensors")), want_params, lambda name: tol["params"])
+    got_params = checkpoint_params(path("ckpt50.safetensors"))
+    if args.dtype == "bf16":
+        # A zero gradient computed in bf16 is rounding noise far above AdamW's eps, which
+        # normalises it into steps of about lr: such params random-walk apart on the two sides.
+        for name in zero_grad:
+            print(f"  {name}: not compared; its gradient is zero in exact arithmetic (f64 at step 1), so in bf16 "
+                  "both sides move it by AdamW-normalised rounding noise")
+            want_params.pop(name)
+            got_params.pop(name, None)
+    ok &= compare_checkpoint(got_params, want_params, lambda name: tol["params"])
 
     final = path("final.safetensors" if steps > checked else "ckpt50.safetensors")
     vision_twin.save_safetensors(path("params.safetensors"), checkpoint_params(final))
