@@ -206,8 +206,8 @@ def main():
                 print(f"| {case} | {step_ms:.3f} | {gpu_ms:.3f} | {cell('eager')} | {cell('CUDA graph')} | "
                       f"{cell('torch.compile')} | {result['teeny_over_best']:.2f} | {rate['tflops']:.1f} | {memory} | "
                       f"{torch_memory / 2**20:.1f} MiB |", flush=True)
-    run_info = {"models": list(MODELS), "teeny_steps": TEENY_STEPS, "torch_steps": TORCH_STEPS,
-                "torch_compile": not args.no_torch_compile, "only": args.only}
+    run_info = {"models": list(MODELS), "torch": torch.__version__, "tf32": False, "teeny_steps": TEENY_STEPS,
+                "torch_steps": TORCH_STEPS, "torch_compile": not args.no_torch_compile, "only": args.only}
     print("results:", write_results("train", torch.cuda.get_device_name(), run_info, rows, args.results_dir))
 
 
