@@ -3,7 +3,8 @@
 
 Per op at representative shapes (elementwise and norms at [32768, 4096]; linear at 4096^3 and at
 MLP/GPT-2 shapes; sdpa at B=8, H=12, S=512/2048, Dh=64) and per dense graph (mnist_mlp at B=1/64;
-transformer_block, transformer_block_bf16, tiny_lm at B=1/64 x S=128/512): teeny's median GPU
+transformer_block, transformer_block_bf16, llama_block (bf16, grouped-query attention, RoPE,
+SwiGLU), tiny_lm at B=1/64 x S=128/512): teeny's median GPU
 time (`teeny profile --format json`: runs[0].gpu_time.median_us), PyTorch's medians eager,
 CUDA-graph and of its kernels alone (bench_common.TORCH_MODES; TF32 off for f32), the ratio
 teeny / PyTorch's best (< 1: teeny is faster), and teeny's achieved TFLOP/s or GB/s from the ops' cost expressions with the
@@ -32,6 +33,7 @@ import torch.nn.functional as F  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "torch_twins"))
 import dense_twin  # noqa: E402
+import llama_block  # noqa: E402
 import tiny_lm  # noqa: E402
 import transformer_block  # noqa: E402
 
@@ -159,6 +161,9 @@ GRAPHS = [
     ("transformer_block_bf16", "transformer_block_bf16.yaml", [(1, 128), (1, 512), (64, 128), (64, 512)],
      lambda d, b, s: torch.randn(b, s, 768, device=d).to(torch.bfloat16),
      lambda d: transformer_block.TransformerBlock().to(torch.bfloat16).to(d).eval()),
+    ("llama_block", "llama_block.yaml", [(1, 128), (1, 512), (64, 128), (64, 512)],
+     lambda d, b, s: torch.randn(b, s, llama_block.D, device=d).to(torch.bfloat16),
+     lambda d: llama_block.LlamaBlock().to(torch.bfloat16).to(d).eval()),
     ("tiny_lm", "tiny_lm.yaml", [(1, 128), (1, 512), (64, 128), (64, 512)],
      lambda d, b, s: torch.randint(0, tiny_lm.VOCAB, (b, s), dtype=torch.int32, device=d),
      lambda d: tiny_lm.TinyLM().to(d).eval()),
