@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
+#include <future>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -70,6 +73,8 @@ bool CheckReport::ok() const {
 
 namespace {
 
+constexpr size_t kMaxPendingBytes = size_t{2} << 30;
+
 void add_check(CheckReport& report, const BundleNode& node, const std::string& param, const HostTensor& gpu,
                const HostTensor& reference) {
   NodeCheck check{node.name, node.op,   param,
@@ -88,6 +93,25 @@ CheckReport check_against_reference(GpuExecutor& executor, const Registry& regis
   std::map<std::string, HostTensor> params;  // as the next node reads them: the GPU's own
   for (const BoundParam& param : bound.params) params[param.name] = executor.read_param(param.name);
   std::map<std::string, HostTensor> node_by_node;
+  // A node's reference (in double, often far slower than its kernels) runs on a thread of its own
+  // while the GPU goes on with the next nodes: at most a thread a core, holding at most
+  // kMaxPendingBytes of copied inputs; checks are added in node order. `pending` is declared after
+  // what the threads read, so that an error unwinding from here waits for them first.
+  struct PendingCheck {
+    size_t node;
+    size_t input_bytes;
+    std::future<HostTensor> reference;
+  };
+  std::deque<PendingCheck> pending;
+  size_t pending_bytes = 0;
+  const size_t max_pending = std::max(1u, std::thread::hardware_concurrency());
+  auto finish_oldest = [&] {
+    PendingCheck& oldest = pending.front();
+    const BundleNode& node = bundle.nodes[oldest.node];
+    add_check(report, node, "", node_by_node.at(node.name), oldest.reference.get());
+    pending_bytes -= oldest.input_bytes;
+    pending.pop_front();
+  };
   for (size_t i = 0; i < bundle.nodes.size(); ++i) {
     const BundleNode& node = bundle.nodes[i];
     std::vector<HostTensor> inputs;
@@ -95,16 +119,24 @@ CheckReport check_against_reference(GpuExecutor& executor, const Registry& regis
     for (size_t launch : bound.node_launches(i)) executor.enqueue(launch);
     executor.synchronize(fmt::format("running node '{}' of bundle {} for --check", node.name, bound.label));
     if (node.role == NodeRole::kUpdate && !bound.tensor_index.count(node.name)) {
+      while (!pending.empty()) finish_oldest();  // they read the params as they were before this update
       for (auto& [name, reference] : reference_update(bound, registry, i, inputs, params)) {
         params[name] = executor.read_param(name);
         add_check(report, node, name, params[name], reference);
       }
       continue;
     }
-    HostTensor gpu = executor.read(node.name);
-    add_check(report, node, "", gpu, reference_node(bound, registry, i, inputs, params));
-    node_by_node[node.name] = std::move(gpu);
+    node_by_node[node.name] = executor.read(node.name);
+    size_t input_bytes = 0;
+    for (const HostTensor& input : inputs) input_bytes += input.data.size() * sizeof(double);
+    pending.push_back(
+        {i, input_bytes, std::async(std::launch::async, [&bound, &registry, &params, i, in = std::move(inputs)] {
+           return reference_node(bound, registry, i, in, params);
+         })});
+    pending_bytes += input_bytes;
+    while (pending.size() >= max_pending || (pending.size() > 1 && pending_bytes > kMaxPendingBytes)) finish_oldest();
   }
+  while (!pending.empty()) finish_oldest();
   for (const auto& [name, values] : full_run_outputs) {
     auto it = node_by_node.find(name);
     if (it == node_by_node.end()) continue;  // a graph input passed straight through
