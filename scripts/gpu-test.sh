@@ -1,15 +1,27 @@
 #!/usr/bin/env bash
 # GPU test, on a machine with a CUDA driver and device:
 #   1. configure and build with Ninja (build dir: $BUILD_DIR, default build-gpu),
-#   2. run the gpu-labelled tests,
-#   3. compile every graphs/*.yaml and run each bundle with --check (random params, so the
-#      check compares real numbers), once plainly and once as a replayed CUDA graph,
-#   4. run every PyTorch twin (scripts/torch_twins/<graph>.py) when python3 has torch,
-#   5. run the rest of ctest.
-# Every step's output goes to a log in $OUT (if set) or $BUILD_DIR/gpu-test-logs; a summary
-# is printed at the end and written to summary.txt there. Exit status: 0 only if every step
-# passed.
+#   2. gpu-tests: run the gpu-labelled tests,
+#   3. graphs: compile every graphs/*.yaml and run each bundle with --check (random params, so
+#      the check compares real numbers), once plainly and once as a replayed CUDA graph,
+#   4. twins: run every PyTorch twin (scripts/torch_twins/<graph>.py) when python3 has torch,
+#   5. cpu-tests: run the rest of ctest.
+# scripts/gpu-test.sh [STAGE...] runs only the named stages after the build (default: all four),
+# to fit a short GPU lease; TEENY_CONFORMANCE_OPS (tests/test_gpu_conformance.cpp) narrows the
+# conformance test. Every step's output goes to a log in $OUT (if set) or
+# $BUILD_DIR/gpu-test-logs; a summary is printed at the end and written to summary.txt there.
+# Exit status: 0 only if every step passed.
 set -u -o pipefail
+
+STAGES=("$@")
+((${#STAGES[@]})) || STAGES=(gpu-tests graphs twins cpu-tests)
+for stage in "${STAGES[@]}"; do
+  case $stage in
+    gpu-tests | graphs | twins | cpu-tests) ;;
+    *) echo "gpu-test: unknown stage '$stage' (gpu-tests, graphs, twins, cpu-tests)" >&2; exit 1 ;;
+  esac
+done
+wanted() { [[ " ${STAGES[*]} " == *" $1 "* ]]; }
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=${BUILD_DIR:-$ROOT/build-gpu}
@@ -53,34 +65,38 @@ skip() {
 
 if step configure cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo &&
    step build ninja -C "$BUILD" -j "$JOBS"; then
-  step ctest-gpu ctest --test-dir "$BUILD" -L gpu --output-on-failure
+  if wanted gpu-tests; then step ctest-gpu ctest --test-dir "$BUILD" -L gpu --output-on-failure; fi
 
-  mkdir -p "$BUILD/gpu-test-bundles"
-  for graph in "$ROOT"/graphs/*.yaml; do
-    name=$(basename "$graph" .yaml)
-    bundle="$BUILD/gpu-test-bundles/$name.teeny"
-    if step "compile-$name" "$BUILD/teeny" compile "$graph" -o "$bundle"; then
-      step "run-$name-check" "$BUILD/teeny" run "$bundle" --check --init random --seed 1
-      step "run-$name-check-cuda-graph" "$BUILD/teeny" run "$bundle" --check --cuda-graph \
-        --iterations 3 --init random --seed 1
-    else
-      skip "run-$name" "compile failed"
-    fi
-  done
-  if python3 -c "import torch" >/dev/null 2>&1; then
-    for twin in "$ROOT"/scripts/torch_twins/*.py; do
-      name=$(basename "$twin" .py)
-      [[ -f "$ROOT/graphs/$name.yaml" ]] || continue  # shared modules, not twins
-      step "twin-$name" env TEENY="$BUILD/teeny" python3 "$twin"
+  if wanted graphs; then
+    mkdir -p "$BUILD/gpu-test-bundles"
+    for graph in "$ROOT"/graphs/*.yaml; do
+      name=$(basename "$graph" .yaml)
+      bundle="$BUILD/gpu-test-bundles/$name.teeny"
+      if step "compile-$name" "$BUILD/teeny" compile "$graph" -o "$bundle"; then
+        step "run-$name-check" "$BUILD/teeny" run "$bundle" --check --init random --seed 1
+        step "run-$name-check-cuda-graph" "$BUILD/teeny" run "$bundle" --check --cuda-graph \
+          --iterations 3 --init random --seed 1
+      else
+        skip "run-$name" "compile failed"
+      fi
     done
-    # The training twin's bf16 form (f32 master weights) as well.
-    step twin-tiny_lm_train-bf16 env TEENY="$BUILD/teeny" python3 "$ROOT/scripts/torch_twins/tiny_lm_train.py" \
-      --dtype bf16
-  else
-    skip twins "python3 has no torch"
+  fi
+  if wanted twins; then
+    if python3 -c "import torch" >/dev/null 2>&1; then
+      for twin in "$ROOT"/scripts/torch_twins/*.py; do
+        name=$(basename "$twin" .py)
+        [[ -f "$ROOT/graphs/$name.yaml" ]] || continue  # shared modules, not twins
+        step "twin-$name" env TEENY="$BUILD/teeny" python3 "$twin"
+      done
+      # The training twin's bf16 form (f32 master weights) as well.
+      step twin-tiny_lm_train-bf16 env TEENY="$BUILD/teeny" python3 "$ROOT/scripts/torch_twins/tiny_lm_train.py" \
+        --dtype bf16
+    else
+      skip twins "python3 has no torch"
+    fi
   fi
   # Last: the CPU tests also run in CI, the steps above only here.
-  step ctest-cpu ctest --test-dir "$BUILD" -LE gpu --output-on-failure -j "$JOBS"
+  if wanted cpu-tests; then step ctest-cpu ctest --test-dir "$BUILD" -LE gpu --output-on-failure -j "$JOBS"; fi
 else
   skip tests "build failed"
 fi
