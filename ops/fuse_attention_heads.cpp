@@ -22,7 +22,7 @@ Node fuse(const std::array<const Node*, 3>& splits, const Node& sdpa, const Node
   node.op = &fused;
   node.pos = sdpa.pos;
   node.key_pos = sdpa.key_pos;
-  nlohmann::json attrs = sdpa.ctx.attrs.json();  // causal, kv_groups, and scale when given
+  nlohmann::json attrs = sdpa.ctx.attrs.json();  // causal, kv_groups, and scale and window when given
   attrs["heads"] = merge.ctx.attrs.integer("heads");
   node.ctx.node = merge.name;
   node.ctx.attrs = Attrs(std::move(attrs));

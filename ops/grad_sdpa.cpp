@@ -89,6 +89,7 @@ int64_t check_grad_inputs(const OpDef& def, const OpContext& ctx, const GradInpu
       throw OpError("inputs", fmt::format("{}: stats must be f32 [N, Sq, 2] (grad.sdpa_stats of q {}); got {} {}", op,
                                           shape_str(q.shape), dtype_name(stats.dtype), shape_str(stats.shape)));
   }
+  attention_window(ctx.attrs);
   const auto head_dim = q.shape[2].const_value();
   if (!head_dim) throw OpError("inputs", fmt::format("{} needs a fixed head dim; q is {}", op, shape_str(q.shape)));
   if (*head_dim > kMaxHeadDim)
@@ -128,6 +129,7 @@ Lowering lower(const OpContext& ctx, Kernel which) {
   const int tile = mma ? kMmaTile : tile_rows(head_dim);
   const int threads = mma ? kMmaThreads : kThreads;
   const bool causal = ctx.attrs.boolean("causal");
+  const int64_t window = attention_window(ctx.attrs);
   const Expr n = q.shape[0], sq = q.shape[1], skv = k.shape[1];
   const double scale = attention_scale(ctx.attrs, head_dim);
 
@@ -195,16 +197,15 @@ Lowering lower(const OpContext& ctx, Kernel which) {
       which == Kernel::kStats ? (Expr(3) * q_elems + kv_elems) * elem : (Expr(3) * q_elems + Expr(2) * kv_elems) * elem;
   // q·kᵀ (and do·vᵀ, then the dQ or dK and dV products), 2 FLOPs a multiply-add; causal about half.
   const int64_t products = which == Kernel::kStats ? 1 : which == Kernel::kDq ? 3 : 4;
-  const Expr full = Expr(2 * products) * n * sq * skv * Expr(head_dim);
-  launch.flops = causal ? full / Expr(2) : full;
+  launch.flops = attention_flops(Expr(2 * products) * n * Expr(head_dim), sq, skv, causal, window);
 
-  const std::string kernel_name =
-      fmt::format("{}_{}_d{}{}{}", name, dtype_name(dtype), head_dim, causal ? "_causal" : "", mma ? "_mma" : "");
+  const std::string kernel_name = fmt::format("{}_{}_d{}{}{}", name, dtype_name(dtype), head_dim,
+                                              attention_mask_name(ctx.attrs), mma ? "_mma" : "");
   KernelSource kernel = template_kernel(
       kernel_name, mma ? "grad_sdpa_mma.cuh" : "grad_sdpa.cuh",
-      fmt::format("{}{}<{}, {}, {}{}, {}, {}>", entry, mma ? "_mma" : "", dtype_c_type(dtype), head_dim, tile,
+      fmt::format("{}{}<{}, {}, {}{}, {}, {}{}>", entry, mma ? "_mma" : "", dtype_c_type(dtype), head_dim, tile,
                   mma && which == Kernel::kDkv ? fmt::format(", {}", mma_dkv_query_tile(head_dim)) : "", threads,
-                  causal),
+                  causal, window_template_arg(window)),
       launch.args, threads, TEENY_KERNEL_ORIGIN, mma ? kMmaBlocksPerSm : 0);
   return Lowering{{kernel}, {launch}};
 }
@@ -213,7 +214,7 @@ Lowering lower(const OpContext& ctx, Kernel which) {
 
 struct HostAttention {
   int64_t n, sq, skv, dh, groups;
-  bool causal;
+  const Attrs* attrs;  // the mask's: causal, window
   double scale;
 };
 
@@ -226,7 +227,7 @@ HostAttention host_attention(const RefContext& ref) {
           k.shape[1],
           dh,
           kv_groups(ref.op.attrs),
-          ref.op.attrs.boolean("causal"),
+          &ref.op.attrs,
           attention_scale(ref.op.attrs, dh)};
 }
 
@@ -239,8 +240,10 @@ double dot(const double* a, const double* b, int64_t len) {
 // Calls visit(n, i, j) for every visible (query head, query, key) in order.
 void for_each_visible(const HostAttention& a, const std::function<void(int64_t, int64_t, int64_t)>& visit) {
   for (int64_t n = 0; n < a.n; ++n)
-    for (int64_t i = 0; i < a.sq; ++i)
-      for (int64_t j = 0; j < (a.causal ? std::min(a.skv, i + 1) : a.skv); ++j) visit(n, i, j);
+    for (int64_t i = 0; i < a.sq; ++i) {
+      const KeyRange keys = visible_keys(*a.attrs, i, a.skv);
+      for (int64_t j = keys.begin; j < keys.end; ++j) visit(n, i, j);
+    }
 }
 
 HostTensor stats_reference(const RefContext& ref) {
@@ -336,6 +339,14 @@ std::vector<ConformanceCase> conformance_cases(const std::string& op) {
                              "kv_groups 2, Dh 96 causal"));
   cases.push_back(chain_case(op, DType::kF16, "[N, S, 32]", "[N, T, 32]", {{"causal", false}},
                              {{{"N", 2}, {"S", 128}, {"T", 128}}, {{"N", 1}, {"S", 4097}, {"T", 7}}}, "Dh 32"));
+  // Sliding windows: on the tensor-core kernels (both query tiles of dK/dV) and on CUDA cores, with
+  // windows ending inside a tile, and queries past the keys' last window (Sq > Skv + W - 1).
+  for (const auto& [dtype, head_dim, window] :
+       {std::tuple{DType::kBF16, 64, 48}, {DType::kF16, 128, 1}, {DType::kF32, 64, 48}, {DType::kF32, 17, 5}})
+    cases.push_back(chain_case(op, dtype, fmt::format("[N, S, {}]", head_dim), fmt::format("[N, T, {}]", head_dim),
+                               {{"causal", true}, {"window", window}},
+                               {{{"N", 2}, {"S", 129}, {"T", 129}}, {{"N", 1}, {"S", 140}, {"T", 33}}},
+                               fmt::format("Dh {} causal window {}", head_dim, window)));
   std::vector<CaseNode> padded = {{"p", "linear", {"x"}, {{"out_features", 17}}},
                                   {"o", "sdpa", {"p", "p", "p"}, {{"causal", true}}},
                                   {"st", "grad.sdpa_stats", {"p", "p", "o", "p"}, {{"causal", true}}}};

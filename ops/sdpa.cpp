@@ -38,8 +38,11 @@ constexpr int kKeysPerTile = 16;
 constexpr int kMmaWarps = 4;
 constexpr int kMmaKeysPerTile = 64;
 // The register cap (128 a thread) aims at 4 resident blocks, whose tile loads hide each
-// other's latency better than the 3 that an uncapped kernel's registers allow.
+// other's latency better than the 3 that an uncapped kernel's registers allow. A window's masks
+// and first-tile arithmetic do not fit 128 registers without spilling, so windowed kernels aim
+// at 3.
 constexpr int kMmaBlocksPerSm = 4;
+constexpr int kMmaWindowBlocksPerSm = 3;
 // f32 register-tiled path, head dim 64: 16 x 16 threads over 64 x 64 tiles, 102 KiB of shared
 // memory a block. Each thread computes 4 x 4 scores from float4 shared reads (16 FMAs per two
 // 16-byte loads), where the one-thread-per-query kernel does one FMA per shared load.
@@ -140,11 +143,43 @@ std::vector<AttrSpec> sdpa_attr_specs() {
   AttrSpec groups =
       attr_spec("kv_groups", AttrType::kInt, "query heads per k/v head (grouped-query attention)", nlohmann::json(1));
   groups.min_value = 1;
+  AttrSpec window = attr_spec("window", AttrType::kInt,
+                              "sliding window: each query sees only its last W keys, its own included (needs causal)");
+  window.optional = true;
+  window.min_value = 1;
   return {attr_spec("causal", AttrType::kBool, "mask keys after the query (PyTorch is_causal)", nlohmann::json(false)),
-          scale, groups};
+          scale, groups, window};
 }
 
 int64_t kv_groups(const Attrs& attrs) { return attrs.has("kv_groups") ? attrs.integer("kv_groups") : 1; }
+
+int64_t attention_window(const Attrs& attrs) {
+  if (!attrs.has("window")) return 0;
+  if (!attrs.has("causal") || !attrs.boolean("causal"))
+    throw OpError("attrs.window",
+                  "a sliding window needs causal: true (it keeps the last window keys up to the query)");
+  return attrs.integer("window");
+}
+
+std::string attention_mask_name(const Attrs& attrs) {
+  if (!attrs.has("causal") || !attrs.boolean("causal")) return "";
+  const int64_t window = attention_window(attrs);
+  return window > 0 ? fmt::format("_causal_w{}", window) : "_causal";
+}
+
+std::string window_template_arg(int64_t window) { return window > 0 ? fmt::format(", {}", window) : ""; }
+
+Expr attention_flops(const Expr& per_score, const Expr& sq, const Expr& skv, bool causal, int64_t window) {
+  const Expr full = per_score * sq * skv;
+  if (window > 0) return min(full / Expr(2), per_score * sq * Expr(window));
+  return causal ? full / Expr(2) : full;
+}
+
+KeyRange visible_keys(const Attrs& attrs, int64_t query, int64_t skv) {
+  if (!attrs.has("causal") || !attrs.boolean("causal")) return {0, skv};
+  const int64_t end = std::min(skv, query + 1), window = attention_window(attrs);
+  return {window > 0 ? std::min(end, std::max<int64_t>(0, query - window + 1)) : 0, end};
+}
 
 DType check_attention_inputs(const OpDef& meta, const OpContext& ctx, const AttentionLayout& layout) {
   const std::string& op = meta.name;
@@ -159,6 +194,7 @@ DType check_attention_inputs(const OpDef& meta, const OpContext& ctx, const Atte
   }
   const DType dtype = common_float_dtype(meta, ctx);
   output_float_dtype(meta, ctx, dtype);
+  attention_window(ctx.attrs);
   if (k.shape != v.shape) {
     throw OpError("inputs", fmt::format("{}: k and v must have the same shape; got {} and {}", op, shape_str(k.shape),
                                         shape_str(v.shape)));
@@ -187,6 +223,7 @@ Lowering lower_attention(const OpContext& ctx, const AttentionHeads& h) {
   const DType dtype = ctx.output.dtype;
   const int64_t head_dim = *q.shape[2].const_value() / h.heads;
   const bool causal = ctx.attrs.boolean("causal");
+  const int64_t window = attention_window(ctx.attrs);
   const bool tensor_cores = attention_tensor_cores(dtype, head_dim);
   const int tpq = threads_per_query(head_dim);
   const bool f32_tiled = use_f32_tiled(dtype, head_dim);
@@ -221,30 +258,30 @@ Lowering lower_attention(const OpContext& ctx, const AttentionHeads& h) {
   // Per head, whatever the layout: q read and the output written once, each k/v head read once
   // (the query heads sharing it run together, so it stays in L2).
   launch.bytes = (Expr(2) * n * sq * Expr(head_dim) + Expr(2) * n_kv * skv * Expr(head_dim)) * elem;
-  // q·kᵀ and p·v, 2 FLOPs per multiply-add; causal does about half.
-  const Expr full = Expr(4) * n * sq * skv * Expr(head_dim);
-  launch.flops = causal ? full / Expr(2) : full;
+  launch.flops = attention_flops(Expr(4) * n * Expr(head_dim), sq, skv, causal, window);
 
-  const std::string name = fmt::format("sdpa_{}_d{}{}{}", dtype_name(dtype), head_dim, causal ? "_causal" : "",
+  const std::string name = fmt::format("sdpa_{}_d{}{}{}", dtype_name(dtype), head_dim, attention_mask_name(ctx.attrs),
                                        tensor_cores ? "_mma"
                                        : f32_tiled  ? "_tiled"
                                                     : "");
+  const std::string w = window_template_arg(window);
   const char* c_type = dtype_c_type(dtype);
   KernelSource kernel;
   if (tensor_cores) {
     kernel = template_kernel(name, "sdpa.cuh",
-                             fmt::format("tn_sdpa_mma<{}, {}, {}, {}, {}, {}>", c_type, head_dim, kQueriesPerBlock,
-                                         kMmaKeysPerTile, threads, causal),
-                             launch.args, threads, TEENY_KERNEL_ORIGIN, kMmaBlocksPerSm);
+                             fmt::format("tn_sdpa_mma<{}, {}, {}, {}, {}, {}{}>", c_type, head_dim, kQueriesPerBlock,
+                                         kMmaKeysPerTile, threads, causal, w),
+                             launch.args, threads, TEENY_KERNEL_ORIGIN,
+                             window > 0 ? kMmaWindowBlocksPerSm : kMmaBlocksPerSm);
   } else if (f32_tiled) {
     kernel = template_kernel(name, "sdpa.cuh",
-                             fmt::format("tn_sdpa_f32_tiled<{}, {}, {}, {}, {}>", head_dim, kQueriesPerBlock,
-                                         kF32TiledKeysPerTile, threads, causal),
+                             fmt::format("tn_sdpa_f32_tiled<{}, {}, {}, {}, {}{}>", head_dim, kQueriesPerBlock,
+                                         kF32TiledKeysPerTile, threads, causal, w),
                              launch.args, threads, TEENY_KERNEL_ORIGIN, kF32TiledBlocksPerSm);
   } else {
     kernel = template_kernel(name, "sdpa.cuh",
-                             fmt::format("tn_sdpa_per_query<{}, {}, {}, {}, {}, {}>", c_type, head_dim, tpq,
-                                         kQueriesPerBlock, kKeysPerTile, causal),
+                             fmt::format("tn_sdpa_per_query<{}, {}, {}, {}, {}, {}{}>", c_type, head_dim, tpq,
+                                         kQueriesPerBlock, kKeysPerTile, causal, w),
                              launch.args, threads, TEENY_KERNEL_ORIGIN, 1);
   }
   return Lowering{{kernel}, {launch}};
@@ -258,7 +295,6 @@ HostTensor attention_reference(const RefContext& ref, const AttentionHeads& h) {
   const HostTensor k = repeat_kv_heads(ref.inputs.at(1), batch, h, dh);
   const HostTensor v = repeat_kv_heads(ref.inputs.at(2), batch, h, dh);
   const int64_t skv = k.shape[1];
-  const bool causal = ref.op.attrs.boolean("causal");
   const double scale = sdpa_scale(ref.op, dh);
   HostTensor out{ref.op.output.dtype, ref.output_shape, std::vector<double>(batch * sq * width, 0.0)};
   std::vector<double> scores(skv);
@@ -266,9 +302,9 @@ HostTensor attention_reference(const RefContext& ref, const AttentionHeads& h) {
     for (int64_t h = 0; h < heads; ++h) {
       for (int64_t i = 0; i < sq; ++i) {
         const double* qi = &q.data[(b * sq + i) * width + h * dh];
-        const int64_t visible = causal ? std::min(skv, i + 1) : skv;
+        const KeyRange keys = visible_keys(ref.op.attrs, i, skv);  // none: the output row stays 0
         double max_score = -INFINITY;
-        for (int64_t j = 0; j < visible; ++j) {
+        for (int64_t j = keys.begin; j < keys.end; ++j) {
           const double* kj = &k.data[(b * skv + j) * width + h * dh];
           double dot = 0.0;
           for (int64_t d = 0; d < dh; ++d) dot += qi[d] * kj[d];
@@ -276,9 +312,9 @@ HostTensor attention_reference(const RefContext& ref, const AttentionHeads& h) {
           max_score = std::max(max_score, scores[j]);
         }
         double total = 0.0;
-        for (int64_t j = 0; j < visible; ++j) total += scores[j] = std::exp(scores[j] - max_score);
+        for (int64_t j = keys.begin; j < keys.end; ++j) total += scores[j] = std::exp(scores[j] - max_score);
         double* oi = &out.data[(b * sq + i) * width + h * dh];
-        for (int64_t j = 0; j < visible; ++j) {
+        for (int64_t j = keys.begin; j < keys.end; ++j) {
           const double* vj = &v.data[(b * skv + j) * width + h * dh];
           for (int64_t d = 0; d < dh; ++d) oi[d] += scores[j] / total * vj[d];
         }
@@ -344,6 +380,21 @@ OpDef sdpa_op() {
               {{"N", 2}, {"S", 128}, {"T", 7}},
               {{"N", 1}, {"S", 1000}, {"T", 1000}}}});
       }
+      // Sliding windows on each kernel (head dims 64 and 17): a window of 1 (the diagonal alone), and
+      // of 48, which ends inside a 64-key tile and whose start moves across tiles; with Sq > Skv the
+      // last queries' windows lie past the keys (their output is 0).
+      for (int head_dim : {64, 17})
+        for (int window : {1, 48}) {
+          const std::string q = fmt::format("[N, S, {}]", head_dim), kv = fmt::format("[N, T, {}]", head_dim);
+          cases.push_back({fmt::format("{} causal window {} {}", q, window, dt),
+                           case_graph({"N", "S", "T"}, {{"q", dtype, q}, {"k", dtype, kv}, {"v", dtype, kv}},
+                                      {{"o", "sdpa", {"q", "k", "v"}, {{"causal", true}, {"window", window}}}}),
+                           {{{"N", 1}, {"S", 1}, {"T", 1}},
+                            {{"N", 2}, {"S", 129}, {"T", 129}},
+                            {{"N", 1}, {"S", 300}, {"T", 300}},
+                            {{"N", 2}, {"S", 140}, {"T", 33}},
+                            {{"N", 1}, {"S", 33}, {"T", 140}}}});
+        }
       cases.push_back({"padded q/k/v (linear 17 of 20/24) " + dt,
                        case_graph({"N", "S"}, {{"x", dtype, "[N, S, 8]"}},
                                   {{"p", "linear", {"x"}, {{"out_features", 17}}},

@@ -19,13 +19,37 @@
 
 namespace teeny::ops {
 
-// sdpa's attrs: causal (default false), scale (optional, default 1/sqrt(Dh)) and kv_groups
-// (default 1).
+// sdpa's attrs: causal (default false), scale (optional, default 1/sqrt(Dh)), kv_groups
+// (default 1) and window (optional: a sliding window of keys, with causal).
 std::vector<AttrSpec> sdpa_attr_specs();
 
 // The kv_groups attr, 1 where absent (nodes whose attrs were built by hand rather than by the
 // spec reader, which fills in defaults).
 int64_t kv_groups(const Attrs& attrs);
+
+// The window attr (keys a query sees under a sliding window), 0 where absent. Throws OpError when
+// it is set without causal.
+int64_t attention_window(const Attrs& attrs);
+
+// The keys query `query` attends to among skv, [begin, end): all of them; under causal those up to
+// the query (PyTorch's is_causal: the mask aligned to the top-left, whatever Sq and Skv); with a
+// window of W only the last W of those. Empty (begin == end) where the window lies wholly past
+// the last key (query >= Skv + W - 1): such a query's output is 0.
+struct KeyRange {
+  int64_t begin = 0, end = 0;
+};
+KeyRange visible_keys(const Attrs& attrs, int64_t query, int64_t skv);
+
+// The kernel-name part of the mask: "", "_causal" or "_causal_w<W>".
+std::string attention_mask_name(const Attrs& attrs);
+
+// The kernels' trailing template argument for a window: ", W", or nothing without one (their
+// default, 0).
+std::string window_template_arg(int64_t window);
+
+// FLOPs of an attention pass doing `per_score` FLOPs per (query, key) pair over the visible ones:
+// all, about half under causal, at most W a query under a window.
+Expr attention_flops(const Expr& per_score, const Expr& sq, const Expr& skv, bool causal, int64_t window);
 
 // How an op names its q layout, first dim and last dim in shape-rule errors, and which dim of
 // q is kv_groups times k's and v's (the others are equal).

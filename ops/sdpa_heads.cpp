@@ -83,6 +83,12 @@ std::vector<ConformanceCase> sdpa_heads_cases() {
             {{"B", 2}, {"S", 128}, {"T", 7}},
             {{"B", 1}, {"S", 1000}, {"T", 1000}}}});
     }
+    // A sliding window over grouped heads (Mistral's layout: 8 query heads on 2 k/v heads).
+    cases.push_back(
+        {fmt::format("8 heads of 64, kv_groups 4, causal window 40 {}", dt),
+         case_graph({"B", "S"}, {{"q", dtype, "[B, S, 512]"}, {"k", dtype, "[B, S, 128]"}, {"v", dtype, "[B, S, 128]"}},
+                    {{"o", kOp, {"q", "k", "v"}, {{"heads", 8}, {"kv_groups", 4}, {"causal", true}, {"window", 40}}}}),
+         {{{"B", 1}, {"S", 1}}, {{"B", 2}, {"S", 150}}}});
     // 3 heads of 17 in rows padded to 52 (f32) or 56 (16-bit) elements; one tensor as q, k and v.
     cases.push_back({"padded q/k/v (linear 51 of 52/56), 3 heads " + dt,
                      case_graph({"B", "S"}, {{"x", dtype, "[B, S, 8]"}},

@@ -204,7 +204,8 @@ TEST(AttentionGradientCheck, SplitThenMergeWithOtherHeads) {
 }
 
 TEST(AttentionGradientCheck, SdpaPlainCausalAndScaled) {
-  for (const char* attrs : {"{causal: false}", "{causal: true}", "{causal: true, scale: -0.7}"}) {
+  for (const char* attrs :
+       {"{causal: false}", "{causal: true}", "{causal: true, scale: -0.7}", "{causal: true, window: 2}"}) {
     SCOPED_TRACE(attrs);
     expect_gradients_match(loss_graph(fmt::format("  q: {{dtype: f32, shape: [2, 4, 3]}}\n"
                                                   "  k: {{dtype: f32, shape: [2, 4, 3]}}\n"
@@ -215,6 +216,17 @@ TEST(AttentionGradientCheck, SdpaPlainCausalAndScaled) {
                                       "[2, 4, 3]", "  inputs: [q, k, v]\n"),
                            registry(), {"k", "q", "v"});
   }
+}
+
+TEST(AttentionGradientCheck, SlidingWindowPastTheKeys) {
+  // 6 queries on 3 keys with a window of 2: queries 4 and 5 see no key (output and gradient 0).
+  expect_gradients_match(loss_graph("  q: {dtype: f32, shape: [2, 6, 3]}\n"
+                                    "  k: {dtype: f32, shape: [2, 3, 3]}\n"
+                                    "  v: {dtype: f32, shape: [2, 3, 3]}\n"
+                                    "nodes:\n"
+                                    "  - {name: out, op: sdpa, inputs: [q, k, v], attrs: {causal: true, window: 2}}\n",
+                                    "[2, 6, 3]", "  inputs: [q, k, v]\n"),
+                         registry(), {"k", "q", "v"});
 }
 
 TEST(AttentionGradientCheck, GroupedQueryAttentionSumsOverTheSharingHeads) {

@@ -81,6 +81,27 @@ TEST(GemmAttentionReference, SdpaCausalAndNot) {
   expect_near(reference("sdpa", {{"causal", false}, {"scale", 0.0}}, {q, k, v}).data, {4, 4});
 }
 
+TEST(GemmAttentionReference, SdpaSlidingWindowKeepsTheLastKeys) {
+  // Keys 0..3 with v = 1, 2, 4, 8 and equal scores: a window of 2 averages a query's own value and
+  // the one before it; query 0 has only its own. With 2 keys for 4 queries, query 3's window (keys
+  // 2 and 3) lies past the keys: its output is 0.
+  const HostIn q{{1, 4, 1}, {0, 0, 0, 0}}, k{{1, 4, 1}, {0, 0, 0, 0}}, v{{1, 4, 1}, {1, 2, 4, 8}};
+  expect_near(reference("sdpa", {{"causal", true}, {"window", 2}}, {q, k, v}).data, {1, 1.5, 3, 6});
+  expect_near(reference("sdpa", {{"causal", true}, {"window", 1}}, {q, k, v}).data, {1, 2, 4, 8});
+  const HostIn k2{{1, 2, 1}, {0, 0}}, v2{{1, 2, 1}, {1, 2}};
+  expect_near(reference("sdpa", {{"causal", true}, {"window", 2}}, {q, k2, v2}).data, {1, 1.5, 2, 0});
+}
+
+TEST(GemmAttentionShape, SlidingWindowNeedsCausal) {
+  const TensorType t = tensor(DType::kF32, {Expr(2), Expr(4), Expr(8)});
+  std::string key;
+  EXPECT_EQ(infer_error("sdpa", {{"causal", false}, {"window", 4}}, {t, t, t}, &key),
+            "a sliding window needs causal: true (it keeps the last window keys up to the query)");
+  EXPECT_EQ(key, "attrs.window");
+  EXPECT_EQ(infer_error("grad.sdpa_stats", {{"causal", false}, {"window", 4}}, {t, t, t, t}, &key),
+            "a sliding window needs causal: true (it keeps the last window keys up to the query)");
+}
+
 TEST(GemmAttentionReference, SdpaDefaultScaleIsInverseSqrtHeadDim) {
   // Dh = 4, q = k0 = (1, 1, 1, 1): q·k0 = 4, scaled by 1/2 = 2; k1 = 0 scores 0.
   const HostIn q{{1, 1, 4}, {1, 1, 1, 1}}, k{{1, 2, 4}, {1, 1, 1, 1, 0, 0, 0, 0}};

@@ -18,6 +18,7 @@
 #define TEENY_GRAD_SDPA_CUH
 
 #include "prelude.cuh"
+#include "sdpa.cuh"
 
 constexpr float tn_grad_sdpa_log2e = 1.4426950408889634f;
 constexpr float tn_grad_sdpa_ln2 = 0.6931471805599453f;
@@ -53,7 +54,7 @@ __device__ __forceinline__ void tn_sdpa_grad_row_stats(const float* stats, int l
 
 // P and dS of the (query tile q0, key tile j0) pair into [kB][kB + 1] tiles: p = 2^(s·c - lse2)
 // for a visible key, else 0; dS = p (dO·v - D). Ps may be null (dQ needs only dS).
-template <int kThreads, int kB, int kDH, bool kCausal>
+template <int kThreads, int kB, int kDH, bool kCausal, int kWindow>
 __device__ __forceinline__ void tn_sdpa_grad_tile(const float* Qs, const float* dOs, const float* Ks, const float* Vs,
                                                   const float* lse2, const float* Dr, float* Ps, float* dSs, int q0,
                                                   int j0, int Sq, int Skv, float c) {
@@ -61,7 +62,7 @@ __device__ __forceinline__ void tn_sdpa_grad_tile(const float* Qs, const float* 
   for (int e = threadIdx.x; e < kB * kB; e += kThreads) {
     const int i = e / kB, j = e % kB, qi = q0 + i, kj = j0 + j;
     float p = 0.f, ds = 0.f;
-    if (qi < Sq && kj < Skv && (!kCausal || kj <= qi)) {
+    if (qi < Sq && kj < Skv && (!kCausal || kj <= qi) && !tn_sdpa_before_window<kWindow>(kj, qi)) {
       float s = 0.f, dp = 0.f;
 #pragma unroll 8
       for (int d = 0; d < kDH; ++d) {
@@ -79,7 +80,7 @@ __device__ __forceinline__ void tn_sdpa_grad_tile(const float* Qs, const float* 
 // lse and D of query tile blockIdx.x % q_tiles of head blockIdx.x / q_tiles: scores of each key
 // tile into shared memory, then one thread per row folds them into its running max and sum.
 // Dynamic shared memory: Q and K tiles, the score tile.
-template <typename T, int kDH, int kB, int kThreads, bool kCausal>
+template <typename T, int kDH, int kB, int kThreads, bool kCausal, int kWindow = 0>
 __device__ __forceinline__ void tn_sdpa_grad_stats(const T* q, const T* k, const T* o, const T* dout, float* stats,
                                                    int N, int Sq, int Skv, int ldq, int ldk, int ldo, int lddo,
                                                    int kv_groups, float scale) {
@@ -95,15 +96,15 @@ __device__ __forceinline__ void tn_sdpa_grad_stats(const T* q, const T* k, const
   tn_sdpa_grad_load<T, kThreads, kB, kDH>(Qs, q + (long long)n * Sq * ldq, ldq, q0, Sq);
   const float c = scale * tn_grad_sdpa_log2e;
   const int kv_end = kCausal ? min(Skv, min(Sq, q0 + kB)) : Skv;
-  float m = tn_neg_inf(), l = 0.f;  // row threadIdx.x's, in log2 units
-  for (int j0 = 0; j0 < kv_end; j0 += kB) {
+  float m = tn_sdpa_max_start<kWindow>(), l = 0.f;  // row threadIdx.x's, in log2 units
+  for (int j0 = tn_sdpa_first_key<kB, kWindow>(q0); j0 < kv_end; j0 += kB) {
     __syncthreads();  // the previous tile's scores are consumed
     tn_sdpa_grad_load<T, kThreads, kB, kDH>(Ks, kn, ldk, j0, Skv);
     __syncthreads();
     for (int e = threadIdx.x; e < kB * kB; e += kThreads) {
       const int i = e / kB, j = e % kB, kj = j0 + j;
       float s = tn_neg_inf();
-      if (kj < Skv && (!kCausal || kj <= q0 + i)) {
+      if (kj < Skv && (!kCausal || kj <= q0 + i) && !tn_sdpa_before_window<kWindow>(kj, q0 + i)) {
         s = 0.f;
 #pragma unroll 8
         for (int d = 0; d < kDH; ++d) s = fmaf(Qs[i * kLd + d], Ks[j * kLd + d], s);
@@ -116,7 +117,8 @@ __device__ __forceinline__ void tn_sdpa_grad_stats(const T* q, const T* k, const
       const float* row = Ss + threadIdx.x * (kB + 1);
       float tile_max = tn_neg_inf();
       for (int j = 0; j < kB; ++j) tile_max = fmaxf(tile_max, row[j]);
-      // Key 0 is visible to every row, so m is finite from the first tile on.
+      // Without a window key 0 is visible to every row, so m is finite from the first tile on (with one:
+      // tn_sdpa_max_start).
       const float m_new = fmaxf(m, tile_max);
       float sum = 0.f;
       for (int j = 0; j < kB; ++j) sum += exp2f(row[j] - m_new);
@@ -139,7 +141,7 @@ __device__ __forceinline__ void tn_sdpa_grad_stats(const T* q, const T* k, const
 // dQ of query tile blockIdx.x % q_tiles of head blockIdx.x / q_tiles, dq contiguous [N, Sq, kDH].
 // Thread t accumulates elements t, t + kThreads, ... of the [kB][kDH] tile in registers.
 // Dynamic shared memory: Q, dO, K, V tiles, the dS tile, lse and D of the rows.
-template <typename T, int kDH, int kB, int kThreads, bool kCausal>
+template <typename T, int kDH, int kB, int kThreads, bool kCausal, int kWindow = 0>
 __device__ __forceinline__ void tn_sdpa_grad_dq(const T* q, const T* k, const T* v, const T* dout, const float* stats,
                                                 T* dq, int N, int Sq, int Skv, int ldq, int ldk, int ldv, int lddo,
                                                 int ldst, int kv_groups, float scale) {
@@ -165,12 +167,12 @@ __device__ __forceinline__ void tn_sdpa_grad_dq(const T* q, const T* k, const T*
   float acc[kAcc];
 #pragma unroll
   for (int r = 0; r < kAcc; ++r) acc[r] = 0.f;
-  for (int j0 = 0; j0 < kv_end; j0 += kB) {
+  for (int j0 = tn_sdpa_first_key<kB, kWindow>(q0); j0 < kv_end; j0 += kB) {
     __syncthreads();  // the previous tile is consumed (and, first, Q, dO and the row stats staged)
     tn_sdpa_grad_load<T, kThreads, kB, kDH>(Ks, k + kv_head * Skv * ldk, ldk, j0, Skv);
     tn_sdpa_grad_load<T, kThreads, kB, kDH>(Vs, v + kv_head * Skv * ldv, ldv, j0, Skv);
     __syncthreads();
-    tn_sdpa_grad_tile<kThreads, kB, kDH, kCausal>(Qs, dOs, Ks, Vs, lse2, Dr, nullptr, dSs, q0, j0, Sq, Skv, c);
+    tn_sdpa_grad_tile<kThreads, kB, kDH, kCausal, kWindow>(Qs, dOs, Ks, Vs, lse2, Dr, nullptr, dSs, q0, j0, Sq, Skv, c);
     __syncthreads();
 #pragma unroll
     for (int r = 0; r < kAcc; ++r) {
@@ -195,7 +197,7 @@ __device__ __forceinline__ void tn_sdpa_grad_dq(const T* q, const T* k, const T*
 // contiguous [N / kv_groups, Skv, 2 kDH] (dK in the first kDH columns, dV in the last): the
 // kv_groups query heads sharing the k/v head add up in head order. Under the causal mask only
 // query tiles from the key tile's first key on contribute.
-template <typename T, int kDH, int kB, int kThreads, bool kCausal>
+template <typename T, int kDH, int kB, int kThreads, bool kCausal, int kWindow = 0>
 __device__ __forceinline__ void tn_sdpa_grad_dkv(const T* q, const T* k, const T* v, const T* dout, const float* stats,
                                                  T* dkv, int N, int Sq, int Skv, int ldq, int ldk, int ldv, int lddo,
                                                  int ldst, int kv_groups, float scale) {
@@ -220,15 +222,17 @@ __device__ __forceinline__ void tn_sdpa_grad_dkv(const T* q, const T* k, const T
 #pragma unroll
   for (int r = 0; r < kAcc; ++r) acc_k[r] = acc_v[r] = 0.f;
   const int q_begin = kCausal ? j0 / kB * kB : 0;
+  // Under a window only queries up to the tile's last key + kWindow - 1 see it.
+  const int q_end = kWindow > 0 ? min(Sq, j0 + kB - 1 + kWindow) : Sq;
   for (int g = 0; g < kv_groups; ++g) {
     const long long n = (long long)m * kv_groups + g;
-    for (int q0 = q_begin; q0 < Sq; q0 += kB) {
+    for (int q0 = q_begin; q0 < q_end; q0 += kB) {
       __syncthreads();  // the previous query tile is consumed
       tn_sdpa_grad_load<T, kThreads, kB, kDH>(Qs, q + n * Sq * ldq, ldq, q0, Sq);
       tn_sdpa_grad_load<T, kThreads, kB, kDH>(dOs, dout + n * Sq * lddo, lddo, q0, Sq);
       tn_sdpa_grad_row_stats<kB>(stats + n * Sq * ldst, ldst, q0, Sq, lse2, Dr);
       __syncthreads();
-      tn_sdpa_grad_tile<kThreads, kB, kDH, kCausal>(Qs, dOs, Ks, Vs, lse2, Dr, Ps, dSs, q0, j0, Sq, Skv, c);
+      tn_sdpa_grad_tile<kThreads, kB, kDH, kCausal, kWindow>(Qs, dOs, Ks, Vs, lse2, Dr, Ps, dSs, q0, j0, Sq, Skv, c);
       __syncthreads();
 #pragma unroll
       for (int r = 0; r < kAcc; ++r) {

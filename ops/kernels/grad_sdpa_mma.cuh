@@ -31,11 +31,12 @@ __device__ __forceinline__ void tn_sdpa_grad_row(const float* stats, int ldst, i
   D = row < Sq ? stats[(long long)row * ldst + 1] : 0.f;
 }
 
-// The causal mask or the end of the keys can hide part of a tile of queries [q0, q0 + kB) and keys
-// [j0, j0 + kB) only where it reaches past Skv or above the diagonal.
-template <int kB, bool kCausal>
+// The causal mask, a window or the end of the keys can hide part of a tile of queries
+// [q0, q0 + kB) and keys [j0, j0 + kB) only where it reaches past Skv, above the diagonal or
+// below the window's start.
+template <int kB, bool kCausal, int kWindow>
 __device__ __forceinline__ bool tn_sdpa_grad_partial(int q0, int j0, int Skv) {
-  return j0 + kB > Skv || (kCausal && j0 + kB - 1 > q0);
+  return j0 + kB > Skv || (kCausal && j0 + kB - 1 > q0) || (kWindow > 0 && j0 <= q0 + kB - 1 - kWindow);
 }
 
 // D = Σ dO·O of query rows [q0, q0 + kB) of head n into stats: a row's 16-byte chunks go to the
@@ -74,7 +75,7 @@ __device__ __forceinline__ void tn_sdpa_grad_row_dots(const T* o, const T* dout,
   }
 }
 
-template <typename T, int kDH, int kB, int kThreads, bool kCausal>
+template <typename T, int kDH, int kB, int kThreads, bool kCausal, int kWindow = 0>
 __device__ __forceinline__ void tn_sdpa_grad_stats_mma(const T* q, const T* k, const T* o, const T* dout, float* stats,
                                                        int N, int Sq, int Skv, int ldq, int ldk, int ldo, int lddo,
                                                        int kv_groups, float scale) {
@@ -91,14 +92,15 @@ __device__ __forceinline__ void tn_sdpa_grad_stats_mma(const T* q, const T* k, c
   auto load = [&](Tile& dst, const T* src, int ld, int row0, int rows) {
     tn_sdpa_copy_tile<kThreads, kB, kDH>(dst, src, ld, row0, rows, tn_from_raw<T>(0));
   };
+  const int j_first = tn_sdpa_first_key<kB, kWindow>(q0);
   load(Qs, q + (long long)n * Sq * ldq, ldq, q0, Sq);
-  load(Ks[0], kn, ldk, 0, Skv);
+  load(Ks[0], kn, ldk, j_first, Skv);
   tn_cp_async_commit();
 
-  const float c = scale * tn_log2e;                                      // scores in log2 units
-  float m_run[2] = {tn_neg_inf(), tn_neg_inf()}, l_run[2] = {0.f, 0.f};  // rows g and g + 8
+  const float c = scale * tn_log2e;  // scores in log2 units
+  float m_run[2] = {tn_sdpa_max_start<kWindow>(), tn_sdpa_max_start<kWindow>()}, l_run[2] = {0.f, 0.f};
   const int kv_end = kCausal ? min(Skv, min(Sq, q0 + kB)) : Skv;
-  for (int j0 = 0, buf = 0; j0 < kv_end; j0 += kB, buf ^= 1) {
+  for (int j0 = j_first, buf = 0; j0 < kv_end; j0 += kB, buf ^= 1) {
     tn_cp_async_wait<0>();
     __syncthreads();  // this tile has landed everywhere; the other buffer is free
     if (j0 + kB < kv_end) load(Ks[buf ^ 1], kn, ldk, j0 + kB, Skv);
@@ -106,21 +108,24 @@ __device__ __forceinline__ void tn_sdpa_grad_stats_mma(const T* q, const T* k, c
 
     float s[kB / 8][4] = {};
     tn_mma_abt<T, kDH, kB>(s, &Qs[warp * 16], Ks[buf]);
-    const bool partial = tn_sdpa_grad_partial<kB, kCausal>(q0, j0, Skv);
+    const bool partial = tn_sdpa_grad_partial<kB, kCausal, kWindow>(q0, j0, Skv);
     float tile_max[2] = {tn_neg_inf(), tn_neg_inf()};
 #pragma unroll
     for (int j = 0; j < kB / 8; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int key = j0 + j * 8 + 2 * t + (e & 1), row = row_a + (e / 2) * 8;
-        s[j][e] = partial && (key >= Skv || (kCausal && key > row)) ? tn_neg_inf() : s[j][e] * c;
+        const bool hidden =
+            partial && (key >= Skv || (kCausal && key > row) || tn_sdpa_before_window<kWindow>(key, row));
+        s[j][e] = hidden ? tn_neg_inf() : s[j][e] * c;
         tile_max[e / 2] = fmaxf(tile_max[e / 2], s[j][e]);
       }
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 1));
       tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 2));
-      // Key 0 is visible to every row, so the max is finite from the first tile on.
+      // Without a window key 0 is visible to every row, so the max is finite from the first tile on (with one:
+      // tn_sdpa_max_start).
       const float m_new = fmaxf(m_run[h], tile_max[h]);
       float sum = 0.f;
 #pragma unroll
@@ -129,6 +134,7 @@ __device__ __forceinline__ void tn_sdpa_grad_stats_mma(const T* q, const T* k, c
       m_run[h] = m_new;
     }
   }
+  tn_cp_async_wait<0>();  // a block that computed no tile leaves no copy in flight
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 1);
@@ -139,7 +145,7 @@ __device__ __forceinline__ void tn_sdpa_grad_stats_mma(const T* q, const T* k, c
   tn_sdpa_grad_row_dots<T, kDH, kB, kThreads>(o, dout, stats, n, q0, Sq, ldo, lddo);
 }
 
-template <typename T, int kDH, int kB, int kThreads, bool kCausal>
+template <typename T, int kDH, int kB, int kThreads, bool kCausal, int kWindow = 0>
 __device__ __forceinline__ void tn_sdpa_grad_dq_mma(const T* q, const T* k, const T* v, const T* dout,
                                                     const float* stats, T* dq, int N, int Sq, int Skv, int ldq, int ldk,
                                                     int ldv, int lddo, int ldst, int kv_groups, float scale) {
@@ -160,10 +166,11 @@ __device__ __forceinline__ void tn_sdpa_grad_dq_mma(const T* q, const T* k, cons
   auto load = [&](Tile& dst, const T* src, int ld, int row0, int rows) {
     tn_sdpa_copy_tile<kThreads, kB, kDH>(dst, src, ld, row0, rows, tn_from_raw<T>(0));
   };
+  const int j_first = tn_sdpa_first_key<kB, kWindow>(q0);
   load(Qs, q + (long long)n * Sq * ldq, ldq, q0, Sq);
   load(dOs, dout + (long long)n * Sq * lddo, lddo, q0, Sq);
-  load(Ks[0], kn, ldk, 0, Skv);
-  load(Vs[0], vn, ldv, 0, Skv);
+  load(Ks[0], kn, ldk, j_first, Skv);
+  load(Vs[0], vn, ldv, j_first, Skv);
   tn_cp_async_commit();
   float lse2[2], D[2];
 #pragma unroll
@@ -173,7 +180,7 @@ __device__ __forceinline__ void tn_sdpa_grad_dq_mma(const T* q, const T* k, cons
   const float c = scale * tn_log2e;
   float acc[kDH / 8][4] = {};
   const int kv_end = kCausal ? min(Skv, min(Sq, q0 + kB)) : Skv;
-  for (int j0 = 0, buf = 0; j0 < kv_end; j0 += kB, buf ^= 1) {
+  for (int j0 = j_first, buf = 0; j0 < kv_end; j0 += kB, buf ^= 1) {
     tn_cp_async_wait<0>();
     __syncthreads();  // this tile has landed everywhere; the other buffers are free
     if (j0 + kB < kv_end) {
@@ -185,18 +192,20 @@ __device__ __forceinline__ void tn_sdpa_grad_dq_mma(const T* q, const T* k, cons
     float s[kB / 8][4] = {}, dp[kB / 8][4] = {};
     tn_mma_abt<T, kDH, kB>(s, &Qs[warp * 16], Ks[buf]);
     tn_mma_abt<T, kDH, kB>(dp, &dOs[warp * 16], Vs[buf]);
-    const bool partial = tn_sdpa_grad_partial<kB, kCausal>(q0, j0, Skv);
+    const bool partial = tn_sdpa_grad_partial<kB, kCausal, kWindow>(q0, j0, Skv);
 #pragma unroll
     for (int j = 0; j < kB / 8; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int key = j0 + j * 8 + 2 * t + (e & 1), row = row_a + (e / 2) * 8, h = e / 2;
-        const bool hidden = partial && (key >= Skv || (kCausal && key > row));
+        const bool hidden =
+            partial && (key >= Skv || (kCausal && key > row) || tn_sdpa_before_window<kWindow>(key, row));
         const float p = hidden ? 0.f : tn_exp2(fmaf(s[j][e], c, -lse2[h]));
         s[j][e] = p * (dp[j][e] - D[h]);  // dS
       }
     tn_mma_pb<T, kB, kDH>(acc, s, Ks[buf]);
   }
+  tn_cp_async_wait<0>();  // a block that computed no tile leaves no copy in flight
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int row = row_a + h * 8;
@@ -210,7 +219,7 @@ __device__ __forceinline__ void tn_sdpa_grad_dq_mma(const T* q, const T* k, cons
 
 // kB keys a block, streamed query tiles of kBQ (fewer at large head dims, where the dK and dV
 // accumulators fill the registers).
-template <typename T, int kDH, int kB, int kBQ, int kThreads, bool kCausal>
+template <typename T, int kDH, int kB, int kBQ, int kThreads, bool kCausal, int kWindow = 0>
 __device__ __forceinline__ void tn_sdpa_grad_dkv_mma(const T* q, const T* k, const T* v, const T* dout,
                                                      const float* stats, T* dkv, int N, int Sq, int Skv, int ldq,
                                                      int ldk, int ldv, int lddo, int ldst, int kv_groups, float scale) {
@@ -239,7 +248,9 @@ __device__ __forceinline__ void tn_sdpa_grad_dkv_mma(const T* q, const T* k, con
   };
   // Query tile `it` of the flattened (query head of the group, query tile) sequence into buffer b.
   const int q_begin = kCausal ? j0 : 0;  // under the mask, queries before the tile's first key see none of it
-  const int per_head = q_begin < Sq ? (Sq - q_begin + kBQ - 1) / kBQ : 0;
+  // Under a window only queries up to the tile's last key + kWindow - 1 see it.
+  const int q_end = kWindow > 0 ? min(Sq, j0 + kB - 1 + kWindow) : Sq;
+  const int per_head = q_begin < q_end ? (q_end - q_begin + kBQ - 1) / kBQ : 0;
   auto load_queries = [&](int it, int b) {
     const long long n = (long long)m * kv_groups + it / per_head;
     const int q0 = q_begin + it % per_head * kBQ;
@@ -271,14 +282,15 @@ __device__ __forceinline__ void tn_sdpa_grad_dkv_mma(const T* q, const T* k, con
     tn_mma_abt<T, kDH, kBQ>(s, &Ks[warp * 16], Qs[buf]);
     tn_mma_abt<T, kDH, kBQ>(dp, &Vs[warp * 16], dOs[buf]);
     const int q0 = q_begin + it % per_head * kBQ;
-    // Keys past Skv are zero rows whose dK and dV are never stored; only the diagonal is masked.
-    const bool partial = kCausal && j0 + kB - 1 > q0;
+    // Keys past Skv are zero rows whose dK and dV are never stored; only the diagonal and the
+    // window's edge are masked.
+    const bool partial = (kCausal && j0 + kB - 1 > q0) || (kWindow > 0 && j0 <= q0 + kBQ - 1 - kWindow);
 #pragma unroll
     for (int j = 0; j < kBQ / 8; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int col = j * 8 + 2 * t + (e & 1), key = key_a + (e / 2) * 8;
-        const bool hidden = partial && key > q0 + col;
+        const bool hidden = partial && ((kCausal && key > q0 + col) || tn_sdpa_before_window<kWindow>(key, q0 + col));
         const float p = hidden ? 0.f : tn_exp2(fmaf(s[j][e], c, -lse2s[buf][col]));
         dp[j][e] = p * (dp[j][e] - Ds[buf][col]);  // dSᵀ
         s[j][e] = p;                               // Pᵀ
@@ -291,6 +303,7 @@ __device__ __forceinline__ void tn_sdpa_grad_dkv_mma(const T* q, const T* k, con
       tn_mma_pb<T, kBQ, kDH>(dk, dp, Qs[buf]);
     }
   }
+  tn_cp_async_wait<0>();  // a block that computed no tile leaves no copy in flight
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int key = key_a + h * 8;

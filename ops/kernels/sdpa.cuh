@@ -27,6 +27,30 @@ __device__ __forceinline__ float tn_exp2(float x) {
   return y;
 }
 
+// Sliding windows (kWindow > 0: query i sees keys i - kWindow + 1 .. i, with causal; 0: none,
+// and then these fold away). The first tile of kTile keys a block of queries from q0 reaches:
+template <int kTile, int kWindow>
+__device__ __forceinline__ int tn_sdpa_first_key(int q0) {
+  return kWindow > 0 ? max(0, q0 - kWindow + 1) / kTile * kTile : 0;
+}
+// Whether the window ending at query `row` has passed `key`.
+template <int kWindow>
+__device__ __forceinline__ bool tn_sdpa_before_window(int key, int row) {
+  return kWindow > 0 && key <= row - kWindow;
+}
+// Where a running max starts: -inf, but -FLT_MAX under a window, which can hide a whole tile from
+// a row (the max of -inf scores), where 2^(-inf - -inf) would be NaN.
+template <int kWindow>
+__device__ __forceinline__ float tn_sdpa_max_start() {
+  return kWindow > 0 ? -3.402823466e38f : tn_neg_inf();
+}
+// 1 / l for a row's softmax sum, and 0 for a row whose window saw no key (it lies past the last
+// one), whose output is then 0.
+template <int kWindow>
+__device__ __forceinline__ float tn_sdpa_inverse_sum(float l) {
+  return kWindow > 0 && l == 0.f ? 0.f : 1.f / l;
+}
+
 // The (query tile qt, head n) of this block: heads in groups of kHeadGroup, each group's
 // query tiles heaviest first (causal), so a group's K and V stay in L2 while all of its query
 // tiles read them (query-tile-major order over all heads reads them from DRAM again for every
@@ -92,7 +116,7 @@ __device__ __forceinline__ float tn_tree_reduce(float (&v)[kN], Op op) {
 // Any dtype and head dim kDH (up to 256, a multiple of kTPQ): kTPQ threads share one query row
 // (each owns kDH / kTPQ of its dims, partial dot products are combined with shuffles), which
 // keeps q and the output accumulator in registers; scores of a tile of kBKV keys too.
-template <typename T, int kDH, int kTPQ, int kBQ, int kBKV, bool kCausal>
+template <typename T, int kDH, int kTPQ, int kBQ, int kBKV, bool kCausal, int kWindow = 0>
 __device__ __forceinline__ void tn_sdpa_per_query(const T* q, const T* k, const T* v, T* out, int N, int Sq, int Skv,
                                                   int ldq, int ldk, int ldv, int heads, int kv_heads, int kv_groups,
                                                   int ldo, float scale) {
@@ -120,13 +144,13 @@ __device__ __forceinline__ void tn_sdpa_per_query(const T* q, const T* k, const 
     qr[d] = qi < Sq ? tn_f32(qn[(long long)qi * ldq + part * kDHT + d]) * qscale : 0.f;
     acc[d] = 0.f;
   }
-  float m_run = tn_neg_inf(), l_run = 0.f;
+  float m_run = tn_sdpa_max_start<kWindow>(), l_run = 0.f;
   const int q_last = min(Sq, (qt + 1) * kBQ) - 1;
   const int kv_end = kCausal ? min(Skv, q_last + 1) : Skv;
   // kn/vn include the head's column offset, so a head that starts mid-vector reads scalars.
   const bool kv_vec = kDH % kVec == 0 && ldk % kVec == 0 && ldv % kVec == 0 && tn_aligned16(kn) && tn_aligned16(vn);
 
-  for (int j0 = 0; j0 < kv_end; j0 += kBKV) {
+  for (int j0 = tn_sdpa_first_key<kBKV, kWindow>(qt * kBQ); j0 < kv_end; j0 += kBKV) {
     __syncthreads();  // the previous tile is consumed
     if (kv_vec) {
       for (int idx = tid; idx < kBKV * kDH / kVec; idx += kThreads) {
@@ -164,10 +188,11 @@ __device__ __forceinline__ void tn_sdpa_per_query(const T* q, const T* k, const 
 #pragma unroll
       for (int o = 1; o < kTPQ; o <<= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
       const int kj = j0 + j;
-      s[j] = (kj < Skv && (!kCausal || kj <= qi)) ? dot : tn_neg_inf();
+      s[j] = (kj < Skv && (!kCausal || kj <= qi) && !tn_sdpa_before_window<kWindow>(kj, qi)) ? dot : tn_neg_inf();
       tile_max = fmaxf(tile_max, s[j]);
     }
-    // Key 0 is visible to every row, so m_run is finite from the first tile on.
+    // Without a window key 0 is visible to every row, so m_run is finite from the first tile on (with one:
+    // tn_sdpa_max_start).
     const float m_new = fmaxf(m_run, tile_max);
     const float alpha = tn_exp2(m_run - m_new);
     l_run *= alpha;
@@ -184,7 +209,7 @@ __device__ __forceinline__ void tn_sdpa_per_query(const T* q, const T* k, const 
   }
 
   if (qi < Sq) {
-    const float inv = 1.f / l_run;
+    const float inv = tn_sdpa_inverse_sum<kWindow>(l_run);
     T* dst = out + (batch * Sq + qi) * ldo + hcol + part * kDHT;
 #pragma unroll
     for (int d = 0; d < kDHT; ++d) dst[d] = tn_cast<T>(acc[d] * inv);
@@ -198,7 +223,7 @@ __device__ __forceinline__ void tn_sdpa_per_query(const T* q, const T* k, const 
 // the K buffer once, then kept as fragments. K and V tiles are double-buffered in dynamic
 // shared memory ([2][kBKV][kDH + 8] each): the next tile's cp.async copies run while the
 // current one is computed.
-template <typename T, int kDH, int kBQ, int kBKV, int kThreads, bool kCausal>
+template <typename T, int kDH, int kBQ, int kBKV, int kThreads, bool kCausal, int kWindow = 0>
 __device__ __forceinline__ void tn_sdpa_mma(const T* q, const T* k, const T* v, T* out, int N, int Sq, int Skv, int ldq,
                                             int ldk, int ldv, int heads, int kv_heads, int kv_groups, int ldo,
                                             float scale) {
@@ -223,12 +248,13 @@ __device__ __forceinline__ void tn_sdpa_mma(const T* q, const T* k, const T* v, 
     tn_sdpa_copy_tile<kThreads, kBKV, kDH>(dst, src, ld, row0, rows, tn_from_raw<T>(0));
   };
 
-  // Q (staged in buffer 1) and K/V tile 0 (buffer 0) load together, as two copy groups.
+  // Q (staged in buffer 1) and the first K/V tile (buffer 0) load together, as two copy groups.
   unsigned qf[kDH / 16][4];
+  const int j_first = tn_sdpa_first_key<kBKV, kWindow>(q0);
   load_tile(Ks[1], qn, ldq, q0, Sq);
   tn_cp_async_commit();
-  load_tile(Ks[0], kn, ldk, 0, Skv);
-  load_tile(Vs[0], vn, ldv, 0, Skv);
+  load_tile(Ks[0], kn, ldk, j_first, Skv);
+  load_tile(Vs[0], vn, ldv, j_first, Skv);
   tn_cp_async_commit();
   tn_cp_async_wait<1>();  // Q's group
   __syncthreads();
@@ -243,7 +269,8 @@ __device__ __forceinline__ void tn_sdpa_mma(const T* q, const T* k, const T* v, 
   float o[kDH / 8][4];
 #pragma unroll
   for (int d = 0; d < kDH / 8; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.f;
-  float m_run[2] = {tn_neg_inf(), tn_neg_inf()}, l_run[2] = {0.f, 0.f};  // rows g and g + 8
+  float m_run[2] = {tn_sdpa_max_start<kWindow>(), tn_sdpa_max_start<kWindow>()},
+        l_run[2] = {0.f, 0.f};  // rows g, g + 8
   const int row_a = q0 + warp * 16 + g;
   // |scale| in log2 units, at least FLT_MIN so that a masked -inf stays -inf (at scale 0 every
   // weight is then 2^(tiny) = 1, as softmax of zeros gives).
@@ -252,7 +279,7 @@ __device__ __forceinline__ void tn_sdpa_mma(const T* q, const T* k, const T* v, 
   const int kv_end = kCausal ? min(Skv, q_last + 1) : Skv;
 
   // The loop's first barrier fences the Q reads of buffer 1 before tile 1 overwrites it.
-  for (int j0 = 0, buf = 0; j0 < kv_end; j0 += kBKV, buf ^= 1) {
+  for (int j0 = j_first, buf = 0; j0 < kv_end; j0 += kBKV, buf ^= 1) {
     tn_cp_async_wait<0>();  // this tile's copies (the only group in flight)
     // Everyone's copies of this tile have landed, and everyone is done with the other buffer.
     __syncthreads();
@@ -269,13 +296,13 @@ __device__ __forceinline__ void tn_sdpa_mma(const T* q, const T* k, const T* v, 
 
     // Mask: only tiles past Skv or reaching the block's first query under causality hold
     // hidden keys, and the branch is the same for the whole block, so other tiles skip the tests.
-    if (j0 + kBKV > Skv || (kCausal && j0 + kBKV - 1 > q0)) {
+    if (j0 + kBKV > Skv || (kCausal && j0 + kBKV - 1 > q0) || (kWindow > 0 && j0 <= q_last - kWindow)) {
 #pragma unroll
       for (int j = 0; j < kBKV / 8; ++j)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int key = j0 + j * 8 + 2 * t + (e & 1), row = row_a + (e / 2) * 8;
-          if (key >= Skv || (kCausal && key > row)) s[j][e] = tn_neg_inf();
+          if (key >= Skv || (kCausal && key > row) || tn_sdpa_before_window<kWindow>(key, row)) s[j][e] = tn_neg_inf();
         }
     }
     // The online-softmax update per row (h = 0: g, 1: g + 8), in log2 units: the running max
@@ -294,7 +321,8 @@ __device__ __forceinline__ void tn_sdpa_mma(const T* q, const T* k, const T* v, 
       float tile_max = tn_tree_reduce(part[h], [](float a, float b) { return fmaxf(a, b); });
       tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
       tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
-      // Key 0 is visible to every row, so the max is finite from the first tile on.
+      // Without a window key 0 is visible to every row, so the max is finite from the first tile on (with one:
+      // tn_sdpa_max_start).
       const float m_new = fmaxf(m_run[h], tile_max * qk_scale);
       alpha[h] = tn_exp2(m_run[h] - m_new);
       m_run[h] = m_new;
@@ -327,7 +355,7 @@ __device__ __forceinline__ void tn_sdpa_mma(const T* q, const T* k, const T* v, 
     l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 2);
     const int row = row_a + h * 8;
     if (row >= Sq) continue;
-    const float inv = 1.f / l_run[h];
+    const float inv = tn_sdpa_inverse_sum<kWindow>(l_run[h]);
     T* dst = out + (batch * Sq + row) * ldo + hcol + 2 * t;  // ldo and hcol even: 4-byte stores
 #pragma unroll
     for (int d = 0; d < kDH / 8; ++d)
@@ -344,7 +372,7 @@ __device__ __forceinline__ void tn_sdpa_mma(const T* q, const T* k, const T* v, 
 // read keys kg.. 16 rows apart, which then fall in distinct banks. Dynamic shared memory holds
 // Q, P and double-buffered K and V (six 64 x 68 tiles); K and V arrive by cp.async (rows of
 // 16-byte-aligned heads; others are copied element by element).
-template <int kDH, int kBQ, int kBKV, int kThreads, bool kCausal>
+template <int kDH, int kBQ, int kBKV, int kThreads, bool kCausal, int kWindow = 0>
 __device__ __forceinline__ void tn_sdpa_f32_tiled(const float* q, const float* k, const float* v, float* out, int N,
                                                   int Sq, int Skv, int ldq, int ldk, int ldv, int heads, int kv_heads,
                                                   int kv_groups, int ldo, float scale) {
@@ -369,9 +397,10 @@ __device__ __forceinline__ void tn_sdpa_f32_tiled(const float* q, const float* k
     tn_sdpa_copy_tile<kThreads, kBKV, kDH>(dst, src, ld, row0, rows, 0.f);
   };
 
+  const int j_first = tn_sdpa_first_key<kBKV, kWindow>(q0);
   load_tile(Qs, qn, ldq, q0, Sq);
-  load_tile(Ks[0], kn, ldk, 0, Skv);
-  load_tile(Vs[0], vn, ldv, 0, Skv);
+  load_tile(Ks[0], kn, ldk, j_first, Skv);
+  load_tile(Vs[0], vn, ldv, j_first, Skv);
   tn_cp_async_commit();
 
   const float qk_scale = scale * tn_log2e;  // scores in log2 units: softmax via exp2
@@ -379,7 +408,7 @@ __device__ __forceinline__ void tn_sdpa_f32_tiled(const float* q, const float* k
   float m_run[4], l_run[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    m_run[i] = tn_neg_inf();
+    m_run[i] = tn_sdpa_max_start<kWindow>();
     l_run[i] = 0.f;
 #pragma unroll
     for (int e = 0; e < 4; ++e) o[i][e] = 0.f;
@@ -387,7 +416,7 @@ __device__ __forceinline__ void tn_sdpa_f32_tiled(const float* q, const float* k
   const int q_last = min(Sq, q0 + kBQ) - 1;
   const int kv_end = kCausal ? min(Skv, q_last + 1) : Skv;
 
-  for (int j0 = 0, buf = 0; j0 < kv_end; j0 += kBKV, buf ^= 1) {
+  for (int j0 = j_first, buf = 0; j0 < kv_end; j0 += kBKV, buf ^= 1) {
     tn_cp_async_wait<0>();
     __syncthreads();  // this tile has landed everywhere; the other buffer and Ps are free
     if (j0 + kBKV < kv_end) {
@@ -416,7 +445,7 @@ __device__ __forceinline__ void tn_sdpa_f32_tiled(const float* q, const float* k
               fmaf(qv[i].x, kv[c].x, fmaf(qv[i].y, kv[c].y, fmaf(qv[i].z, kv[c].z, fmaf(qv[i].w, kv[c].w, s[i][c]))));
     }
 
-    const bool masked = j0 + kBKV > Skv || (kCausal && j0 + kBKV - 1 > q0);
+    const bool masked = j0 + kBKV > Skv || (kCausal && j0 + kBKV - 1 > q0) || (kWindow > 0 && j0 <= q_last - kWindow);
     float alpha[4];
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
@@ -425,13 +454,15 @@ __device__ __forceinline__ void tn_sdpa_f32_tiled(const float* q, const float* k
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
         const int key = j0 + kg + 16 * c;
-        const bool visible = !masked || (key < Skv && (!kCausal || key <= row));
+        const bool visible =
+            !masked || (key < Skv && (!kCausal || key <= row) && !tn_sdpa_before_window<kWindow>(key, row));
         s[i][c] = visible ? s[i][c] * qk_scale : tn_neg_inf();
         tile_max = fmaxf(tile_max, s[i][c]);
       }
 #pragma unroll
       for (int x = 1; x < 16; x <<= 1) tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, x));
-      // Key 0 is visible to every row, so the max is finite from the first tile on.
+      // Without a window key 0 is visible to every row, so the max is finite from the first tile on (with one:
+      // tn_sdpa_max_start).
       const float m_new = fmaxf(m_run[i], tile_max);
       alpha[i] = tn_exp2(m_run[i] - m_new);
       m_run[i] = m_new;
@@ -461,13 +492,14 @@ __device__ __forceinline__ void tn_sdpa_f32_tiled(const float* q, const float* k
     }
   }
 
+  if constexpr (kWindow > 0) tn_cp_async_wait<0>();  // a window may leave a block no tile
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
 #pragma unroll
     for (int x = 1; x < 16; x <<= 1) l_run[i] += __shfl_xor_sync(0xffffffffu, l_run[i], x);
     const int row = q0 + 4 * qg + i;
     if (row >= Sq) continue;
-    const float inv = 1.f / l_run[i];
+    const float inv = tn_sdpa_inverse_sum<kWindow>(l_run[i]);
     float* dst = out + (batch * Sq + row) * ldo + hcol + 4 * kg;
     const float4 r = make_float4(o[i][0] * inv, o[i][1] * inv, o[i][2] * inv, o[i][3] * inv);
     if (ldo % 4 == 0 && tn_aligned16(out)) {

@@ -3,7 +3,8 @@
 // to 256), in each dtype where it runs (f32; 16-bit off the tensor-core head dims), causal and
 // not, and an odd head dim. grad_sdpa_mma.cuh: each kernel in both 16-bit dtypes, causal and not,
 // at the head dims whose register use differs most (32, 64, 96, 128), with the two-blocks-an-SM
-// bound ops/grad_sdpa.cpp gives them.
+// bound ops/grad_sdpa.cpp gives them. Each path's kernels also with a sliding window (the last
+// template argument).
 #include "../grad_sdpa.cuh"
 #include "../grad_sdpa_mma.cuh"
 #include "check.cuh"
@@ -82,4 +83,22 @@ TN_ENTRY(grad_sdpa_dkv_bf16_d96_causal_mma, (128, 2)) TN_GRAD_SDPA_PARAMS(__nv_b
 }
 TN_ENTRY(grad_sdpa_dkv_f16_d32_mma, (128, 2)) TN_GRAD_SDPA_PARAMS(__half) {
   tn_sdpa_grad_dkv_mma<__half, 32, 64, 64, 128, false>(TN_GRAD_SDPA_ARGS);
+}
+TN_ENTRY(grad_sdpa_stats_f32_d64_causal_w48, (256)) TN_GRAD_SDPA_STATS_PARAMS(float) {
+  tn_sdpa_grad_stats<float, 64, 64, 256, true, 48>(TN_GRAD_SDPA_STATS_ARGS);
+}
+TN_ENTRY(grad_sdpa_dq_f32_d64_causal_w48, (256)) TN_GRAD_SDPA_PARAMS(float) {
+  tn_sdpa_grad_dq<float, 64, 64, 256, true, 48>(TN_GRAD_SDPA_ARGS);
+}
+TN_ENTRY(grad_sdpa_dkv_f32_d64_causal_w48, (256)) TN_GRAD_SDPA_PARAMS(float) {
+  tn_sdpa_grad_dkv<float, 64, 64, 256, true, 48>(TN_GRAD_SDPA_ARGS);
+}
+TN_ENTRY(grad_sdpa_stats_bf16_d64_causal_w48_mma, (128, 2)) TN_GRAD_SDPA_STATS_PARAMS(__nv_bfloat16) {
+  tn_sdpa_grad_stats_mma<__nv_bfloat16, 64, 64, 128, true, 48>(TN_GRAD_SDPA_STATS_ARGS);
+}
+TN_ENTRY(grad_sdpa_dq_bf16_d64_causal_w48_mma, (128, 2)) TN_GRAD_SDPA_PARAMS(__nv_bfloat16) {
+  tn_sdpa_grad_dq_mma<__nv_bfloat16, 64, 64, 128, true, 48>(TN_GRAD_SDPA_ARGS);
+}
+TN_ENTRY(grad_sdpa_dkv_f16_d128_causal_w1_mma, (128, 2)) TN_GRAD_SDPA_PARAMS(__half) {
+  tn_sdpa_grad_dkv_mma<__half, 128, 64, 32, 128, true, 1>(TN_GRAD_SDPA_ARGS);
 }

@@ -2,7 +2,8 @@
 // dims ops/sdpa.cpp uses (per-query kernel: 1, 2 and 4 threads a query). The tensor-core kernel
 // runs under __launch_bounds__(128, 4) in bundles; here it is checked at the most blocks an SM
 // that compile without spills: at 4, nvcc's PTX for head dim 64 spills 8 bytes where NVRTC's
-// (the bundle's) does not, and head dim 128 spills under NVRTC too.
+// (the bundle's) does not, and head dim 128 spills under NVRTC too. Each kernel also with a
+// sliding window (the last template argument).
 #include "../sdpa.cuh"
 #include "check.cuh"
 
@@ -28,4 +29,13 @@ TN_ENTRY(sdpa_f32_d128, (128, 1)) TN_SDPA_PARAMS(float) {
 }
 TN_ENTRY(sdpa_bf16_d256_causal, (256, 1)) TN_SDPA_PARAMS(__nv_bfloat16) {
   tn_sdpa_per_query<__nv_bfloat16, 256, 4, 64, 16, true>(TN_SDPA_ARGS);
+}
+TN_ENTRY(sdpa_bf16_d64_causal_w48_mma, (128, 3)) TN_SDPA_PARAMS(__nv_bfloat16) {
+  tn_sdpa_mma<__nv_bfloat16, 64, 64, 64, 128, true, 48>(TN_SDPA_ARGS);
+}
+TN_ENTRY(sdpa_f32_d64_causal_w48_tiled, (256, 2)) TN_SDPA_PARAMS(float) {
+  tn_sdpa_f32_tiled<64, 64, 64, 256, true, 48>(TN_SDPA_ARGS);
+}
+TN_ENTRY(sdpa_f32_d17_causal_w5, (64, 1)) TN_SDPA_PARAMS(float) {
+  tn_sdpa_per_query<float, 17, 1, 64, 16, true, 5>(TN_SDPA_ARGS);
 }
