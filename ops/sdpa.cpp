@@ -46,6 +46,15 @@ constexpr int kMmaWindowBlocksPerSm = 3;
 // f32 register-tiled path, head dim 64: 16 x 16 threads over 64 x 64 tiles, 102 KiB of shared
 // memory a block. Each thread computes 4 x 4 scores from float4 shared reads (16 FMAs per two
 // 16-byte loads), where the one-thread-per-query kernel does one FMA per shared load.
+// Decode path: at most this many query rows (the 64-query tiles' kernels do the same work in
+// less time from about here on: the decode kernel's CUDA-core work grows with the rows, the
+// tensor cores' does not), 128 threads a block, splits of at least 256 keys aiming at about 528
+// blocks (4 a SM of a 132-SM GPU), the combine 128 threads a row.
+constexpr int kDecodeMaxRows = 8;
+constexpr int kDecodeThreads = 128;
+constexpr int kDecodeMinKeys = 256;
+constexpr int kDecodeBlocks = 528;
+constexpr int kDecodeCombineThreads = 128;
 constexpr int kF32TiledThreads = 256;
 constexpr int kF32TiledKeysPerTile = 64;
 constexpr int kF32TiledBlocksPerSm = 2;
@@ -216,6 +225,68 @@ void check_sdpa_head_dim(const std::string& op, int64_t head_dim) {
   }
 }
 
+// The decode path (ops/kernels/sdpa_decode.cuh) for Sq <= kDecodeMaxRows, which `tiled` (the
+// 64-query-tile kernel's launch) leaves: the keys split in ranges of at least kDecodeMinKeys, as
+// many as make about kDecodeBlocks blocks with the heads (a count from the shapes alone, so the
+// splits, and the bits, are the same on every GPU), then the combine where there are two or more.
+struct AttentionDims {
+  Expr n, sq, skv, ldo;  // query heads, query and key lengths, the output's row stride
+};
+
+void add_decode(Lowering& lowering, const Launch& tiled, const AttentionDims& dims, const AttentionHeads& h,
+                DType dtype, int64_t head_dim, bool causal, int64_t window) {
+  const Expr& n = dims.n;
+  const Expr& sq = dims.sq;
+  const Expr& skv = dims.skv;
+  const Expr when = le(sq, Expr(kDecodeMaxRows));
+  if (when == Expr(0)) return;
+  const Expr keys = causal ? min(skv, sq) : skv;
+  const Expr splits = max(Expr(1), min(ceil_div(keys, Expr(kDecodeMinKeys)), ceil_div(Expr(kDecodeBlocks), n)));
+  const Expr combined = when * le(Expr(2), splits);
+  lowering.scratch.push_back({"partials", DType::kF32, max(Expr(1), combined * splits * n * sq * Expr(head_dim + 2))});
+
+  Launch decode = tiled;
+  decode.kernel = static_cast<int>(lowering.kernels.size());
+  decode.args.push_back(scratch("partials", "partials", DType::kF32));
+  decode.args.push_back(i32("splits", splits));
+  decode.block = {kDecodeThreads, 1, 1};
+  decode.grid = {n * splits, Expr(1), Expr(1)};
+  const int64_t keys_a_tile = head_dim <= 64 ? 64 : head_dim <= 128 ? 32 : 16;  // tn_sdpa_decode_tile
+  decode.dynamic_smem = Expr((kDecodeMaxRows * head_dim + keys_a_tile * (2 * head_dim + 1) +
+                              kDecodeMaxRows * keys_a_tile + 3 * kDecodeMaxRows) *
+                             4);
+  decode.when = when;
+  const std::string mask = window > 0 ? fmt::format("_causal_w{}", window) : causal ? "_causal" : "";
+  lowering.kernels.push_back(
+      template_kernel(fmt::format("sdpa_{}_d{}{}_decode", dtype_name(dtype), head_dim, mask), "sdpa_decode.cuh",
+                      fmt::format("tn_sdpa_decode<{}, {}, {}, {}, {}{}>", dtype_c_type(dtype), head_dim, kDecodeMaxRows,
+                                  kDecodeThreads, causal, window_template_arg(window)),
+                      decode.args, kDecodeThreads, TEENY_KERNEL_ORIGIN));
+  lowering.launches.push_back(decode);
+
+  Launch combine;
+  combine.kernel = static_cast<int>(lowering.kernels.size());
+  combine.args = {scratch("partials", "partials", DType::kF32),
+                  output("out", dtype),
+                  i32("N", n),
+                  i32("Sq", sq),
+                  i32("heads", Expr(h.heads)),
+                  i32("ldo", dims.ldo),
+                  i32("splits", splits)};
+  combine.block = {kDecodeCombineThreads, 1, 1};
+  combine.grid = {n * sq, Expr(1), Expr(1)};
+  combine.dynamic_smem = Expr(0);
+  combine.when = combined;
+  const Expr elem(static_cast<int64_t>(dtype_size(dtype)));
+  combine.bytes = n * sq * (splits * Expr(head_dim + 2) * Expr(4) + Expr(head_dim) * elem);
+  combine.flops = Expr(2) * n * sq * splits * Expr(head_dim);
+  lowering.kernels.push_back(template_kernel(
+      fmt::format("sdpa_{}_d{}_decode_combine", dtype_name(dtype), head_dim), "sdpa_decode.cuh",
+      fmt::format("tn_sdpa_decode_combine<{}, {}, {}>", dtype_c_type(dtype), head_dim, kDecodeCombineThreads),
+      combine.args, kDecodeCombineThreads, TEENY_KERNEL_ORIGIN));
+  lowering.launches.push_back(combine);
+}
+
 Lowering lower_attention(const OpContext& ctx, const AttentionHeads& h) {
   const TensorType& q = ctx.inputs.at(0);
   const TensorType& k = ctx.inputs.at(1);
@@ -284,7 +355,14 @@ Lowering lower_attention(const OpContext& ctx, const AttentionHeads& h) {
                                          kQueriesPerBlock, kKeysPerTile, causal, w),
                              launch.args, threads, TEENY_KERNEL_ORIGIN, 1);
   }
-  return Lowering{{kernel}, {launch}};
+  Lowering lowering;
+  launch.when = le(Expr(kDecodeMaxRows + 1), sq);
+  if (launch.when != Expr(0)) {
+    lowering.kernels.push_back(std::move(kernel));
+    lowering.launches.push_back(launch);
+  }
+  add_decode(lowering, launch, {n, sq, skv, ctx.output.row_stride}, h, dtype, head_dim, causal, window);
+  return lowering;
 }
 
 HostTensor attention_reference(const RefContext& ref, const AttentionHeads& h) {
@@ -394,6 +472,24 @@ OpDef sdpa_op() {
                             {{"N", 1}, {"S", 300}, {"T", 300}},
                             {{"N", 2}, {"S", 140}, {"T", 33}},
                             {{"N", 1}, {"S", 33}, {"T", 140}}}});
+        }
+      // The decode path (Sq <= 8): one split, two and many, grouped heads, and the first length past
+      // it (9); causal (under which the rows see their first keys alone) and a window.
+      for (int head_dim : {64, 17, 128})
+        for (const nlohmann::json& mask :
+             {nlohmann::json{{"causal", false}}, nlohmann::json{{"causal", true}, {"window", 3}}}) {
+          nlohmann::json attrs = mask;
+          attrs["kv_groups"] = 2;
+          const std::string kv = fmt::format("[N, T, {}]", head_dim);
+          cases.push_back(
+              {fmt::format("decode q [N*2, S, {}], k/v {} {} {}", head_dim, kv, mask.dump(), dt),
+               case_graph({"N", "S", "T"},
+                          {{"q", dtype, fmt::format("[N*2, S, {}]", head_dim)}, {"k", dtype, kv}, {"v", dtype, kv}},
+                          {{"o", "sdpa", {"q", "k", "v"}, attrs}}),
+               {{{"N", 1}, {"S", 1}, {"T", 1}},
+                {{"N", 2}, {"S", 4}, {"T", 300}},
+                {{"N", 1}, {"S", 8}, {"T", 5000}},
+                {{"N", 3}, {"S", 9}, {"T", 700}}}});
         }
       cases.push_back({"padded q/k/v (linear 17 of 20/24) " + dt,
                        case_graph({"N", "S"}, {{"x", dtype, "[N, S, 8]"}},

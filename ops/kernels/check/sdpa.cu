@@ -3,8 +3,10 @@
 // runs under __launch_bounds__(128, 4) in bundles; here it is checked at the most blocks an SM
 // that compile without spills: at 4, nvcc's PTX for head dim 64 spills 8 bytes where NVRTC's
 // (the bundle's) does not, and head dim 128 spills under NVRTC too. Each kernel also with a
-// sliding window (the last template argument).
+// sliding window (the last template argument). The decode path (sdpa_decode.cuh) at the three
+// key-tile sizes its head dims pick, and its combine.
 #include "../sdpa.cuh"
+#include "../sdpa_decode.cuh"
 #include "check.cuh"
 
 #define TN_SDPA_PARAMS(T)                                                                                    \
@@ -38,4 +40,21 @@ TN_ENTRY(sdpa_f32_d64_causal_w48_tiled, (256, 2)) TN_SDPA_PARAMS(float) {
 }
 TN_ENTRY(sdpa_f32_d17_causal_w5, (64, 1)) TN_SDPA_PARAMS(float) {
   tn_sdpa_per_query<float, 17, 1, 64, 16, true, 5>(TN_SDPA_ARGS);
+}
+#define TN_SDPA_DECODE_PARAMS(T)                                                                             \
+  (const T* q, const T* k, const T* v, T* out, int N, int Sq, int Skv, int ldq, int ldk, int ldv, int heads, \
+   int kv_heads, int kv_groups, int ldo, float scale, float* partials, int splits)
+#define TN_SDPA_DECODE_ARGS TN_SDPA_ARGS, partials, splits
+TN_ENTRY(sdpa_bf16_d64_decode, (128)) TN_SDPA_DECODE_PARAMS(__nv_bfloat16) {
+  tn_sdpa_decode<__nv_bfloat16, 64, 8, 128, false>(TN_SDPA_DECODE_ARGS);
+}
+TN_ENTRY(sdpa_f16_d128_causal_w3_decode, (128)) TN_SDPA_DECODE_PARAMS(__half) {
+  tn_sdpa_decode<__half, 128, 8, 128, true, 3>(TN_SDPA_DECODE_ARGS);
+}
+TN_ENTRY(sdpa_f32_d256_decode, (128)) TN_SDPA_DECODE_PARAMS(float) {
+  tn_sdpa_decode<float, 256, 8, 128, false>(TN_SDPA_DECODE_ARGS);
+}
+TN_ENTRY(sdpa_bf16_d64_decode_combine, (128))
+(const float* partials, __nv_bfloat16* out, int N, int Sq, int heads, int ldo, int splits) {
+  tn_sdpa_decode_combine<__nv_bfloat16, 64, 128>(partials, out, N, Sq, heads, ldo, splits);
 }

@@ -1,0 +1,212 @@
+// sdpa's decode path (ops/sdpa.cpp): a few query rows (Sq <= kMaxRows) against many keys, as a
+// decoder step attends with one query (or a few) to its whole cache. The 64-query tiles of the
+// other kernels would leave most of the GPU idle and walk the keys one tile at a time, so here the
+// keys are split across blocks (flash-decoding): block (split s, head n) computes its queries'
+// softmax over one range of keys, and with more than one split writes the partial result (the
+// unnormalised output, the running max and sum) for tn_sdpa_decode_combine to merge in split
+// order. Same arguments and layouts as sdpa.cuh's kernels, then the partials and the split count.
+// f32 math on CUDA cores for every dtype and head dim: with so few rows the work is reading K and
+// V, which streams through shared memory a tile at a time.
+#ifndef TEENY_SDPA_DECODE_CUH
+#define TEENY_SDPA_DECODE_CUH
+
+#include "sdpa.cuh"
+
+// Keys a tile: 64 up to head dim 64, then fewer, which keeps shared memory near 50 KiB.
+template <int kDH>
+struct tn_sdpa_decode_tile {
+  static constexpr int kKeys = kDH <= 64 ? 64 : kDH <= 128 ? 32 : 16;
+};
+
+// The key range [begin, end) of split s of `splits` over [0, kv_end): whole tiles, in order.
+template <int kTile>
+__device__ __forceinline__ void tn_sdpa_split_range(int kv_end, int splits, int s, int& begin, int& end) {
+  const int per = ((kv_end + splits - 1) / splits + kTile - 1) / kTile * kTile;
+  begin = min(kv_end, s * per);
+  end = min(kv_end, begin + per);
+}
+
+// Where split s's partial result of query row r of head n starts: kDH floats of output, and after
+// all of those the row's (max, sum) pair.
+__device__ __forceinline__ long long tn_sdpa_partial_row(int s, int n, int r, int N, int Sq) {
+  return ((long long)s * N + n) * Sq + r;
+}
+
+// Rows [row0, row0 + kRows) of a [rows, kDH] matrix (row stride ld) into dst ([kRows][kLd] f32)
+// times `mul`, 0 past `end`; 16-byte loads where the rows allow.
+template <typename T, int kThreads, int kRows, int kDH, int kLd>
+__device__ __forceinline__ void tn_sdpa_decode_load(float (*dst)[kLd], const T* src, int ld, int row0, int end,
+                                                    float mul) {
+  constexpr int kVec = tn_pack<T>::kN;
+  const bool vec = kDH % kVec == 0 && ld % kVec == 0 && tn_aligned16(src);
+  if (vec) {
+    for (int c = threadIdx.x; c < kRows * (kDH / kVec); c += kThreads) {
+      const int r = c / (kDH / kVec), col = c % (kDH / kVec) * kVec, row = row0 + r;
+      float x[kVec];
+      if (row < end) {
+        tn_load16(src + (long long)row * ld + col, x);
+      } else {
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) x[e] = 0.f;
+      }
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) dst[r][col + e] = x[e] * mul;
+    }
+  } else {
+    for (int c = threadIdx.x; c < kRows * kDH; c += kThreads) {
+      const int r = c / kDH, col = c % kDH, row = row0 + r;
+      dst[r][col] = row < end ? tn_f32(src[(long long)row * ld + col]) * mul : 0.f;
+    }
+  }
+}
+
+// Dynamic shared memory: Q [kMaxRows][kDH], K [kKeys][kDH + 1], V [kKeys][kDH], P [kMaxRows][kKeys]
+// and the rows' max, sum and rescale factor, all f32 (ops/sdpa.cpp sizes it alike).
+template <typename T, int kDH, int kMaxRows, int kThreads, bool kCausal, int kWindow = 0>
+__device__ __forceinline__ void tn_sdpa_decode(const T* q, const T* k, const T* v, T* out, int N, int Sq, int Skv,
+                                               int ldq, int ldk, int ldv, int heads, int kv_heads, int kv_groups,
+                                               int ldo, float scale, float* partials, int splits) {
+  constexpr int kKeys = tn_sdpa_decode_tile<kDH>::kKeys;
+  constexpr int kGroups = kThreads / kKeys;  // threads a key of the tile, each for every kGroups-th row
+  constexpr int kRowsPerThread = kMaxRows / kGroups;
+  constexpr int kAcc = (kMaxRows * kDH + kThreads - 1) / kThreads;
+  static_assert(kThreads % kKeys == 0 && kThreads % 32 == 0 && kMaxRows % kGroups == 0,
+                "whole groups of keys, whole warps, the same rows for every group");
+  extern __shared__ __align__(16) float tn_sdpa_decode_smem[];
+  float(*Qs)[kDH] = reinterpret_cast<float(*)[kDH]>(tn_sdpa_decode_smem);
+  float(*Ks)[kDH + 1] = reinterpret_cast<float(*)[kDH + 1]>(Qs + kMaxRows);
+  float(*Vs)[kDH] = reinterpret_cast<float(*)[kDH]>(Ks + kKeys);
+  float(*Ps)[kKeys] = reinterpret_cast<float(*)[kKeys]>(Vs + kKeys);
+  float* m_run = &Ps[kMaxRows][0];  // [kMaxRows]: max in log2 units
+  float* l_run = m_run + kMaxRows;  // [kMaxRows]
+  float* alpha = l_run + kMaxRows;  // [kMaxRows]: this tile's rescale of the row's output
+
+  const int n = (int)blockIdx.x % N, s = (int)blockIdx.x / N;
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const long long batch = n / heads;
+  const int hcol = (n % heads) * kDH;
+  const T* kn = k + tn_sdpa_head_offset<kDH>(n / kv_groups, kv_heads, Skv, ldk);
+  const T* vn = v + tn_sdpa_head_offset<kDH>(n / kv_groups, kv_heads, Skv, ldv);
+  int begin, end;
+  tn_sdpa_split_range<kKeys>(kCausal ? min(Skv, Sq) : Skv, splits, s, begin, end);
+
+  // q pre-scaled so scores are in log2 units.
+  tn_sdpa_decode_load<T, kThreads, kMaxRows, kDH>(Qs, q + batch * Sq * ldq + hcol, ldq, 0, Sq, scale * tn_log2e);
+  for (int r = tid; r < kMaxRows; r += kThreads) {
+    // Start below every score but not at -inf: a split or a window can hide all of a row's keys.
+    m_run[r] = -3.402823466e38f;
+    l_run[r] = 0.f;
+  }
+  float acc[kAcc];
+#pragma unroll
+  for (int i = 0; i < kAcc; ++i) acc[i] = 0.f;
+
+  for (int j0 = begin; j0 < end; j0 += kKeys) {
+    __syncthreads();  // the previous tile (and, first, Q and the row stats) is consumed or staged
+    tn_sdpa_decode_load<T, kThreads, kKeys, kDH>(Ks, kn, ldk, j0, end, 1.f);
+    tn_sdpa_decode_load<T, kThreads, kKeys, kDH>(Vs, vn, ldv, j0, end, 1.f);
+    __syncthreads();
+
+    // Scores: thread (group, key) = (tid / kKeys, tid % kKeys) for rows group, group + kGroups, ...
+    {
+      const int j = tid % kKeys, group = tid / kKeys, key = j0 + j;
+      float dot[kRowsPerThread];
+#pragma unroll
+      for (int i = 0; i < kRowsPerThread; ++i) dot[i] = 0.f;
+#pragma unroll 4
+      for (int d = 0; d < kDH; ++d) {
+        const float kv = Ks[j][d];
+#pragma unroll
+        for (int i = 0; i < kRowsPerThread; ++i) dot[i] = fmaf(Qs[group + i * kGroups][d], kv, dot[i]);
+      }
+#pragma unroll
+      for (int i = 0; i < kRowsPerThread; ++i) {
+        const int r = group + i * kGroups;
+        const bool hidden = key >= end || (kCausal && key > r) || tn_sdpa_before_window<kWindow>(key, r);
+        Ps[r][j] = hidden ? tn_neg_inf() : dot[i];
+      }
+    }
+    __syncthreads();
+
+    // Softmax update, a row a warp at a time: the tile's max, the new running max, P and the sum.
+    for (int r = warp; r < Sq; r += kThreads / 32) {
+      float tile_max = tn_neg_inf();
+      for (int j = lane; j < kKeys; j += 32) tile_max = fmaxf(tile_max, Ps[r][j]);
+#pragma unroll
+      for (int x = 16; x > 0; x >>= 1) tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, x));
+      const float m_new = fmaxf(m_run[r], tile_max);
+      float sum = 0.f;
+      for (int j = lane; j < kKeys; j += 32) {
+        const float p = tn_exp2(Ps[r][j] - m_new);
+        Ps[r][j] = p;
+        sum += p;
+      }
+#pragma unroll
+      for (int x = 16; x > 0; x >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, x);
+      __syncwarp();
+      if (lane == 0) {
+        alpha[r] = tn_exp2(m_run[r] - m_new);
+        l_run[r] = l_run[r] * alpha[r] + sum;
+        m_run[r] = m_new;
+      }
+    }
+    __syncthreads();
+
+    // O = O·alpha + P·V: thread tid for elements tid, tid + kThreads, ... of [Sq][kDH].
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i) {
+      const int e = tid + i * kThreads, r = e / kDH, d = e % kDH;
+      if (r >= Sq) break;
+      float o = acc[i] * alpha[r];
+#pragma unroll 8
+      for (int j = 0; j < kKeys; ++j) o = fmaf(Ps[r][j], Vs[j][d], o);
+      acc[i] = o;
+    }
+  }
+  __syncthreads();  // the last tile's row stats are final
+
+#pragma unroll
+  for (int i = 0; i < kAcc; ++i) {
+    const int e = tid + i * kThreads, r = e / kDH, d = e % kDH;
+    if (r >= Sq) break;
+    if (splits == 1) {
+      out[(batch * Sq + r) * ldo + hcol + d] = tn_cast<T>(acc[i] * (l_run[r] > 0.f ? 1.f / l_run[r] : 0.f));
+    } else {
+      partials[tn_sdpa_partial_row(s, n, r, N, Sq) * kDH + d] = acc[i];
+    }
+  }
+  if (splits > 1)
+    for (int r = tid; r < Sq; r += kThreads) {
+      float* ml = partials + (long long)splits * N * Sq * kDH + tn_sdpa_partial_row(s, n, r, N, Sq) * 2;
+      ml[0] = m_run[r];
+      ml[1] = l_run[r];
+    }
+}
+
+// Query row blockIdx.x % Sq of head blockIdx.x / Sq from the splits' partials: the largest max M,
+// then out = Σ o_s 2^(m_s - M) / Σ l_s 2^(m_s - M), over the splits in order (0 where no split saw a
+// key).
+template <typename T, int kDH, int kThreads>
+__device__ __forceinline__ void tn_sdpa_decode_combine(const float* partials, T* out, int N, int Sq, int heads, int ldo,
+                                                       int splits) {
+  const int n = (int)blockIdx.x / Sq, r = (int)blockIdx.x % Sq;
+  const float* ml = partials + (long long)splits * N * Sq * kDH;
+  float m = -3.402823466e38f;
+  for (int s = 0; s < splits; ++s) m = fmaxf(m, ml[tn_sdpa_partial_row(s, n, r, N, Sq) * 2]);
+  float l = 0.f;
+  for (int s = 0; s < splits; ++s) {
+    const float* row = ml + tn_sdpa_partial_row(s, n, r, N, Sq) * 2;
+    l = fmaf(row[1], tn_exp2(row[0] - m), l);
+  }
+  const float inv = l > 0.f ? 1.f / l : 0.f;
+  T* dst = out + ((long long)(n / heads) * Sq + r) * ldo + (n % heads) * kDH;
+  for (int d = threadIdx.x; d < kDH; d += kThreads) {
+    float o = 0.f;
+    for (int s = 0; s < splits; ++s)
+      o = fmaf(partials[tn_sdpa_partial_row(s, n, r, N, Sq) * kDH + d],
+               tn_exp2(ml[tn_sdpa_partial_row(s, n, r, N, Sq) * 2] - m), o);
+    dst[d] = tn_cast<T>(o * inv);
+  }
+}
+
+#endif  // TEENY_SDPA_DECODE_CUH
