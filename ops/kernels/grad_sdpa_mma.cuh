@@ -211,9 +211,7 @@ __device__ __forceinline__ void tn_sdpa_grad_dq_mma(const T* q, const T* k, cons
     const int row = row_a + h * 8;
     if (row >= Sq) continue;
     T* dst = dq + ((long long)n * Sq + row) * kDH + 2 * t;
-#pragma unroll
-    for (int d = 0; d < kDH / 8; ++d)
-      *reinterpret_cast<unsigned*>(dst + d * 8) = tn_pack2<T>(acc[d][2 * h] * scale, acc[d][2 * h + 1] * scale);
+    tn_store_acc_row<T, kDH>(dst, acc, h, scale);
   }
 }
 
@@ -309,11 +307,8 @@ __device__ __forceinline__ void tn_sdpa_grad_dkv_mma(const T* q, const T* k, con
     const int key = key_a + h * 8;
     if (key >= Skv) continue;
     T* dst = dkv + ((long long)m * Skv + key) * (2 * kDH) + 2 * t;
-#pragma unroll
-    for (int d = 0; d < kDH / 8; ++d) {
-      *reinterpret_cast<unsigned*>(dst + d * 8) = tn_pack2<T>(dk[d][2 * h] * scale, dk[d][2 * h + 1] * scale);
-      *reinterpret_cast<unsigned*>(dst + kDH + d * 8) = tn_pack2<T>(dv[d][2 * h], dv[d][2 * h + 1]);
-    }
+    tn_store_acc_row<T, kDH>(dst, dk, h, scale);
+    tn_store_acc_row<T, kDH>(dst + kDH, dv, h, 1.f);
   }
 }
 

@@ -114,6 +114,15 @@ __device__ __forceinline__ void tn_mma_abt(float (&acc)[kN / 8][4], const T (*a_
   }
 }
 
+// Row g (h = 0) or g + 8 (h = 1) of a warp's 16 x kN accumulator times `mul`, as T pairs: lane
+// (g, t)'s columns 2t, 2t + 1 of each n-tile to dst + 8j (dst: the row's column 2t; 4-byte aligned).
+template <typename T, int kN>
+__device__ __forceinline__ void tn_store_acc_row(T* dst, const float (&acc)[kN / 8][4], int h, float mul) {
+#pragma unroll
+  for (int j = 0; j < kN / 8; ++j)
+    *reinterpret_cast<unsigned*>(dst + j * 8) = tn_pack2<T>(acc[j][2 * h] * mul, acc[j][2 * h + 1] * mul);
+}
+
 // P's A-fragment of columns 16kj..16kj+15 (accumulator n-tiles 2kj and 2kj + 1) rounded to T,
 // or, with kLow, what that rounding left over, rounded again.
 template <typename T, int kK, bool kLow>

@@ -357,9 +357,7 @@ __device__ __forceinline__ void tn_sdpa_mma(const T* q, const T* k, const T* v, 
     if (row >= Sq) continue;
     const float inv = tn_sdpa_inverse_sum<kWindow>(l_run[h]);
     T* dst = out + (batch * Sq + row) * ldo + hcol + 2 * t;  // ldo and hcol even: 4-byte stores
-#pragma unroll
-    for (int d = 0; d < kDH / 8; ++d)
-      *reinterpret_cast<unsigned*>(dst + d * 8) = tn_pack2<T>(o[d][2 * h] * inv, o[d][2 * h + 1] * inv);
+    tn_store_acc_row<T, kDH>(dst, o, h, inv);
   }
 }
 
