@@ -32,7 +32,7 @@ const OpVariant* find_variant(const std::vector<OpVariant>& variants, const std:
 std::string variant_names(const std::vector<OpVariant>& variants) {
   std::vector<std::string> names;
   for (const OpVariant& v : variants) names.push_back(v.name);
-  return fmt::format("{}", fmt::join(names, ", "));
+  return names.empty() ? "none" : fmt::format("{}", fmt::join(names, ", "));
 }
 
 // Why the node cannot run `record`'s variant over the record's ranges, or "": the variant must be

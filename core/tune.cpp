@@ -254,6 +254,7 @@ std::vector<TuneProblem> tune_problems(const Graph& prepared) {
       });
       if (fits) problem.variants.push_back(variant.name);
     }
+    if (problem.variants.empty()) continue;  // no variant of the op fits these dims: nothing to choose
     problems.push_back(std::move(problem));
   }
   return problems;

@@ -43,6 +43,20 @@ constexpr int kMmaKeysPerTile = 64;
 // at 3.
 constexpr int kMmaBlocksPerSm = 4;
 constexpr int kMmaWindowBlocksPerSm = 3;
+// The tensor-core kernel's variants for `teeny tune`: the blocks an SM its register cap aims at.
+// Above head dim 64 the cap of 4 spills (more so with a window), and fewer blocks with more
+// registers each may run faster; which does is measured, not assumed.
+constexpr int kMmaBlockChoices[] = {4, 3, 2};
+
+std::string mma_variant_name(int blocks) { return fmt::format("mma_b{}", blocks); }
+
+// The blocks an SM the context's variant names, or the heuristic's (0 for the variant name: none).
+std::pair<int, int> mma_blocks_per_sm(const OpContext& ctx, int64_t window) {
+  if (ctx.variant.empty()) return {window > 0 ? kMmaWindowBlocksPerSm : kMmaBlocksPerSm, 0};
+  for (int blocks : kMmaBlockChoices)
+    if (ctx.variant == mma_variant_name(blocks)) return {blocks, blocks};
+  throw OpError("op", fmt::format("attention has no variant '{}' here", ctx.variant));
+}
 // f32 register-tiled path, head dim 64: 16 x 16 threads over 64 x 64 tiles, 102 KiB of shared
 // memory a block. Each thread computes 4 x 4 scores from float4 shared reads (16 FMAs per two
 // 16-byte loads), where the one-thread-per-query kernel does one FMA per shared load.
@@ -213,6 +227,24 @@ DType check_attention_inputs(const OpDef& meta, const OpContext& ctx, const Atte
   return dtype;
 }
 
+OpTuning attention_tuning(std::function<AttentionHeads(const Attrs&)> heads_of) {
+  OpTuning tuning;
+  tuning.dims = [heads_of](const OpContext& ctx) {
+    return std::vector<std::pair<std::string, Expr>>{{"N", ctx.inputs.at(0).shape[0] * Expr(heads_of(ctx.attrs).heads)},
+                                                     {"Sq", ctx.inputs.at(0).shape[1]},
+                                                     {"Skv", ctx.inputs.at(1).shape[1]}};
+  };
+  tuning.variants = [heads_of](const OpContext& ctx) {
+    std::vector<OpVariant> variants;
+    const int64_t head_dim = *ctx.inputs.at(0).shape[2].const_value() / heads_of(ctx.attrs).heads;
+    if (attention_tensor_cores(ctx.output.dtype, head_dim))
+      for (int blocks : kMmaBlockChoices) variants.push_back({mma_variant_name(blocks)});
+    return variants;
+  };
+  tuning.row_inputs = {0};  // an output row is its query row's (over every key)
+  return tuning;
+}
+
 bool attention_tensor_cores(DType dtype, int64_t head_dim) {
   return dtype != DType::kF32 && head_dim % 16 == 0 && head_dim <= 128;
 }
@@ -331,10 +363,14 @@ Lowering lower_attention(const OpContext& ctx, const AttentionHeads& h) {
   launch.bytes = (Expr(2) * n * sq * Expr(head_dim) + Expr(2) * n_kv * skv * Expr(head_dim)) * elem;
   launch.flops = attention_flops(Expr(4) * n * Expr(head_dim), sq, skv, causal, window);
 
-  const std::string name = fmt::format("sdpa_{}_d{}{}{}", dtype_name(dtype), head_dim, attention_mask_name(ctx.attrs),
+  const auto [mma_blocks, variant_blocks] = tensor_cores ? mma_blocks_per_sm(ctx, window) : std::pair<int, int>{0, 0};
+  if (!tensor_cores && !ctx.variant.empty())
+    throw OpError("op", fmt::format("attention has no variant '{}' here", ctx.variant));
+  const std::string name = fmt::format("sdpa_{}_d{}{}{}{}", dtype_name(dtype), head_dim, attention_mask_name(ctx.attrs),
                                        tensor_cores ? "_mma"
                                        : f32_tiled  ? "_tiled"
-                                                    : "");
+                                                    : "",
+                                       variant_blocks > 0 ? fmt::format("_b{}", variant_blocks) : "");
   const std::string w = window_template_arg(window);
   const char* c_type = dtype_c_type(dtype);
   KernelSource kernel;
@@ -342,8 +378,7 @@ Lowering lower_attention(const OpContext& ctx, const AttentionHeads& h) {
     kernel = template_kernel(name, "sdpa.cuh",
                              fmt::format("tn_sdpa_mma<{}, {}, {}, {}, {}, {}{}>", c_type, head_dim, kQueriesPerBlock,
                                          kMmaKeysPerTile, threads, causal, w),
-                             launch.args, threads, TEENY_KERNEL_ORIGIN,
-                             window > 0 ? kMmaWindowBlocksPerSm : kMmaBlocksPerSm);
+                             launch.args, threads, TEENY_KERNEL_ORIGIN, mma_blocks);
   } else if (f32_tiled) {
     kernel = template_kernel(name, "sdpa.cuh",
                              fmt::format("tn_sdpa_f32_tiled<{}, {}, {}, {}, {}{}>", head_dim, kQueriesPerBlock,
@@ -414,6 +449,7 @@ OpDef sdpa_op() {
   const OpDef meta = def;
   def.infer = [meta](const OpContext& ctx) { return infer_sdpa(meta, ctx); };
   def.lower = [](const OpContext& ctx) { return lower_attention(ctx, one_head_per_row(ctx.attrs)); };
+  def.tuning = attention_tuning(one_head_per_row);
   def.reference = [](const RefContext& ref) { return attention_reference(ref, one_head_per_row(ref.op.attrs)); };
   def.backward = sdpa_backward;
   def.conformance_cases = [] {

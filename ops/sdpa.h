@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -78,7 +79,12 @@ struct AttentionHeads {
   int64_t heads = 1, kv_heads = 1, kv_groups = 1;
 };
 
-// The attention kernel and launch over ctx's q, k, v split into `h`'s heads.
+// What `teeny tune` may choose for attention (the tensor-core kernel's blocks an SM), over the
+// dims N (query heads), Sq and Skv; heads_of gives the op's head layout from its attrs.
+OpTuning attention_tuning(std::function<AttentionHeads(const Attrs&)> heads_of);
+
+// The attention kernel and launch over ctx's q, k, v split into `h`'s heads (ctx.variant: one of
+// attention_tuning's, or the heuristic's where empty).
 Lowering lower_attention(const OpContext& ctx, const AttentionHeads& h);
 
 // softmax(q kᵀ · scale [+ causal mask]) v per head, in double; the output has q's layout.

@@ -114,6 +114,7 @@ OpDef sdpa_heads_op() {
   const OpDef meta = def;
   def.infer = [meta](const OpContext& ctx) { return infer_sdpa_heads(meta, ctx); };
   def.lower = [](const OpContext& ctx) { return lower_attention(ctx, heads_of(ctx.attrs)); };
+  def.tuning = attention_tuning(heads_of);
   def.reference = [](const RefContext& ref) { return attention_reference(ref, heads_of(ref.op.attrs)); };
   def.conformance_cases = sdpa_heads_cases;
   def.source_file = TEENY_OP_FILE;

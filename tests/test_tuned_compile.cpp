@@ -189,6 +189,45 @@ TEST(TuneProblems, MatmulIsTunedOverItsTilesWithTheBatchAsADim) {
   EXPECT_EQ(problems[0].variants, (std::vector<std::string>{"64x64x32", "128x128x32"}));
 }
 
+// Attention's tensor-core kernel is tuned over its blocks an SM, for sdpa and fused.sdpa_heads
+// alike; an f32 attention has nothing to choose and is no problem. A named variant builds its
+// kernel (the decode path's launches stay as they are).
+TEST(TuneProblems, AttentionIsTunedOverTheBlocksAnSmOfItsTensorCoreKernel) {
+  Graph graph = parse_graph(
+      "name: g\ninputs:\n  q: {dtype: bf16, shape: [8, 256, 128]}\n  kv: {dtype: bf16, shape: [2, 256, 128]}\n"
+      "  x: {dtype: f32, shape: [4, 64, 17]}\n  h: {dtype: f16, shape: [2, 100, 256]}\n"
+      "nodes:\n"
+      "  - {name: a, op: sdpa, inputs: [q, kv, kv], attrs: {causal: true, kv_groups: 4}}\n"
+      "  - {name: b, op: sdpa, inputs: [x, x, x]}\n"
+      "  - {name: c, op: fused.sdpa_heads, inputs: [h, h, h], attrs: {heads: 4}}\n"
+      "outputs: [a, b, c]\n",
+      "g.yaml", registry());
+  const Graph prepared = prepare_graph(std::move(graph), registry(), {});
+  const std::vector<TuneProblem> problems = tune_problems(prepared);
+  ASSERT_EQ(problems.size(), 2u);
+  EXPECT_EQ(problems[0].nodes, (std::vector<std::string>{"a"}));
+  EXPECT_EQ(problems[0].dims, (std::vector<std::pair<std::string, int64_t>>{{"N", 8}, {"Sq", 256}, {"Skv", 256}}));
+  EXPECT_EQ(problems[0].variants, (std::vector<std::string>{"mma_b4", "mma_b3", "mma_b2"}));
+  EXPECT_EQ(problems[1].op, "fused.sdpa_heads");
+  EXPECT_EQ(problems[1].dims, (std::vector<std::pair<std::string, int64_t>>{{"N", 8}, {"Sq", 100}, {"Skv", 100}}));
+
+  CompileOptions options;
+  options.cache_dir = cache_dir();
+  options.variants = {{"a", "mma_b2"}};
+  const Bundle bundle = compile_graph(prepared, registry(), options);
+  std::vector<std::string> kernels;
+  for (const BundleLaunch& launch : bundle.launches)
+    if (launch.node == "a") kernels.push_back(bundle.kernels[launch.kernel].name);
+  EXPECT_EQ(kernels, (Kernels{"sdpa_bf16_d128_causal_mma_b2"}));
+  options.variants = {{"b", "mma_b2"}};
+  try {
+    compile_graph(prepared, registry(), options);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.message(), "node 'b': op 'sdpa', sdpa has no variant 'mma_b2' here (its variants: none)");
+  }
+}
+
 // ---- the command line --------------------------------------------------------------------
 
 testing::Command teeny(const testing::ScratchDir& dir, const std::string& args) {
