@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <set>
 
@@ -23,10 +24,15 @@ namespace fs = std::filesystem;
 using op_testing::registry;
 using testing::ScratchDir;
 
+// The suite's NVRTC cache: TEENY_TEST_NVRTC_CACHE where set (.ci/run points both of its builds'
+// test runs at one, so the sanitizer build's reuses the kernels the g++ build's compiled: NVRTC is
+// not what it checks, and compiling every op's conformance graphs twice costs minutes), else a
+// scratch directory of this process.
 CompileOptions suite_options() {
   static ScratchDir cache;
   CompileOptions options;
-  options.cache_dir = cache.str();
+  const char* shared = std::getenv("TEENY_TEST_NVRTC_CACHE");
+  options.cache_dir = shared != nullptr && *shared != '\0' ? shared : cache.str();
   options.jobs = 2;
   return options;
 }

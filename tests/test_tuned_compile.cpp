@@ -219,6 +219,17 @@ TEST(TuneProblems, AttentionIsTunedOverTheBlocksAnSmOfItsTensorCoreKernel) {
   for (const BundleLaunch& launch : bundle.launches)
     if (launch.node == "a") kernels.push_back(bundle.kernels[launch.kernel].name);
   EXPECT_EQ(kernels, (Kernels{"sdpa_bf16_d128_causal_mma_b2"}));
+  // With Sq symbolic the variant's lowering holds the decode path too, with its scratch buffer.
+  const Graph symbolic = prepare_graph(
+      parse_graph("name: g\ndims:\n  S: {min: 1, max: 4096, default: 1}\ninputs:\n"
+                  "  q: {dtype: bf16, shape: [8, S, 64]}\nnodes:\n  - {name: a, op: sdpa, inputs: [q, q, q]}\n"
+                  "outputs: [a]\n",
+                  "s.yaml", registry()),
+      registry(), {});
+  const Bundle decoding = compile_graph(symbolic, registry(), options);
+  kernels.clear();
+  for (const BundleLaunch& launch : decoding.launches) kernels.push_back(decoding.kernels[launch.kernel].name);
+  EXPECT_EQ(kernels, (Kernels{"sdpa_bf16_d64_mma_b2", "sdpa_bf16_d64_decode", "sdpa_bf16_d64_decode_combine"}));
   options.variants = {{"b", "mma_b2"}};
   try {
     compile_graph(prepared, registry(), options);
