@@ -50,16 +50,14 @@ constexpr int kMmaBlockChoices[] = {4, 3, 2};
 
 std::string mma_variant_name(int blocks) { return fmt::format("mma_b{}", blocks); }
 
-// The blocks an SM the context's variant names, or the heuristic's (0 for the variant name: none).
-std::pair<int, int> mma_blocks_per_sm(const OpContext& ctx, int64_t window) {
-  if (ctx.variant.empty()) return {window > 0 ? kMmaWindowBlocksPerSm : kMmaBlocksPerSm, 0};
+// The blocks an SM that the context's variant names, or 0 where it names none.
+int variant_blocks_per_sm(const OpContext& ctx) {
+  if (ctx.variant.empty()) return 0;
   for (int blocks : kMmaBlockChoices)
-    if (ctx.variant == mma_variant_name(blocks)) return {blocks, blocks};
+    if (ctx.variant == mma_variant_name(blocks)) return blocks;
   throw OpError("op", fmt::format("attention has no variant '{}' here", ctx.variant));
 }
-// f32 register-tiled path, head dim 64: 16 x 16 threads over 64 x 64 tiles, 102 KiB of shared
-// memory a block. Each thread computes 4 x 4 scores from float4 shared reads (16 FMAs per two
-// 16-byte loads), where the one-thread-per-query kernel does one FMA per shared load.
+
 // Decode path: at most this many query rows (the 64-query tiles' kernels do the same work in
 // less time from about here on: the decode kernel's CUDA-core work grows with the rows, the
 // tensor cores' does not), 128 threads a block, splits of at least 256 keys aiming at about 528
@@ -69,6 +67,9 @@ constexpr int kDecodeThreads = 128;
 constexpr int kDecodeMinKeys = 256;
 constexpr int kDecodeBlocks = 528;
 constexpr int kDecodeCombineThreads = 128;
+// f32 register-tiled path, head dim 64: 16 x 16 threads over 64 x 64 tiles, 102 KiB of shared
+// memory a block. Each thread computes 4 x 4 scores from float4 shared reads (16 FMAs per two
+// 16-byte loads), where the one-thread-per-query kernel does one FMA per shared load.
 constexpr int kF32TiledThreads = 256;
 constexpr int kF32TiledKeysPerTile = 64;
 constexpr int kF32TiledBlocksPerSm = 2;
@@ -266,7 +267,9 @@ struct AttentionDims {
 };
 
 void add_decode(Lowering& lowering, const Launch& tiled, const AttentionDims& dims, const AttentionHeads& h,
-                DType dtype, int64_t head_dim, bool causal, int64_t window) {
+                DType dtype, int64_t head_dim, const Attrs& attrs) {
+  const bool causal = attrs.boolean("causal");
+  const int64_t window = attention_window(attrs);
   const Expr& n = dims.n;
   const Expr& sq = dims.sq;
   const Expr& skv = dims.skv;
@@ -288,12 +291,11 @@ void add_decode(Lowering& lowering, const Launch& tiled, const AttentionDims& di
                               kDecodeMaxRows * keys_a_tile + 3 * kDecodeMaxRows) *
                              4);
   decode.when = when;
-  const std::string mask = window > 0 ? fmt::format("_causal_w{}", window) : causal ? "_causal" : "";
-  lowering.kernels.push_back(
-      template_kernel(fmt::format("sdpa_{}_d{}{}_decode", dtype_name(dtype), head_dim, mask), "sdpa_decode.cuh",
-                      fmt::format("tn_sdpa_decode<{}, {}, {}, {}, {}{}>", dtype_c_type(dtype), head_dim, kDecodeMaxRows,
-                                  kDecodeThreads, causal, window_template_arg(window)),
-                      decode.args, kDecodeThreads, TEENY_KERNEL_ORIGIN));
+  lowering.kernels.push_back(template_kernel(
+      fmt::format("sdpa_{}_d{}{}_decode", dtype_name(dtype), head_dim, attention_mask_name(attrs)), "sdpa_decode.cuh",
+      fmt::format("tn_sdpa_decode<{}, {}, {}, {}, {}{}>", dtype_c_type(dtype), head_dim, kDecodeMaxRows, kDecodeThreads,
+                  causal, window_template_arg(window)),
+      decode.args, kDecodeThreads, TEENY_KERNEL_ORIGIN));
   lowering.launches.push_back(decode);
 
   Launch combine;
@@ -363,9 +365,8 @@ Lowering lower_attention(const OpContext& ctx, const AttentionHeads& h) {
   launch.bytes = (Expr(2) * n * sq * Expr(head_dim) + Expr(2) * n_kv * skv * Expr(head_dim)) * elem;
   launch.flops = attention_flops(Expr(4) * n * Expr(head_dim), sq, skv, causal, window);
 
-  const auto [mma_blocks, variant_blocks] = tensor_cores ? mma_blocks_per_sm(ctx, window) : std::pair<int, int>{0, 0};
-  if (!tensor_cores && !ctx.variant.empty())
-    throw OpError("op", fmt::format("attention has no variant '{}' here", ctx.variant));
+  const int variant_blocks = variant_blocks_per_sm(ctx);
+  const int mma_blocks = variant_blocks > 0 ? variant_blocks : window > 0 ? kMmaWindowBlocksPerSm : kMmaBlocksPerSm;
   const std::string name = fmt::format("sdpa_{}_d{}{}{}{}", dtype_name(dtype), head_dim, attention_mask_name(ctx.attrs),
                                        tensor_cores ? "_mma"
                                        : f32_tiled  ? "_tiled"
@@ -396,7 +397,7 @@ Lowering lower_attention(const OpContext& ctx, const AttentionHeads& h) {
     lowering.kernels.push_back(std::move(kernel));
     lowering.launches.push_back(launch);
   }
-  add_decode(lowering, launch, {n, sq, skv, ctx.output.row_stride}, h, dtype, head_dim, causal, window);
+  add_decode(lowering, launch, {n, sq, skv, ctx.output.row_stride}, h, dtype, head_dim, ctx.attrs);
   return lowering;
 }
 
