@@ -121,14 +121,19 @@ class GraphCompiler {
  private:
   // ---- graph-level -------------------------------------------------------------------------
 
-  // Training first: fusion then sees the backward nodes' reads of forward tensors, and leaves
-  // alone what they read.
+  // The passes that form ops with a backward of their own first, then training; the other passes
+  // then see the backward nodes' reads of forward tensors, and leave alone what they read.
   void prepare() {
+    apply_passes(true);
     add_training(graph_, registry_);
-    if (options_.fuse) {
-      for (const GraphPass& pass : registry_.passes()) stats_.passes_applied += pass.apply(graph_, registry_);
-    }
+    apply_passes(false);
     fix_dims();
+  }
+
+  void apply_passes(bool before_training) {
+    if (!options_.fuse) return;
+    for (const GraphPass& pass : registry_.passes())
+      if (pass.before_training == before_training) stats_.passes_applied += pass.apply(graph_, registry_);
   }
 
   void fix_dims() {

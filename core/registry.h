@@ -20,6 +20,10 @@ struct GraphPass {
   std::string doc;
   // Rewrites `graph` in place (types re-inferred by the pass); returns how many rewrites.
   std::function<int(Graph& graph, const class Registry& registry)> apply;
+  // Runs before a training graph is differentiated, so the op it forms is differentiated instead
+  // of the nodes it replaces: for a fused op whose backward costs no more than theirs. Other
+  // passes run after, and leave alone the tensors the backward reads.
+  bool before_training = false;
 };
 
 class Registry {

@@ -61,11 +61,13 @@ int fuse_attention_heads(Graph& graph, const Registry& registry) {
 
 }  // namespace
 
+// Before training: fused.sdpa_heads' backward reads and writes the heads in place too, so a
+// trained attention block copies no head either way.
 GraphPass fuse_attention_heads_pass() {
   return GraphPass{"fuse_attention_heads",
                    "split_heads x3 -> sdpa -> merge_heads, heads H on q and the merge, H / kv_groups on k and v, "
                    "intermediates used once, into one fused.sdpa_heads node that reads and writes the heads in place",
-                   fuse_attention_heads};
+                   fuse_attention_heads, true};
 }
 
 }  // namespace teeny::ops

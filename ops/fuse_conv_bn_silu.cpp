@@ -56,7 +56,7 @@ GraphPass fuse_conv_bn_silu_pass() {
   return GraphPass{"fuse_conv_bn_silu",
                    "conv2d (bias: false) -> batchnorm2d (not training) -> silu, intermediates used once, into "
                    "one conv2d_bn_silu node keeping the original param names",
-                   fuse_conv_bn_silu};
+                   fuse_conv_bn_silu, false};
 }
 
 }  // namespace teeny::ops

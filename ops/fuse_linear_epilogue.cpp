@@ -122,7 +122,7 @@ GraphPass fuse_linear_epilogue_pass() {
                    "linear -> activation (relu, silu, sigmoid, tanh, gelu; 16-bit) and linear -> add, intermediates "
                    "used once, into one fused.linear applying them in the GEMM epilogue; only where the "
                    "output type (row stride included) stays the same",
-                   fuse_linear_epilogue};
+                   fuse_linear_epilogue, false};
 }
 
 }  // namespace teeny::ops

@@ -5,6 +5,10 @@
 // forward is (attention_tensor_cores: ops/kernels/grad_sdpa_mma.cuh), else on CUDA cores in f32
 // (ops/kernels/grad_sdpa.cuh).
 // The forward op's output is untouched: its kernels never write the log-sum-exp.
+// With attr `heads` (fused.sdpa_heads' backward) the ops read q, k, v, o and do in that op's
+// layout, [B, S, heads*Dh] and [B, Skv, kv_heads*Dh] (ops/sdpa.h), and write dQ in q's and
+// [dK | dV] as [B, Skv, 2*kv_heads*Dh], so no head is ever copied out; stats are per query head,
+// [B*heads, Sq, 2].
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -59,6 +63,38 @@ struct GradInputs {
 const GradInputs kStatsInputs{{"q", "k", "o", "do"}, {2, 3}, false, false};
 const GradInputs kGradInputs{{"q", "k", "v", "do", "stats"}, {3}, true, true};
 
+// Per query head and query, f32 [lse, D]: [N, Sq, 2] for q [N, Sq, Dh], [B*heads, Sq, 2] for q
+// [B, Sq, heads*Dh].
+Shape stats_shape(const Shape& q, const Attrs& attrs) {
+  return {q[0] * Expr(attention_heads(attrs).heads), q[1], Expr(2)};
+}
+
+// q's and k's shapes against the head layout; returns the head dim. Throws OpError.
+int64_t check_head_layout(const std::string& op, const Shape& q, const Shape& k, const Attrs& attrs) {
+  const AttentionHeads h = attention_heads(attrs);
+  const auto width = q[2].const_value();
+  if (!width) throw OpError("inputs", fmt::format("{} needs a fixed head dim; q is {}", op, shape_str(q)));
+  if (h.heads == 1) {
+    if (q[0] != k[0] * Expr(h.kv_groups) || q[2] != k[2])
+      throw OpError("inputs", fmt::format("{}: q [N, Sq, Dh] needs k [N / kv_groups, Skv, Dh] with kv_groups = {}; "
+                                          "got q {} and k {}",
+                                          op, h.kv_groups, shape_str(q), shape_str(k)));
+  } else {
+    if (h.heads % h.kv_groups != 0 || *width % h.heads != 0)
+      throw OpError("attrs.heads", fmt::format("{}: heads = {} must divide q's width {} and be a multiple of kv_groups "
+                                               "= {}",
+                                               op, h.heads, *width, h.kv_groups));
+    if (q[0] != k[0] || k[2] != Expr(*width / h.heads * h.kv_heads))
+      throw OpError("inputs", fmt::format("{}: q [B, Sq, heads*Dh] needs k [B, Skv, heads/kv_groups*Dh] with heads = "
+                                          "{}, kv_groups = {}; got q {} and k {}",
+                                          op, h.heads, h.kv_groups, shape_str(q), shape_str(k)));
+  }
+  const int64_t head_dim = *width / h.heads;
+  if (head_dim > kMaxHeadDim)
+    throw OpError("inputs", fmt::format("{} supports head dims up to {}; got {}", op, kMaxHeadDim, head_dim));
+  return head_dim;
+}
+
 // Shape rules shared by the three ops; returns the head dim. Throws OpError.
 int64_t check_grad_inputs(const OpDef& def, const OpContext& ctx, const GradInputs& in) {
   const std::string& op = def.name;
@@ -74,27 +110,20 @@ int64_t check_grad_inputs(const OpDef& def, const OpContext& ctx, const GradInpu
   if (in.v && ctx.inputs[2].shape != k.shape)
     throw OpError("inputs", fmt::format("{}: k and v must have the same shape; got {} and {}", op, shape_str(k.shape),
                                         shape_str(ctx.inputs[2].shape)));
-  const int64_t groups = kv_groups(ctx.attrs);
-  if (q.shape[0] != k.shape[0] * Expr(groups) || q.shape[2] != k.shape[2])
-    throw OpError("inputs", fmt::format("{}: q [N, Sq, Dh] needs k [N / kv_groups, Skv, Dh] with kv_groups = {}; got "
-                                        "q {} and k {}",
-                                        op, groups, shape_str(q.shape), shape_str(k.shape)));
+  const int64_t head_dim = check_head_layout(op, q.shape, k.shape, ctx.attrs);
   for (size_t i : in.like_q)
     if (ctx.inputs[i].shape != q.shape)
       throw OpError("inputs", fmt::format("{}: {} must have q's shape {}; got {}", op, in.names[i], shape_str(q.shape),
                                           shape_str(ctx.inputs[i].shape)));
   if (in.stats) {
     const TensorType& stats = ctx.inputs.back();
-    if (stats.dtype != DType::kF32 || stats.shape != Shape{q.shape[0], q.shape[1], Expr(2)})
-      throw OpError("inputs", fmt::format("{}: stats must be f32 [N, Sq, 2] (grad.sdpa_stats of q {}); got {} {}", op,
-                                          shape_str(q.shape), dtype_name(stats.dtype), shape_str(stats.shape)));
+    if (stats.dtype != DType::kF32 || stats.shape != stats_shape(q.shape, ctx.attrs))
+      throw OpError("inputs", fmt::format("{}: stats must be f32 {} (grad.sdpa_stats of q {}); got {} {}", op,
+                                          shape_str(stats_shape(q.shape, ctx.attrs)), shape_str(q.shape),
+                                          dtype_name(stats.dtype), shape_str(stats.shape)));
   }
   attention_window(ctx.attrs);
-  const auto head_dim = q.shape[2].const_value();
-  if (!head_dim) throw OpError("inputs", fmt::format("{} needs a fixed head dim; q is {}", op, shape_str(q.shape)));
-  if (*head_dim > kMaxHeadDim)
-    throw OpError("inputs", fmt::format("{} supports head dims up to {}; got {}", op, kMaxHeadDim, *head_dim));
-  return *head_dim;
+  return head_dim;
 }
 
 TensorType infer_stats(const OpDef& def, const OpContext& ctx) {
@@ -102,8 +131,7 @@ TensorType infer_stats(const OpDef& def, const OpContext& ctx) {
   if (ctx.requested_dtype && *ctx.requested_dtype != DType::kF32)
     throw OpError("dtype", fmt::format("op '{}' produces f32 [lse, D] rows; it cannot produce {}", def.name,
                                        dtype_name(*ctx.requested_dtype)));
-  const Shape& q = ctx.inputs[0].shape;
-  return contiguous(DType::kF32, {q[0], q[1], Expr(2)});
+  return contiguous(DType::kF32, stats_shape(ctx.inputs[0].shape, ctx.attrs));
 }
 
 TensorType infer_dq(const OpDef& def, const OpContext& ctx) {
@@ -124,13 +152,14 @@ Lowering lower(const OpContext& ctx, Kernel which) {
   const TensorType& q = ctx.inputs[0];
   const TensorType& k = ctx.inputs[1];
   const DType dtype = q.dtype;
-  const int64_t head_dim = *q.shape[2].const_value();
+  const AttentionHeads h = attention_heads(ctx.attrs);
+  const int64_t head_dim = *q.shape[2].const_value() / h.heads;
   const bool mma = attention_tensor_cores(dtype, head_dim);
   const int tile = mma ? kMmaTile : tile_rows(head_dim);
   const int threads = mma ? kMmaThreads : kThreads;
   const bool causal = ctx.attrs.boolean("causal");
   const int64_t window = attention_window(ctx.attrs);
-  const Expr n = q.shape[0], sq = q.shape[1], skv = k.shape[1];
+  const Expr n = q.shape[0] * Expr(h.heads), sq = q.shape[1], skv = k.shape[1];  // query heads
   const double scale = attention_scale(ctx.attrs, head_dim);
 
   Launch launch;
@@ -153,7 +182,9 @@ Lowering lower(const OpContext& ctx, Kernel which) {
                    i32("ldk", k.row_stride),
                    i32("ldo", o.row_stride),
                    i32("lddo", dout.row_stride),
-                   i32("kv_groups", Expr(kv_groups(ctx.attrs))),
+                   i32("heads", Expr(h.heads)),
+                   i32("kv_heads", Expr(h.kv_heads)),
+                   i32("kv_groups", Expr(h.kv_groups)),
                    f32("scale", scale)};
     entry = "tn_sdpa_grad_stats";
     name = "grad_sdpa_stats";
@@ -176,7 +207,9 @@ Lowering lower(const OpContext& ctx, Kernel which) {
                    i32("ldv", ctx.inputs[2].row_stride),
                    i32("lddo", dout.row_stride),
                    i32("ldst", stats.row_stride),
-                   i32("kv_groups", Expr(kv_groups(ctx.attrs))),
+                   i32("heads", Expr(h.heads)),
+                   i32("kv_heads", Expr(h.kv_heads)),
+                   i32("kv_groups", Expr(h.kv_groups)),
                    f32("scale", scale)};
     entry = dq ? "tn_sdpa_grad_dq" : "tn_sdpa_grad_dkv";
     name = dq ? "grad_sdpa_dq" : "grad_sdpa_dkv";
@@ -200,7 +233,7 @@ Lowering lower(const OpContext& ctx, Kernel which) {
   launch.flops = attention_flops(Expr(2 * products) * n * Expr(head_dim), sq, skv, causal, window);
 
   const std::string kernel_name = fmt::format("{}_{}_d{}{}{}", name, dtype_name(dtype), head_dim,
-                                              attention_mask_name(ctx.attrs), mma ? "_mma" : "");
+                                              attention_mask_name(ctx.attrs), mma ? "_mma" : "");  // any heads
   KernelSource kernel = template_kernel(
       kernel_name, mma ? "grad_sdpa_mma.cuh" : "grad_sdpa.cuh",
       fmt::format("{}{}<{}, {}, {}{}, {}, {}{}>", entry, mma ? "_mma" : "", dtype_c_type(dtype), head_dim, tile,
@@ -213,22 +246,27 @@ Lowering lower(const OpContext& ctx, Kernel which) {
 // ---- host references (double) -----------------------------------------------------------------
 
 struct HostAttention {
-  int64_t n, sq, skv, dh, groups;
+  int64_t n, sq, skv, dh;  // n: query heads
+  AttentionHeads h;
   const Attrs* attrs;  // the mask's: causal, window
   double scale;
+  // Where row i of query head n starts in q, o and do; key j of k/v head m in k and v; and in
+  // [dK | dV] (ops/sdpa.h's layouts).
+  int64_t q_at(int64_t n_, int64_t i) const { return ((n_ / h.heads) * sq + i) * h.heads * dh + n_ % h.heads * dh; }
+  int64_t kv_at(int64_t m, int64_t j) const {
+    return ((m / h.kv_heads) * skv + j) * h.kv_heads * dh + m % h.kv_heads * dh;
+  }
+  int64_t dkv_at(int64_t m, int64_t j) const {
+    return ((m / h.kv_heads) * skv + j) * 2 * h.kv_heads * dh + m % h.kv_heads * dh;
+  }
 };
 
 HostAttention host_attention(const RefContext& ref) {
   const HostTensor& q = ref.inputs[0];
   const HostTensor& k = ref.inputs[1];
-  const int64_t dh = q.shape[2];
-  return {q.shape[0],
-          q.shape[1],
-          k.shape[1],
-          dh,
-          kv_groups(ref.op.attrs),
-          &ref.op.attrs,
-          attention_scale(ref.op.attrs, dh)};
+  const AttentionHeads h = attention_heads(ref.op.attrs);
+  const int64_t dh = q.shape[2] / h.heads;
+  return {q.shape[0] * h.heads, q.shape[1], k.shape[1], dh, h, &ref.op.attrs, attention_scale(ref.op.attrs, dh)};
 }
 
 double dot(const double* a, const double* b, int64_t len) {
@@ -253,7 +291,7 @@ HostTensor stats_reference(const RefContext& ref) {
   HostTensor out{ref.op.output.dtype, ref.output_shape, std::vector<double>(a.n * a.sq * 2)};
   std::vector<double> max(a.n * a.sq, -INFINITY), sum(a.n * a.sq, 0.0);
   auto score = [&](int64_t n, int64_t i, int64_t j) {
-    return a.scale * dot(&q[(n * a.sq + i) * a.dh], &k[((n / a.groups) * a.skv + j) * a.dh], a.dh);
+    return a.scale * dot(&q[a.q_at(n, i)], &k[a.kv_at(n / a.h.kv_groups, j)], a.dh);
   };
   for_each_visible(
       a, [&](int64_t n, int64_t i, int64_t j) { max[n * a.sq + i] = std::max(max[n * a.sq + i], score(n, i, j)); });
@@ -261,7 +299,7 @@ HostTensor stats_reference(const RefContext& ref) {
       a, [&](int64_t n, int64_t i, int64_t j) { sum[n * a.sq + i] += std::exp(score(n, i, j) - max[n * a.sq + i]); });
   for (int64_t r = 0; r < a.n * a.sq; ++r) {
     out.data[2 * r] = max[r] + std::log(sum[r]);
-    out.data[2 * r + 1] = dot(&dout[r * a.dh], &o[r * a.dh], a.dh);
+    out.data[2 * r + 1] = dot(&dout[a.q_at(r / a.sq, r % a.sq)], &o[a.q_at(r / a.sq, r % a.sq)], a.dh);
   }
   return out;
 }
@@ -276,15 +314,16 @@ HostTensor grad_reference(const RefContext& ref, Kernel which) {
   for (int64_t dim : ref.output_shape) elements *= dim;
   HostTensor out{ref.op.output.dtype, ref.output_shape, std::vector<double>(elements, 0.0)};
   for_each_visible(a, [&](int64_t n, int64_t i, int64_t j) {
-    const int64_t row = n * a.sq + i, kv_row = (n / a.groups) * a.skv + j;
-    const double p = std::exp(a.scale * dot(&q[row * a.dh], &k[kv_row * a.dh], a.dh) - stats[2 * row]);
-    const double ds = p * (dot(&dout[row * a.dh], &v[kv_row * a.dh], a.dh) - stats[2 * row + 1]);
+    const int64_t row = n * a.sq + i, m = n / a.h.kv_groups;
+    const int64_t qi = a.q_at(n, i), kj = a.kv_at(m, j), dkj = a.dkv_at(m, j);
+    const double p = std::exp(a.scale * dot(&q[qi], &k[kj], a.dh) - stats[2 * row]);
+    const double ds = p * (dot(&dout[qi], &v[kj], a.dh) - stats[2 * row + 1]);
     for (int64_t d = 0; d < a.dh; ++d) {
       if (which == Kernel::kDq) {
-        out.data[row * a.dh + d] += ds * a.scale * k[kv_row * a.dh + d];
+        out.data[qi + d] += ds * a.scale * k[kj + d];
       } else {
-        out.data[kv_row * 2 * a.dh + d] += ds * a.scale * q[row * a.dh + d];
-        out.data[kv_row * 2 * a.dh + a.dh + d] += p * dout[row * a.dh + d];
+        out.data[dkj + d] += ds * a.scale * q[qi + d];
+        out.data[dkj + a.h.kv_heads * a.dh + d] += p * dout[qi + d];
       }
     }
   });
@@ -293,10 +332,12 @@ HostTensor grad_reference(const RefContext& ref, Kernel which) {
 
 // ---- conformance ------------------------------------------------------------------------------
 
-// The forward sdpa, then grad.sdpa_stats and, for dq/dkv, the op itself, on random q, k, v, do.
+// The forward (sdpa, or fused.sdpa_heads where attrs name heads), then grad.sdpa_stats and, for
+// dq/dkv, the op itself, on random q, k, v, do.
 ConformanceCase chain_case(const std::string& op, DType dtype, const std::string& q_shape, const std::string& kv_shape,
                            nlohmann::json attrs, std::vector<Bindings> bindings, const std::string& label) {
-  std::vector<CaseNode> nodes = {{"o", "sdpa", {"q", "k", "v"}, attrs},
+  const char* forward = attrs.contains("heads") ? "fused.sdpa_heads" : "sdpa";
+  std::vector<CaseNode> nodes = {{"o", forward, {"q", "k", "v"}, attrs},
                                  {"st", "grad.sdpa_stats", {"q", "k", "o", "do"}, attrs}};
   if (op != "grad.sdpa_stats") nodes.push_back({"g", op, {"q", "k", "v", "do", "st"}, attrs});
   return {fmt::format("{} {}", label, dtype_name(dtype)),
@@ -339,6 +380,16 @@ std::vector<ConformanceCase> conformance_cases(const std::string& op) {
                              "kv_groups 2, Dh 96 causal"));
   cases.push_back(chain_case(op, DType::kF16, "[N, S, 32]", "[N, T, 32]", {{"causal", false}},
                              {{{"N", 2}, {"S", 128}, {"T", 128}}, {{"N", 1}, {"S", 4097}, {"T", 7}}}, "Dh 32"));
+  // Heads in place (fused.sdpa_heads' backward): 3 heads of 64 and 128 on tensor cores and of 17
+  // on CUDA cores, and grouped-query (8 query heads on 2 k/v heads) with q and k/v lengths apart.
+  for (const auto& [dtype, head_dim] : {std::tuple{DType::kBF16, 64}, {DType::kF16, 128}, {DType::kF32, 17}}) {
+    const std::string shape = fmt::format("[N, S, {}]", 3 * head_dim);
+    cases.push_back(chain_case(op, dtype, shape, shape, {{"causal", true}, {"heads", 3}}, lengths,
+                               fmt::format("3 heads of {} in place causal", head_dim)));
+    cases.push_back(chain_case(op, dtype, fmt::format("[N, S, {}]", 8 * head_dim),
+                               fmt::format("[N, T, {}]", 2 * head_dim), {{"heads", 8}, {"kv_groups", 4}}, apart,
+                               fmt::format("8 heads of {} on 2 in place", head_dim)));
+  }
   // Sliding windows: on the tensor-core kernels (both query tiles of dK/dV) and on CUDA cores, with
   // windows ending inside a tile, and queries past the keys' last window (Sq > Skv + W - 1).
   for (const auto& [dtype, head_dim, window] :
@@ -369,6 +420,12 @@ OpDef grad_sdpa_op(const std::string& name, const std::string& doc, const GradIn
     def.inputs.push_back(spec);
   }
   def.attrs = sdpa_attr_specs();
+  AttrSpec heads = attr_spec("heads", AttrType::kInt,
+                             "query heads side by side in each row of q (fused.sdpa_heads' layout); absent: a head a "
+                             "row block, as sdpa's");
+  heads.optional = true;
+  heads.min_value = 1;
+  def.attrs.push_back(heads);
   def.dtypes = float_dtypes();
   def.conformance_cases = [name] { return conformance_cases(name); };
   def.source_file = TEENY_OP_FILE;

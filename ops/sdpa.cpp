@@ -139,27 +139,26 @@ HostTensor repeat_kv_heads(const HostTensor& x, int64_t rows, const AttentionHea
   return out;
 }
 
-// sdpa's heads: one a row block of q and of k/v, kv_groups query heads to a k/v head.
-AttentionHeads one_head_per_row(const Attrs& attrs) { return {1, 1, kv_groups(attrs)}; }
+}  // namespace
 
-// FlashAttention-2's backward: the row statistics (log-sum-exp, recomputed, and rowsum(dO · O)),
-// then dQ and [dK | dV] from scores recomputed tile by tile (ops/grad_sdpa.cpp); dK and dV are
-// cut from the one [N / kv_groups, Skv, 2*Dh] tensor the dK/dV kernel writes.
-void sdpa_backward(GradBuilder& g) {
+AttentionHeads attention_heads(const Attrs& attrs) {
+  const int64_t heads = attrs.has("heads") ? attrs.integer("heads") : 1, groups = kv_groups(attrs);
+  return heads == 1 ? AttentionHeads{1, 1, groups} : AttentionHeads{heads, heads / groups, groups};
+}
+
+void attention_backward(GradBuilder& g) {
   const nlohmann::json& attrs = g.ctx().attrs.json();
   const std::string &q = g.input(0), &k = g.input(1), &v = g.input(2), &dout = g.grad_output();
   const std::string stats = g.add("grad.sdpa_stats", {q, k, g.output(), dout}, attrs);
   if (g.needs_input_grad(0)) g.input_grad(0, g.add("grad.sdpa_dq", {q, k, v, dout, stats}, attrs));
   if (!g.needs_input_grad(1) && !g.needs_input_grad(2)) return;
   const std::string dkv = g.add("grad.sdpa_dkv", {q, k, v, dout, stats}, attrs);
-  const Expr& head_dim = g.ctx().inputs.at(0).shape[2];
+  const Expr& width = g.ctx().inputs.at(1).shape[2];  // k's: its heads' dK, then their dV
   for (size_t i : {1, 2})
     if (g.needs_input_grad(i))
-      g.input_grad(
-          i, g.add("grad.slice", {dkv}, {{"axis", 2}, {"sizes", shape_attr({head_dim, head_dim})}, {"index", i - 1}}));
+      g.input_grad(i,
+                   g.add("grad.slice", {dkv}, {{"axis", 2}, {"sizes", shape_attr({width, width})}, {"index", i - 1}}));
 }
-
-}  // namespace
 
 std::vector<AttrSpec> sdpa_attr_specs() {
   AttrSpec scale = attr_spec("scale", AttrType::kFloat, "score scale; default 1/sqrt(Dh)");
@@ -449,10 +448,10 @@ OpDef sdpa_op() {
   def.dtypes = float_dtypes();
   const OpDef meta = def;
   def.infer = [meta](const OpContext& ctx) { return infer_sdpa(meta, ctx); };
-  def.lower = [](const OpContext& ctx) { return lower_attention(ctx, one_head_per_row(ctx.attrs)); };
-  def.tuning = attention_tuning(one_head_per_row);
-  def.reference = [](const RefContext& ref) { return attention_reference(ref, one_head_per_row(ref.op.attrs)); };
-  def.backward = sdpa_backward;
+  def.lower = [](const OpContext& ctx) { return lower_attention(ctx, attention_heads(ctx.attrs)); };
+  def.tuning = attention_tuning(attention_heads);
+  def.reference = [](const RefContext& ref) { return attention_reference(ref, attention_heads(ref.op.attrs)); };
+  def.backward = attention_backward;
   def.conformance_cases = [] {
     std::vector<ConformanceCase> cases;
     const std::vector<Bindings> lengths = {

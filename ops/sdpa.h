@@ -79,6 +79,17 @@ struct AttentionHeads {
   int64_t heads = 1, kv_heads = 1, kv_groups = 1;
 };
 
+// The head layout `attrs` name: with `heads` above 1 (fused.sdpa_heads, and the gradient ops of
+// one), that many query heads and heads / kv_groups k/v heads side by side in each row block;
+// without (sdpa), a head a row block.
+AttentionHeads attention_heads(const Attrs& attrs);
+
+// sdpa's and fused.sdpa_heads' backward, FlashAttention-2's (ops/grad_sdpa.cpp): the row
+// statistics (log-sum-exp, recomputed, and rowsum(dO · O)), then dQ and [dK | dV] from scores
+// recomputed tile by tile, each reading and writing the node's head layout in place; dK and dV
+// are cut from the one tensor the dK/dV kernel writes, [.., Skv, 2 * k's width].
+void attention_backward(GradBuilder& g);
+
 // What `teeny tune` may choose for attention (the tensor-core kernel's blocks an SM), over the
 // dims N (query heads), Sq and Skv; heads_of gives the op's head layout from its attrs.
 OpTuning attention_tuning(std::function<AttentionHeads(const Attrs&)> heads_of);

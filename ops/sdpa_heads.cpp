@@ -2,8 +2,9 @@
 // launch, for q [B, S, H*Dh] and k/v [B, T, Hkv*Dh] with H = Hkv*kv_groups (grouped-query
 // attention: query head h reads k/v head h / kv_groups). sdpa's kernel reads each head in place
 // (padded row strides included) and writes it into its columns of the [B, S, H*Dh] output, so
-// the four head copies never run. Lowering, kernels and reference are sdpa's (ops/sdpa.h); the
-// graph pass that forms this op from five nodes: ops/fuse_attention_heads.cpp.
+// the four head copies never run. Lowering, kernels, reference and backward are sdpa's
+// (ops/sdpa.h; the gradient ops read the heads in place too); the graph pass that forms this op
+// from five nodes, before a training graph is differentiated: ops/fuse_attention_heads.cpp.
 #include <tuple>
 
 #include <fmt/format.h>
@@ -18,12 +19,6 @@ namespace teeny::ops {
 namespace {
 
 constexpr const char* kOp = "fused.sdpa_heads";
-
-// H query heads and H / kv_groups k/v heads side by side in each row.
-AttentionHeads heads_of(const Attrs& attrs) {
-  const int64_t heads = attrs.integer("heads"), groups = kv_groups(attrs);
-  return {heads, heads / groups, groups};
-}
 
 TensorType infer_sdpa_heads(const OpDef& meta, const OpContext& ctx) {
   const int64_t heads = ctx.attrs.integer("heads"), groups = kv_groups(ctx.attrs);
@@ -113,9 +108,10 @@ OpDef sdpa_heads_op() {
   def.dtypes = float_dtypes();
   const OpDef meta = def;
   def.infer = [meta](const OpContext& ctx) { return infer_sdpa_heads(meta, ctx); };
-  def.lower = [](const OpContext& ctx) { return lower_attention(ctx, heads_of(ctx.attrs)); };
-  def.tuning = attention_tuning(heads_of);
-  def.reference = [](const RefContext& ref) { return attention_reference(ref, heads_of(ref.op.attrs)); };
+  def.lower = [](const OpContext& ctx) { return lower_attention(ctx, attention_heads(ctx.attrs)); };
+  def.tuning = attention_tuning(attention_heads);
+  def.reference = [](const RefContext& ref) { return attention_reference(ref, attention_heads(ref.op.attrs)); };
+  def.backward = attention_backward;
   def.conformance_cases = sdpa_heads_cases;
   def.source_file = TEENY_OP_FILE;
   return def;

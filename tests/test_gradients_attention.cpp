@@ -107,9 +107,10 @@ std::vector<HostIn> one_query(int64_t heads, bool causal_pair = false) {
           {{heads, 1, 1}, std::vector<double>(heads, 1.0)}};
 }
 
-// grad.sdpa_stats then `op` over inputs q, k, v, do (o from sdpa's reference).
+// grad.sdpa_stats then `op` over inputs q, k, v, do (o from sdpa's reference, or fused.sdpa_heads'
+// where attrs name heads).
 HostTensor through_stats(const std::string& op, const nlohmann::json& attrs, std::vector<HostIn> in) {
-  const HostTensor o = reference("sdpa", attrs, {in[0], in[1], in[2]});
+  const HostTensor o = reference(attrs.contains("heads") ? "fused.sdpa_heads" : "sdpa", attrs, {in[0], in[1], in[2]});
   const HostTensor stats = reference("grad.sdpa_stats", attrs, {in[0], in[1], {o.shape, o.data}, in[3]});
   if (op == "grad.sdpa_stats") return stats;
   in.push_back({stats.shape, stats.data});
@@ -184,11 +185,50 @@ TEST(AttentionGradientShape, ErrorsNameWhatDoesNotFit) {
   EXPECT_EQ(infer_error("grad.sdpa_dkv", attrs,
                         {t(DType::kBF16, {4, 3, 8}), t(DType::kBF16, {2, 5, 8}), t(DType::kBF16, {2, 5, 8}),
                          t(DType::kBF16, {4, 3, 8}), t(DType::kBF16, {4, 3, 2})}),
-            "grad.sdpa_dkv: stats must be f32 [N, Sq, 2] (grad.sdpa_stats of q [4, 3, 8]); got bf16 [4, 3, 2]");
+            "grad.sdpa_dkv: stats must be f32 [4, 3, 2] (grad.sdpa_stats of q [4, 3, 8]); got bf16 [4, 3, 2]");
   EXPECT_EQ(infer_error("grad.sdpa_dq", {{"causal", false}},
                         {t(f32, {2, 3, 300}), t(f32, {2, 5, 300}), t(f32, {2, 5, 300}), t(f32, {2, 3, 300}),
                          t(f32, {2, 3, 2})}),
             "grad.sdpa_dq supports head dims up to 256; got 300");
+  // fused.sdpa_heads' layout: heads side by side in each row.
+  EXPECT_EQ(infer_error("grad.sdpa_stats", {{"heads", 3}, {"kv_groups", 2}},
+                        {t(f32, {2, 3, 24}), t(f32, {2, 5, 8}), t(f32, {2, 3, 24}), t(f32, {2, 3, 24})}),
+            "grad.sdpa_stats: heads = 3 must divide q's width 24 and be a multiple of kv_groups = 2");
+  EXPECT_EQ(infer_error("grad.sdpa_stats", {{"heads", 4}, {"kv_groups", 2}},
+                        {t(f32, {2, 3, 32}), t(f32, {2, 5, 32}), t(f32, {2, 3, 32}), t(f32, {2, 3, 32})}),
+            "grad.sdpa_stats: q [B, Sq, heads*Dh] needs k [B, Skv, heads/kv_groups*Dh] with heads = 4, kv_groups = "
+            "2; got q [2, 3, 32] and k [2, 5, 32]");
+  EXPECT_EQ(infer_error("grad.sdpa_dq", {{"heads", 4}, {"kv_groups", 2}},
+                        {t(f32, {2, 3, 32}), t(f32, {2, 5, 16}), t(f32, {2, 5, 16}), t(f32, {2, 3, 32}),
+                         t(f32, {2, 3, 2})}),
+            "grad.sdpa_dq: stats must be f32 [8, 3, 2] (grad.sdpa_stats of q [2, 3, 32]); got f32 [2, 3, 2]");
+}
+
+// The heads-in-place layout computes what sdpa's layout does, head for head: q [1, 2, 2*3] with
+// 2 heads of 3 on one k/v head [1, 4, 3] against the same heads split into q [2, 2, 3].
+TEST(AttentionGradientReference, HeadsInPlaceMatchOneHeadPerRowBlock) {
+  const std::vector<double> q = {0.1, -0.4, 0.7, 0.3, 0.2, -0.5, -0.6, 0.8, 0.05, 0.9, -0.2, 0.4};
+  const std::vector<double> k = {0.5, -0.1, 0.2, -0.3, 0.6, 0.1, 0.9, 0.2, -0.7, 0.0, 0.4, 0.3};
+  const std::vector<double> v = {1.0, 2.0, -1.0, 0.5, -0.5, 3.0, -2.0, 1.5, 0.25, 0.75, -1.25, 2.5};
+  const std::vector<double> dout = {0.3, -0.2, 0.1, 0.6, 0.4, -0.1, -0.3, 0.2, 0.5, 0.1, -0.6, 0.7};
+  // [1, 2, 6] (row i: head 0's 3 values, then head 1's) as [2, 2, 3] (head-major).
+  auto split = [](const std::vector<double>& x) {
+    std::vector<double> out(12);
+    for (int h = 0; h < 2; ++h)
+      for (int i = 0; i < 2; ++i)
+        for (int d = 0; d < 3; ++d) out[(h * 2 + i) * 3 + d] = x[i * 6 + h * 3 + d];
+    return out;
+  };
+  const nlohmann::json in_place = {{"causal", true}, {"heads", 2}, {"kv_groups", 2}};
+  const nlohmann::json per_row = {{"causal", true}, {"kv_groups", 2}};
+  const std::vector<HostIn> fused = {{{1, 2, 6}, q}, {{1, 4, 3}, k}, {{1, 4, 3}, v}, {{1, 2, 6}, dout}};
+  const std::vector<HostIn> heads = {{{2, 2, 3}, split(q)}, {{1, 4, 3}, k}, {{1, 4, 3}, v}, {{2, 2, 3}, split(dout)}};
+  for (const char* op : {"grad.sdpa_stats", "grad.sdpa_dkv"}) {
+    SCOPED_TRACE(op);
+    expect_near_all(through_stats(op, in_place, fused).data, through_stats(op, per_row, heads).data);
+  }
+  expect_near_all(split(through_stats("grad.sdpa_dq", in_place, fused).data),
+                  through_stats("grad.sdpa_dq", per_row, heads).data);
 }
 
 // ---- gradients against finite differences ------------------------------------------------------
@@ -238,6 +278,19 @@ TEST(AttentionGradientCheck, GroupedQueryAttentionSumsOverTheSharingHeads) {
                                     "  - {name: out, op: sdpa, inputs: [q, k, v], attrs: {causal: true, "
                                     "kv_groups: 3}}\n",
                                     "[6, 3, 4]", "  inputs: [q, k, v]\n"),
+                         registry(), {"k", "q", "v"});
+}
+
+TEST(AttentionGradientCheck, FusedHeadsGroupedQueryInPlace) {
+  // 4 query heads of 3 on 2 k/v heads side by side in each row, queries and keys of different
+  // lengths, causal.
+  expect_gradients_match(loss_graph("  q: {dtype: f32, shape: [2, 3, 12]}\n"
+                                    "  k: {dtype: f32, shape: [2, 5, 6]}\n"
+                                    "  v: {dtype: f32, shape: [2, 5, 6]}\n"
+                                    "nodes:\n"
+                                    "  - {name: out, op: fused.sdpa_heads, inputs: [q, k, v], attrs: {heads: 4, "
+                                    "kv_groups: 2, causal: true}}\n",
+                                    "[2, 3, 12]", "  inputs: [q, k, v]\n"),
                          registry(), {"k", "q", "v"});
 }
 
@@ -298,19 +351,18 @@ TEST(AttentionGradientGraphs, TinyLmTrainsThroughItsAttentionAndCompiles) {
   // Every param has a gradient: 2 blocks of 4 linears with bias, 2 more, 5 layernorms, the
   // embedding and the bias-free head.
   EXPECT_EQ(bundle.gradients.size(), 2u * (2 * 6 + 2 * 2) + 2 + 1 + 1);
-  std::map<std::string, int> backward_ops;
-  for (const BundleNode& node : bundle.nodes) {
-    if (node.role == NodeRole::kBackward) ++backward_ops[node.op];
-    // The backward reads the heads and sdpa's output, so fuse_attention_heads leaves them alone.
-    EXPECT_NE(node.op, "fused.sdpa_heads") << node.name;
-  }
-  EXPECT_EQ(backward_ops["grad.sdpa_stats"], 2);
-  EXPECT_EQ(backward_ops["grad.sdpa_dq"], 2);
-  EXPECT_EQ(backward_ops["grad.sdpa_dkv"], 2);
-  EXPECT_EQ(backward_ops["grad.slice"], 4);
-  // Each block's q, k, v heads go back through merge_heads, its merged output through split_heads.
-  EXPECT_EQ(backward_ops["merge_heads"], 6);
-  EXPECT_EQ(backward_ops["split_heads"], 2);
+  std::map<std::string, int> ops;
+  for (const BundleNode& node : bundle.nodes) ++ops[fmt::format("{} {}", node_role_name(node.role), node.op)];
+  // fuse_attention_heads runs before differentiation: each block's attention is one
+  // fused.sdpa_heads node, whose gradient ops read and write the heads in place, so no head is
+  // copied either way.
+  EXPECT_EQ(ops["forward fused.sdpa_heads"], 2);
+  EXPECT_EQ(ops["backward grad.sdpa_stats"], 2);
+  EXPECT_EQ(ops["backward grad.sdpa_dq"], 2);
+  EXPECT_EQ(ops["backward grad.sdpa_dkv"], 2);
+  EXPECT_EQ(ops["backward grad.slice"], 4);
+  for (const char* copy : {"forward split_heads", "forward merge_heads", "backward split_heads", "backward merge_heads"})
+    EXPECT_EQ(ops[copy], 0) << copy;
 }
 
 TEST(AttentionGradientGraphs, TransformerBlockDifferentiatesEveryParam) {

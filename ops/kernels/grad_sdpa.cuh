@@ -9,8 +9,10 @@
 //                       in order and their query tiles, writing [dK | dV] rows of 2 kDH.
 // Every sum runs in one thread in a fixed order (no atomics), so the bits never vary.
 //
-// Layouts are sdpa's: q, o, do [N, Sq, *] with row strides; k, v [N / kv_groups, Skv, *]; query
-// head n reads k/v head n / kv_groups. The causal mask is key j visible to query i iff j <= i.
+// Layouts are sdpa.h's: query head n (of N) is row block n / heads of q, o and do, columns from
+// (n % heads) kDH, and reads k/v head n / kv_groups, laid out alike with kv_heads (sdpa: heads =
+// kv_heads = 1; fused.sdpa_heads: more); dQ has q's layout, contiguous, and [dK | dV] rows hold the
+// k/v heads' dK, then their dV. The causal mask is key j visible to query i iff j <= i.
 // Tiles of kB queries and kB keys are staged in shared memory as f32, rows padded to an odd
 // length (conflict-free column reads); math in f32 whatever the storage dtype T. Scores are in
 // log2 units (c = scale · log2 e) so that p is one exp2.
@@ -83,7 +85,7 @@ __device__ __forceinline__ void tn_sdpa_grad_tile(const float* Qs, const float* 
 template <typename T, int kDH, int kB, int kThreads, bool kCausal, int kWindow = 0>
 __device__ __forceinline__ void tn_sdpa_grad_stats(const T* q, const T* k, const T* o, const T* dout, float* stats,
                                                    int N, int Sq, int Skv, int ldq, int ldk, int ldo, int lddo,
-                                                   int kv_groups, float scale) {
+                                                   int heads, int kv_heads, int kv_groups, float scale) {
   constexpr int kLd = tn_sdpa_grad_ld<kDH>::kValue;
   extern __shared__ __align__(16) float tn_grad_sdpa_smem[];
   float* Qs = tn_grad_sdpa_smem;
@@ -92,8 +94,8 @@ __device__ __forceinline__ void tn_sdpa_grad_stats(const T* q, const T* k, const
   const int q_tiles = (Sq + kB - 1) / kB;
   const int n = blockIdx.x / q_tiles, q0 = blockIdx.x % q_tiles * kB;
   if (n >= N) return;
-  const T* kn = k + (long long)(n / kv_groups) * Skv * ldk;
-  tn_sdpa_grad_load<T, kThreads, kB, kDH>(Qs, q + (long long)n * Sq * ldq, ldq, q0, Sq);
+  const T* kn = k + tn_sdpa_head_offset<kDH>(n / kv_groups, kv_heads, Skv, ldk);
+  tn_sdpa_grad_load<T, kThreads, kB, kDH>(Qs, q + tn_sdpa_head_offset<kDH>(n, heads, Sq, ldq), ldq, q0, Sq);
   const float c = scale * tn_grad_sdpa_log2e;
   const int kv_end = kCausal ? min(Skv, min(Sq, q0 + kB)) : Skv;
   float m = tn_sdpa_max_start<kWindow>(), l = 0.f;  // row threadIdx.x's, in log2 units
@@ -128,8 +130,8 @@ __device__ __forceinline__ void tn_sdpa_grad_stats(const T* q, const T* k, const
   }
   const int qi = q0 + threadIdx.x;
   if (threadIdx.x < kB && qi < Sq) {
-    const T* orow = o + ((long long)n * Sq + qi) * ldo;
-    const T* drow = dout + ((long long)n * Sq + qi) * lddo;
+    const T* orow = o + tn_sdpa_head_offset<kDH>(n, heads, Sq, ldo) + (long long)qi * ldo;
+    const T* drow = dout + tn_sdpa_head_offset<kDH>(n, heads, Sq, lddo) + (long long)qi * lddo;
     float D = 0.f;
     for (int d = 0; d < kDH; ++d) D = fmaf(tn_f32(drow[d]), tn_f32(orow[d]), D);
     float* dst = stats + ((long long)n * Sq + qi) * 2;
@@ -138,13 +140,13 @@ __device__ __forceinline__ void tn_sdpa_grad_stats(const T* q, const T* k, const
   }
 }
 
-// dQ of query tile blockIdx.x % q_tiles of head blockIdx.x / q_tiles, dq contiguous [N, Sq, kDH].
+// dQ of query tile blockIdx.x % q_tiles of head blockIdx.x / q_tiles, dq contiguous in q's layout.
 // Thread t accumulates elements t, t + kThreads, ... of the [kB][kDH] tile in registers.
 // Dynamic shared memory: Q, dO, K, V tiles, the dS tile, lse and D of the rows.
 template <typename T, int kDH, int kB, int kThreads, bool kCausal, int kWindow = 0>
 __device__ __forceinline__ void tn_sdpa_grad_dq(const T* q, const T* k, const T* v, const T* dout, const float* stats,
                                                 T* dq, int N, int Sq, int Skv, int ldq, int ldk, int ldv, int lddo,
-                                                int ldst, int kv_groups, float scale) {
+                                                int ldst, int heads, int kv_heads, int kv_groups, float scale) {
   constexpr int kLd = tn_sdpa_grad_ld<kDH>::kValue;
   constexpr int kAcc = (kB * kDH + kThreads - 1) / kThreads;
   extern __shared__ __align__(16) float tn_grad_sdpa_smem[];
@@ -158,9 +160,10 @@ __device__ __forceinline__ void tn_sdpa_grad_dq(const T* q, const T* k, const T*
   const int q_tiles = (Sq + kB - 1) / kB;
   const int n = blockIdx.x / q_tiles, q0 = blockIdx.x % q_tiles * kB;
   if (n >= N) return;
-  const long long kv_head = n / kv_groups;
-  tn_sdpa_grad_load<T, kThreads, kB, kDH>(Qs, q + (long long)n * Sq * ldq, ldq, q0, Sq);
-  tn_sdpa_grad_load<T, kThreads, kB, kDH>(dOs, dout + (long long)n * Sq * lddo, lddo, q0, Sq);
+  const T* kn = k + tn_sdpa_head_offset<kDH>(n / kv_groups, kv_heads, Skv, ldk);
+  const T* vn = v + tn_sdpa_head_offset<kDH>(n / kv_groups, kv_heads, Skv, ldv);
+  tn_sdpa_grad_load<T, kThreads, kB, kDH>(Qs, q + tn_sdpa_head_offset<kDH>(n, heads, Sq, ldq), ldq, q0, Sq);
+  tn_sdpa_grad_load<T, kThreads, kB, kDH>(dOs, dout + tn_sdpa_head_offset<kDH>(n, heads, Sq, lddo), lddo, q0, Sq);
   tn_sdpa_grad_row_stats<kB>(stats + (long long)n * Sq * ldst, ldst, q0, Sq, lse2, Dr);
   const float c = scale * tn_grad_sdpa_log2e;
   const int kv_end = kCausal ? min(Skv, min(Sq, q0 + kB)) : Skv;
@@ -169,8 +172,8 @@ __device__ __forceinline__ void tn_sdpa_grad_dq(const T* q, const T* k, const T*
   for (int r = 0; r < kAcc; ++r) acc[r] = 0.f;
   for (int j0 = tn_sdpa_first_key<kB, kWindow>(q0); j0 < kv_end; j0 += kB) {
     __syncthreads();  // the previous tile is consumed (and, first, Q, dO and the row stats staged)
-    tn_sdpa_grad_load<T, kThreads, kB, kDH>(Ks, k + kv_head * Skv * ldk, ldk, j0, Skv);
-    tn_sdpa_grad_load<T, kThreads, kB, kDH>(Vs, v + kv_head * Skv * ldv, ldv, j0, Skv);
+    tn_sdpa_grad_load<T, kThreads, kB, kDH>(Ks, kn, ldk, j0, Skv);
+    tn_sdpa_grad_load<T, kThreads, kB, kDH>(Vs, vn, ldv, j0, Skv);
     __syncthreads();
     tn_sdpa_grad_tile<kThreads, kB, kDH, kCausal, kWindow>(Qs, dOs, Ks, Vs, lse2, Dr, nullptr, dSs, q0, j0, Sq, Skv, c);
     __syncthreads();
@@ -189,18 +192,21 @@ __device__ __forceinline__ void tn_sdpa_grad_dq(const T* q, const T* k, const T*
   for (int r = 0; r < kAcc; ++r) {
     const int e = threadIdx.x + r * kThreads;
     const int i = e / kDH, d = e % kDH;
-    if (e < kB * kDH && q0 + i < Sq) dq[((long long)n * Sq + q0 + i) * kDH + d] = tn_cast<T>(acc[r] * scale);
+    if (e < kB * kDH && q0 + i < Sq)
+      dq[tn_sdpa_head_offset<kDH>(n, heads, Sq, heads * kDH) + (long long)(q0 + i) * heads * kDH + d] =
+          tn_cast<T>(acc[r] * scale);
   }
 }
 
 // dK and dV of key tile blockIdx.x % k_tiles of k/v head blockIdx.x / k_tiles, into dkv
-// contiguous [N / kv_groups, Skv, 2 kDH] (dK in the first kDH columns, dV in the last): the
+// contiguous [N / kv_groups / kv_heads, Skv, 2 kv_heads kDH] (the head's dK in its kDH columns of
+// the first half, dV in the second): the
 // kv_groups query heads sharing the k/v head add up in head order. Under the causal mask only
 // query tiles from the key tile's first key on contribute.
 template <typename T, int kDH, int kB, int kThreads, bool kCausal, int kWindow = 0>
 __device__ __forceinline__ void tn_sdpa_grad_dkv(const T* q, const T* k, const T* v, const T* dout, const float* stats,
                                                  T* dkv, int N, int Sq, int Skv, int ldq, int ldk, int ldv, int lddo,
-                                                 int ldst, int kv_groups, float scale) {
+                                                 int ldst, int heads, int kv_heads, int kv_groups, float scale) {
   constexpr int kLd = tn_sdpa_grad_ld<kDH>::kValue;
   constexpr int kAcc = (kB * kDH + kThreads - 1) / kThreads;
   extern __shared__ __align__(16) float tn_grad_sdpa_smem[];
@@ -215,8 +221,8 @@ __device__ __forceinline__ void tn_sdpa_grad_dkv(const T* q, const T* k, const T
   const int k_tiles = (Skv + kB - 1) / kB;
   const int m = blockIdx.x / k_tiles, j0 = blockIdx.x % k_tiles * kB;
   if (m >= N / kv_groups) return;
-  tn_sdpa_grad_load<T, kThreads, kB, kDH>(Ks, k + (long long)m * Skv * ldk, ldk, j0, Skv);
-  tn_sdpa_grad_load<T, kThreads, kB, kDH>(Vs, v + (long long)m * Skv * ldv, ldv, j0, Skv);
+  tn_sdpa_grad_load<T, kThreads, kB, kDH>(Ks, k + tn_sdpa_head_offset<kDH>(m, kv_heads, Skv, ldk), ldk, j0, Skv);
+  tn_sdpa_grad_load<T, kThreads, kB, kDH>(Vs, v + tn_sdpa_head_offset<kDH>(m, kv_heads, Skv, ldv), ldv, j0, Skv);
   const float c = scale * tn_grad_sdpa_log2e;
   float acc_k[kAcc], acc_v[kAcc];
 #pragma unroll
@@ -225,12 +231,12 @@ __device__ __forceinline__ void tn_sdpa_grad_dkv(const T* q, const T* k, const T
   // Under a window only queries up to the tile's last key + kWindow - 1 see it.
   const int q_end = kWindow > 0 ? min(Sq, j0 + kB - 1 + kWindow) : Sq;
   for (int g = 0; g < kv_groups; ++g) {
-    const long long n = (long long)m * kv_groups + g;
+    const int n = m * kv_groups + g;
     for (int q0 = q_begin; q0 < q_end; q0 += kB) {
       __syncthreads();  // the previous query tile is consumed
-      tn_sdpa_grad_load<T, kThreads, kB, kDH>(Qs, q + n * Sq * ldq, ldq, q0, Sq);
-      tn_sdpa_grad_load<T, kThreads, kB, kDH>(dOs, dout + n * Sq * lddo, lddo, q0, Sq);
-      tn_sdpa_grad_row_stats<kB>(stats + n * Sq * ldst, ldst, q0, Sq, lse2, Dr);
+      tn_sdpa_grad_load<T, kThreads, kB, kDH>(Qs, q + tn_sdpa_head_offset<kDH>(n, heads, Sq, ldq), ldq, q0, Sq);
+      tn_sdpa_grad_load<T, kThreads, kB, kDH>(dOs, dout + tn_sdpa_head_offset<kDH>(n, heads, Sq, lddo), lddo, q0, Sq);
+      tn_sdpa_grad_row_stats<kB>(stats + (long long)n * Sq * ldst, ldst, q0, Sq, lse2, Dr);
       __syncthreads();
       tn_sdpa_grad_tile<kThreads, kB, kDH, kCausal, kWindow>(Qs, dOs, Ks, Vs, lse2, Dr, Ps, dSs, q0, j0, Sq, Skv, c);
       __syncthreads();
@@ -254,9 +260,10 @@ __device__ __forceinline__ void tn_sdpa_grad_dkv(const T* q, const T* k, const T
     const int e = threadIdx.x + r * kThreads;
     const int j = e / kDH, d = e % kDH;
     if (e < kB * kDH && j0 + j < Skv) {
-      T* row = dkv + ((long long)m * Skv + j0 + j) * (2 * kDH);
+      const int lddkv = 2 * kv_heads * kDH;
+      T* row = dkv + tn_sdpa_head_offset<kDH>(m, kv_heads, Skv, lddkv) + (long long)(j0 + j) * lddkv;
       row[d] = tn_cast<T>(acc_k[r] * scale);
-      row[kDH + d] = tn_cast<T>(acc_v[r]);
+      row[kv_heads * kDH + d] = tn_cast<T>(acc_v[r]);
     }
   }
 }

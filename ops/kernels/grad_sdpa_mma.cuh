@@ -7,6 +7,9 @@
 //   tn_sdpa_grad_dkv_mma:   per 64-key tile, Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ per query tile (of each of
 //                           the kv_groups query heads in order; 64 or 32 queries), then
 //                           dV += Pᵀ·dO, dK += dSᵀ·Q.
+// Heads are read and written in place in sdpa.h's layout (heads, kv_heads: 1 for sdpa, more for
+// fused.sdpa_heads), dQ like q and [dK | dV] rows of 2 kv_heads kDH (the k/v heads' dK, then
+// their dV).
 // A warp owns 16 rows (queries, or keys in dK/dV); its operand fragments are read from shared
 // memory per k-step, so registers hold only accumulators. P and dS are rounded to T for their
 // products, as FlashAttention does, but for dK and dV of the shapes where that rounding would
@@ -39,18 +42,16 @@ __device__ __forceinline__ bool tn_sdpa_grad_partial(int q0, int j0, int Skv) {
   return j0 + kB > Skv || (kCausal && j0 + kB - 1 > q0) || (kWindow > 0 && j0 <= q0 + kB - 1 - kWindow);
 }
 
-// D = Σ dO·O of query rows [q0, q0 + kB) of head n into stats: a row's 16-byte chunks go to the
+// D = Σ dO·O of query rows [q0, q0 + kB) of head n (its rows of o and dout from ob and db) into stats: a row's 16-byte chunks go to the
 // lanes of a group of kLanes, so a warp's loads cover whole rows (a row a thread would make each
 // load touch 32 rows).
 template <typename T, int kDH, int kB, int kThreads>
-__device__ __forceinline__ void tn_sdpa_grad_row_dots(const T* o, const T* dout, float* stats, int n, int q0, int Sq,
+__device__ __forceinline__ void tn_sdpa_grad_row_dots(const T* ob, const T* db, float* stats, int n, int q0, int Sq,
                                                       int ldo, int lddo) {
   constexpr int kVec = tn_pack<T>::kN, kChunks = kDH / kVec;
   constexpr int kLanes = kChunks <= 2 ? 2 : kChunks <= 4 ? 4 : kChunks <= 8 ? 8 : 16;
   static_assert(kDH % kVec == 0 && kChunks <= 16 && kB % (kThreads / kLanes) == 0, "whole chunks, whole rounds");
   const int part = threadIdx.x % kLanes;
-  const T* ob = o + (long long)n * Sq * ldo;
-  const T* db = dout + (long long)n * Sq * lddo;
   const bool vec = ldo % kVec == 0 && lddo % kVec == 0 && tn_aligned16(ob) && tn_aligned16(db);
   for (int r = threadIdx.x / kLanes; r < kB; r += kThreads / kLanes) {
     const int row = q0 + r;
@@ -78,7 +79,7 @@ __device__ __forceinline__ void tn_sdpa_grad_row_dots(const T* o, const T* dout,
 template <typename T, int kDH, int kB, int kThreads, bool kCausal, int kWindow = 0>
 __device__ __forceinline__ void tn_sdpa_grad_stats_mma(const T* q, const T* k, const T* o, const T* dout, float* stats,
                                                        int N, int Sq, int Skv, int ldq, int ldk, int ldo, int lddo,
-                                                       int kv_groups, float scale) {
+                                                       int heads, int kv_heads, int kv_groups, float scale) {
   using Tile = tn_sdpa_grad_tile_t<T, kB, kDH>;
   static_assert(kThreads == kB / 16 * 32, "16 rows a warp");
   extern __shared__ __align__(16) unsigned char tn_grad_sdpa_mma_smem[];
@@ -88,12 +89,12 @@ __device__ __forceinline__ void tn_sdpa_grad_stats_mma(const T* q, const T* k, c
   tn_sdpa_tile((Sq + kB - 1) / kB, N, qt, n);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
   const int q0 = qt * kB, row_a = q0 + warp * 16 + g;
-  const T* kn = k + (long long)(n / kv_groups) * Skv * ldk;
+  const T* kn = k + tn_sdpa_head_offset<kDH>(n / kv_groups, kv_heads, Skv, ldk);
   auto load = [&](Tile& dst, const T* src, int ld, int row0, int rows) {
     tn_sdpa_copy_tile<kThreads, kB, kDH>(dst, src, ld, row0, rows, tn_from_raw<T>(0));
   };
   const int j_first = tn_sdpa_first_key<kB, kWindow>(q0);
-  load(Qs, q + (long long)n * Sq * ldq, ldq, q0, Sq);
+  load(Qs, q + tn_sdpa_head_offset<kDH>(n, heads, Sq, ldq), ldq, q0, Sq);
   load(Ks[0], kn, ldk, j_first, Skv);
   tn_cp_async_commit();
 
@@ -142,13 +143,16 @@ __device__ __forceinline__ void tn_sdpa_grad_stats_mma(const T* q, const T* k, c
     const int row = row_a + h * 8;
     if (t == 0 && row < Sq) stats[((long long)n * Sq + row) * 2] = (m_run[h] + log2f(l_run[h])) * tn_grad_sdpa_mma_ln2;
   }
-  tn_sdpa_grad_row_dots<T, kDH, kB, kThreads>(o, dout, stats, n, q0, Sq, ldo, lddo);
+  tn_sdpa_grad_row_dots<T, kDH, kB, kThreads>(o + tn_sdpa_head_offset<kDH>(n, heads, Sq, ldo),
+                                               dout + tn_sdpa_head_offset<kDH>(n, heads, Sq, lddo), stats, n, q0, Sq,
+                                               ldo, lddo);
 }
 
 template <typename T, int kDH, int kB, int kThreads, bool kCausal, int kWindow = 0>
 __device__ __forceinline__ void tn_sdpa_grad_dq_mma(const T* q, const T* k, const T* v, const T* dout,
                                                     const float* stats, T* dq, int N, int Sq, int Skv, int ldq, int ldk,
-                                                    int ldv, int lddo, int ldst, int kv_groups, float scale) {
+                                                    int ldv, int lddo, int ldst, int heads, int kv_heads, int kv_groups,
+                                                    float scale) {
   using Tile = tn_sdpa_grad_tile_t<T, kB, kDH>;
   static_assert(kThreads == kB / 16 * 32, "16 rows a warp");
   extern __shared__ __align__(16) unsigned char tn_grad_sdpa_mma_smem[];
@@ -160,15 +164,14 @@ __device__ __forceinline__ void tn_sdpa_grad_dq_mma(const T* q, const T* k, cons
   tn_sdpa_tile((Sq + kB - 1) / kB, N, qt, n);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
   const int q0 = qt * kB, row_a = q0 + warp * 16 + g;
-  const long long kv_head = n / kv_groups;
-  const T* kn = k + kv_head * Skv * ldk;
-  const T* vn = v + kv_head * Skv * ldv;
+  const T* kn = k + tn_sdpa_head_offset<kDH>(n / kv_groups, kv_heads, Skv, ldk);
+  const T* vn = v + tn_sdpa_head_offset<kDH>(n / kv_groups, kv_heads, Skv, ldv);
   auto load = [&](Tile& dst, const T* src, int ld, int row0, int rows) {
     tn_sdpa_copy_tile<kThreads, kB, kDH>(dst, src, ld, row0, rows, tn_from_raw<T>(0));
   };
   const int j_first = tn_sdpa_first_key<kB, kWindow>(q0);
-  load(Qs, q + (long long)n * Sq * ldq, ldq, q0, Sq);
-  load(dOs, dout + (long long)n * Sq * lddo, lddo, q0, Sq);
+  load(Qs, q + tn_sdpa_head_offset<kDH>(n, heads, Sq, ldq), ldq, q0, Sq);
+  load(dOs, dout + tn_sdpa_head_offset<kDH>(n, heads, Sq, lddo), lddo, q0, Sq);
   load(Ks[0], kn, ldk, j_first, Skv);
   load(Vs[0], vn, ldv, j_first, Skv);
   tn_cp_async_commit();
@@ -210,7 +213,8 @@ __device__ __forceinline__ void tn_sdpa_grad_dq_mma(const T* q, const T* k, cons
   for (int h = 0; h < 2; ++h) {
     const int row = row_a + h * 8;
     if (row >= Sq) continue;
-    T* dst = dq + ((long long)n * Sq + row) * kDH + 2 * t;
+    const int lddq = heads * kDH;  // dq: q's shape, contiguous
+    T* dst = dq + tn_sdpa_head_offset<kDH>(n, heads, Sq, lddq) + (long long)row * lddq + 2 * t;
     tn_store_acc_row<T, kDH>(dst, acc, h, scale);
   }
 }
@@ -220,7 +224,8 @@ __device__ __forceinline__ void tn_sdpa_grad_dq_mma(const T* q, const T* k, cons
 template <typename T, int kDH, int kB, int kBQ, int kThreads, bool kCausal, int kWindow = 0>
 __device__ __forceinline__ void tn_sdpa_grad_dkv_mma(const T* q, const T* k, const T* v, const T* dout,
                                                      const float* stats, T* dkv, int N, int Sq, int Skv, int ldq,
-                                                     int ldk, int ldv, int lddo, int ldst, int kv_groups, float scale) {
+                                                     int ldk, int ldv, int lddo, int ldst, int heads, int kv_heads,
+                                                     int kv_groups, float scale) {
   using Tile = tn_sdpa_grad_tile_t<T, kB, kDH>;
   using QTile = tn_sdpa_grad_tile_t<T, kBQ, kDH>;
   static_assert(kThreads == kB / 16 * 32 && kThreads >= kBQ && kB % kBQ == 0,
@@ -250,15 +255,16 @@ __device__ __forceinline__ void tn_sdpa_grad_dkv_mma(const T* q, const T* k, con
   const int q_end = kWindow > 0 ? min(Sq, j0 + kB - 1 + kWindow) : Sq;
   const int per_head = q_begin < q_end ? (q_end - q_begin + kBQ - 1) / kBQ : 0;
   auto load_queries = [&](int it, int b) {
-    const long long n = (long long)m * kv_groups + it / per_head;
+    const int n = m * kv_groups + it / per_head;
     const int q0 = q_begin + it % per_head * kBQ;
-    load_q(Qs[b], q + n * Sq * ldq, ldq, q0, Sq);
-    load_q(dOs[b], dout + n * Sq * lddo, lddo, q0, Sq);
+    load_q(Qs[b], q + tn_sdpa_head_offset<kDH>(n, heads, Sq, ldq), ldq, q0, Sq);
+    load_q(dOs[b], dout + tn_sdpa_head_offset<kDH>(n, heads, Sq, lddo), lddo, q0, Sq);
     if (threadIdx.x < kBQ)
-      tn_sdpa_grad_row(stats + n * Sq * ldst, ldst, q0 + threadIdx.x, Sq, lse2s[b][threadIdx.x], Ds[b][threadIdx.x]);
+      tn_sdpa_grad_row(stats + (long long)n * Sq * ldst, ldst, q0 + threadIdx.x, Sq, lse2s[b][threadIdx.x],
+                       Ds[b][threadIdx.x]);
   };
-  load(Ks, k + (long long)m * Skv * ldk, ldk, j0, Skv);
-  load(Vs, v + (long long)m * Skv * ldv, ldv, j0, Skv);
+  load(Ks, k + tn_sdpa_head_offset<kDH>(m, kv_heads, Skv, ldk), ldk, j0, Skv);
+  load(Vs, v + tn_sdpa_head_offset<kDH>(m, kv_heads, Skv, ldv), ldv, j0, Skv);
   const int tiles = kv_groups * per_head;
   if (tiles > 0) load_queries(0, 0);
   tn_cp_async_commit();
@@ -306,9 +312,10 @@ __device__ __forceinline__ void tn_sdpa_grad_dkv_mma(const T* q, const T* k, con
   for (int h = 0; h < 2; ++h) {
     const int key = key_a + h * 8;
     if (key >= Skv) continue;
-    T* dst = dkv + ((long long)m * Skv + key) * (2 * kDH) + 2 * t;
+    const int lddkv = 2 * kv_heads * kDH;
+    T* dst = dkv + tn_sdpa_head_offset<kDH>(m, kv_heads, Skv, lddkv) + (long long)key * lddkv + 2 * t;
     tn_store_acc_row<T, kDH>(dst, dk, h, scale);
-    tn_store_acc_row<T, kDH>(dst + kDH, dv, h, 1.f);
+    tn_store_acc_row<T, kDH>(dst + kv_heads * kDH, dv, h, 1.f);
   }
 }
 

@@ -11,12 +11,13 @@
 
 #define TN_GRAD_SDPA_STATS_PARAMS(T)                                                                                   \
   (const T* q, const T* k, const T* o, const T* dout, float* stats, int N, int Sq, int Skv, int ldq, int ldk, int ldo, \
-   int lddo, int kv_groups, float scale)
-#define TN_GRAD_SDPA_STATS_ARGS q, k, o, dout, stats, N, Sq, Skv, ldq, ldk, ldo, lddo, kv_groups, scale
+   int lddo, int heads, int kv_heads, int kv_groups, float scale)
+#define TN_GRAD_SDPA_STATS_ARGS q, k, o, dout, stats, N, Sq, Skv, ldq, ldk, ldo, lddo, heads, kv_heads, kv_groups, scale
 #define TN_GRAD_SDPA_PARAMS(T)                                                                                     \
   (const T* q, const T* k, const T* v, const T* dout, const float* stats, T* out, int N, int Sq, int Skv, int ldq, \
-   int ldk, int ldv, int lddo, int ldst, int kv_groups, float scale)
-#define TN_GRAD_SDPA_ARGS q, k, v, dout, stats, out, N, Sq, Skv, ldq, ldk, ldv, lddo, ldst, kv_groups, scale
+   int ldk, int ldv, int lddo, int ldst, int heads, int kv_heads, int kv_groups, float scale)
+#define TN_GRAD_SDPA_ARGS \
+  q, k, v, dout, stats, out, N, Sq, Skv, ldq, ldk, ldv, lddo, ldst, heads, kv_heads, kv_groups, scale
 
 TN_ENTRY(grad_sdpa_stats_f32_d64_causal, (256)) TN_GRAD_SDPA_STATS_PARAMS(float) {
   tn_sdpa_grad_stats<float, 64, 64, 256, true>(TN_GRAD_SDPA_STATS_ARGS);
