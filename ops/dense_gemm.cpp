@@ -177,10 +177,13 @@ std::string gemm_kernel_name(const std::string& op, DType dtype, GemmBLayout lay
 }
 
 std::string GemmEpilogue::suffix() const {
+  if (!activation_grad.empty()) return "_d" + activation_grad;
   return (activation.empty() ? "" : "_" + activation) + (residual ? "_res" : "");
 }
 
 std::string gemm_epilogue_class(DType dtype, bool has_bias, const GemmEpilogue& epilogue) {
+  if (!epilogue.activation_grad.empty())
+    return fmt::format("tn_gemm_grad_epilogue<{}, tn_act_grad_{}>", dtype_c_type(dtype), epilogue.activation_grad);
   const std::string functor = epilogue.activation.empty() ? "tn_act_none" : activation(epilogue.activation).functor;
   return fmt::format("tn_gemm_epilogue<{}, {}, {}, {}>", dtype_c_type(dtype), functor, has_bias, epilogue.residual);
 }

@@ -45,10 +45,15 @@ struct GemmTile {
 
 // What the epilogue applies after the bias: C = activation(A·B + bias) + residual. The
 // residual R has C's dtype and shape, row stride ldr (the block functions' R and ldr).
+// An input gradient's GEMM (ops/grad_gemm.h) applies instead C = act'(A·B, R): with
+// activation_grad, that activation's derivative (grad.activation's, ops/grad_activation.cpp) times
+// the product, R the tensor it reads (the forward activation's input or output); residual is then
+// set.
 struct GemmEpilogue {
   std::string activation;  // an ops/activation.h name; empty: none
   bool residual = false;
-  // Kernel-name suffix: "", "_gelu_tanh", "_res", "_relu_res", ...
+  std::string activation_grad{};  // an activation name; empty: none
+  // Kernel-name suffix: "", "_gelu_tanh", "_res", "_relu_res", "_dgelu_tanh", ...
   std::string suffix() const;
 };
 

@@ -63,12 +63,6 @@ const ActivationGrad& activation_grad_of(const std::string& name) {
   throw Error(fmt::format("internal: no gradient for activation '{}'", name));
 }
 
-std::vector<std::string> activation_names() {
-  std::vector<std::string> names;
-  for (const ActivationGrad& a : activation_grads()) names.push_back(a.activation);
-  return names;
-}
-
 TensorType infer(const OpDef& def, const OpContext& ctx) {
   const DType dtype = common_float_dtype(def, ctx);
   const TensorType& dy = ctx.inputs[0];
@@ -119,7 +113,7 @@ HostTensor reference(const RefContext& ref) {
 // Every activation in every dtype over awkward (B, W); saved rows padded by a linear.
 std::vector<ConformanceCase> conformance_cases() {
   std::vector<ConformanceCase> cases;
-  for (const std::string& name : activation_names()) {
+  for (const std::string& name : activation_grad_names()) {
     const nlohmann::json attrs = {{"activation", name}};
     for (DType dtype : float_dtypes())
       cases.push_back({fmt::format("{} [B, W] {}", name, dtype_name(dtype)),
@@ -139,6 +133,16 @@ std::vector<ConformanceCase> conformance_cases() {
 
 bool activation_grad_reads_output(const std::string& activation) { return activation_grad_of(activation).reads_output; }
 
+std::vector<std::string> activation_grad_names() {
+  std::vector<std::string> names;
+  for (const ActivationGrad& a : activation_grads()) names.push_back(a.activation);
+  return names;
+}
+
+double activation_grad_host(const std::string& activation, double dy, double saved) {
+  return activation_grad_of(activation).host(dy, saved);
+}
+
 OpDef grad_activation_op() {
   OpDef def;
   def.name = "grad.activation";
@@ -148,7 +152,7 @@ OpDef grad_activation_op() {
                  "the forward tensor f' is written in: y for relu, sigmoid, tanh; x for silu, gelu, "
                  "gelu_tanh; dy's shape"}};
   def.attrs = {attr_spec("activation", AttrType::kEnum, "the forward activation (gelu_tanh: gelu, approximate tanh)",
-                         std::nullopt, activation_names())};
+                         std::nullopt, activation_grad_names())};
   def.dtypes = float_dtypes();
   def.source_file = TEENY_OP_FILE;
   const OpDef meta = def;

@@ -48,30 +48,29 @@ bool is_16_byte_multiple(const Expr& elements, DType dtype) {
 bool wgmma_applies(const GradGemm& gemm, int target_sm) {
   return target_sm == 90 && gemm.dtype != DType::kF32 && gemm.batch.empty() &&
          is_16_byte_multiple(gemm.lda, gemm.dtype) && is_16_byte_multiple(gemm.ldb, gemm.dtype) &&
-         is_16_byte_multiple(gemm.n, gemm.dtype);
+         is_16_byte_multiple(gemm.n, gemm.dtype) &&
+         (!gemm.epilogue.residual || is_16_byte_multiple(gemm.ldr, gemm.dtype));
 }
 
 // The GEMM's arguments past a, b, c and the partials: the sizes, the split count, then tn_matmul's
 // batch dims (innermost first, as tn_matmul_batch_offsets takes them) or the tensor maps.
 std::vector<KernelArg> gemm_args(const GradGemm& gemm, const GemmTile& tile, const Expr& splits) {
-  std::vector<KernelArg> args = {gemm.a,
-                                 gemm.b,
-                                 output("c", gemm.dtype),
-                                 scratch("partials", "partials", DType::kF32),
-                                 i32("M", gemm.m),
-                                 i32("N", gemm.n),
-                                 i32("K", gemm.k),
-                                 i32("lda", gemm.lda),
-                                 i32("ldb", gemm.ldb),
-                                 i32("splits", splits)};
+  const bool r = gemm.epilogue.residual;
+  std::vector<KernelArg> args = {gemm.a, gemm.b, output("c", gemm.dtype), scratch("partials", "partials", DType::kF32)};
+  if (r) args.push_back(gemm.residual);
+  for (KernelArg arg :
+       {i32("M", gemm.m), i32("N", gemm.n), i32("K", gemm.k), i32("lda", gemm.lda), i32("ldb", gemm.ldb)})
+    args.push_back(std::move(arg));
+  if (r) args.push_back(i32("ldr", gemm.ldr));
+  args.push_back(i32("splits", splits));
   for (size_t i = gemm.batch.size(); i-- > 0;) {
     args.push_back(i32(fmt::format("batch{}", i), gemm.batch[i].extent));
     args.push_back(i64(fmt::format("a_stride{}", i), gemm.batch[i].a_stride));
     args.push_back(i64(fmt::format("b_stride{}", i), gemm.batch[i].b_stride));
   }
   if (tile.tma) {
-    const GemmOperands operands{gemm.a.name, gemm.b.name, "c",      "",     gemm.m, gemm.n,
-                                gemm.k,      gemm.lda,    gemm.ldb, gemm.n, Expr(0)};
+    const GemmOperands operands{gemm.a.name, gemm.b.name, "c",    r ? gemm.residual.name : "", gemm.m, gemm.n, gemm.k,
+                                gemm.lda,    gemm.ldb,    gemm.n, r ? gemm.ldr : Expr(0)};
     for (KernelArg& map : gemm_tensor_maps(tile, operands, gemm.a_layout, gemm.b_layout))
       args.push_back(std::move(map));
   }
@@ -98,14 +97,16 @@ Launch sum_splits_launch(const GradGemm& gemm, const Expr& outputs, const Expr& 
 Lowering lower_grad_gemm(const GradGemm& gemm, int target_sm) {
   // Otherwise the [K, N] heuristic picks among the one-tile-a-block kernels (it never picks
   // wgmma for a [K, N] B); their tiles serve either B layout.
+  const bool r = gemm.epilogue.residual;
+  if (r && !gemm.batch.empty()) throw Error("internal: a gradient GEMM's epilogue reads R of one matrix only");
   const GemmTile tile = wgmma_applies(gemm, target_sm)
-                            ? fit_gemm_epilogue(gemm_tma_tile(gemm.dtype), {})
+                            ? fit_gemm_epilogue(gemm_tma_tile(gemm.dtype), gemm.epilogue)
                             : choose_gemm_tile(gemm.dtype, GemmBLayout::kKN, gemm.n, gemm.k, target_sm);
   Expr batches(1);
   for (const GradGemm::BatchDim& dim : gemm.batch) batches = batches * dim.extent;
   const Expr units = gemm_tiles(tile, gemm.m, gemm.n) * batches;
   const Expr outputs = batches * gemm.m * gemm.n;
-  const Expr splits = split_count(tile, units, gemm.k);
+  const Expr splits = r ? Expr(1) : split_count(tile, units, gemm.k);
 
   Lowering lowering;
   lowering.scratch.push_back({"partials", DType::kF32, max(Expr(1), le(Expr(2), splits) * splits * outputs)});
@@ -113,20 +114,21 @@ Lowering lower_grad_gemm(const GradGemm& gemm, int target_sm) {
   launch.args = gemm_args(gemm, tile, splits);
   launch.block = {tile.threads, 1, 1};
   launch.grid = {gemm_grid(tile, units * splits), Expr(1), Expr(1)};
-  launch.dynamic_smem = Expr(gemm_dynamic_smem(tile, {}));
+  launch.dynamic_smem = Expr(gemm_dynamic_smem(tile, gemm.epilogue));
   const Expr elem(static_cast<int64_t>(dtype_size(gemm.dtype)));
   // Split, the tiles go to the partials (f32) instead of c.
   const Expr written = outputs * (elem + le(Expr(2), splits) * (splits * Expr(4) - elem));
-  launch.bytes = (gemm.a_elements + gemm.b_elements) * elem + written;
+  launch.bytes = (gemm.a_elements + gemm.b_elements + (r ? outputs : Expr(0))) * elem + written;
   launch.flops = Expr(2) * outputs * gemm.k;
 
   const bool a_transposed = gemm.a_layout == GemmALayout::kKM;
-  const std::string name = fmt::format("{}{}_b{}", gemm_kernel_name(gemm.op, gemm.dtype, gemm.b_layout, false, tile),
-                                       a_transposed ? "_at" : "", gemm.batch.size());
-  const std::string gemm_class = gemm_kernel_class(gemm.dtype, gemm.b_layout, false, tile, {}, gemm.a_layout);
-  KernelSource kernel = template_kernel(
-      name, "gemm.cuh", fmt::format("{}<{}>", tile.tma ? "tn_grad_gemm_tma" : "tn_grad_gemm", gemm_class), launch.args,
-      tile.threads, TEENY_KERNEL_ORIGIN, tile.min_blocks);
+  const std::string name = fmt::format("{}{}{}_b{}", gemm_kernel_name(gemm.op, gemm.dtype, gemm.b_layout, false, tile),
+                                       a_transposed ? "_at" : "", gemm.epilogue.suffix(), gemm.batch.size());
+  const std::string gemm_class =
+      gemm_kernel_class(gemm.dtype, gemm.b_layout, false, tile, gemm.epilogue, gemm.a_layout);
+  const std::string entry = fmt::format("{}{}", tile.tma ? "tn_grad_gemm_tma" : "tn_grad_gemm", r ? "_res" : "");
+  KernelSource kernel = template_kernel(name, "gemm.cuh", fmt::format("{}<{}>", entry, gemm_class), launch.args,
+                                        tile.threads, TEENY_KERNEL_ORIGIN, tile.min_blocks);
   kernel.arch_specific = tile.wgmma();
   lowering.kernels.push_back(std::move(kernel));
   lowering.launches.push_back(std::move(launch));

@@ -8,6 +8,8 @@
 // fill the GPU, the sum over K is split: each split writes its partial tiles (f32) to the
 // scratch buffer `partials` and a second launch adds them in split order, so each output is
 // still one sum in a fixed order (no atomics) and a gradient has the same bits on every run.
+// An epilogue that reads a tensor R (an activation's derivative, or a fan-out gradient added in:
+// grad.linear_dx's) takes one 2-D matrix and never splits: R is applied once, to the whole sum.
 #pragma once
 
 #include <string>
@@ -33,6 +35,11 @@ struct GradGemm {
   };
   std::vector<BatchDim> batch;
   Expr a_elements, b_elements;  // what the launch reads, for the cost
+  // C = A·B + R, or act'(A·B, R) (GemmEpilogue::activation_grad); `residual` is R's pointer
+  // argument (row stride ldr) where epilogue.residual.
+  GemmEpilogue epilogue{};
+  KernelArg residual{};
+  Expr ldr{};
 };
 
 // The launches of `gemm`: the GEMM (wgmma where it applies, else the tile the GEMM heuristic picks

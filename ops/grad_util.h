@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -27,5 +28,9 @@ std::string activation_grad(GradBuilder& g, const std::string& activation);
 // Whether grad.activation reads the forward output y of `activation` (relu, sigmoid, tanh) rather
 // than its input x (silu, gelu, gelu_tanh). Throws Error for an unknown activation.
 bool activation_grad_reads_output(const std::string& activation);
+
+// The activations grad.activation takes, and its host rule dx = dy * f'(saved), in double.
+std::vector<std::string> activation_grad_names();
+double activation_grad_host(const std::string& activation, double dy, double saved);
 
 }  // namespace teeny::ops

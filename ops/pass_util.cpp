@@ -9,6 +9,7 @@ GraphUses::GraphUses(const Graph& graph) : graph_(graph) {
   for (const Node& node : graph.nodes)
     for (const std::string& input : node.inputs) ++uses_[input];
   for (const std::string& output : graph.outputs) ++uses_[output];
+  for (const auto& [param, gradient] : graph.gradients) ++uses_[gradient];
   for (size_t i = 0; i < graph.nodes.size(); ++i) index_[graph.nodes[i].name] = i;
 }
 

@@ -13,8 +13,8 @@
 
 namespace teeny::ops {
 
-// A graph's uses and producers as they are when the pass starts. A graph output counts as a
-// use, so it is never fused away.
+// A graph's uses and producers as they are when the pass starts. A graph output and a training
+// graph's gradient tensor count as a use, so neither is fused away.
 class GraphUses {
  public:
   explicit GraphUses(const Graph& graph);

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "core/autodiff.h"
 #include "core/compile.h"
@@ -198,10 +199,10 @@ TEST(AttentionGradientShape, ErrorsNameWhatDoesNotFit) {
                         {t(f32, {2, 3, 32}), t(f32, {2, 5, 32}), t(f32, {2, 3, 32}), t(f32, {2, 3, 32})}),
             "grad.sdpa_stats: q [B, Sq, heads*Dh] needs k [B, Skv, heads/kv_groups*Dh] with heads = 4, kv_groups = "
             "2; got q [2, 3, 32] and k [2, 5, 32]");
-  EXPECT_EQ(infer_error("grad.sdpa_dq", {{"heads", 4}, {"kv_groups", 2}},
-                        {t(f32, {2, 3, 32}), t(f32, {2, 5, 16}), t(f32, {2, 5, 16}), t(f32, {2, 3, 32}),
-                         t(f32, {2, 3, 2})}),
-            "grad.sdpa_dq: stats must be f32 [8, 3, 2] (grad.sdpa_stats of q [2, 3, 32]); got f32 [2, 3, 2]");
+  EXPECT_EQ(
+      infer_error("grad.sdpa_dq", {{"heads", 4}, {"kv_groups", 2}},
+                  {t(f32, {2, 3, 32}), t(f32, {2, 5, 16}), t(f32, {2, 5, 16}), t(f32, {2, 3, 32}), t(f32, {2, 3, 2})}),
+      "grad.sdpa_dq: stats must be f32 [8, 3, 2] (grad.sdpa_stats of q [2, 3, 32]); got f32 [2, 3, 2]");
 }
 
 // The heads-in-place layout computes what sdpa's layout does, head for head: q [1, 2, 2*3] with
@@ -361,7 +362,8 @@ TEST(AttentionGradientGraphs, TinyLmTrainsThroughItsAttentionAndCompiles) {
   EXPECT_EQ(ops["backward grad.sdpa_dq"], 2);
   EXPECT_EQ(ops["backward grad.sdpa_dkv"], 2);
   EXPECT_EQ(ops["backward grad.slice"], 4);
-  for (const char* copy : {"forward split_heads", "forward merge_heads", "backward split_heads", "backward merge_heads"})
+  for (const char* copy :
+       {"forward split_heads", "forward merge_heads", "backward split_heads", "backward merge_heads"})
     EXPECT_EQ(ops[copy], 0) << copy;
 }
 
@@ -377,6 +379,32 @@ TEST(AttentionGradientGraphs, TransformerBlockDifferentiatesEveryParam) {
   // 6 linears with bias, 2 layernorms, and x.
   EXPECT_EQ(graph.gradients.size(), 6u * 2 + 2 * 2 + 1);
   EXPECT_EQ(backward_of(graph, {"qh"}), std::vector<std::string>{"bwd_qh = merge_heads(bwd_attn_1) {\"heads\":12}"});
+}
+
+// The bf16 block's training graph as compile lowers it: attention is one fused.sdpa_heads node;
+// fuse_grad_linear_epilogue puts gelu's derivative into the dx GEMM of fc_proj (reading fc, the
+// activation's input) and sums ln1's fan-out to q, k, v in the dx GEMMs of k and q.
+TEST(AttentionGradientGraphs, TransformerBlockTrainsWithBackwardStepsInGemmEpilogues) {
+  const Graph graph = prepare_graph(
+      parse_graph(read_graph("transformer_block_bf16_train.yaml"), "transformer_block_bf16_train.yaml", registry()),
+      registry(), CompileOptions{});
+  auto described = [&](const std::string& name) {
+    const Node* node = graph.find_node(name);
+    if (node == nullptr) return std::string("(none)");
+    return fmt::format("{} {} {} from {}", node->op->name, fmt::join(node->inputs, ", "), node->ctx.attrs.json().dump(),
+                       fmt::join(node->fused_from, ", "));
+  };
+  EXPECT_EQ(described("bwd_act"),
+            "grad.linear_dx bwd_loss, fc {\"epilogue\":\"gelu_tanh\",\"in_features\":3072} from bwd_fc_proj, bwd_act");
+  EXPECT_EQ(described("grad_ln1"),
+            "grad.linear_dx bwd_merged_3, bwd_v {\"epilogue\":\"add\",\"in_features\":768} from bwd_k, grad_ln1");
+  EXPECT_EQ(described("grad_ln1_1"),
+            "grad.linear_dx bwd_merged_1, grad_ln1 {\"epilogue\":\"add\",\"in_features\":768} from bwd_q, grad_ln1_1");
+  EXPECT_EQ(described("merged"),
+            "fused.sdpa_heads q, k, v {\"causal\":true,\"heads\":12,\"kv_groups\":1} from qh, kh, vh, attn, merged");
+  for (const Node& node : graph.nodes) EXPECT_NE(node.op->name, "grad.activation") << node.name;
+  // The residual's fan-out (x + proj into ln2 and the output) is an add of a layernorm's dx, no GEMM's.
+  EXPECT_EQ(graph.find_node("grad_res1")->op->name, "add");
 }
 
 }  // namespace

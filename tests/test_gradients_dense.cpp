@@ -163,6 +163,26 @@ TEST(DenseGradientReference, LinearDxAndDweight) {
   EXPECT_EQ(db.data, (std::vector<double>{4, 6}));
 }
 
+// grad.linear_dx's epilogues (fuse_grad_linear_epilogue): dx = dy W of LinearDxAndDweight, then
+// + r, or grad.activation's dx · f'(r).
+TEST(DenseGradientReference, LinearDxEpilogues) {
+  const HostIn dy{{2, 2}, {1, 2, 3, 4}};
+  const std::vector<double> w = {1, 0, 2, 0, 1, -1};  // dx = [[1, 2, 0], [3, 4, 2]]
+  const HostIn r{{2, 3}, {1, -1, 0, 2, 0.5, -3}};
+  auto dx = [&](const char* epilogue) {
+    return reference("grad.linear_dx", {{"in_features", 3}, {"epilogue", epilogue}}, {dy, r}, {w}).data;
+  };
+  EXPECT_EQ(dx("add"), (std::vector<double>{2, 1, 0, 5, 4.5, -1}));
+  EXPECT_EQ(dx("relu"), (std::vector<double>{1, 0, 0, 3, 4, 0}));  // dx where r > 0
+  EXPECT_EQ(dx("tanh"), (std::vector<double>{0, 0, 0, 3 * (1 - 4), 4 * (1 - 0.25), 2 * (1 - 9)}));
+  // An activation reading x: grad.activation's own reference on the plain dx.
+  const HostIn plain{{2, 3}, {1, 2, 0, 3, 4, 2}};
+  for (const char* act : {"gelu_tanh", "silu", "gelu", "sigmoid"}) {
+    SCOPED_TRACE(act);
+    EXPECT_EQ(dx(act), reference("grad.activation", {{"activation", act}}, {plain, r}).data);
+  }
+}
+
 TEST(DenseGradientReference, MatmulPerBatchAndSummed) {
   // c = a b with a [2, 1, 2] = [[[1, 2]], [[3, 4]]], b [2, 1] = [[5], [6]]; dc [2, 1, 1] = [1, 2].
   // da[z] = dc[z] bᵀ: [[5, 6]], [[10, 12]].
@@ -246,6 +266,14 @@ TEST(DenseGradientShape, ErrorsNameWhatDoesNotFit) {
   EXPECT_EQ(infer_error("grad.embedding_dweight", {{"num_embeddings", 3}},
                         {tensor(DType::kF32, {Expr(4), Expr(2)}), tensor(DType::kI32, {Expr(5)})}),
             "grad.embedding_dweight needs dy [..., D] over ids [...]; got [4, 2] and [5]");
+  const TensorType dy = tensor(DType::kF32, {Expr(4), Expr(2)});
+  EXPECT_EQ(infer_error("grad.linear_dx", {{"in_features", 3}, {"epilogue", "gelu"}}, {dy}),
+            "grad.linear_dx: epilogue 'gelu' needs input r of dx's shape [4, 3]");
+  EXPECT_EQ(infer_error("grad.linear_dx", {{"in_features", 3}}, {dy, tensor(DType::kF32, {Expr(4), Expr(3)})}),
+            "grad.linear_dx reads input r only with an epilogue (add, or an activation's name)");
+  EXPECT_EQ(infer_error("grad.linear_dx", {{"in_features", 3}, {"epilogue", "add"}},
+                        {dy, tensor(DType::kF32, {Expr(4), Expr(2)})}),
+            "grad.linear_dx: r must be dx's f32 [4, 3]; got f32 [4, 2]");
 }
 
 // ---- gradients against finite differences ----------------------------------------------------

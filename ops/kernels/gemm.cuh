@@ -149,9 +149,11 @@ __device__ __forceinline__ void tn_split_range(int K, int splits, int split, int
 
 // Block b computes tile b % tiles of matrix b / tiles, which is split * batches + batch; A and
 // B start at the split's K range (k0 columns of a K-contiguous operand, k0 rows of the other).
+// R (row stride ldr): what the epilogue reads, with one 2-D matrix and no split (tn_grad_gemm_res).
 template <class Gemm, typename T, typename... BatchDims>
-__device__ __forceinline__ void tn_grad_gemm(const T* a, const T* b, T* c, float* partials, int M, int N, int K,
-                                             int lda, int ldb, int splits, BatchDims... batch_dims) {
+__device__ __forceinline__ void tn_grad_gemm_block(const T* a, const T* b, T* c, float* partials, const T* r, int ldr,
+                                                   int M, int N, int K, int lda, int ldb, int splits,
+                                                   BatchDims... batch_dims) {
   const int tiles = ((M + Gemm::kBM - 1) / Gemm::kBM) * ((N + Gemm::kBN - 1) / Gemm::kBN);
   const long long matrix = blockIdx.x / tiles, batches = tn_batch_count(batch_dims...);
   const int pid = blockIdx.x % tiles;
@@ -165,9 +167,24 @@ __device__ __forceinline__ void tn_grad_gemm(const T* a, const T* b, T* c, float
   float* split_out = splits > 1 ? partials + c_off : nullptr;
   // f32 runs on CUDA cores, whose C is f32 already; the mma.sync kernel takes the partials apart.
   if constexpr (sizeof(T) == 4)
-    Gemm::block(a + a_off, b + b_off, nullptr, split_out != nullptr ? split_out : c + c_off, M, N, k, lda, ldb, N, pid);
+    Gemm::block(a + a_off, b + b_off, nullptr, split_out != nullptr ? split_out : c + c_off, M, N, k, lda, ldb, N, pid,
+                r, ldr);
   else
-    Gemm::block(a + a_off, b + b_off, nullptr, c + c_off, M, N, k, lda, ldb, N, pid, nullptr, 0, split_out);
+    Gemm::block(a + a_off, b + b_off, nullptr, c + c_off, M, N, k, lda, ldb, N, pid, r, ldr, split_out);
+}
+
+template <class Gemm, typename T, typename... BatchDims>
+__device__ __forceinline__ void tn_grad_gemm(const T* a, const T* b, T* c, float* partials, int M, int N, int K,
+                                             int lda, int ldb, int splits, BatchDims... batch_dims) {
+  tn_grad_gemm_block<Gemm>(a, b, c, partials, (const T*)nullptr, 0, M, N, K, lda, ldb, splits, batch_dims...);
+}
+
+// With an epilogue that reads r (Gemm's: an input gradient's activation derivative, or a fan-out
+// gradient added in); one 2-D matrix, splits 1.
+template <class Gemm, typename T>
+__device__ __forceinline__ void tn_grad_gemm_res(const T* a, const T* b, T* c, float* partials, const T* r, int M,
+                                                 int N, int K, int lda, int ldb, int ldr, int splits) {
+  tn_grad_gemm_block<Gemm>(a, b, c, partials, r, ldr, M, N, K, lda, ldb, splits);
 }
 
 // The persistent wgmma kernel (2-D, loading by TMA through a_map and b_map, either operand
@@ -177,6 +194,16 @@ __device__ __forceinline__ void tn_grad_gemm_tma(const T* a, const T* b, T* c, f
                                                  int lda, int ldb, int splits, const tn_tensor_map& a_map,
                                                  const tn_tensor_map& b_map, const tn_tensor_map& c_map) {
   Gemm::block(a, b, nullptr, c, M, N, K, lda, ldb, N, blockIdx.x, nullptr, 0, splits, &a_map, &b_map, &c_map, nullptr,
+              partials);
+}
+
+// The same with an epilogue reading r (loaded by TMA through r_map); splits 1.
+template <class Gemm, typename T>
+__device__ __forceinline__ void tn_grad_gemm_tma_res(const T* a, const T* b, T* c, float* partials, const T* r, int M,
+                                                     int N, int K, int lda, int ldb, int ldr, int splits,
+                                                     const tn_tensor_map& a_map, const tn_tensor_map& b_map,
+                                                     const tn_tensor_map& c_map, const tn_tensor_map& r_map) {
+  Gemm::block(a, b, nullptr, c, M, N, K, lda, ldb, N, blockIdx.x, r, ldr, splits, &a_map, &b_map, &c_map, &r_map,
               partials);
 }
 

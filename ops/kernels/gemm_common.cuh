@@ -4,6 +4,7 @@
 #define TEENY_GEMM_COMMON_CUH
 
 #include "activation.cuh"
+#include "grad_elementwise.cuh"
 #include "mma.cuh"
 #include "prelude.cuh"
 
@@ -29,6 +30,14 @@ struct tn_gemm_epilogue {
   static __device__ __forceinline__ float apply(float v, float r) {
     return kHasResidual ? Act<T>{}(v) + r : Act<T>{}(v);
   }
+};
+
+// An input gradient's epilogue (ops/grad_gemm.h): C = Grad(acc, R), Grad an activation's
+// derivative (grad_elementwise.cuh's tn_act_grad_*) and R the tensor it reads; no bias.
+template <typename T, template <typename> class Grad>
+struct tn_gemm_grad_epilogue {
+  static constexpr bool kHasBias = false, kHasResidual = true;
+  static __device__ __forceinline__ float apply(float v, float r) { return Grad<T>{}(v, r); }
 };
 
 // One 16-byte chunk of a tile row (tn_pack<T>::kN elements from column `col`): by cp.async when

@@ -57,6 +57,28 @@ TN_ENTRY(grad_matmul_da_bf16_nk_128x128x64_wgmma_pp_tma_b0, (384, 1))
   tn_grad_gemm_tma<TmaGemm<__nv_bfloat16, false, false>>(TN_GRAD_ARGS, a_map, b_map, c_map);
 }
 
+// With an epilogue reading r (grad.linear_dx's, fuse_grad_linear_epilogue): a fan-out sum and an
+// activation's derivative, on CUDA cores and mma.sync. Left out, as gemm.cu leaves out linear's:
+// wgmma by TMA with r, where nvcc's code spills at the 168-register cap of 384 threads and
+// NVRTC's differs (ptxas -v on NVRTC's PTX: none for the sum, 16 bytes for gelu_tanh's
+// derivative).
+#define TN_GRAD_RES_PARAMS(T) \
+  const T *a, const T *b, T *c, float *partials, const T *r, int M, int N, int K, int lda, int ldb, int ldr, int splits
+#define TN_GRAD_RES_ARGS a, b, c, partials, r, M, N, K, lda, ldb, ldr, splits
+template <typename T>
+using Res = tn_gemm_epilogue<T, tn_act_none, false, true>;
+template <typename T, template <typename> class Grad>
+using DAct = tn_gemm_grad_epilogue<T, Grad>;
+TN_ENTRY(grad_linear_dx_f32_kn_128x128x8_dgelu_tanh_b0, (256, 2))(TN_GRAD_RES_PARAMS(float)) {
+  tn_grad_gemm_res<tn_simt_gemm<128, 128, 8, 256, 8, 8, false, DAct<float, tn_act_grad_gelu_tanh>>>(TN_GRAD_RES_ARGS);
+}
+TN_ENTRY(grad_linear_dx_f32_kn_64x64x16_res_b0, (256, 2))(TN_GRAD_RES_PARAMS(float)) {
+  tn_grad_gemm_res<tn_simt_gemm<64, 64, 16, 256, 4, 4, false, Res<float>>>(TN_GRAD_RES_ARGS);
+}
+TN_ENTRY(grad_linear_dx_bf16_kn_64x64x32_dgelu_b0, (128, 1))(TN_GRAD_RES_PARAMS(__nv_bfloat16)) {
+  tn_grad_gemm_res<tn_mma_gemm<__nv_bfloat16, 64, 64, 32, 128, 2, 2, false, DAct<__nv_bfloat16, tn_act_grad_gelu>>>(
+      TN_GRAD_RES_ARGS);
+}
 TN_ENTRY(grad_gemm_sum_splits_bf16, (256))(const float* partials, __nv_bfloat16* c, long long count, int splits) {
   tn_gemm_sum_splits(partials, c, count, splits);
 }
