@@ -42,9 +42,9 @@ __device__ __forceinline__ bool tn_sdpa_grad_partial(int q0, int j0, int Skv) {
   return j0 + kB > Skv || (kCausal && j0 + kB - 1 > q0) || (kWindow > 0 && j0 <= q0 + kB - 1 - kWindow);
 }
 
-// D = Σ dO·O of query rows [q0, q0 + kB) of head n (its rows of o and dout from ob and db) into stats: a row's 16-byte chunks go to the
-// lanes of a group of kLanes, so a warp's loads cover whole rows (a row a thread would make each
-// load touch 32 rows).
+// D = Σ dO·O of query rows [q0, q0 + kB) of head n (its rows of o and dout from ob and db) into stats: a row's 16-byte
+// chunks go to the lanes of a group of kLanes, so a warp's loads cover whole rows (a row a thread would make each load
+// touch 32 rows).
 template <typename T, int kDH, int kB, int kThreads>
 __device__ __forceinline__ void tn_sdpa_grad_row_dots(const T* ob, const T* db, float* stats, int n, int q0, int Sq,
                                                       int ldo, int lddo) {
@@ -144,8 +144,8 @@ __device__ __forceinline__ void tn_sdpa_grad_stats_mma(const T* q, const T* k, c
     if (t == 0 && row < Sq) stats[((long long)n * Sq + row) * 2] = (m_run[h] + log2f(l_run[h])) * tn_grad_sdpa_mma_ln2;
   }
   tn_sdpa_grad_row_dots<T, kDH, kB, kThreads>(o + tn_sdpa_head_offset<kDH>(n, heads, Sq, ldo),
-                                               dout + tn_sdpa_head_offset<kDH>(n, heads, Sq, lddo), stats, n, q0, Sq,
-                                               ldo, lddo);
+                                              dout + tn_sdpa_head_offset<kDH>(n, heads, Sq, lddo), stats, n, q0, Sq,
+                                              ldo, lddo);
 }
 
 template <typename T, int kDH, int kB, int kThreads, bool kCausal, int kWindow = 0>
