@@ -6,8 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "core/autodiff.h"
+#include "core/compile.h"
 #include "tests/error_test_util.h"
 #include "tests/grad_check_util.h"
 #include "tests/grad_graph_util.h"
@@ -274,6 +276,56 @@ TEST(DenseGradientShape, ErrorsNameWhatDoesNotFit) {
   EXPECT_EQ(infer_error("grad.linear_dx", {{"in_features", 3}, {"epilogue", "add"}},
                         {dy, tensor(DType::kF32, {Expr(4), Expr(2)})}),
             "grad.linear_dx: r must be dx's f32 [4, 3]; got f32 [4, 2]");
+}
+
+// ---- fuse_grad_linear_epilogue -------------------------------------------------------------------
+
+// x feeds two linears (its gradient, a listed input, sums their dx), one of them through tanh (whose
+// derivative reads its output t).
+std::string fan_out_graph() {
+  return loss_graph(
+      "  x: {dtype: f32, shape: [4, 6]}\n"
+      "nodes:\n"
+      "  - {name: a, op: linear, inputs: [x], attrs: {out_features: 5}}\n"
+      "  - {name: t, op: tanh, inputs: [a]}\n"
+      "  - {name: b, op: linear, inputs: [t], attrs: {out_features: 3}}\n"
+      "  - {name: c, op: linear, inputs: [x], attrs: {out_features: 3}}\n"
+      "  - {name: out, op: sub, inputs: [b, c]}\n",
+      "[4, 3]", "  inputs: [x]\n");
+}
+
+std::string described(const Graph& graph, const std::string& name) {
+  const Node* node = graph.find_node(name);
+  if (node == nullptr) return "(none)";
+  return fmt::format("{}({}) {} from {}", node->op->name, fmt::join(node->inputs, ", "), node->ctx.attrs.json().dump(),
+                     fmt::join(node->fused_from, ", "));
+}
+
+TEST(DenseGradientFusion, ActivationDerivativeAndFanOutSumGoIntoTheDxGemm) {
+  const Graph graph = prepare_graph(parse_graph(fan_out_graph(), "grads.yaml", registry()), registry(), {});
+  EXPECT_EQ(described(graph, "bwd_t"),
+            "grad.linear_dx(bwd_loss, t) {\"epilogue\":\"tanh\",\"in_features\":5} from bwd_b, bwd_t");
+  EXPECT_EQ(described(graph, "grad_x"),
+            "grad.linear_dx(bwd_t, bwd_c) {\"epilogue\":\"add\",\"in_features\":6} from bwd_a, grad_x");
+  // x's gradient is still the tensor the graph records, and the absorbed nodes are gone.
+  EXPECT_EQ(graph.gradients.at("x"), "grad_x");
+  EXPECT_EQ(graph.find_node("bwd_b"), nullptr);
+  EXPECT_EQ(graph.find_node("bwd_a"), nullptr);
+}
+
+// The fused graph's gradients (compiled with its passes, run by the host reference executor)
+// against finite differences of the loss.
+TEST(DenseGradientFusion, FusedGradientsMatchFiniteDifferences) {
+  expect_gradients_match(fan_out_graph(), registry(),
+                         {"a.bias", "a.weight", "b.bias", "b.weight", "c.bias", "c.weight", "x"});
+}
+
+TEST(DenseGradientFusion, NoFuseKeepsTheBackwardNodes) {
+  CompileOptions options;
+  options.fuse = false;
+  const Graph graph = prepare_graph(parse_graph(fan_out_graph(), "grads.yaml", registry()), registry(), options);
+  EXPECT_EQ(described(graph, "bwd_t"), "grad.activation(bwd_b, t) {\"activation\":\"tanh\"} from ");
+  EXPECT_EQ(graph.find_node("grad_x")->op->name, "add");
 }
 
 // ---- gradients against finite differences ----------------------------------------------------
