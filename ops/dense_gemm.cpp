@@ -68,15 +68,16 @@ GemmTile wgmma_tile(DType dtype, int bn, int stages, WgmmaSchedule schedule,
 
 GemmTile gemm_tma_tile(DType dtype) { return wgmma_tile(dtype, 128, 6, WgmmaSchedule::kPingpong, WgmmaLoader::kTma); }
 
+// 3xTF32 stages are 64 KiB (f32 high and low parts of both 128-row tiles): three fit.
+GemmTile gemm_tf32_tile() { return wgmma_tile(DType::kF32, 128, 3, WgmmaSchedule::kPingpong); }
+
 GemmTile choose_gemm_tile(DType dtype, GemmBLayout layout, const Expr& n, const Expr& k, int target_sm, bool tma_ok) {
   const bool narrow = n.is_const() && *n.const_value() < 512;
   if (dtype == DType::kF32) {
-    // 3xTF32 stages are 64 KiB (f32 high and low parts of both 128-row tiles): three fit. Its
-    // split-K units fill the GPU even at N = 128 (tiny_lm's 256-wide layers ran twice as fast
-    // as on CUDA cores), so only outputs under one tile wide stay on CUDA cores.
+    // 3xTF32's split-K units fill the GPU even at N = 128 (tiny_lm's 256-wide layers ran twice
+    // as fast as on CUDA cores), so only outputs under one tile wide stay on CUDA cores.
     const bool under_one_tile = !n.is_const() || *n.const_value() < 128;
-    if (target_sm == 90 && layout == GemmBLayout::kNK && !under_one_tile)
-      return wgmma_tile(dtype, 128, 3, WgmmaSchedule::kPingpong);
+    if (target_sm == 90 && layout == GemmBLayout::kNK && !under_one_tile) return gemm_tf32_tile();
     return narrow ? block_tile(64, 64, 16, 256, 2) : block_tile(128, 128, 8, 256, 2);
   }
   if (narrow) return block_tile(64, 64, 32, 128, 1);
@@ -107,7 +108,7 @@ std::vector<GemmTile> gemm_tile_candidates(DType dtype, GemmBLayout layout, int 
   const bool wgmma = target_sm == 90 && layout == GemmBLayout::kNK;
   if (dtype == DType::kF32) {
     std::vector<GemmTile> tiles = {block_tile(64, 64, 16, 256, 2), block_tile(128, 128, 8, 256, 2)};
-    if (wgmma) tiles.push_back(wgmma_tile(dtype, 128, 3, WgmmaSchedule::kPingpong));
+    if (wgmma) tiles.push_back(gemm_tf32_tile());
     return tiles;
   }
   std::vector<GemmTile> tiles = {block_tile(64, 64, 32, 128, 1), block_tile(128, 128, 32, 256, 1)};
@@ -217,10 +218,10 @@ std::string gemm_kernel_class(DType dtype, GemmBLayout layout, bool has_bias, co
   // (and their cache keys) stay as they were.
   const std::string a_transposed = a_layout == GemmALayout::kKM ? ", true" : "";
   if (tile.wgmma()) {
-    // MN-major operands (the layouts' defaults left out, as above): TMA-loaded 16-bit only.
+    // MN-major operands (the layouts' defaults left out, as above): 16-bit TMA-loaded, or f32.
     const bool mn_major = a_layout == GemmALayout::kKM || layout == GemmBLayout::kKN;
-    if (mn_major && (!tile.tma || dtype == DType::kF32))
-      throw Error("internal: the wgmma GEMM reads MN-major operands only in 16 bits, by TMA");
+    if (mn_major && !tile.tma && !tile.split_tf32)
+      throw Error("internal: the 16-bit wgmma GEMM reads MN-major operands only by TMA");
     const std::string majors =
         mn_major ? fmt::format(", {}, {}", a_layout == GemmALayout::kKM, layout == GemmBLayout::kKN) : "";
     return fmt::format("tn_wgmma_gemm<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}{}>", type, tile.bm, tile.bn, tile.bk,

@@ -67,8 +67,12 @@ GemmTile choose_gemm_tile(DType dtype, GemmBLayout layout, const Expr& n, const 
                           bool tma_ok = false);
 
 // The 16-bit wgmma tile that loads by TMA (sm_90; every operand row a 16-byte multiple): 128x128x64,
-// 6 stages, pingpong. The only wgmma tile that reads MN-major operands.
+// 6 stages, pingpong. The only 16-bit wgmma tile that reads MN-major operands.
 GemmTile gemm_tma_tile(DType dtype);
+
+// The f32 wgmma tile (sm_90, 3xTF32, loading by cp.async): 128x128x32, 3 stages, pingpong. It reads
+// either operand K-major or MN-major (transposed as it loads).
+GemmTile gemm_tf32_tile();
 
 // Every tile the GEMM can run for the dtype and B layout on the target SM (each valid at any M, N
 // and K), for `teeny tune` to measure: choose_gemm_tile picks one of them.
@@ -105,8 +109,8 @@ int64_t gemm_dynamic_smem(const GemmTile& tile, const GemmEpilogue& epilogue);
 // its block() computes output tile `pid` (grouped tile order) or, in the persistent wgmma kernel,
 // tiles pid, pid + gridDim.x, .... Columns in [N, ldc) of the tile's rows are written as zeros
 // (row padding). The entries of ops/kernels/gemm.cuh (tn_linear, tn_matmul, ...) take it as
-// their `Gemm`. Throws Error for MN-major operands (a kKM A, a kKN B) on a wgmma tile that is not
-// gemm_tma_tile's.
+// their `Gemm`. Throws Error for MN-major operands (a kKM A, a kKN B) on a 16-bit wgmma tile that
+// is not gemm_tma_tile's.
 std::string gemm_kernel_class(DType dtype, GemmBLayout layout, bool has_bias, const GemmTile& tile,
                               const GemmEpilogue& epilogue = {}, GemmALayout a_layout = GemmALayout::kMK);
 

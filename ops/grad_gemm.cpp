@@ -9,9 +9,10 @@ namespace teeny::ops {
 namespace {
 
 // The reduction is split (tn_grad_gemm) until the (tile, split) units make kSplitWaves waves of
-// the units in flight at once (in_flight_per_sm), each split at least kMinSplitK long (wgmma:
-// kMinSplitKWgmma: its k-steps are so much faster that a short split would spend more on writing
-// its partial tile than on its MMAs): a weight gradient's few output tiles
+// the units in flight at once (in_flight_per_sm), each split at least kMinSplitK long (16-bit
+// wgmma: kMinSplitKWgmma, its k-steps are so much faster that a short split would spend more on
+// writing its partial tile than on its MMAs; 3xTF32, three MMAs a k-step, kMinSplitKTf32): a
+// weight gradient's few output tiles
 // over a long sum (768 x 768 outputs are 36 tiles of 128 x 128) otherwise leave most SMs idle, and
 // a last wave of units that is mostly empty costs more than writing and adding the partials. The
 // count is a function of the dims alone, sized for a GPU of kSplitSms SMs whatever the device:
@@ -20,6 +21,7 @@ namespace {
 constexpr int kSplitWaves = 2;
 constexpr int kMinSplitK = 256;
 constexpr int kMinSplitKWgmma = 1024;
+constexpr int kMinSplitKTf32 = 512;
 constexpr int kSplitSms = 132;
 constexpr int kSumThreads = 256;
 
@@ -31,7 +33,7 @@ int in_flight_per_sm(const GemmTile& tile) { return tile.wgmma() ? tile.threads 
 // split is empty).
 Expr split_count(const GemmTile& tile, const Expr& units, const Expr& k) {
   const Expr in_flight = Expr(kSplitSms * in_flight_per_sm(tile));
-  const Expr min_k(tile.wgmma() ? kMinSplitKWgmma : kMinSplitK);
+  const Expr min_k(tile.split_tf32 ? kMinSplitKTf32 : tile.wgmma() ? kMinSplitKWgmma : kMinSplitK);
   const Expr by_k = ceil_div(k, min_k);
   if (by_k.is_const() && *by_k.const_value() <= 1) return Expr(1);  // too short to split on any device
   const Expr wanted = max(Expr(1), min(ceil_div(in_flight * Expr(kSplitWaves), units), by_k));
@@ -43,13 +45,21 @@ bool is_16_byte_multiple(const Expr& elements, DType dtype) {
   return elements.is_const() && *elements.const_value() * static_cast<int64_t>(dtype_size(dtype)) % 16 == 0;
 }
 
-// The wgmma kernel by TMA takes a 16-bit GEMM on sm_90 over one matrix (its persistent blocks walk
-// a single one) whose rows of A, B and C are 16-byte multiples (TMA's strides; C is [M, N]).
-bool wgmma_applies(const GradGemm& gemm, int target_sm) {
-  return target_sm == 90 && gemm.dtype != DType::kF32 && gemm.batch.empty() &&
-         is_16_byte_multiple(gemm.lda, gemm.dtype) && is_16_byte_multiple(gemm.ldb, gemm.dtype) &&
-         is_16_byte_multiple(gemm.n, gemm.dtype) &&
-         (!gemm.epilogue.residual || is_16_byte_multiple(gemm.ldr, gemm.dtype));
+// The GEMM's tile. On sm_90 over one matrix (the persistent blocks walk a single one), the wgmma
+// kernel: 16-bit by TMA where the rows of A, B, C and R are 16-byte multiples (TMA's strides; C is
+// [M, N]); f32 as 3xTF32 (any layout, any stride) where the output is at least one tile wide, as
+// linear's. Otherwise the [K, N] heuristic picks among the one-tile-a-block kernels (it never
+// picks wgmma for a [K, N] B); their tiles serve either B layout.
+GemmTile grad_gemm_tile(const GradGemm& gemm, int target_sm) {
+  if (target_sm == 90 && gemm.batch.empty()) {
+    if (gemm.dtype == DType::kF32 && gemm.n.is_const() && *gemm.n.const_value() >= gemm_tf32_tile().bn)
+      return gemm_tf32_tile();
+    const auto rows_ok = [&](const Expr& stride) { return is_16_byte_multiple(stride, gemm.dtype); };
+    if (gemm.dtype != DType::kF32 && rows_ok(gemm.lda) && rows_ok(gemm.ldb) && rows_ok(gemm.n) &&
+        (!gemm.epilogue.residual || rows_ok(gemm.ldr)))
+      return fit_gemm_epilogue(gemm_tma_tile(gemm.dtype), gemm.epilogue);
+  }
+  return choose_gemm_tile(gemm.dtype, GemmBLayout::kKN, gemm.n, gemm.k, target_sm);
 }
 
 // The GEMM's arguments past a, b, c and the partials: the sizes, the split count, then tn_matmul's
@@ -95,13 +105,9 @@ Launch sum_splits_launch(const GradGemm& gemm, const Expr& outputs, const Expr& 
 }  // namespace
 
 Lowering lower_grad_gemm(const GradGemm& gemm, int target_sm) {
-  // Otherwise the [K, N] heuristic picks among the one-tile-a-block kernels (it never picks
-  // wgmma for a [K, N] B); their tiles serve either B layout.
   const bool r = gemm.epilogue.residual;
   if (r && !gemm.batch.empty()) throw Error("internal: a gradient GEMM's epilogue reads R of one matrix only");
-  const GemmTile tile = wgmma_applies(gemm, target_sm)
-                            ? fit_gemm_epilogue(gemm_tma_tile(gemm.dtype), gemm.epilogue)
-                            : choose_gemm_tile(gemm.dtype, GemmBLayout::kKN, gemm.n, gemm.k, target_sm);
+  const GemmTile tile = grad_gemm_tile(gemm, target_sm);
   Expr batches(1);
   for (const GradGemm::BatchDim& dim : gemm.batch) batches = batches * dim.extent;
   const Expr units = gemm_tiles(tile, gemm.m, gemm.n) * batches;

@@ -2,9 +2,10 @@
 // ops/grad_matmul.cpp): C = A·B over the output's batch dims, through gemm.cuh's entries
 // tn_grad_gemm and tn_grad_gemm_tma, C contiguous. A is [M, K] or stored as [K, M] (the weight
 // gradients' dyᵀ and aᵀ, whose sums run over the rows: read transposed in place, with no
-// transpose node); B is [K, N] or [N, K]. 16-bit on sm_90, over one matrix whose rows are 16-byte
-// multiples: the persistent wgmma kernel by TMA, which reads either operand K-major or MN-major;
-// otherwise a one-tile-a-block kernel (CUDA cores or mma.sync). Where the output tiles cannot
+// transpose node); B is [K, N] or [N, K]. On sm_90, over one matrix, the persistent wgmma kernel,
+// which reads either operand K-major or MN-major: 16-bit by TMA where rows are 16-byte multiples,
+// f32 as 3xTF32 where the output is a tile wide; otherwise a one-tile-a-block kernel (CUDA cores
+// or mma.sync). Where the output tiles cannot
 // fill the GPU, the sum over K is split: each split writes its partial tiles (f32) to the
 // scratch buffer `partials` and a second launch adds them in split order, so each output is
 // still one sum in a fixed order (no atomics) and a gradient has the same bits on every run.

@@ -150,27 +150,34 @@ __device__ __forceinline__ void tn_split_range(int K, int splits, int split, int
 // Block b computes tile b % tiles of matrix b / tiles, which is split * batches + batch; A and
 // B start at the split's K range (k0 columns of a K-contiguous operand, k0 rows of the other).
 // R (row stride ldr): what the epilogue reads, with one 2-D matrix and no split (tn_grad_gemm_res).
+// The persistent wgmma kernel (one 2-D matrix) walks the (tile, split) units itself.
 template <class Gemm, typename T, typename... BatchDims>
 __device__ __forceinline__ void tn_grad_gemm_block(const T* a, const T* b, T* c, float* partials, const T* r, int ldr,
                                                    int M, int N, int K, int lda, int ldb, int splits,
                                                    BatchDims... batch_dims) {
-  const int tiles = ((M + Gemm::kBM - 1) / Gemm::kBM) * ((N + Gemm::kBN - 1) / Gemm::kBN);
-  const long long matrix = blockIdx.x / tiles, batches = tn_batch_count(batch_dims...);
-  const int pid = blockIdx.x % tiles;
-  long long z = matrix % batches, a_off = 0, b_off = 0;
-  tn_matmul_batch_offsets(z, a_off, b_off, batch_dims...);
-  int k0, k;
-  tn_split_range<Gemm>(K, splits, (int)(matrix / batches), k0, k);
-  a_off += Gemm::kAStoredKM ? (long long)k0 * lda : k0;
-  b_off += Gemm::kBStoredNK ? k0 : (long long)k0 * ldb;
-  const long long c_off = matrix * M * (long long)N;
-  float* split_out = splits > 1 ? partials + c_off : nullptr;
-  // f32 runs on CUDA cores, whose C is f32 already; the mma.sync kernel takes the partials apart.
-  if constexpr (sizeof(T) == 4)
-    Gemm::block(a + a_off, b + b_off, nullptr, split_out != nullptr ? split_out : c + c_off, M, N, k, lda, ldb, N, pid,
-                r, ldr);
-  else
-    Gemm::block(a + a_off, b + b_off, nullptr, c + c_off, M, N, k, lda, ldb, N, pid, r, ldr, split_out);
+  if constexpr (Gemm::kPersistent) {
+    static_assert(sizeof...(BatchDims) == 0, "the persistent kernel computes one matrix");
+    Gemm::block(a, b, nullptr, c, M, N, K, lda, ldb, N, blockIdx.x, r, ldr, splits, nullptr, nullptr, nullptr, nullptr,
+                partials);
+  } else {
+    const int tiles = ((M + Gemm::kBM - 1) / Gemm::kBM) * ((N + Gemm::kBN - 1) / Gemm::kBN);
+    const long long matrix = blockIdx.x / tiles, batches = tn_batch_count(batch_dims...);
+    const int pid = blockIdx.x % tiles;
+    long long z = matrix % batches, a_off = 0, b_off = 0;
+    tn_matmul_batch_offsets(z, a_off, b_off, batch_dims...);
+    int k0, k;
+    tn_split_range<Gemm>(K, splits, (int)(matrix / batches), k0, k);
+    a_off += Gemm::kAStoredKM ? (long long)k0 * lda : k0;
+    b_off += Gemm::kBStoredNK ? k0 : (long long)k0 * ldb;
+    const long long c_off = matrix * M * (long long)N;
+    float* split_out = splits > 1 ? partials + c_off : nullptr;
+    // f32 on CUDA cores, whose C is f32 already; the mma.sync kernel takes the partials apart.
+    if constexpr (sizeof(T) == 4)
+      Gemm::block(a + a_off, b + b_off, nullptr, split_out != nullptr ? split_out : c + c_off, M, N, k, lda, ldb, N,
+                  pid, r, ldr);
+    else
+      Gemm::block(a + a_off, b + b_off, nullptr, c + c_off, M, N, k, lda, ldb, N, pid, r, ldr, split_out);
+  }
 }
 
 template <class Gemm, typename T, typename... BatchDims>

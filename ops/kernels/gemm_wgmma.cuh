@@ -1,7 +1,8 @@
 // GEMM on Hopper tensor cores (sm_90a): C[M, N] = A[M, K] · B[N, K]ᵀ (+ bias, act, + residual),
-// f16/bf16, or f32 as 3xTF32, with f32 accumulation. 16-bit operands loaded by TMA may also be
-// stored MN-major (kAMnMajor: A as [K, M], kBMnMajor: B as [K, N]; the gradients' GEMMs), which
-// wgmma reads transposed from shared memory. Warp-specialised and persistent:
+// f16/bf16, or f32 as 3xTF32, with f32 accumulation. Operands may also be stored MN-major
+// (kAMnMajor: A as [K, M], kBMnMajor: B as [K, N]; the gradients' GEMMs): 16-bit ones load by TMA
+// and wgmma reads them transposed from shared memory; f32 ones the loader transposes into K-major
+// tiles as it copies them (wgmma reads TF32 K-major only). Warp-specialised and persistent:
 // warpgroup 0 loads, the other kConsumers warpgroups compute with wgmma m64nBNk16 from shared
 // memory. Each block walks output tiles first_tile, first_tile + gridDim.x, ... (its tiles
 // t = 0, 1, ...; grid = at most one block per SM), so the loads of a block's next tile run
@@ -26,7 +27,9 @@
 // f32 (3xTF32): each operand x is split into TF32 parts hi = tf32(x) and lo = tf32(x - hi),
 // and D += A_lo B_hi + A_hi B_lo + A_hi B_hi (A_lo B_lo, ~2^-22 relative, is dropped), which
 // keeps f32 accuracy on TF32 tensor cores. The loader splits the chunks it copied once they
-// land: hi in place, lo in a mirror of the stage, kOperandBytes further on.
+// land: hi in place, lo in a mirror of the stage, kOperandBytes further on. An MN-major operand
+// arrives by 4-byte copies, element by element into its K-major place; the loader warpgroup then
+// syncs before splitting, as a thread's chunks hold other threads' copies.
 #ifndef TEENY_GEMM_WGMMA_CUH
 #define TEENY_GEMM_WGMMA_CUH
 
@@ -148,13 +151,17 @@ struct tn_wgmma_gemm {
   static_assert(kRowBlocks * kAcc <= 128, "accumulators must leave registers for addresses (168 per thread)");
   static_assert(kSplitTf32 == (sizeof(T) == 4), "f32 runs as 3xTF32; 16-bit types directly");
   static_assert(!(kTma && kSplitTf32), "3xTF32 splits its chunks in the loader threads, so it copies by cp.async");
-  static_assert(!(kAMnMajor || kBMnMajor) || (kTma && sizeof(T) == 2), "MN-major operands: 16-bit, loaded by TMA");
-  static_assert(kBM % 64 == 0 && (!kBMnMajor || kBN % 64 == 0), "MN-major tiles are whole atoms of 64 columns");
+  static_assert(!(kAMnMajor || kBMnMajor) || (kTma && sizeof(T) == 2) || (kSplitTf32 && !kTma),
+                "MN-major operands: 16-bit loaded by TMA, or f32 transposed by the cp.async loader");
+  // How the stage tiles hold each operand: MN-major only as 16-bit TMA loads them.
+  static constexpr bool kASmemMn = kAMnMajor && !kSplitTf32, kBSmemMn = kBMnMajor && !kSplitTf32;
+  static constexpr bool kTransposing = kSplitTf32 && (kAMnMajor || kBMnMajor);
+  static_assert(kBM % 64 == 0 && (!kBSmemMn || kBN % 64 == 0), "MN-major tiles are whole atoms of 64 columns");
   // An MN-major atom: kBK rows of K, 128 bytes each. A row block of 64 rows of A takes 8 KiB in
   // either layout (64 rows of 128 bytes, or one atom); a 16-element k-step of an MMA is 32 bytes
   // along each row of a K-major tile and 16 rows of an MN-major one.
   static constexpr int kMnAtomBytes = kBK * 128;
-  static constexpr int kAKStepBytes = kAMnMajor ? 16 * 128 : 32, kBKStepBytes = kBMnMajor ? 16 * 128 : 32;
+  static constexpr int kAKStepBytes = kASmemMn ? 16 * 128 : 32, kBKStepBytes = kBSmemMn ? 16 * 128 : 32;
   static constexpr int kATileBytes = kBM * 128, kBTileBytes = kBN * 128;
   static constexpr int kOperandBytes = kATileBytes + kBTileBytes;
   static constexpr int kStageBytes = kOperandBytes * (kSplitTf32 ? 2 : 1);
@@ -245,6 +252,31 @@ struct tn_wgmma_gemm {
     }
   }
 
+  // An f32 operand stored MN-major (P as [K, rows], row stride ld: element (r, k) at
+  // P[k * ld + r]) into its K-major tile, rows r0.. and K columns k0..k0 + kBK - 1, one 4-byte
+  // copy an element, zeros outside [rows, K). A warp's lanes take 8 consecutive rows of 4
+  // consecutive k: it reads four whole 32-byte sectors, and the 8 rows' swizzles put the 4
+  // columns of their chunk in 32 distinct banks. Warp w takes rows 8w + 32j + lane % 8 and k
+  // 4g + lane / 8 (chunk g, whose swizzled place depends on the row only through lane % 8).
+  template <int kRows>
+  static __device__ __forceinline__ void load_operand_mn(unsigned char* tile, const T* __restrict__ P, int r0, int rows,
+                                                         int ld, int k0, int K, int tid) {
+    static_assert(sizeof(T) == 4 && kBK == 32 && kRows % 32 == 0, "f32 K tiles of 32; rows in groups of 32");
+    const int lane = tid % 32, r = tid / 32 * 8 + lane % 8, k = lane / 8;
+    const T* src = P + (long long)(k0 + k) * ld + r0 + r;
+    const unsigned dst = tn_smem_addr(tile) + r * 128 + k * 4;
+#pragma unroll 1
+    for (int g = 0; g < kBK / 4; ++g, src += 4LL * ld) {
+      const bool k_inside = k0 + 4 * g + k < K;
+      const unsigned chunk_dst = dst + ((g ^ (lane % 8)) << 4);
+#pragma unroll
+      for (int j = 0; j < kRows / 32; ++j) {
+        const bool inside = k_inside && r0 + r + 32 * j < rows;
+        tn_cp_async4_zfill(chunk_dst + j * 32 * 128, inside ? src + 32 * j : P, inside);
+      }
+    }
+  }
+
   // Stage `s` is full for this warp: lane 0's arrive, after the warp's convergence point, also
   // releases the lanes' stores.
   static __device__ __forceinline__ void arrive_full(const Smem& smem, int tid, int s) {
@@ -252,8 +284,10 @@ struct tn_wgmma_gemm {
     if (tid % 32 == 0) tn_mbar_arrive(smem.full_bar + s * 8);
   }
 
-  // 3xTF32: this thread's chunks of stage `s`, copied one step earlier, split once they landed.
+  // 3xTF32: this thread's chunks of stage `s`, copied one step earlier, split once they landed
+  // (transposed, once every loader thread's copies have: barrier 3, the loader warpgroup's).
   static __device__ __forceinline__ void split_stage(const Smem& smem, int tid, int row, int chunk, int s) {
+    if (kTransposing) asm volatile("bar.sync 3, 128;\n" ::: "memory");
     unsigned char* a_tile = smem.stages + s * kStageBytes;
 #pragma unroll
     for (int c = 0; c < kAChunks; ++c) split_tf32_chunk(a_tile + tn_swizzled(row + 16 * c, chunk));
@@ -310,8 +344,14 @@ struct tn_wgmma_gemm {
           load_stage_tma(a_tile, smem.full_bar + ring.stage * 8, a_map, b_map, k0, m0, n0);
           continue;
         }
-        load_operand<kAChunks>(a_tile, A, m0, M, lda, a_vec, a_whole, k0, K, row, chunk);
-        load_operand<kBChunks>(a_tile + kATileBytes, B, n0, N, ldb, b_vec, b_whole, k0, K, row, chunk);
+        if constexpr (kAMnMajor && kSplitTf32)
+          load_operand_mn<kBM>(a_tile, A, m0, M, lda, k0, K, tid);
+        else
+          load_operand<kAChunks>(a_tile, A, m0, M, lda, a_vec, a_whole, k0, K, row, chunk);
+        if constexpr (kBMnMajor && kSplitTf32)
+          load_operand_mn<kBN>(a_tile + kATileBytes, B, n0, N, ldb, k0, K, tid);
+        else
+          load_operand<kBChunks>(a_tile + kATileBytes, B, n0, N, ldb, b_vec, b_whole, k0, K, row, chunk);
         if (kSplitTf32) {
           // This step's copies stay in flight while the previous step's are split.
           tn_cp_async_commit();
@@ -378,7 +418,7 @@ struct tn_wgmma_gemm {
           tn_wgmma<T, kBN>(acc[i], tn_wgmma_desc(a + kOperandBytes), tn_wgmma_desc(b));
           tn_wgmma<T, kBN>(acc[i], tn_wgmma_desc(a), tn_wgmma_desc(b + kOperandBytes));
         }
-        tn_wgmma<T, kBN, kAMnMajor, kBMnMajor>(acc[i], operand_desc<kAMnMajor>(a), operand_desc<kBMnMajor>(b));
+        tn_wgmma<T, kBN, kASmemMn, kBSmemMn>(acc[i], operand_desc<kASmemMn>(a), operand_desc<kBSmemMn>(b));
       }
     tn_wgmma_commit();
   }
@@ -538,10 +578,11 @@ struct tn_wgmma_gemm {
 
   // Computes work units first_tile, first_tile + gridDim.x, ...: unit u is output tile u % tiles
   // (grouped tile order) over K split u / tiles of `splits`. Every unit takes the same number of
-  // k-steps (the ring arithmetic relies on it); steps past K load zeros. With splits > 1, f32
-  // units add into C, which the caller zeroed, and split 0 adds the bias and residual; 16-bit
-  // ones (the gradients' GEMMs: no bias, no residual) write their f32 partial sums to matrix
-  // u / tiles of `partials` ([splits][M][N]), which a second launch adds in order. The tensor
+  // k-steps (the ring arithmetic relies on it); steps past K load zeros. With splits > 1, units
+  // given `partials` (the gradients' GEMMs: no bias, no residual) write their f32 partial sums to
+  // matrix u / tiles of it ([splits][M][N]), which a second launch adds in order; f32 ones
+  // without (linear's) add into C, which the caller zeroed, and split 0 adds the bias and
+  // residual. The tensor
   // maps are needed with kTma only (r_map with a residual too).
   //
   // The TMA and the register-pair epilogues stay in this function, as does the shared-memory
@@ -609,7 +650,7 @@ struct tn_wgmma_gemm {
       const int col = n0 + (lane % 4) * 2;
       multiply_tile(smem, first_step, acc, R, M, N, ldr, k_tiles, consumer, lane, row, n0);
 
-      if (kSplitTf32 && splits > 1) {
+      if (kSplitTf32 && splits > 1 && partials == nullptr) {
         store_split_k(acc, bias, C, R, M, N, ldc, ldr, row, col, unit < tiles);
       } else if (splits > 1) {
         store_tile_checked(acc, bias, partials + (long long)(unit / tiles) * M * N, R, M, N, N, ldr, row, col);

@@ -1,4 +1,4 @@
-// Warp-level tensor-core and async-copy primitives (sm_80 and later): cp.async 16-byte copies
+// Warp-level tensor-core and async-copy primitives (sm_80 and later): cp.async 16- and 4-byte copies
 // into shared memory, ldmatrix fragment loads and the m16n8k16 MMA with f32 accumulators, for
 // the kernels that stage tiles in shared memory (sdpa, the cp.async GEMMs).
 #ifndef TEENY_MMA_CUH
@@ -18,6 +18,10 @@ __device__ __forceinline__ void tn_cp_async16_to(unsigned dst, const void* src) 
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
 }
 __device__ __forceinline__ void tn_cp_async16(void* dst, const void* src) { tn_cp_async16_to(tn_smem_addr(dst), src); }
+// 4 bytes from src, or zeros where !copy (src is then not read, but must be a valid address).
+__device__ __forceinline__ void tn_cp_async4_zfill(unsigned dst, const void* src, bool copy) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(copy ? 4 : 0));
+}
 __device__ __forceinline__ void tn_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int kPending>
 __device__ __forceinline__ void tn_cp_async_wait() {

@@ -1,7 +1,8 @@
 // gemm.cuh's gradient entries as the dense ops' gradients take them (ops/grad_gemm.h), for
 // kernel_check (see check.cuh): A stored transposed ([K, M], the weight gradients) on CUDA cores
 // and mma.sync at both tile sizes, B as [K, N] and as [N, K], each with its split count and
-// partials; the wgmma kernel by TMA with each operand K-major or MN-major; the sum of the splits.
+// partials; the wgmma kernel by TMA with each operand K-major or MN-major, and 3xTF32 with both
+// MN-major; the sum of the splits.
 #include "../gemm.cuh"
 #include "check.cuh"
 
@@ -55,6 +56,14 @@ TN_ENTRY(grad_linear_dx_f16_kn_128x128x64_wgmma_pp_tma_b0, (384, 1))(TN_GRAD_PAR
 TN_ENTRY(grad_matmul_da_bf16_nk_128x128x64_wgmma_pp_tma_b0, (384, 1))
 (TN_GRAD_PARAMS(__nv_bfloat16), TN_TENSOR_MAPS) {
   tn_grad_gemm_tma<TmaGemm<__nv_bfloat16, false, false>>(TN_GRAD_ARGS, a_map, b_map, c_map);
+}
+
+// f32 wgmma (3xTF32 by cp.async): dweight, A and B MN-major, transposed as they load. Left out:
+// dx (B MN-major, A K-major), where nvcc's code spills 8 bytes at the 168-register cap of 384
+// threads and NVRTC's does not (ptxas -v on NVRTC's PTX: none, with or without a residual).
+TN_ENTRY(grad_linear_dweight_f32_kn_128x128x32_wgmma_pp_at_b0, (384, 1))(TN_GRAD_PARAMS(float)) {
+  tn_grad_gemm<tn_wgmma_gemm<float, 128, 128, 32, 384, 3, true, true, false, 32, Epi<float>, true, true>>(
+      TN_GRAD_ARGS);
 }
 
 // With an epilogue reading r (grad.linear_dx's, fuse_grad_linear_epilogue): a fan-out sum and an
