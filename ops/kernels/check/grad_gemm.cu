@@ -62,8 +62,7 @@ TN_ENTRY(grad_matmul_da_bf16_nk_128x128x64_wgmma_pp_tma_b0, (384, 1))
 // dx (B MN-major, A K-major), where nvcc's code spills 8 bytes at the 168-register cap of 384
 // threads and NVRTC's does not (ptxas -v on NVRTC's PTX: none, with or without a residual).
 TN_ENTRY(grad_linear_dweight_f32_kn_128x128x32_wgmma_pp_at_b0, (384, 1))(TN_GRAD_PARAMS(float)) {
-  tn_grad_gemm<tn_wgmma_gemm<float, 128, 128, 32, 384, 3, true, true, false, 32, Epi<float>, true, true>>(
-      TN_GRAD_ARGS);
+  tn_grad_gemm<tn_wgmma_gemm<float, 128, 128, 32, 384, 3, true, true, false, 32, Epi<float>, true, true>>(TN_GRAD_ARGS);
 }
 
 // With an epilogue reading r (grad.linear_dx's, fuse_grad_linear_epilogue): a fan-out sum and an
