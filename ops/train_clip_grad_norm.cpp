@@ -3,11 +3,12 @@
 // total_norm] (f32 [2]), total_norm the 2-norm of all the gradients' elements together. A graph
 // with `clip_grad_norm: X` gets one node of it, which every update reads (docs/training.md).
 //
-// Launches (ops/kernels/optim.cuh): per gradient, a grid-stride sum of squares leaving one f32
-// partial a block in the scratch buffer "partials", each gradient its own range of it; then one
-// block adds all the partials in f64 in a fixed order and writes the coefficient and the norm. The
-// grids are capped by a constant, not the device symbol SMS, so the partials and so the bits of
-// the result are the same on every GPU, and the buffer is sized from the dims alone. No atomics.
+// Launches (ops/kernels/optim.cuh): one grid-stride sum of squares over every gradient in turn
+// (their pointers and sizes are the launch's arguments: one launch, however many params), leaving
+// one f32 partial a block in the scratch buffer "partials"; then one block adds the partials in
+// f64 in a fixed order and writes the coefficient and the norm. The grid is capped by a constant,
+// not the device symbol SMS, so the partials and so the bits of the result are the same on every
+// GPU, and the buffer is sized from the dims alone. No atomics.
 #include <cmath>
 #include <utility>
 
@@ -22,8 +23,8 @@ namespace teeny::ops {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kElementsPerThread = 4;        // optim.cuh's packs of four
-constexpr int kMaxBlocksPerGradient = 1024;  // 2^18 threads: a wave of a 132-SM Hopper
+constexpr int kElementsPerThread = 4;  // optim.cuh's packs of four
+constexpr int kMaxBlocks = 1024;       // 2^18 threads: a wave of a 132-SM Hopper
 constexpr int kCoefThreads = 256;
 
 TensorType infer(const OpDef& def, const OpContext& ctx) {
@@ -43,40 +44,43 @@ TensorType infer(const OpDef& def, const OpContext& ctx) {
   return contiguous(DType::kF32, {Expr(2)});
 }
 
-// The blocks of gradient `grad`'s sum of squares.
-Expr blocks_of(const TensorType& grad) {
-  return min(ceil_div(product(grad.shape), Expr(kThreads * kElementsPerThread)), Expr(kMaxBlocksPerGradient));
-}
-
-// One kernel per gradient dtype; returns its index.
-int sq_sum_kernel(Lowering& lowering, DType dtype, const std::vector<KernelArg>& args) {
-  const std::string name = fmt::format("grad_sq_sum_{}", dtype_name(dtype));
-  for (size_t k = 0; k < lowering.kernels.size(); ++k)
-    if (lowering.kernels[k].name == name) return static_cast<int>(k);
-  lowering.kernels.push_back(template_kernel(name, "optim.cuh",
-                                             fmt::format("tn_grad_sq_sum<{}, {}>", dtype_c_type(dtype), kThreads), args,
-                                             kThreads, TEENY_KERNEL_ORIGIN));
-  return static_cast<int>(lowering.kernels.size() - 1);
+// The sum of squares' kernel name: its gradients' dtypes in order, runs counted
+// ("grad_sq_sum_f32x30_bf16x6"), since its signature takes one pointer per gradient.
+std::string sq_sum_name(const std::vector<TensorType>& grads) {
+  std::string name = "grad_sq_sum";
+  for (size_t i = 0; i < grads.size();) {
+    size_t run = i + 1;
+    while (run < grads.size() && grads[run].dtype == grads[i].dtype) ++run;
+    name += fmt::format("_{}{}", dtype_name(grads[i].dtype), run - i > 1 ? fmt::format("x{}", run - i) : "");
+    i = run;
+  }
+  return name;
 }
 
 Lowering lower(const OpContext& ctx) {
   Lowering lowering;
-  Expr offset(0);
+  Launch sq_sum;
+  sq_sum.args = {scratch("partials", "partials", DType::kF32)};
+  Expr elements(0), bytes(0);
   for (size_t i = 0; i < ctx.inputs.size(); ++i) {
     const TensorType& grad = ctx.inputs[i];
     const Expr n = product(grad.shape);
-    const Expr blocks = blocks_of(grad);
-    Launch launch;
-    launch.args = {input(static_cast<int>(i), "grad", grad.dtype), i64("n", n),
-                   scratch("partials", "partials", DType::kF32), i32("offset", offset)};
-    launch.kernel = sq_sum_kernel(lowering, grad.dtype, launch.args);
-    launch.block = {kThreads, 1, 1};
-    launch.grid[0] = blocks;
-    launch.bytes = n * Expr(static_cast<int64_t>(dtype_size(grad.dtype))) + blocks * Expr(4);
-    launch.flops = n * Expr(2);
-    lowering.launches.push_back(std::move(launch));
-    offset = offset + blocks;
+    sq_sum.args.push_back(input(static_cast<int>(i), fmt::format("grad{}", i), grad.dtype));
+    sq_sum.args.push_back(i64(fmt::format("n{}", i), n));
+    elements = elements + n;
+    bytes = bytes + n * Expr(static_cast<int64_t>(dtype_size(grad.dtype)));
   }
+  const Expr blocks = min(ceil_div(elements, Expr(kThreads * kElementsPerThread)), Expr(kMaxBlocks));
+  sq_sum.kernel = 0;
+  lowering.kernels.push_back(template_kernel(sq_sum_name(ctx.inputs), "optim.cuh",
+                                             fmt::format("tn_grad_sq_sum<{}>", kThreads), sq_sum.args, kThreads,
+                                             TEENY_KERNEL_ORIGIN));
+  sq_sum.block = {kThreads, 1, 1};
+  sq_sum.grid[0] = max(blocks, Expr(1));
+  sq_sum.bytes = bytes + sq_sum.grid[0] * Expr(4);
+  sq_sum.flops = elements * Expr(2);
+  lowering.launches.push_back(std::move(sq_sum));
+  const Expr offset = lowering.launches[0].grid[0];
   lowering.scratch.push_back({"partials", DType::kF32, offset});
 
   Launch coef;

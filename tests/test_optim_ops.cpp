@@ -148,16 +148,19 @@ TEST(OptimOps, UpdateNodesWriteParamsInPlaceAndHaveNoOutputTensor) {
   EXPECT_EQ(describe_args(*sgd[0]), expected);
   EXPECT_EQ(b.kernels.at(sgd[0]->kernel).name, "sgd_step_f32");
 
-  // The clip node: a sum of squares per gradient into its own range of the partials, then one block.
+  // The clip node: one sum of squares over both gradients (8 elements: one block), then one block.
   const std::vector<const BundleLaunch*> clip = launches_of(b, "clip_grad_norm");
-  ASSERT_EQ(clip.size(), 3u);
+  ASSERT_EQ(clip.size(), 2u);
+  EXPECT_EQ(
+      describe_args(*clip[0]),
+      (std::vector<std::string>{"scratch float* partials = clip_grad_norm#partials",
+                                "input const float* grad0 = " + b.gradients.at("fc.weight"), "i64 long long n0 = 6",
+                                "input const float* grad1 = " + b.gradients.at("fc.bias"), "i64 long long n1 = 2"}));
+  EXPECT_EQ(b.kernels.at(clip[0]->kernel).name, "grad_sq_sum_f32x2");
   EXPECT_EQ(describe_args(*clip[1]),
-            (std::vector<std::string>{"input const float* grad = " + b.gradients.at("fc.bias"), "i64 long long n = 2",
-                                      "scratch float* partials = clip_grad_norm#partials", "i32 int offset = 1"}));
-  EXPECT_EQ(describe_args(*clip[2]),
-            (std::vector<std::string>{"scratch float* partials = clip_grad_norm#partials", "i32 int count = 2",
+            (std::vector<std::string>{"scratch float* partials = clip_grad_norm#partials", "i32 int count = 1",
                                       "f32 float max_norm = 1", "output float* clip = clip_grad_norm"}));
-  EXPECT_EQ(shape_str(b.tensor("clip_grad_norm#partials").shape), "[2]");
+  EXPECT_EQ(shape_str(b.tensor("clip_grad_norm#partials").shape), "[1]");
 }
 
 // ---- host steps ------------------------------------------------------------------------------

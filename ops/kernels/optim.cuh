@@ -308,16 +308,12 @@ __device__ __forceinline__ void tn_adamw_step_master(P* param, float* master, co
 
 // ---- gradient norm and clipping ------------------------------------------------------------
 
-// Sum of g^2 over the n elements of one gradient, one f32 partial a block:
-// partials[offset + blockIdx.x] (every gradient of the graph has its own gridDim.x entries, from
-// `offset` on). f32 accumulation, as PyTorch's norm kernels; deterministic for a given grid: each
-// thread sums a fixed set of elements in a fixed order and the block sum is a fixed tree.
-template <typename G, int kThreads>
-__device__ __forceinline__ void tn_grad_sq_sum(const G* grad, long long n, float* partials, int offset) {
-  __shared__ float smem32[32];
-  const long long threads = (long long)gridDim.x * kThreads;
-  const long long tid = (long long)blockIdx.x * kThreads + threadIdx.x;
-  float acc = 0.f;
+// This thread's part of the sum of g^2 over one gradient's n elements, added to acc: thread tid
+// of `threads` takes packs of four tid, tid + threads, ... (where the gradient is aligned), then
+// elements likewise.
+template <typename G>
+__device__ __forceinline__ float tn_sq_sum_part(float acc, long long tid, long long threads, const G* grad,
+                                                long long n) {
   long long head = 0;
   if (tn_optim_aligned4(grad)) {
     const long long packs = n / 4;
@@ -333,8 +329,27 @@ __device__ __forceinline__ void tn_grad_sq_sum(const G* grad, long long n, float
     const float g = tn_f32(grad[i]);
     acc = fmaf(g, g, acc);
   }
-  acc = tn_block_sum<kThreads>(acc, smem32);
-  if (threadIdx.x == 0) partials[offset + blockIdx.x] = acc;
+  return acc;
+}
+__device__ __forceinline__ float tn_sq_sum_parts(float acc, long long, long long) { return acc; }
+template <typename G, typename... Rest>
+__device__ __forceinline__ float tn_sq_sum_parts(float acc, long long tid, long long threads, const G* grad,
+                                                 long long n, Rest... rest) {
+  return tn_sq_sum_parts(tn_sq_sum_part(acc, tid, threads, grad, n), tid, threads, rest...);
+}
+
+// Sum of g^2 over every element of the gradients (grad0, n0, grad1, n1, ...: each a pointer of
+// any float type and its element count), one launch for all of them, one f32 partial a block in
+// partials[blockIdx.x]. f32 accumulation, as PyTorch's norm kernels; deterministic for a given
+// grid: each thread sums a fixed set of elements in a fixed order (the gradients in turn) and the
+// block sum is a fixed tree.
+template <int kThreads, typename... Grads>
+__device__ __forceinline__ void tn_grad_sq_sum(float* partials, Grads... grads) {
+  __shared__ float smem32[32];
+  const long long threads = (long long)gridDim.x * kThreads;
+  const long long tid = (long long)blockIdx.x * kThreads + threadIdx.x;
+  const float acc = tn_block_sum<kThreads>(tn_sq_sum_parts(0.f, tid, threads, grads...), smem32);
+  if (threadIdx.x == 0) partials[blockIdx.x] = acc;
 }
 
 // tn_block_sum in f64, for a 1-D block of kThreads (a multiple of 32); every thread gets the sum.

@@ -51,20 +51,22 @@ TN_MASTER_STEP(adamw_step_master_f16, tn_adamw_step_master, __half, __half, TN_A
 TN_MASTER_STEP(adamw_step_master_bf16_grad_f32, tn_adamw_step_master, __nv_bfloat16, float,
                TN_ADAMW_PARAMS(float, const float*), TN_ADAMW_ARGS)
 
-// The gradient norm's two launches: each tensor's sum of squares, then the clip coefficient
-// at the op's block of 256, a warp and the largest block.
-#define TN_GRAD_SQ_SUM(name, G)                                                    \
-  TN_ENTRY(name, (256))(const G* grad, long long n, float* partials, int offset) { \
-    tn_grad_sq_sum<G, 256>(grad, n, partials, offset);                             \
-  }
+// The gradient norm's two launches: the sum of squares of one gradient and of gradients of
+// every dtype together, then the clip coefficient at the op's block of 256, a warp and the
+// largest block.
+TN_ENTRY(grad_sq_sum_f32, (256))(float* partials, const float* grad0, long long n0) {
+  tn_grad_sq_sum<256>(partials, grad0, n0);
+}
+TN_ENTRY(grad_sq_sum_f32_bf16_f16, (256))
+(float* partials, const float* grad0, long long n0, const __nv_bfloat16* grad1, long long n1, const __half* grad2,
+ long long n2) {
+  tn_grad_sq_sum<256>(partials, grad0, n0, grad1, n1, grad2, n2);
+}
 #define TN_CLIP_COEF(threads)                                                                                \
   TN_ENTRY(clip_coef_t##threads, (threads))(const float* partials, int count, float max_norm, float* clip) { \
     tn_clip_coef<threads>(partials, count, max_norm, clip);                                                  \
   }
 
-TN_GRAD_SQ_SUM(grad_sq_sum_f32, float)
-TN_GRAD_SQ_SUM(grad_sq_sum_bf16, __nv_bfloat16)
-TN_GRAD_SQ_SUM(grad_sq_sum_f16, __half)
 TN_CLIP_COEF(256)
 TN_CLIP_COEF(1024)
 TN_CLIP_COEF(32)
