@@ -22,6 +22,7 @@ constexpr int kSplitWaves = 2;
 constexpr int kMinSplitK = 256;
 constexpr int kMinSplitKWgmma = 1024;
 constexpr int kMinSplitKTf32 = 512;
+constexpr int kTf32MaxK = 4096;
 constexpr int kSplitSms = 132;
 constexpr int kSumThreads = 256;
 
@@ -48,12 +49,18 @@ bool is_16_byte_multiple(const Expr& elements, DType dtype) {
 // The GEMM's tile. On sm_90 over one matrix (the persistent blocks walk a single one), the wgmma
 // kernel: 16-bit by TMA where the rows of A, B, C and R are 16-byte multiples (TMA's strides; C is
 // [M, N]); f32 as 3xTF32 (any layout, any stride) where the output is at least one tile wide, as
-// linear's. Otherwise the [K, N] heuristic picks among the one-tile-a-block kernels (it never
-// picks wgmma for a [K, N] B); their tiles serve either B layout.
+// linear's, and the sum is a layer's width (K a constant up to kTf32MaxK: an input gradient's).
+// A weight gradient sums over the rows, any number of them: the tensor cores add each product
+// into the accumulator rounding toward zero, so a sum's error grows with its length rather than
+// its square root, and over 12000 rows it measured 6e-4 (2e-7 of the sum of |terms|), above f32's
+// per-element tolerance where terms cancel; CUDA cores' FMAs round to nearest. Otherwise the
+// [K, N] heuristic picks among the one-tile-a-block kernels (it never picks wgmma for a [K, N]
+// B); their tiles serve either B layout.
 GemmTile grad_gemm_tile(const GradGemm& gemm, int target_sm) {
   if (target_sm == 90 && gemm.batch.empty()) {
-    if (gemm.dtype == DType::kF32 && gemm.n.is_const() && *gemm.n.const_value() >= gemm_tf32_tile().bn)
-      return gemm_tf32_tile();
+    const bool wide = gemm.n.is_const() && *gemm.n.const_value() >= gemm_tf32_tile().bn;
+    const bool short_sum = gemm.k.is_const() && *gemm.k.const_value() <= kTf32MaxK;
+    if (gemm.dtype == DType::kF32 && wide && short_sum) return gemm_tf32_tile();
     const auto rows_ok = [&](const Expr& stride) { return is_16_byte_multiple(stride, gemm.dtype); };
     if (gemm.dtype != DType::kF32 && rows_ok(gemm.lda) && rows_ok(gemm.ldb) && rows_ok(gemm.n) &&
         (!gemm.epilogue.residual || rows_ok(gemm.ldr)))

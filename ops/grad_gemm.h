@@ -4,11 +4,12 @@
 // gradients' dyᵀ and aᵀ, whose sums run over the rows: read transposed in place, with no
 // transpose node); B is [K, N] or [N, K]. On sm_90, over one matrix, the persistent wgmma kernel,
 // which reads either operand K-major or MN-major: 16-bit by TMA where rows are 16-byte multiples,
-// f32 as 3xTF32 where the output is a tile wide; otherwise a one-tile-a-block kernel (CUDA cores
-// or mma.sync). Where the output tiles cannot
-// fill the GPU, the sum over K is split: each split writes its partial tiles (f32) to the
-// scratch buffer `partials` and a second launch adds them in split order, so each output is
-// still one sum in a fixed order (no atomics) and a gradient has the same bits on every run.
+// f32 as 3xTF32 where the output is a tile wide and K a layer's width (dx; not a weight
+// gradient's sum over the rows); otherwise a one-tile-a-block kernel (CUDA cores or mma.sync).
+// Where the output tiles cannot fill the GPU, the sum over K is split: each split writes its
+// partial tiles (f32) to the scratch buffer `partials` and a second launch adds them in split
+// order, so each output is still one sum in a fixed order (no atomics) and a gradient has the
+// same bits on every run.
 // An epilogue that reads a tensor R (an activation's derivative, or a fan-out gradient added in:
 // grad.linear_dx's) takes one 2-D matrix and never splits: R is applied once, to the whole sum.
 #pragma once

@@ -115,9 +115,10 @@ std::vector<ConformanceCase> conformance_cases() {
         {"dy [B, 3, 768] -> 1001 " + dt,
          case_graph({"B"}, {{"dy", dtype, "[B, 3, 768]"}}, {{"dx", "grad.linear_dx", {"dy"}, {{"in_features", 1001}}}}),
          {{{"B", 1}}, {{"B", 130}}}});
-    // Ragged N and K over many rows; a long K over few rows (split); rows of 16-byte multiples
-    // (16-bit on sm_90: wgmma by TMA, the weight read N-major).
-    const std::vector<std::pair<int, int>> shapes = {{770, 17}, {4096, 72}, {264, 136}};
+    // Ragged N and K over many rows; a long K over few rows (split), narrow and a tile wide (f32 on
+    // sm_90: 3xTF32 up to its longest K); rows of 16-byte multiples (16-bit on sm_90: wgmma by
+    // TMA, the weight read N-major).
+    const std::vector<std::pair<int, int>> shapes = {{770, 17}, {4096, 72}, {4096, 136}, {264, 136}};
     for (auto [n, k] : shapes) {
       cases.push_back({fmt::format("dy [B, {}] -> {} {}", n, k, dt),
                        case_graph({"B"}, {{"dy", dtype, fmt::format("[B, {}]", n)}},

@@ -568,38 +568,41 @@ TEST(GemmAttentionLowering, LinearSplitsKWhenTilesCannotFillTheGpu) {
   EXPECT_EQ(tiled_linear(op("linear").lower(bf16)).launches.size(), 1u);
 }
 
-TEST(GemmAttentionLowering, F32GradientGemmsRunOnTensorCoresInEitherLayout) {
-  // tiny_lm's weight gradient: dW [256, 256] = dyᵀ x over B*S rows, both operands MN-major.
+TEST(GemmAttentionLowering, F32InputGradientsRunOnTensorCoresWeightGradientsOnCudaCores) {
+  // tiny_lm's MLP: dx = dy W reads the weight [256, 1024] as a [K, N] B (MN-major), K = 256.
   const TensorType dy = tensor(DType::kF32, {B, S, 256}), x = tensor(DType::kF32, {B, S, 256});
-  OpContext ctx = context("grad.linear_dweight", nlohmann::json::object(), {dy, x});
+  OpContext ctx = context("grad.linear_dx", {{"in_features", 1024}}, {dy});
   ctx.target_sm = 90;
-  Lowering lowering = op("grad.linear_dweight").lower(ctx);
-  ASSERT_EQ(lowering.launches.size(), 2u);  // the GEMM and the sum of its splits
-  EXPECT_EQ(lowering.kernels.at(0).name, "grad_linear_dweight_f32_kn_128x128x32_wgmma_pp_at_b0");
+  Lowering lowering = op("grad.linear_dx").lower(ctx);
+  EXPECT_EQ(lowering.kernels.at(0).name, "grad_linear_dx_f32_kn_128x128x32_wgmma_pp_b0");
   EXPECT_EQ(lowering.kernels.at(0).function,
             "tn_grad_gemm<tn_wgmma_gemm<float, 128, 128, 32, 384, 3, true, true, false, 32, "
-            "tn_gemm_epilogue<float, tn_act_none, false, false>, true, true>>");
-  // 4 tiles against 2 waves of 264 units: each split at least 512 long, so 16384 rows make 32
-  // splits and 1024 rows 2; under 512 rows no split.
+            "tn_gemm_epilogue<float, tn_act_none, false, false>, false, true>>");
+  // 128 output tiles a row block against 2 waves of 264 units: a short M splits K = 256 in
+  // k-steps of at least 512, i.e. not at all; one block an SM.
   const Launch& gemm = lowering.launches[0];
-  EXPECT_EQ(arg(gemm, "splits").value.eval({{"B", 64}, {"S", 256}, {"SMS", 132}}), 32);
-  EXPECT_EQ(arg(gemm, "splits").value.eval({{"B", 4}, {"S", 256}, {"SMS", 132}}), 2);
-  EXPECT_EQ(arg(gemm, "splits").value.eval({{"B", 1}, {"S", 256}, {"SMS", 132}}), 1);
-  // One block an SM, at most one a unit.
-  EXPECT_EQ(gemm.grid[0].eval({{"B", 64}, {"S", 256}, {"SMS", 132}}), 128);
+  EXPECT_EQ(arg(gemm, "splits").value.eval({{"B", 1}, {"S", 1}, {"SMS", 132}}), 1);
+  EXPECT_EQ(gemm.grid[0].eval({{"B", 64}, {"S", 256}, {"SMS", 132}}), 132);
   EXPECT_EQ(gemm.block[0], 384);
-
-  // dx = dy W reads the weight [256, 1024] as a [K, N] B (MN-major).
-  ctx = context("grad.linear_dx", {{"in_features", 1024}}, {dy});
+  // A K of 4096 is one split over 512 rows of dy, 8 splits of 512 (16 k-steps each).
+  ctx = context("grad.linear_dx", {{"in_features", 1024}}, {tensor(DType::kF32, {B, 4096})});
   ctx.target_sm = 90;
   lowering = op("grad.linear_dx").lower(ctx);
-  EXPECT_EQ(lowering.kernels.at(0).name, "grad_linear_dx_f32_kn_128x128x32_wgmma_pp_b0");
-  // Outputs under one tile wide, and other arches, stay on CUDA cores.
+  EXPECT_EQ(arg(lowering.launches[0], "splits").value.eval({{"B", 1}, {"SMS", 132}}), 8);
+  ASSERT_EQ(lowering.launches.size(), 2u);  // and the sum of the splits
+  // Over 4096: CUDA cores, as are outputs under one tile wide, other arches and weight gradients,
+  // whose sum over the rows has no bound.
+  ctx = context("grad.linear_dx", {{"in_features", 1024}}, {tensor(DType::kF32, {B, 4097})});
+  ctx.target_sm = 90;
+  EXPECT_EQ(op("grad.linear_dx").lower(ctx).kernels.at(0).name, "grad_linear_dx_f32_kn_128x128x8_b0");
   ctx = context("grad.linear_dx", {{"in_features", 64}}, {dy});
   ctx.target_sm = 90;
   EXPECT_EQ(op("grad.linear_dx").lower(ctx).kernels.at(0).name, "grad_linear_dx_f32_kn_64x64x16_b0");
-  ctx = context("grad.linear_dweight", nlohmann::json::object(), {dy, x});
+  ctx = context("grad.linear_dx", {{"in_features", 1024}}, {dy});
   ctx.target_sm = 80;
+  EXPECT_EQ(op("grad.linear_dx").lower(ctx).kernels.at(0).name, "grad_linear_dx_f32_kn_128x128x8_b0");
+  ctx = context("grad.linear_dweight", nlohmann::json::object(), {dy, x});
+  ctx.target_sm = 90;
   EXPECT_EQ(op("grad.linear_dweight").lower(ctx).kernels.at(0).name, "grad_linear_dweight_f32_kn_64x64x16_at_b0");
 }
 

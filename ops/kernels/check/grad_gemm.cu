@@ -58,10 +58,11 @@ TN_ENTRY(grad_matmul_da_bf16_nk_128x128x64_wgmma_pp_tma_b0, (384, 1))
   tn_grad_gemm_tma<TmaGemm<__nv_bfloat16, false, false>>(TN_GRAD_ARGS, a_map, b_map, c_map);
 }
 
-// f32 wgmma (3xTF32 by cp.async): dweight, A and B MN-major, transposed as they load. Left out:
-// dx (B MN-major, A K-major), where nvcc's code spills 8 bytes at the 168-register cap of 384
-// threads and NVRTC's does not (ptxas -v on NVRTC's PTX: none, with or without a residual).
-TN_ENTRY(grad_linear_dweight_f32_kn_128x128x32_wgmma_pp_at_b0, (384, 1))(TN_GRAD_PARAMS(float)) {
+// f32 wgmma (3xTF32 by cp.async) over a constant K: matmul's db (A and B MN-major, transposed as
+// they load). Left out: dx (B MN-major, A K-major), where nvcc's code spills 8 bytes at the
+// 168-register cap of 384 threads and NVRTC's does not (ptxas -v on NVRTC's PTX: none, with or
+// without a residual).
+TN_ENTRY(grad_matmul_db_f32_kn_128x128x32_wgmma_pp_at_b0, (384, 1))(TN_GRAD_PARAMS(float)) {
   tn_grad_gemm<tn_wgmma_gemm<float, 128, 128, 32, 384, 3, true, true, false, 32, Epi<float>, true, true>>(TN_GRAD_ARGS);
 }
 
