@@ -1,9 +1,9 @@
 // sdpa's gradient ops (ops.md, "Gradients"): grad.sdpa_stats (the forward's row log-sum-exp,
 // recomputed, and D = rowsum(dO · O)), grad.sdpa_dq, and grad.sdpa_dkv (dK and dV side by side,
 // each k/v head's summed over the kv_groups query heads sharing it). FlashAttention-2's backward:
-// scores recomputed tile by tile, nothing S x S stored, no atomics. On tensor cores where the
-// forward is (attention_tensor_cores: ops/kernels/grad_sdpa_mma.cuh), else on CUDA cores in f32
-// (ops/kernels/grad_sdpa.cuh).
+// scores recomputed tile by tile, nothing S x S stored, no atomics. On tensor cores at head dims in
+// MMA steps (attention_mma_head_dim: ops/kernels/grad_sdpa_mma.cuh; f32 by 3xTF32), else on
+// CUDA cores in f32 (ops/kernels/grad_sdpa.cuh).
 // The forward op's output is untouched: its kernels never write the log-sum-exp.
 // With attr `heads` (fused.sdpa_heads' backward) the ops read q, k, v, o and do in that op's
 // layout, [B, S, heads*Dh] and [B, Skv, kv_heads*Dh] (ops/sdpa.h), and write dQ in q's and
@@ -34,7 +34,7 @@ int tile_rows(int64_t head_dim) { return head_dim <= 64 ? 64 : head_dim <= 128 ?
 int64_t padded_ld(int64_t head_dim) { return head_dim % 2 == 0 ? head_dim + 1 : head_dim; }
 
 // Tensor-core kernels (grad_sdpa_mma.cuh): 4 warps of 16 rows, 64-row tiles of queries and keys,
-// rows padded by 8 elements. Shared memory: Q and double-buffered K (stats); Q, dO and
+// rows padded by 16 bytes. Shared memory: Q and double-buffered K (stats); Q, dO and
 // double-buffered K and V (dQ); K, V and double-buffered Q and dO with their rows' lse and D (dK/dV,
 // whose query tiles are 32 rows above head dim 64, leaving registers to its dK and dV).
 constexpr int kMmaThreads = 128;
@@ -45,7 +45,7 @@ int mma_dkv_query_tile(int64_t head_dim) { return head_dim <= 64 ? 64 : 32; }
 constexpr int kMmaBlocksPerSm = 2;
 // `rows` of padded T rows, then `floats` f32 values.
 int64_t mma_smem_bytes(int64_t head_dim, DType dtype, int64_t rows, int64_t floats) {
-  return rows * (head_dim + 8) * static_cast<int64_t>(dtype_size(dtype)) + floats * 4;
+  return rows * (head_dim * static_cast<int64_t>(dtype_size(dtype)) + 16) + floats * 4;
 }
 
 double attention_scale(const Attrs& attrs, int64_t head_dim) {
@@ -154,7 +154,7 @@ Lowering lower(const OpContext& ctx, Kernel which) {
   const DType dtype = q.dtype;
   const AttentionHeads h = attention_heads(ctx.attrs);
   const int64_t head_dim = *q.shape[2].const_value() / h.heads;
-  const bool mma = attention_tensor_cores(dtype, head_dim);
+  const bool mma = attention_mma_head_dim(head_dim);
   const int tile = mma ? kMmaTile : tile_rows(head_dim);
   const int threads = mma ? kMmaThreads : kThreads;
   const bool causal = ctx.attrs.boolean("causal");
@@ -348,7 +348,7 @@ ConformanceCase chain_case(const std::string& op, DType dtype, const std::string
 }
 
 // Every dtype at head dims 64 (the common one) and 17 (odd rows), causal and not, sequence
-// lengths 1, 17 and 129 (tiles of 64 cut short); 128 and 256 (tiles of 32 and 16) once each;
+// lengths 1, 17 and 129 (tiles of 64 cut short); 128 (f32 and bf16) and 256 (tiles of 16);
 // q and k/v lengths apart; grouped-query attention; a negative scale; padded inputs.
 std::vector<ConformanceCase> conformance_cases(const std::string& op) {
   std::vector<ConformanceCase> cases;
@@ -368,7 +368,7 @@ std::vector<ConformanceCase> conformance_cases(const std::string& op) {
                                  apart,
                                  fmt::format("kv_groups {}, Dh {}{}", groups, head_dim, causal ? " causal" : "")));
   }
-  for (const auto& [dtype, head_dim] : {std::tuple{DType::kBF16, 128}, {DType::kF32, 256}})
+  for (const auto& [dtype, head_dim] : {std::tuple{DType::kBF16, 128}, {DType::kF32, 128}, {DType::kF32, 256}})
     cases.push_back(chain_case(op, dtype, fmt::format("[N, S, {}]", head_dim), fmt::format("[N, T, {}]", head_dim),
                                {{"causal", true}}, apart, fmt::format("Dh {} causal", head_dim)));
   cases.push_back(chain_case(op, DType::kF16, "[N, S, 64]", "[N, T, 64]", {{"causal", false}, {"scale", -0.5}}, apart,
@@ -380,9 +380,11 @@ std::vector<ConformanceCase> conformance_cases(const std::string& op) {
                              "kv_groups 2, Dh 96 causal"));
   cases.push_back(chain_case(op, DType::kF16, "[N, S, 32]", "[N, T, 32]", {{"causal", false}},
                              {{{"N", 2}, {"S", 128}, {"T", 128}}, {{"N", 1}, {"S", 4097}, {"T", 7}}}, "Dh 32"));
-  // Heads in place (fused.sdpa_heads' backward): 3 heads of 64 and 128 on tensor cores and of 17
-  // on CUDA cores, and grouped-query (8 query heads on 2 k/v heads) with q and k/v lengths apart.
-  for (const auto& [dtype, head_dim] : {std::tuple{DType::kBF16, 64}, {DType::kF16, 128}, {DType::kF32, 17}}) {
+  // Heads in place (fused.sdpa_heads' backward): 3 heads of 64 and 128 on tensor cores (f32 by
+  // 3xTF32) and of 17 on CUDA cores, and grouped-query (8 query heads on 2 k/v heads) with q and
+  // k/v lengths apart.
+  for (const auto& [dtype, head_dim] :
+       {std::tuple{DType::kBF16, 64}, {DType::kF16, 128}, {DType::kF32, 64}, {DType::kF32, 17}}) {
     const std::string shape = fmt::format("[N, S, {}]", 3 * head_dim);
     cases.push_back(chain_case(op, dtype, shape, shape, {{"causal", true}, {"heads", 3}}, lengths,
                                fmt::format("3 heads of {} in place causal", head_dim)));

@@ -245,8 +245,10 @@ OpTuning attention_tuning(std::function<AttentionHeads(const Attrs&)> heads_of) 
   return tuning;
 }
 
+bool attention_mma_head_dim(int64_t head_dim) { return head_dim % 16 == 0 && head_dim <= 128; }
+
 bool attention_tensor_cores(DType dtype, int64_t head_dim) {
-  return dtype != DType::kF32 && head_dim % 16 == 0 && head_dim <= 128;
+  return dtype != DType::kF32 && attention_mma_head_dim(head_dim);
 }
 
 void check_sdpa_head_dim(const std::string& op, int64_t head_dim) {

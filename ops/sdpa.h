@@ -70,9 +70,11 @@ DType check_attention_inputs(const OpDef& meta, const OpContext& ctx, const Atte
 // `head_dim`.
 void check_sdpa_head_dim(const std::string& op, int64_t head_dim);
 
-// Whether attention's kernels (forward and gradient) at this dtype and head dim run on tensor
-// cores: 16-bit storage and head dims in MMA steps, up to what keeps the accumulators in registers.
+// Whether attention's forward kernels at this dtype and head dim run on tensor cores: 16-bit
+// storage and head dims in MMA steps, up to what keeps the accumulators in registers. The gradient
+// kernels run every float dtype there (f32 by 3xTF32): attention_mma_head_dim.
 bool attention_tensor_cores(DType dtype, int64_t head_dim);
+bool attention_mma_head_dim(int64_t head_dim);
 
 // The heads of q and of k/v in each row block, and how many query heads share a k/v head.
 struct AttentionHeads {

@@ -1,6 +1,7 @@
-// sdpa's gradient on tensor cores (ops/grad_sdpa.cpp): f16/bf16 with head dims in MMA steps (up
-// to 128), the same three kernels and the same arguments as grad_sdpa.cuh's (its comment has the
-// formulas), FlashAttention-2's backward on m16n8k16 MMAs with f32 accumulators:
+// sdpa's gradient on tensor cores (ops/grad_sdpa.cpp): head dims in steps of 16 up to 128, the
+// same three kernels and the same arguments as grad_sdpa.cuh's (its comment has the formulas),
+// FlashAttention-2's backward on MMAs with f32 accumulators: m16n8k16 for f16/bf16, 3xTF32
+// m16n8k8 for f32 (mma.cuh's tn_mma_step: about f32 accuracy at a third of TF32's rate):
 //   tn_sdpa_grad_stats_mma: per 64-query tile, S = Q·Kᵀ tile by tile and an online log-sum-exp;
 //   tn_sdpa_grad_dq_mma:    per 64-query tile, S = Q·Kᵀ and dP = dO·Vᵀ per key tile, then
 //                           dQ += dS·K;
@@ -11,8 +12,8 @@
 // fused.sdpa_heads), dQ like q and [dK | dV] rows of 2 kv_heads kDH (the k/v heads' dK, then
 // their dV).
 // A warp owns 16 rows (queries, or keys in dK/dV); its operand fragments are read from shared
-// memory per k-step, so registers hold only accumulators. P and dS are rounded to T for their
-// products, as FlashAttention does, but for dK and dV of the shapes where that rounding would
+// memory per k-step, so registers hold only accumulators. 16-bit T: P and dS are rounded to T for
+// their products, as FlashAttention does, but for dK and dV of the shapes where that rounding would
 // show (many queries a key: tn_sdpa_grad_dkv_mma); every sum runs in a fixed order (no atomics),
 // so the bits never vary. The streamed tiles are double-buffered: the next one's cp.async copies run
 // while the current one is computed.
@@ -24,8 +25,10 @@
 
 constexpr float tn_grad_sdpa_mma_ln2 = 0.6931471805599453f;
 
+// Rows padded by 16 bytes: ldmatrix's row reads hit distinct banks, and so do f32 B-fragment reads
+// of rows 2t and 2t + 1 (tn_mma_pb_tf32).
 template <typename T, int kB, int kDH>
-using tn_sdpa_grad_tile_t = T[kB][kDH + 8];  // rows padded by 8: ldmatrix's row reads hit distinct banks
+using tn_sdpa_grad_tile_t = T[kB][kDH + tn_pack<T>::kN];
 
 // lse (log2 units) and D of query row `row` of a head's stats (row stride ldst); rows past Sq get
 // lse +inf, so that p = 2^(s·c - lse) is 0 there, and D 0.
@@ -91,7 +94,7 @@ __device__ __forceinline__ void tn_sdpa_grad_stats_mma(const T* q, const T* k, c
   const int q0 = qt * kB, row_a = q0 + warp * 16 + g;
   const T* kn = k + tn_sdpa_head_offset<kDH>(n / kv_groups, kv_heads, Skv, ldk);
   auto load = [&](Tile& dst, const T* src, int ld, int row0, int rows) {
-    tn_sdpa_copy_tile<kThreads, kB, kDH>(dst, src, ld, row0, rows, tn_from_raw<T>(0));
+    tn_sdpa_copy_tile<kThreads, kB, kDH>(dst, src, ld, row0, rows, tn_cast<T>(0.f));
   };
   const int j_first = tn_sdpa_first_key<kB, kWindow>(q0);
   load(Qs, q + tn_sdpa_head_offset<kDH>(n, heads, Sq, ldq), ldq, q0, Sq);
@@ -167,7 +170,7 @@ __device__ __forceinline__ void tn_sdpa_grad_dq_mma(const T* q, const T* k, cons
   const T* kn = k + tn_sdpa_head_offset<kDH>(n / kv_groups, kv_heads, Skv, ldk);
   const T* vn = v + tn_sdpa_head_offset<kDH>(n / kv_groups, kv_heads, Skv, ldv);
   auto load = [&](Tile& dst, const T* src, int ld, int row0, int rows) {
-    tn_sdpa_copy_tile<kThreads, kB, kDH>(dst, src, ld, row0, rows, tn_from_raw<T>(0));
+    tn_sdpa_copy_tile<kThreads, kB, kDH>(dst, src, ld, row0, rows, tn_cast<T>(0.f));
   };
   const int j_first = tn_sdpa_first_key<kB, kWindow>(q0);
   load(Qs, q + tn_sdpa_head_offset<kDH>(n, heads, Sq, ldq), ldq, q0, Sq);
@@ -244,10 +247,10 @@ __device__ __forceinline__ void tn_sdpa_grad_dkv_mma(const T* q, const T* k, con
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
   const int j0 = kt * kB, key_a = j0 + warp * 16 + g;
   auto load = [&](Tile& dst, const T* src, int ld, int row0, int rows) {
-    tn_sdpa_copy_tile<kThreads, kB, kDH>(dst, src, ld, row0, rows, tn_from_raw<T>(0));
+    tn_sdpa_copy_tile<kThreads, kB, kDH>(dst, src, ld, row0, rows, tn_cast<T>(0.f));
   };
   auto load_q = [&](QTile& dst, const T* src, int ld, int row0, int rows) {
-    tn_sdpa_copy_tile<kThreads, kBQ, kDH>(dst, src, ld, row0, rows, tn_from_raw<T>(0));
+    tn_sdpa_copy_tile<kThreads, kBQ, kDH>(dst, src, ld, row0, rows, tn_cast<T>(0.f));
   };
   // Query tile `it` of the flattened (query head of the group, query tile) sequence into buffer b.
   const int q_begin = kCausal ? j0 : 0;  // under the mask, queries before the tile's first key see none of it
@@ -273,8 +276,8 @@ __device__ __forceinline__ void tn_sdpa_grad_dkv_mma(const T* q, const T* k, con
   // Rounding P and dS to 16 bits costs dV and dK about u·sqrt(Σ p²)·|dO| (u = 2^-8 for bf16,
   // 2^-11 for f16), a sum over the kv_groups·Sq queries with weights near 1/Skv. Past
   // kv_groups·Sq > 4·Skv² that outgrows a 16-bit output's own rounding (self-attention never
-  // gets there), so such shapes multiply by P and dS split into two 16-bit parts.
-  const bool split = (long long)kv_groups * Sq > 4LL * Skv * Skv;
+  // gets there), so such shapes multiply by P and dS split into two 16-bit parts (f32 needs none).
+  const bool split = tn_pack<T>::kN == 8 && (long long)kv_groups * Sq > 4LL * Skv * Skv;
   float dk[kDH / 8][4] = {}, dv[kDH / 8][4] = {};
   for (int it = 0, buf = 0; it < tiles; ++it, buf ^= 1) {
     tn_cp_async_wait<0>();

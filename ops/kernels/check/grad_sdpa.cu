@@ -1,7 +1,7 @@
 // sdpa's gradient kernels instantiated for kernel_check (see check.cuh). grad_sdpa.cuh: each
 // kernel at the tiles ops/grad_sdpa.cpp picks per head dim (64 rows up to 64, 32 up to 128, 16 up
-// to 256), in each dtype where it runs (f32; 16-bit off the tensor-core head dims), causal and
-// not, and an odd head dim. grad_sdpa_mma.cuh: each kernel in both 16-bit dtypes, causal and not,
+// to 256), in each dtype where it runs (off the tensor-core head dims), causal and not, and an odd
+// head dim. grad_sdpa_mma.cuh: each kernel in every dtype (f32 at 64 and 128), causal and not,
 // at the head dims whose register use differs most (32, 64, 96, 128), with the two-blocks-an-SM
 // bound ops/grad_sdpa.cpp gives them. Each path's kernels also with a sliding window (the last
 // template argument).
@@ -48,6 +48,21 @@ TN_ENTRY(grad_sdpa_dkv_f16_d256_causal, (256)) TN_GRAD_SDPA_PARAMS(__half) {
 }
 TN_ENTRY(grad_sdpa_dkv_f32_d17, (256)) TN_GRAD_SDPA_PARAMS(float) {
   tn_sdpa_grad_dkv<float, 17, 64, 256, false>(TN_GRAD_SDPA_ARGS);
+}
+TN_ENTRY(grad_sdpa_stats_f32_d64_causal_mma, (128, 2)) TN_GRAD_SDPA_STATS_PARAMS(float) {
+  tn_sdpa_grad_stats_mma<float, 64, 64, 128, true>(TN_GRAD_SDPA_STATS_ARGS);
+}
+TN_ENTRY(grad_sdpa_dq_f32_d64_causal_mma, (128, 2)) TN_GRAD_SDPA_PARAMS(float) {
+  tn_sdpa_grad_dq_mma<float, 64, 64, 128, true>(TN_GRAD_SDPA_ARGS);
+}
+TN_ENTRY(grad_sdpa_dkv_f32_d64_causal_mma, (128, 2)) TN_GRAD_SDPA_PARAMS(float) {
+  tn_sdpa_grad_dkv_mma<float, 64, 64, 64, 128, true>(TN_GRAD_SDPA_ARGS);
+}
+TN_ENTRY(grad_sdpa_dq_f32_d128_mma, (128, 2)) TN_GRAD_SDPA_PARAMS(float) {
+  tn_sdpa_grad_dq_mma<float, 128, 64, 128, false>(TN_GRAD_SDPA_ARGS);
+}
+TN_ENTRY(grad_sdpa_dkv_f32_d128_mma, (128, 2)) TN_GRAD_SDPA_PARAMS(float) {
+  tn_sdpa_grad_dkv_mma<float, 128, 64, 32, 128, false>(TN_GRAD_SDPA_ARGS);
 }
 TN_ENTRY(grad_sdpa_stats_bf16_d64_causal_mma, (128, 2)) TN_GRAD_SDPA_STATS_PARAMS(__nv_bfloat16) {
   tn_sdpa_grad_stats_mma<__nv_bfloat16, 64, 64, 128, true>(TN_GRAD_SDPA_STATS_ARGS);
