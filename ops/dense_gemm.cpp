@@ -69,6 +69,10 @@ GemmTile wgmma_tile(DType dtype, int bn, int stages, WgmmaSchedule schedule,
 GemmTile gemm_tma_tile(DType dtype) { return wgmma_tile(dtype, 128, 6, WgmmaSchedule::kPingpong, WgmmaLoader::kTma); }
 
 // 3xTF32 stages are 64 KiB (f32 high and low parts of both 128-row tiles): three fit.
+GemmTile gemm_f32_block_tile(bool wide) {
+  return wide ? block_tile(128, 128, 8, 256, 2) : block_tile(64, 64, 16, 256, 2);
+}
+
 GemmTile gemm_tf32_tile() { return wgmma_tile(DType::kF32, 128, 3, WgmmaSchedule::kPingpong); }
 
 GemmTile choose_gemm_tile(DType dtype, GemmBLayout layout, const Expr& n, const Expr& k, int target_sm, bool tma_ok) {
@@ -78,7 +82,7 @@ GemmTile choose_gemm_tile(DType dtype, GemmBLayout layout, const Expr& n, const 
     // as fast as on CUDA cores), so only outputs under one tile wide stay on CUDA cores.
     const bool under_one_tile = !n.is_const() || *n.const_value() < 128;
     if (target_sm == 90 && layout == GemmBLayout::kNK && !under_one_tile) return gemm_tf32_tile();
-    return narrow ? block_tile(64, 64, 16, 256, 2) : block_tile(128, 128, 8, 256, 2);
+    return gemm_f32_block_tile(!narrow);
   }
   if (narrow) return block_tile(64, 64, 32, 128, 1);
   // wgmma reads B from shared memory K-major, i.e. in the [N, K] layout. Stages fill ~192 KiB.
@@ -107,7 +111,7 @@ GemmTile choose_gemm_tile(DType dtype, GemmBLayout layout, const Expr& n, const 
 std::vector<GemmTile> gemm_tile_candidates(DType dtype, GemmBLayout layout, int target_sm, bool tma_ok) {
   const bool wgmma = target_sm == 90 && layout == GemmBLayout::kNK;
   if (dtype == DType::kF32) {
-    std::vector<GemmTile> tiles = {block_tile(64, 64, 16, 256, 2), block_tile(128, 128, 8, 256, 2)};
+    std::vector<GemmTile> tiles = {gemm_f32_block_tile(false), gemm_f32_block_tile(true)};
     if (wgmma) tiles.push_back(gemm_tf32_tile());
     return tiles;
   }

@@ -70,6 +70,10 @@ GemmTile choose_gemm_tile(DType dtype, GemmBLayout layout, const Expr& n, const 
 // 6 stages, pingpong. The only 16-bit wgmma tile that reads MN-major operands.
 GemmTile gemm_tma_tile(DType dtype);
 
+// The f32 CUDA-core tiles (256 threads, two blocks an SM): 128x128x8, or 64x64x16 for outputs too
+// narrow to fill the GPU with the wide one's tiles.
+GemmTile gemm_f32_block_tile(bool wide);
+
 // The f32 wgmma tile (sm_90, 3xTF32, loading by cp.async): 128x128x32, 3 stages, pingpong. It reads
 // either operand K-major or MN-major (transposed as it loads).
 GemmTile gemm_tf32_tile();

@@ -6,7 +6,8 @@
 // Two launches (ops/kernels/loss.cuh): one block counts the targets exactly (integers) and leaves
 // 1 / count in the scratch buffer "inv_count"; then the forward's plan, a warp or a block per row
 // (cross_entropy_plan), computes the row's max and sum of exp as the forward does and writes the
-// row. Nothing is added across rows, so the gradient's bits are the same on every run.
+// row, its padding (rows padded to 16 bytes) as zeros. Nothing is added across rows, so the
+// gradient's bits are the same on every run.
 #include <fmt/format.h>
 
 #include <cmath>
@@ -24,7 +25,12 @@ constexpr int kCountThreads = 1024;
 TensorType infer(const OpDef& def, const OpContext& ctx) {
   check_logits_and_targets(def, ctx);
   const TensorType& logits = ctx.inputs[0];
-  return contiguous(output_float_dtype(def, ctx, logits.dtype), logits.shape);
+  // Rows padded to 16 bytes, as linear's logits are: the gradient GEMMs that read them load whole
+  // 16-byte chunks only from aligned rows.
+  const DType dtype = output_float_dtype(def, ctx, logits.dtype);
+  TensorType out = contiguous(dtype, logits.shape);
+  out.row_stride = round_up(logits.shape.back(), Expr(16 / static_cast<int64_t>(dtype_size(dtype))));
+  return out;
 }
 
 Lowering lower(const OpContext& ctx) {
@@ -63,6 +69,7 @@ Lowering lower(const OpContext& ctx) {
                i64("rows", rows),
                i32("classes", classes),
                i32("x_stride", logits.row_stride),
+               i32("dx_stride", ctx.output.row_stride),
                i32("targets_last", targets_last),
                i32("targets_stride", targets.row_stride),
                i32("ignore_index", ignore_index)};

@@ -53,12 +53,16 @@ bool is_16_byte_multiple(const Expr& elements, DType dtype) {
 // A weight gradient sums over the rows, any number of them: the tensor cores add each product
 // into the accumulator rounding toward zero, so a sum's error grows with its length rather than
 // its square root, and over 12000 rows it measured 6e-4 (2e-7 of the sum of |terms|), above f32's
-// per-element tolerance where terms cancel; CUDA cores' FMAs round to nearest. Otherwise the
-// [K, N] heuristic picks among the one-tile-a-block kernels (it never picks wgmma for a [K, N]
-// B); their tiles serve either B layout.
+// per-element tolerance where terms cancel; CUDA cores' FMAs round to nearest. There an output
+// of constant M and N (a weight gradient) takes the wide CUDA-core tile even where N is narrow:
+// its sum splits until the tiles fill the GPU, and the 128x128 register tiles make twice the FMAs
+// a shared-memory load of the 64x64 ones. Otherwise the [K, N] heuristic picks among the
+// one-tile-a-block kernels (it never picks wgmma for a [K, N] B); their tiles serve either B
+// layout.
 GemmTile grad_gemm_tile(const GradGemm& gemm, int target_sm) {
+  const auto at_least = [](const Expr& dim, int64_t size) { return dim.is_const() && *dim.const_value() >= size; };
   if (target_sm == 90 && gemm.batch.empty()) {
-    const bool wide = gemm.n.is_const() && *gemm.n.const_value() >= gemm_tf32_tile().bn;
+    const bool wide = at_least(gemm.n, gemm_tf32_tile().bn);
     const bool short_sum = gemm.k.is_const() && *gemm.k.const_value() <= kTf32MaxK;
     if (gemm.dtype == DType::kF32 && wide && short_sum) return gemm_tf32_tile();
     const auto rows_ok = [&](const Expr& stride) { return is_16_byte_multiple(stride, gemm.dtype); };
@@ -66,6 +70,8 @@ GemmTile grad_gemm_tile(const GradGemm& gemm, int target_sm) {
         (!gemm.epilogue.residual || rows_ok(gemm.ldr)))
       return fit_gemm_epilogue(gemm_tma_tile(gemm.dtype), gemm.epilogue);
   }
+  const GemmTile wide_tile = gemm_f32_block_tile(true);
+  if (gemm.dtype == DType::kF32 && at_least(gemm.m, wide_tile.bm) && at_least(gemm.n, wide_tile.bn)) return wide_tile;
   return choose_gemm_tile(gemm.dtype, GemmBLayout::kKN, gemm.n, gemm.k, target_sm);
 }
 

@@ -601,7 +601,14 @@ TEST(GemmAttentionLowering, F32InputGradientsRunOnTensorCoresWeightGradientsOnCu
   ctx = context("grad.linear_dx", {{"in_features", 1024}}, {dy});
   ctx.target_sm = 80;
   EXPECT_EQ(op("grad.linear_dx").lower(ctx).kernels.at(0).name, "grad_linear_dx_f32_kn_128x128x8_b0");
+  // A weight gradient's output is [256, 256]: the wide CUDA-core tile, its sum split 64 ways
+  // (rows of 256) to fill the GPU; one narrower than a tile keeps the narrow one.
   ctx = context("grad.linear_dweight", nlohmann::json::object(), {dy, x});
+  ctx.target_sm = 90;
+  lowering = op("grad.linear_dweight").lower(ctx);
+  EXPECT_EQ(lowering.kernels.at(0).name, "grad_linear_dweight_f32_kn_128x128x8_at_b0");
+  EXPECT_EQ(arg(lowering.launches[0], "splits").value.eval({{"B", 64}, {"S", 256}, {"SMS", 132}}), 64);
+  ctx = context("grad.linear_dweight", nlohmann::json::object(), {tensor(DType::kF32, {B, S, 64}), x});
   ctx.target_sm = 90;
   EXPECT_EQ(op("grad.linear_dweight").lower(ctx).kernels.at(0).name, "grad_linear_dweight_f32_kn_64x64x16_at_b0");
 }

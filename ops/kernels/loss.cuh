@@ -126,7 +126,7 @@ __device__ __forceinline__ void tn_cross_entropy_count(const int* targets, float
 // target is outside [0, classes) NaN (its loss is NaN); neither reads its logits.
 template <typename T, int kThreads, int kRowsPerBlock, int kItems>
 __device__ __forceinline__ void tn_cross_entropy_grad(const T* logits, const int* targets, const float* inv_count,
-                                                      T* dx, long long rows, int classes, int x_stride,
+                                                      T* dx, long long rows, int classes, int x_stride, int dx_stride,
                                                       int targets_last, int targets_stride, int ignore_index) {
   __shared__ float smem32[32];
   constexpr int kN = tn_pack<T>::kN;
@@ -135,16 +135,18 @@ __device__ __forceinline__ void tn_cross_entropy_grad(const T* logits, const int
   const long long r = (long long)blockIdx.x * kRowsPerBlock + threadIdx.x / kThreads;
   if (r >= rows) return;  // whole groups only: a block-wide group has kRowsPerBlock == 1
   const int target = tn_target(targets, r, targets_last, targets_stride);
-  T* out = dx + r * classes;
+  T* out = dx + r * dx_stride;  // the row's padding (to dx_stride) is written as zeros
   const bool vo = tn_aligned16(out);
   if (target == ignore_index || target < 0 || target >= classes) {
     const float fill = target == ignore_index ? 0.f : tn_nan();
-    float v[kItems][kN];
+    for (int c0 = 0; c0 < dx_stride; c0 += kChunk) {
+      float v[kItems][kN];
 #pragma unroll
-    for (int i = 0; i < kItems; ++i)
+      for (int i = 0; i < kItems; ++i)
 #pragma unroll
-      for (int k = 0; k < kN; ++k) v[i][k] = fill;
-    for (int c0 = 0; c0 < classes; c0 += kChunk) tn_row_store<T, kThreads, kItems>(out + c0, classes - c0, vo, t, v);
+        for (int k = 0; k < kN; ++k) v[i][k] = c0 + (i * kThreads + t) * kN + k < classes ? fill : 0.f;
+      tn_row_store<T, kThreads, kItems>(out + c0, dx_stride - c0, vo, t, v);
+    }
     return;
   }
   const T* xr = logits + r * x_stride;
@@ -152,7 +154,7 @@ __device__ __forceinline__ void tn_cross_entropy_grad(const T* logits, const int
   const tn_max_sum lse = tn_row_max_sum<T, kThreads, kItems>(xr, classes, vx, t, smem32);
   const float scale = inv_count[0];
   const float p_scale = scale / lse.sum;  // softmax = exp(x - max) / sum
-  for (int c0 = 0; c0 < classes; c0 += kChunk) {
+  for (int c0 = 0; c0 < dx_stride; c0 += kChunk) {
     float v[kItems][kN];
     tn_row_load<T, kThreads, kItems>(xr + c0, classes - c0, vx, t, 0.f, v);
 #pragma unroll
@@ -160,9 +162,9 @@ __device__ __forceinline__ void tn_cross_entropy_grad(const T* logits, const int
 #pragma unroll
       for (int k = 0; k < kN; ++k) {
         const int c = c0 + (i * kThreads + t) * kN + k;
-        v[i][k] = expf(v[i][k] - lse.max) * p_scale - (c == target ? scale : 0.f);
+        v[i][k] = c < classes ? expf(v[i][k] - lse.max) * p_scale - (c == target ? scale : 0.f) : 0.f;
       }
-    tn_row_store<T, kThreads, kItems>(out + c0, classes - c0, vo, t, v);
+    tn_row_store<T, kThreads, kItems>(out + c0, dx_stride - c0, vo, t, v);
   }
 }
 

@@ -6,20 +6,20 @@
 #include "check.cuh"
 
 TN_ENTRY(cross_entropy_partials_f32_t32_i4, (128))
-(const float* logits, const int* targets, float* partials, long long rows, int classes, int x_stride, int targets_last,
- int targets_stride, int ignore_index) {
+(const float* logits, const int* targets, float* partials, long long rows, int classes, int x_stride, int dx_stride,
+ int targets_last, int targets_stride, int ignore_index) {
   tn_cross_entropy_partials<float, 32, 4, 4>(logits, targets, partials, rows, classes, x_stride, targets_last,
                                              targets_stride, ignore_index);
 }
 TN_ENTRY(cross_entropy_partials_bf16_t512_i4, (512))
 (const __nv_bfloat16* logits, const int* targets, float* partials, long long rows, int classes, int x_stride,
- int targets_last, int targets_stride, int ignore_index) {
+ int dx_stride, int targets_last, int targets_stride, int ignore_index) {
   tn_cross_entropy_partials<__nv_bfloat16, 512, 1, 4>(logits, targets, partials, rows, classes, x_stride, targets_last,
                                                       targets_stride, ignore_index);
 }
 TN_ENTRY(cross_entropy_partials_f16_t256_i4, (256))
-(const __half* logits, const int* targets, float* partials, long long rows, int classes, int x_stride, int targets_last,
- int targets_stride, int ignore_index) {
+(const __half* logits, const int* targets, float* partials, long long rows, int classes, int x_stride, int dx_stride,
+ int targets_last, int targets_stride, int ignore_index) {
   tn_cross_entropy_partials<__half, 256, 1, 4>(logits, targets, partials, rows, classes, x_stride, targets_last,
                                                targets_stride, ignore_index);
 }
@@ -48,19 +48,19 @@ TN_ENTRY(grad_cross_entropy_count, (1024))
 }
 TN_ENTRY(grad_cross_entropy_f32_t32_i4, (128))
 (const float* logits, const int* targets, const float* inv_count, float* dx, long long rows, int classes, int x_stride,
- int targets_last, int targets_stride, int ignore_index) {
-  tn_cross_entropy_grad<float, 32, 4, 4>(logits, targets, inv_count, dx, rows, classes, x_stride, targets_last,
-                                         targets_stride, ignore_index);
+ int dx_stride, int targets_last, int targets_stride, int ignore_index) {
+  tn_cross_entropy_grad<float, 32, 4, 4>(logits, targets, inv_count, dx, rows, classes, x_stride, dx_stride,
+                                         targets_last, targets_stride, ignore_index);
 }
 TN_ENTRY(grad_cross_entropy_bf16_t512_i4, (512))
 (const __nv_bfloat16* logits, const int* targets, const float* inv_count, __nv_bfloat16* dx, long long rows,
- int classes, int x_stride, int targets_last, int targets_stride, int ignore_index) {
-  tn_cross_entropy_grad<__nv_bfloat16, 512, 1, 4>(logits, targets, inv_count, dx, rows, classes, x_stride, targets_last,
-                                                  targets_stride, ignore_index);
+ int classes, int x_stride, int dx_stride, int targets_last, int targets_stride, int ignore_index) {
+  tn_cross_entropy_grad<__nv_bfloat16, 512, 1, 4>(logits, targets, inv_count, dx, rows, classes, x_stride, dx_stride,
+                                                  targets_last, targets_stride, ignore_index);
 }
 TN_ENTRY(grad_cross_entropy_f16_t256_i4, (256))
 (const __half* logits, const int* targets, const float* inv_count, __half* dx, long long rows, int classes,
- int x_stride, int targets_last, int targets_stride, int ignore_index) {
-  tn_cross_entropy_grad<__half, 256, 1, 4>(logits, targets, inv_count, dx, rows, classes, x_stride, targets_last,
-                                           targets_stride, ignore_index);
+ int x_stride, int dx_stride, int targets_last, int targets_stride, int ignore_index) {
+  tn_cross_entropy_grad<__half, 256, 1, 4>(logits, targets, inv_count, dx, rows, classes, x_stride, dx_stride,
+                                           targets_last, targets_stride, ignore_index);
 }
