@@ -2,10 +2,11 @@
 // rows into the rows their ids pick: dy [..., D], ids [...] -> [num_embeddings, D]. Duplicate ids
 // sum; ids outside [0, num_embeddings) add nothing (their forward rows are zeros).
 //
-// Deterministic (ops/kernels/grad_embedding.cuh): one block sorts the positions by id (counting
-// sort, each id's positions kept in increasing order) into the scratch buffers "ends" and
-// "order", then a block per id and column range adds that id's rows in position order. No
-// floating-point atomics: the same ids and dy give the same bits on every run and GPU.
+// Deterministic (ops/kernels/grad_embedding.cuh): three launches sort the positions by id
+// (a counting sort over blocks of whole tiles, each id's positions kept in increasing order) into
+// the scratch buffers "ends" and "order", then a block per id and column range adds that id's rows
+// in position order. No floating-point atomics: the same ids and dy give the same bits on every
+// run and GPU.
 #include <fmt/format.h>
 
 #include "ops/conformance.h"
@@ -15,8 +16,11 @@
 namespace teeny::ops {
 namespace {
 
-// The sorting block: a power of two (bitonic tiles of one position a thread).
+// The sorting blocks: a power of two (bitonic tiles of one position a thread). A block sorts a
+// run of tiles; at most kMaxOrderBlocks of them bound the [blocks, num] counts, whose offsets
+// one block then scans.
 constexpr int kOrderThreads = 1024;
+constexpr int kMaxOrderBlocks = 128;
 constexpr int kRowThreads = 128;
 
 TensorType infer(const OpDef& def, const OpContext& ctx) {
@@ -43,29 +47,43 @@ Lowering lower(const OpContext& ctx) {
   const Expr count = product(ids.shape);
   const Expr num(ctx.attrs.integer("num_embeddings"));
   const Expr dim = dy.shape.back();
+  const Expr blocks = min(ceil_div(count, Expr(kOrderThreads)), Expr(kMaxOrderBlocks));
   Lowering lowering;
+  lowering.scratch.push_back({"counts", DType::kI32, blocks * num});
   lowering.scratch.push_back({"ends", DType::kI32, num});
   lowering.scratch.push_back({"order", DType::kI32, count});
-
-  Launch order;
-  order.args = {input(1, "ids", DType::kI32),
-                scratch("ends", "ends", DType::kI32),
-                scratch("order", "order", DType::kI32),
-                i32("count", count),
-                i32("ids_last", ids.shape.empty() ? Expr(1) : ids.shape.back()),
-                i32("ids_stride", ids.row_stride),
-                i32("num", num)};
-  lowering.kernels.push_back(template_kernel("grad_embedding_order", "grad_embedding.cuh",
-                                             fmt::format("tn_embedding_grad_order<{}>", kOrderThreads), order.args,
-                                             kOrderThreads, TEENY_KERNEL_ORIGIN));
-  order.block = {kOrderThreads, 1, 1};
-  order.grid = {Expr(1), Expr(1), Expr(1)};
-  order.bytes = count * Expr(12) + num * Expr(12);
-  order.flops = Expr(0);
-  lowering.launches.push_back(std::move(order));
+  const KernelArg ids_arg = input(1, "ids", DType::kI32);
+  const std::vector<KernelArg> ids_layout = {i32("count", count),
+                                             i32("ids_last", ids.shape.empty() ? Expr(1) : ids.shape.back()),
+                                             i32("ids_stride", ids.row_stride), i32("num", num)};
+  const auto order_launch = [&](const char* name, std::vector<KernelArg> args, const Expr& grid, const Expr& bytes) {
+    Launch launch;
+    launch.kernel = static_cast<int>(lowering.kernels.size());
+    launch.args = std::move(args);
+    lowering.kernels.push_back(template_kernel(fmt::format("grad_embedding_{}", name), "grad_embedding.cuh",
+                                               fmt::format("tn_embedding_grad_{}<{}>", name, kOrderThreads),
+                                               launch.args, kOrderThreads, TEENY_KERNEL_ORIGIN));
+    launch.block = {kOrderThreads, 1, 1};
+    launch.grid = {grid, Expr(1), Expr(1)};
+    launch.bytes = bytes;
+    launch.flops = Expr(0);
+    lowering.launches.push_back(std::move(launch));
+  };
+  const auto with_ids = [&](std::vector<KernelArg> buffers) {
+    std::vector<KernelArg> args = {ids_arg};
+    args.insert(args.end(), buffers.begin(), buffers.end());
+    args.insert(args.end(), ids_layout.begin(), ids_layout.end());
+    return args;
+  };
+  const KernelArg counts = scratch("counts", "counts", DType::kI32);
+  order_launch("count", with_ids({counts}), blocks, count * Expr(4) + blocks * num * Expr(4));
+  order_launch("offsets", {counts, scratch("ends", "ends", DType::kI32), i32("blocks", blocks), i32("num", num)},
+               Expr(1), blocks * num * Expr(8) + num * Expr(4));
+  order_launch("place", with_ids({counts, scratch("order", "order", DType::kI32)}), blocks,
+               count * Expr(8) + blocks * num * Expr(4));
 
   Launch rows;
-  rows.kernel = 1;
+  rows.kernel = static_cast<int>(lowering.kernels.size());
   rows.args = {input(0, "dy", dtype),
                scratch("order", "order", DType::kI32),
                scratch("ends", "ends", DType::kI32),
@@ -112,6 +130,11 @@ std::vector<ConformanceCase> conformance_cases() {
            {{{"B", 1}, {"W", 1}}, {{"B", 3}, {"W", 17}}, {{"B", 64}, {"W", 129}}}});
     }
   }
+  // More tiles of positions than order blocks: each block sorts a run of tiles.
+  cases.push_back({"dy [W, 1], ids [W], 150 tiles of positions",
+                   case_graph({"W"}, {{"dy", DType::kF32, "[W, 1]"}, {"ids", DType::kI32, "[W]"}},
+                              {{"dw", "grad.embedding_dweight", {"dy", "ids"}, {{"num_embeddings", 50}}}}),
+                   {{{"W", 150 * 1024 - 5}}}});
   // More ids than positions: most rows are zero.
   cases.push_back({"dy [W, 64], ids [W], 70000 ids",
                    case_graph({"W"}, {{"dy", DType::kF32, "[W, 64]"}, {"ids", DType::kI32, "[W]"}},

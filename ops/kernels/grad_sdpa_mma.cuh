@@ -52,8 +52,8 @@ template <typename T, int kDH, int kB, int kThreads>
 __device__ __forceinline__ void tn_sdpa_grad_row_dots(const T* ob, const T* db, float* stats, int n, int q0, int Sq,
                                                       int ldo, int lddo) {
   constexpr int kVec = tn_pack<T>::kN, kChunks = kDH / kVec;
-  constexpr int kLanes = kChunks <= 2 ? 2 : kChunks <= 4 ? 4 : kChunks <= 8 ? 8 : 16;
-  static_assert(kDH % kVec == 0 && kChunks <= 16 && kB % (kThreads / kLanes) == 0, "whole chunks, whole rounds");
+  constexpr int kLanes = kChunks <= 2 ? 2 : kChunks <= 4 ? 4 : kChunks <= 8 ? 8 : kChunks <= 16 ? 16 : 32;
+  static_assert(kDH % kVec == 0 && kChunks <= 32 && kB % (kThreads / kLanes) == 0, "whole chunks, whole rounds");
   const int part = threadIdx.x % kLanes;
   const bool vec = ldo % kVec == 0 && lddo % kVec == 0 && tn_aligned16(ob) && tn_aligned16(db);
   for (int r = threadIdx.x / kLanes; r < kB; r += kThreads / kLanes) {

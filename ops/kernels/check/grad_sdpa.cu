@@ -58,6 +58,9 @@ TN_ENTRY(grad_sdpa_dq_f32_d64_causal_mma, (128, 2)) TN_GRAD_SDPA_PARAMS(float) {
 TN_ENTRY(grad_sdpa_dkv_f32_d64_causal_mma, (128, 2)) TN_GRAD_SDPA_PARAMS(float) {
   tn_sdpa_grad_dkv_mma<float, 64, 64, 64, 128, true>(TN_GRAD_SDPA_ARGS);
 }
+TN_ENTRY(grad_sdpa_stats_f32_d128_causal_mma, (128, 2)) TN_GRAD_SDPA_STATS_PARAMS(float) {
+  tn_sdpa_grad_stats_mma<float, 128, 64, 128, true>(TN_GRAD_SDPA_STATS_ARGS);
+}
 TN_ENTRY(grad_sdpa_dq_f32_d128_mma, (128, 2)) TN_GRAD_SDPA_PARAMS(float) {
   tn_sdpa_grad_dq_mma<float, 128, 64, 128, false>(TN_GRAD_SDPA_ARGS);
 }
