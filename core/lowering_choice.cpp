@@ -12,27 +12,7 @@ using Dims = std::vector<std::pair<std::string, Expr>>;
 // The op's lowering of variant `variant` ("" : its heuristic), run only where `when` holds.
 void append_lowering(Lowering& out, const OpDef& op, OpContext ctx, const std::string& variant, const Expr& when) {
   ctx.variant = variant;
-  Lowering part = op.lower(ctx);
-  const int offset = static_cast<int>(out.kernels.size());
-  for (KernelSource& kernel : part.kernels) out.kernels.push_back(std::move(kernel));
-  for (Launch& launch : part.launches) {
-    launch.kernel += offset;
-    launch.when = when * launch.when;
-    out.launches.push_back(std::move(launch));
-  }
-  // The parts' launches run where their own conditions hold, never together, so a scratch buffer
-  // two of them name is one, as large as either needs.
-  for (ScratchSpec& spec : part.scratch) {
-    auto same =
-        std::find_if(out.scratch.begin(), out.scratch.end(), [&](const ScratchSpec& s) { return s.name == spec.name; });
-    if (same == out.scratch.end()) {
-      out.scratch.push_back(std::move(spec));
-    } else if (same->dtype == spec.dtype) {
-      same->elements = max(same->elements, spec.elements);
-    } else {
-      throw Error(fmt::format("internal: op '{}' names scratch buffer '{}' with two dtypes", op.name, spec.name));
-    }
-  }
+  append_lowering(out, op.lower(ctx), when, fmt::format("op '{}'", op.name));
 }
 
 const OpVariant* find_variant(const std::vector<OpVariant>& variants, const std::string& name) {

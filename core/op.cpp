@@ -1,5 +1,7 @@
 #include "core/op.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 namespace teeny {
@@ -335,6 +337,27 @@ DType common_float_dtype(const OpDef& def, const OpContext& ctx) {
                   fmt::format("{} does not support {} inputs (supported: {})", def.name, dtype_name(dtype), list));
   }
   return dtype;
+}
+
+void append_lowering(Lowering& out, Lowering part, const Expr& when, const std::string& what) {
+  const int offset = static_cast<int>(out.kernels.size());
+  for (KernelSource& kernel : part.kernels) out.kernels.push_back(std::move(kernel));
+  for (Launch& launch : part.launches) {
+    launch.kernel += offset;
+    launch.when = when * launch.when;
+    out.launches.push_back(std::move(launch));
+  }
+  for (ScratchSpec& spec : part.scratch) {
+    auto same =
+        std::find_if(out.scratch.begin(), out.scratch.end(), [&](const ScratchSpec& s) { return s.name == spec.name; });
+    if (same == out.scratch.end()) {
+      out.scratch.push_back(std::move(spec));
+    } else if (same->dtype == spec.dtype) {
+      same->elements = max(same->elements, spec.elements);
+    } else {
+      throw Error(fmt::format("internal: {} names scratch buffer '{}' with two dtypes", what, spec.name));
+    }
+  }
 }
 
 }  // namespace teeny

@@ -232,6 +232,12 @@ struct Lowering {
   std::vector<ScratchSpec> scratch{};
 };
 
+// Appends `part`'s kernels and launches to `out`, each launch run only where `when` (and its own
+// condition) holds. The parts of one lowering run under exclusive conditions, never together, so
+// a scratch buffer two of them name is one, as large as either needs. `what` names the op in the
+// error for a buffer named with two dtypes.
+void append_lowering(Lowering& out, Lowering part, const Expr& when, const std::string& what);
+
 // ---- host reference ----------------------------------------------------------------------
 // A concrete host tensor: row-major, contiguous (no padding), values as double.
 struct HostTensor {

@@ -78,8 +78,9 @@ GemmTile gemm_tf32_tile() { return wgmma_tile(DType::kF32, 128, 3, WgmmaSchedule
 GemmTile choose_gemm_tile(DType dtype, GemmBLayout layout, const Expr& n, const Expr& k, int target_sm, bool tma_ok) {
   const bool narrow = n.is_const() && *n.const_value() < 512;
   if (dtype == DType::kF32) {
-    // 3xTF32's split-K units fill the GPU even at N = 128 (tiny_lm's 256-wide layers ran twice
-    // as fast as on CUDA cores), so only outputs under one tile wide stay on CUDA cores.
+    // Given enough rows (the callers switch a small batch to CUDA cores: kTf32MinTiles), 3xTF32
+    // beats CUDA cores even at N = 128 (tiny_lm's 256-wide layers at 16384 rows ran twice as
+    // fast), so only outputs under one tile wide stay on CUDA cores.
     const bool under_one_tile = !n.is_const() || *n.const_value() < 128;
     if (target_sm == 90 && layout == GemmBLayout::kNK && !under_one_tile) return gemm_tf32_tile();
     return gemm_f32_block_tile(!narrow);

@@ -78,6 +78,12 @@ GemmTile gemm_f32_block_tile(bool wide);
 // either operand K-major or MN-major (transposed as it loads).
 GemmTile gemm_tf32_tile();
 
+// Fewer 3xTF32 tiles than this (under half a wave of a 132-SM GPU, one unit an SM) run on CUDA
+// cores instead, split over K into many short units: a small batch's 3xTF32 units are too few to
+// fill the GPU, and each is slow, its k-steps waiting on loads that the TF32 split lags behind.
+// A constant, not the device's SM count, so which kernel runs follows from the dims alone.
+constexpr int kTf32MinTiles = 66;
+
 // Every tile the GEMM can run for the dtype and B layout on the target SM (each valid at any M, N
 // and K), for `teeny tune` to measure: choose_gemm_tile picks one of them.
 std::vector<GemmTile> gemm_tile_candidates(DType dtype, GemmBLayout layout, int target_sm, bool tma_ok);

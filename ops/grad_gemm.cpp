@@ -11,8 +11,10 @@ namespace {
 // The reduction is split (tn_grad_gemm) until the (tile, split) units make kSplitWaves waves of
 // the units in flight at once (in_flight_per_sm), each split at least kMinSplitK long (16-bit
 // wgmma: kMinSplitKWgmma, its k-steps are so much faster that a short split would spend more on
-// writing its partial tile than on its MMAs; 3xTF32, three MMAs a k-step, kMinSplitKTf32): a
-// weight gradient's few output tiles
+// writing its partial tile than on its MMAs; 3xTF32, three MMAs a k-step, kMinSplitKTf32; f32 on
+// CUDA cores, whose FMAs are so much slower that a 64-long split already outweighs its partial
+// tile, kMinSplitKSimtF32: a small batch's weight gradients, 1024 rows over 4 tiles, then fill 64
+// SMs instead of 16): a weight gradient's few output tiles
 // over a long sum (768 x 768 outputs are 36 tiles of 128 x 128) otherwise leave most SMs idle, and
 // a last wave of units that is mostly empty costs more than writing and adding the partials. The
 // count is a function of the dims alone, sized for a GPU of kSplitSms SMs whatever the device:
@@ -22,6 +24,7 @@ constexpr int kSplitWaves = 2;
 constexpr int kMinSplitK = 256;
 constexpr int kMinSplitKWgmma = 1024;
 constexpr int kMinSplitKTf32 = 512;
+constexpr int kMinSplitKSimtF32 = 64;
 constexpr int kTf32MaxK = 4096;
 constexpr int kSplitSms = 132;
 constexpr int kSumThreads = 256;
@@ -32,9 +35,12 @@ int in_flight_per_sm(const GemmTile& tile) { return tile.wgmma() ? tile.threads 
 
 // The split count: the wanted count, then as many as cover K's k-steps at that length (so no
 // split is empty).
-Expr split_count(const GemmTile& tile, const Expr& units, const Expr& k) {
+Expr split_count(const GemmTile& tile, DType dtype, const Expr& units, const Expr& k) {
   const Expr in_flight = Expr(kSplitSms * in_flight_per_sm(tile));
-  const Expr min_k(tile.split_tf32 ? kMinSplitKTf32 : tile.wgmma() ? kMinSplitKWgmma : kMinSplitK);
+  const Expr min_k(tile.split_tf32        ? kMinSplitKTf32
+                   : tile.wgmma()         ? kMinSplitKWgmma
+                   : dtype == DType::kF32 ? kMinSplitKSimtF32
+                                          : kMinSplitK);
   const Expr by_k = ceil_div(k, min_k);
   if (by_k.is_const() && *by_k.const_value() <= 1) return Expr(1);  // too short to split on any device
   const Expr wanted = max(Expr(1), min(ceil_div(in_flight * Expr(kSplitWaves), units), by_k));
@@ -115,17 +121,14 @@ Launch sum_splits_launch(const GradGemm& gemm, const Expr& outputs, const Expr& 
   return launch;
 }
 
-}  // namespace
-
-Lowering lower_grad_gemm(const GradGemm& gemm, int target_sm) {
+// The GEMM on `tile`: its launch, and the sum of its splits where it has two or more.
+Lowering lower_tile(const GradGemm& gemm, const GemmTile& tile) {
   const bool r = gemm.epilogue.residual;
-  if (r && !gemm.batch.empty()) throw Error("internal: a gradient GEMM's epilogue reads R of one matrix only");
-  const GemmTile tile = grad_gemm_tile(gemm, target_sm);
   Expr batches(1);
   for (const GradGemm::BatchDim& dim : gemm.batch) batches = batches * dim.extent;
   const Expr units = gemm_tiles(tile, gemm.m, gemm.n) * batches;
   const Expr outputs = batches * gemm.m * gemm.n;
-  const Expr splits = r ? Expr(1) : split_count(tile, units, gemm.k);
+  const Expr splits = r ? Expr(1) : split_count(tile, gemm.dtype, units, gemm.k);
 
   Lowering lowering;
   lowering.scratch.push_back({"partials", DType::kF32, max(Expr(1), le(Expr(2), splits) * splits * outputs)});
@@ -157,6 +160,24 @@ Lowering lower_grad_gemm(const GradGemm& gemm, int target_sm) {
   lowering.kernels.push_back(template_kernel(fmt::format("grad_gemm_sum_splits_{}", dtype_name(gemm.dtype)), "gemm.cuh",
                                              "tn_gemm_sum_splits", sum.args, kSumThreads, TEENY_KERNEL_ORIGIN));
   lowering.launches.push_back(std::move(sum));
+  return lowering;
+}
+
+}  // namespace
+
+Lowering lower_grad_gemm(const GradGemm& gemm, int target_sm) {
+  if (gemm.epilogue.residual && !gemm.batch.empty())
+    throw Error("internal: a gradient GEMM's epilogue reads R of one matrix only");
+  const GemmTile tile = grad_gemm_tile(gemm, target_sm);
+  if (!tile.split_tf32) return lower_tile(gemm, tile);
+  // A small batch's input gradient (1024 rows of 256 are 16 tiles) on CUDA cores (kTf32MinTiles).
+  const Expr few = le(gemm_tiles(tile, gemm.m, gemm.n), Expr(kTf32MinTiles - 1));
+  if (few == Expr(0)) return lower_tile(gemm, tile);
+  const GemmTile simt = choose_gemm_tile(gemm.dtype, GemmBLayout::kKN, gemm.n, gemm.k, target_sm);
+  if (few == Expr(1)) return lower_tile(gemm, simt);
+  Lowering lowering;
+  append_lowering(lowering, lower_tile(gemm, simt), few, gemm.op);
+  append_lowering(lowering, lower_tile(gemm, tile), le(Expr(kTf32MinTiles), gemm_tiles(tile, gemm.m, gemm.n)), gemm.op);
   return lowering;
 }
 

@@ -255,7 +255,16 @@ Lowering lower_linear(const OpContext& ctx, const GemmEpilogue& epilogue) {
   if (small != Expr(1)) {
     const GemmTile tile =
         choose_gemm_tile(p.dtype, GemmBLayout::kNK, p.n, p.k, ctx.target_sm, linear_tma_ok(p, epilogue));
-    add_tiled(lowering, p, epilogue, tile, le(Expr(gemv_max_rows(p.dtype) + 1), p.m));
+    const Expr rows = le(Expr(gemv_max_rows(p.dtype) + 1), p.m);
+    if (!tile.split_tf32) {
+      add_tiled(lowering, p, epilogue, tile, rows);
+      return lowering;
+    }
+    // A small batch (1024 rows of 256 are 16 tiles) on CUDA cores (kTf32MinTiles).
+    const Expr tiles = gemm_tiles(tile, p.m, p.n);
+    add_tiled(lowering, p, epilogue, gemm_f32_block_tile(*p.n.const_value() >= 512),
+              rows * le(tiles, Expr(kTf32MinTiles - 1)));
+    add_tiled(lowering, p, epilogue, tile, rows * le(Expr(kTf32MinTiles), tiles));
   }
   return lowering;
 }

@@ -125,17 +125,23 @@ TEST(FusedLinearLowering, ResidualIsAnInputWithItsStrideAndCost) {
 TEST(FusedLinearLowering, F32ActivationTurnsSplitKOffButAResidualKeepsIt) {
   const TensorType x = op_testing::tensor(DType::kF32, {Expr::dim("B"), Expr(3072)});
   const TensorType r = op_testing::tensor(DType::kF32, {Expr::dim("B"), Expr(768)});
-  const Bindings small = {{"B", 1}, {"SMS", 132}};
+  const Bindings rows100 = {{"B", 100}, {"SMS", 132}};
   const OpContext act =
       op_testing::context("fused.linear", {{"out_features", 768}, {"bias", true}, {"activation", "relu"}}, {x});
+  // Two GEMMs, by the rows: CUDA cores for a small batch, else 3xTF32.
   const Lowering with_act = op_testing::tiled_linear(op_testing::op("fused.linear").lower(act));
-  ASSERT_EQ(with_act.launches.size(), 1u);  // no zeroing: K is never split
-  EXPECT_EQ(find_arg(with_act.launches[0], "splits"), nullptr);
+  ASSERT_EQ(with_act.launches.size(), 2u);  // no zeroing: K is never split
+  for (const Launch& gemm : with_act.launches) EXPECT_EQ(find_arg(gemm, "splits"), nullptr);
   const OpContext res =
       op_testing::context("fused.linear", {{"out_features", 768}, {"bias", true}, {"activation", "none"}}, {x, r});
   const Lowering with_res = op_testing::tiled_linear(op_testing::op("fused.linear").lower(res));
-  ASSERT_EQ(with_res.launches.size(), 2u);  // zeroing, then the split GEMM (split 0 adds the residual)
-  EXPECT_EQ(find_arg(with_res.launches[1], "splits")->value.eval(small), 24);
+  // Each GEMM zeroes, then splits (split 0 adds the residual). 100 rows: the CUDA-core GEMM's 6
+  // tiles split min(ceil(1.5 * 264 / 6), 3072 / 128) = 24 ways.
+  ASSERT_EQ(with_res.launches.size(), 4u);
+  EXPECT_EQ(with_res.launches[1].when.eval(rows100), 1);
+  EXPECT_EQ(find_arg(with_res.launches[1], "splits")->value.eval(rows100), 24);
+  EXPECT_EQ(with_res.launches[3].when.eval(rows100), 0);
+  EXPECT_NE(find_arg(with_res.launches[3], "splits"), nullptr);
 }
 
 // ---- the pass -------------------------------------------------------------------------------

@@ -574,22 +574,35 @@ TEST(GemmAttentionLowering, F32InputGradientsRunOnTensorCoresWeightGradientsOnCu
   OpContext ctx = context("grad.linear_dx", {{"in_features", 1024}}, {dy});
   ctx.target_sm = 90;
   Lowering lowering = op("grad.linear_dx").lower(ctx);
-  EXPECT_EQ(lowering.kernels.at(0).name, "grad_linear_dx_f32_kn_128x128x32_wgmma_pp_b0");
-  EXPECT_EQ(lowering.kernels.at(0).function,
+  // Two GEMMs by the rows: under 66 tiles of 3xTF32 (B*S <= 1024: 8 tiles a row block), the wide
+  // CUDA-core tile, split over K in parts of 64 (and summed); else 3xTF32, unsplit.
+  ASSERT_EQ(lowering.launches.size(), 3u);
+  EXPECT_EQ(lowering.kernels.at(lowering.launches[0].kernel).name, "grad_linear_dx_f32_kn_128x128x8_b0");
+  EXPECT_EQ(lowering.launches[0].when.str(), "le(ceil_div(B*S, 128)*8, 65)");
+  EXPECT_EQ(arg(lowering.launches[0], "splits").value.eval({{"B", 16}, {"S", 64}}), 4);
+  EXPECT_EQ(lowering.kernels.at(lowering.launches[1].kernel).name, "grad_gemm_sum_splits_f32");
+  const Launch& gemm = lowering.launches[2];
+  EXPECT_EQ(lowering.kernels.at(gemm.kernel).name, "grad_linear_dx_f32_kn_128x128x32_wgmma_pp_b0");
+  EXPECT_EQ(lowering.kernels.at(gemm.kernel).function,
             "tn_grad_gemm<tn_wgmma_gemm<float, 128, 128, 32, 384, 3, true, true, false, 32, "
             "tn_gemm_epilogue<float, tn_act_none, false, false>, false, true>>");
-  // 128 output tiles a row block against 2 waves of 264 units: a short M splits K = 256 in
-  // k-steps of at least 512, i.e. not at all; one block an SM.
-  const Launch& gemm = lowering.launches[0];
-  EXPECT_EQ(arg(gemm, "splits").value.eval({{"B", 1}, {"S", 1}, {"SMS", 132}}), 1);
+  EXPECT_EQ(gemm.when.str(), "le(66, ceil_div(B*S, 128)*8)");
+  // 128 output tiles a row block against 2 waves of 264 units: K = 256 splits in k-steps of at
+  // least 512, i.e. not at all; one block an SM.
+  EXPECT_EQ(arg(gemm, "splits").value.eval({{"B", 64}, {"S", 256}, {"SMS", 132}}), 1);
   EXPECT_EQ(gemm.grid[0].eval({{"B", 64}, {"S", 256}, {"SMS", 132}}), 132);
   EXPECT_EQ(gemm.block[0], 384);
-  // A K of 4096 is one split over 512 rows of dy, 8 splits of 512 (16 k-steps each).
+  // A K of 4096 is one split over 512 rows of dy, 8 splits of 512 (16 k-steps each) where 3xTF32
+  // runs (from 1024 rows), and the sum of the splits.
   ctx = context("grad.linear_dx", {{"in_features", 1024}}, {tensor(DType::kF32, {B, 4096})});
   ctx.target_sm = 90;
   lowering = op("grad.linear_dx").lower(ctx);
-  EXPECT_EQ(arg(lowering.launches[0], "splits").value.eval({{"B", 1}, {"SMS", 132}}), 8);
-  ASSERT_EQ(lowering.launches.size(), 2u);  // and the sum of the splits
+  ASSERT_EQ(lowering.launches.size(), 4u);
+  EXPECT_EQ(arg(lowering.launches[2], "splits").value.eval({{"B", 1024}, {"SMS", 132}}), 8);
+  // A constant row count decides at compile time.
+  ctx = context("grad.linear_dx", {{"in_features", 1024}}, {tensor(DType::kF32, {16384, 256})});
+  ctx.target_sm = 90;
+  EXPECT_EQ(op("grad.linear_dx").lower(ctx).kernels.at(0).name, "grad_linear_dx_f32_kn_128x128x32_wgmma_pp_b0");
   // Over 4096: CUDA cores, as are outputs under one tile wide, other arches and weight gradients,
   // whose sum over the rows has no bound.
   ctx = context("grad.linear_dx", {{"in_features", 1024}}, {tensor(DType::kF32, {B, 4097})});
@@ -601,13 +614,16 @@ TEST(GemmAttentionLowering, F32InputGradientsRunOnTensorCoresWeightGradientsOnCu
   ctx = context("grad.linear_dx", {{"in_features", 1024}}, {dy});
   ctx.target_sm = 80;
   EXPECT_EQ(op("grad.linear_dx").lower(ctx).kernels.at(0).name, "grad_linear_dx_f32_kn_128x128x8_b0");
-  // A weight gradient's output is [256, 256]: the wide CUDA-core tile, its sum split 64 ways
-  // (rows of 256) to fill the GPU; one narrower than a tile keeps the narrow one.
+  // A weight gradient's output is [256, 256]: the wide CUDA-core tile, its sum split to fill the
+  // GPU. Its 4 tiles aim at 132 splits (2 waves of 264 units): 16384 rows split 128 ways (16
+  // k-steps of 8 each), and 1024 rows 16 ways, at the shortest split of 64; one narrower than a
+  // tile keeps the narrow one.
   ctx = context("grad.linear_dweight", nlohmann::json::object(), {dy, x});
   ctx.target_sm = 90;
   lowering = op("grad.linear_dweight").lower(ctx);
   EXPECT_EQ(lowering.kernels.at(0).name, "grad_linear_dweight_f32_kn_128x128x8_at_b0");
-  EXPECT_EQ(arg(lowering.launches[0], "splits").value.eval({{"B", 64}, {"S", 256}, {"SMS", 132}}), 64);
+  EXPECT_EQ(arg(lowering.launches[0], "splits").value.eval({{"B", 64}, {"S", 256}, {"SMS", 132}}), 128);
+  EXPECT_EQ(arg(lowering.launches[0], "splits").value.eval({{"B", 16}, {"S", 64}, {"SMS", 132}}), 16);
   ctx = context("grad.linear_dweight", nlohmann::json::object(), {tensor(DType::kF32, {B, S, 64}), x});
   ctx.target_sm = 90;
   EXPECT_EQ(op("grad.linear_dweight").lower(ctx).kernels.at(0).name, "grad_linear_dweight_f32_kn_64x64x16_at_b0");
@@ -638,7 +654,10 @@ TEST(GemmAttentionLowering, FewRowsStreamTheWeight) {
   // f32 streams up to 16 rows, 4 weight rows a block, in variants for 1, 4, 8 and 16 rows.
   const OpContext f32 = context("linear", {{"out_features", 1000}, {"bias", false}}, {tensor(DType::kF32, {B, 4096})});
   const Lowering f32_lowering = op("linear").lower(f32);
-  ASSERT_EQ(f32_lowering.launches.size(), 6u);  // 4 variants, then the zeroing and the tiled GEMM
+  // 4 variants, then the zeroing and the tiled GEMM on CUDA cores (a small batch), and on 3xTF32.
+  ASSERT_EQ(f32_lowering.launches.size(), 8u);
+  EXPECT_EQ(f32_lowering.launches[5].when.str(), "le(17, B)*le(ceil_div(B, 128)*8, 65)");
+  EXPECT_EQ(f32_lowering.launches[7].when.str(), "le(17, B)*le(66, ceil_div(B, 128)*8)");
   EXPECT_EQ(f32_lowering.kernels.at(f32_lowering.launches[0].kernel).name, "linear_f32_gemv_m1");
   EXPECT_EQ(f32_lowering.kernels.at(f32_lowering.launches[0].kernel).function,
             "tn_linear<tn_gemv_simt<256, 4, 1, tn_gemm_epilogue<float, tn_act_none, false, false>>>");
@@ -664,9 +683,13 @@ TEST(GemmAttentionLowering, FewRowsStreamTheWeight) {
 TEST(GemmAttentionLowering, LinearF32OnSm90IsPersistent3xTf32) {
   const OpContext ctx = context("linear", {{"out_features", 768}, {"bias", true}}, {tensor(DType::kF32, {B, S, 3072})});
   const Lowering lowering = tiled_linear(op("linear").lower(ctx));
-  ASSERT_EQ(lowering.launches.size(), 2u);
-  const Launch& gemm = lowering.launches[1];
+  // The CUDA-core GEMM under 66 tiles (a small batch), each GEMM after its zeroing.
+  ASSERT_EQ(lowering.launches.size(), 4u);
+  EXPECT_EQ(lowering.kernels.at(lowering.launches[1].kernel).name, "linear_f32_nk_bias_128x128x8");
+  EXPECT_EQ(lowering.launches[1].when.str(), "le(17, B*S)*le(ceil_div(B*S, 128)*6, 65)");
+  const Launch& gemm = lowering.launches[3];
   EXPECT_EQ(lowering.kernels.at(gemm.kernel).name, "linear_f32_nk_bias_128x128x32_wgmma_pp");
+  EXPECT_EQ(gemm.when.str(), "le(17, B*S)*le(66, ceil_div(B*S, 128)*6)");
   EXPECT_TRUE(lowering.kernels.at(gemm.kernel).arch_specific);
   EXPECT_EQ(gemm.block[0], 384);
   // Three stages of f32 A and B tiles, each twice (TF32 high and low parts), + mbarriers.
@@ -679,10 +702,10 @@ TEST(GemmAttentionLowering, LinearF32OnSm90IsPersistent3xTf32) {
   const Bindings small78 = {{"B", 1}, {"S", 128}, {"SMS", 78}};
   EXPECT_EQ(arg(gemm, "splits").value.eval(small78), 20);
   EXPECT_EQ(gemm.grid[0].eval(small78), 78);
-  EXPECT_EQ(arg(lowering.launches[0], "count").value.eval(small), 128 * 768);
+  EXPECT_EQ(arg(lowering.launches[2], "count").value.eval(small), 128 * 768);
   // 384 tiles fill the SMs: no split, one element zeroed.
   EXPECT_EQ(arg(gemm, "splits").value.eval(large), 1);
-  EXPECT_EQ(arg(lowering.launches[0], "count").value.eval(large), 1);
+  EXPECT_EQ(arg(lowering.launches[2], "count").value.eval(large), 1);
 }
 
 // On sm_90 wide 16-bit linears take the wgmma kernel (arch-specific, dynamic shared memory):

@@ -148,7 +148,8 @@ TEST(OptimOps, UpdateNodesWriteParamsInPlaceAndHaveNoOutputTensor) {
   EXPECT_EQ(describe_args(*sgd[0]), expected);
   EXPECT_EQ(b.kernels.at(sgd[0]->kernel).name, "sgd_step_f32");
 
-  // The clip node: one sum of squares over both gradients (8 elements: one block), then one block.
+  // The clip node: one sum of squares over both gradients (a block for each one's only chunk), then
+  // one block.
   const std::vector<const BundleLaunch*> clip = launches_of(b, "clip_grad_norm");
   ASSERT_EQ(clip.size(), 2u);
   EXPECT_EQ(
@@ -158,9 +159,9 @@ TEST(OptimOps, UpdateNodesWriteParamsInPlaceAndHaveNoOutputTensor) {
                                 "input const float* grad1 = " + b.gradients.at("fc.bias"), "i64 long long n1 = 2"}));
   EXPECT_EQ(b.kernels.at(clip[0]->kernel).name, "grad_sq_sum_f32x2");
   EXPECT_EQ(describe_args(*clip[1]),
-            (std::vector<std::string>{"scratch float* partials = clip_grad_norm#partials", "i32 int count = 1",
+            (std::vector<std::string>{"scratch float* partials = clip_grad_norm#partials", "i32 int count = 2",
                                       "f32 float max_norm = 1", "output float* clip = clip_grad_norm"}));
-  EXPECT_EQ(shape_str(b.tensor("clip_grad_norm#partials").shape), "[1]");
+  EXPECT_EQ(shape_str(b.tensor("clip_grad_norm#partials").shape), "[2]");
 }
 
 // ---- host steps ------------------------------------------------------------------------------

@@ -72,9 +72,11 @@ TEST(TunedCompile, RecordsApplyInTheirRangesAndTheHeuristicElsewhere) {
   // An f32 GEMM may split K, so a zeroing launch comes first (one element where it does not).
   EXPECT_EQ(kernels_at(bundle, 100), (Kernels{"linear_zero_f32", "linear_f32_nk_bias_64x64x16"}));
   EXPECT_EQ(kernels_at(bundle, 200), (Kernels{"linear_zero_f32", "linear_f32_nk_bias_64x64x16"}));
-  // Outside both records the heuristic's 3xTF32 GEMM runs.
-  EXPECT_EQ(kernels_at(bundle, 99), (Kernels{"linear_zero_f32", "linear_f32_nk_bias_128x128x32_wgmma_pp"}));
-  EXPECT_EQ(kernels_at(bundle, 201), (Kernels{"linear_zero_f32", "linear_f32_nk_bias_128x128x32_wgmma_pp"}));
+  // Outside both records the heuristic's GEMM runs: on CUDA cores for a small batch (under 66 tiles
+  // of 3xTF32, 2 a row block of 128), else 3xTF32.
+  EXPECT_EQ(kernels_at(bundle, 99), (Kernels{"linear_zero_f32", "linear_f32_nk_bias_64x64x16"}));
+  EXPECT_EQ(kernels_at(bundle, 201), (Kernels{"linear_zero_f32", "linear_f32_nk_bias_64x64x16"}));
+  EXPECT_EQ(kernels_at(bundle, 4224), (Kernels{"linear_zero_f32", "linear_f32_nk_bias_128x128x32_wgmma_pp"}));
 
   ASSERT_EQ(bundle.nodes.size(), 1u);
   const std::vector<BundleVariant>& variants = bundle.nodes[0].variants;
@@ -115,7 +117,7 @@ TEST(TunedCompile, RecordsTheNodeCannotRunArePassedOverWithTheReason) {
             "no record in t.json for linear f32 M=M, N=200, K=64; t.json records[0] not used: 'gemv_m8' runs M in "
             "[1, 8] only; t.json records[1] not used: '256x256x8' is not a variant of this node (its variants: "
             "gemv_m1, gemv_m4, gemv_m8, gemv_m16, 64x64x16, 128x128x8, 128x128x32_wgmma_pp)");
-  EXPECT_EQ(kernels_at(bundle, 100), (Kernels{"linear_zero_f32", "linear_f32_nk_bias_128x128x32_wgmma_pp"}));
+  EXPECT_EQ(kernels_at(bundle, 100), (Kernels{"linear_zero_f32", "linear_f32_nk_bias_64x64x16"}));
 }
 
 TEST(TunedCompile, AVariantNamedForTheNodeRunsAtEveryBinding) {

@@ -308,47 +308,51 @@ __device__ __forceinline__ void tn_adamw_step_master(P* param, float* master, co
 
 // ---- gradient norm and clipping ------------------------------------------------------------
 
-// This thread's part of the sum of g^2 over one gradient's n elements, added to acc: thread tid
-// of `threads` takes packs of four tid, tid + threads, ... (where the gradient is aligned), then
-// elements likewise.
-template <typename G>
-__device__ __forceinline__ float tn_sq_sum_part(float acc, long long tid, long long threads, const G* grad,
-                                                long long n) {
-  long long head = 0;
-  if (tn_optim_aligned4(grad)) {
-    const long long packs = n / 4;
-    for (long long q = tid; q < packs; q += threads) {
+// The sum of squares splits the gradients, in turn, into chunks of kChunk elements, one block a
+// chunk (block b takes gradient i's chunk b - (chunks of gradients 0..i-1)). A thread's loads of a
+// whole chunk are independent, so they are in flight together: a thread walking every gradient
+// in turn would wait on one load after another, as many as there are params.
+template <int kThreads, int kChunk, typename G>
+__device__ __forceinline__ float tn_sq_sum_chunk(const G* grad, long long begin, long long end) {
+  float acc = 0.f;
+  if (end - begin == kChunk && tn_optim_aligned4(grad)) {
+    static_assert(kChunk % (4 * kThreads) == 0, "whole packs of four a thread");
+#pragma unroll
+    for (int j = 0; j < kChunk / (4 * kThreads); ++j) {
       float g[4];
-      tn_optim_load(grad + q * 4, g);
+      tn_optim_load<G, 4>(grad + begin + 4 * (j * kThreads + (int)threadIdx.x), g);
 #pragma unroll
       for (int k = 0; k < 4; ++k) acc = fmaf(g[k], g[k], acc);
     }
-    head = packs * 4;
+    return acc;
   }
-  for (long long i = head + tid; i < n; i += threads) {
+  for (long long i = begin + threadIdx.x; i < end; i += kThreads) {
     const float g = tn_f32(grad[i]);
     acc = fmaf(g, g, acc);
   }
   return acc;
 }
-__device__ __forceinline__ float tn_sq_sum_parts(float acc, long long, long long) { return acc; }
-template <typename G, typename... Rest>
-__device__ __forceinline__ float tn_sq_sum_parts(float acc, long long tid, long long threads, const G* grad,
-                                                 long long n, Rest... rest) {
-  return tn_sq_sum_parts(tn_sq_sum_part(acc, tid, threads, grad, n), tid, threads, rest...);
+template <int kThreads, int kChunk>
+__device__ __forceinline__ float tn_sq_sum_block(long long) {
+  return 0.f;
+}
+template <int kThreads, int kChunk, typename G, typename... Rest>
+__device__ __forceinline__ float tn_sq_sum_block(long long b, const G* grad, long long n, Rest... rest) {
+  const long long chunks = (n + kChunk - 1) / kChunk;
+  if (b >= chunks) return tn_sq_sum_block<kThreads, kChunk>(b - chunks, rest...);
+  const long long begin = b * kChunk;
+  return tn_sq_sum_chunk<kThreads, kChunk>(grad, begin, begin + kChunk < n ? begin + kChunk : n);
 }
 
 // Sum of g^2 over every element of the gradients (grad0, n0, grad1, n1, ...: each a pointer of
-// any float type and its element count), one launch for all of them, one f32 partial a block in
-// partials[blockIdx.x]. f32 accumulation, as PyTorch's norm kernels; deterministic for a given
-// grid: each thread sums a fixed set of elements in a fixed order (the gradients in turn) and the
-// block sum is a fixed tree.
-template <int kThreads, typename... Grads>
+// any float type and its element count), one launch for all of them (grid: the chunks of every
+// gradient), one f32 partial a chunk in partials[blockIdx.x]. f32 accumulation, as PyTorch's norm
+// kernels; deterministic: the chunks follow from the sizes alone, each thread sums a fixed set of
+// elements in a fixed order and the block sum is a fixed tree.
+template <int kThreads, int kChunk, typename... Grads>
 __device__ __forceinline__ void tn_grad_sq_sum(float* partials, Grads... grads) {
   __shared__ float smem32[32];
-  const long long threads = (long long)gridDim.x * kThreads;
-  const long long tid = (long long)blockIdx.x * kThreads + threadIdx.x;
-  const float acc = tn_block_sum<kThreads>(tn_sq_sum_parts(0.f, tid, threads, grads...), smem32);
+  const float acc = tn_block_sum<kThreads>(tn_sq_sum_block<kThreads, kChunk>(blockIdx.x, grads...), smem32);
   if (threadIdx.x == 0) partials[blockIdx.x] = acc;
 }
 

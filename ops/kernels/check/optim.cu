@@ -55,12 +55,12 @@ TN_MASTER_STEP(adamw_step_master_bf16_grad_f32, tn_adamw_step_master, __nv_bfloa
 // every dtype together, then the clip coefficient at the op's block of 256, a warp and the
 // largest block.
 TN_ENTRY(grad_sq_sum_f32, (256))(float* partials, const float* grad0, long long n0) {
-  tn_grad_sq_sum<256>(partials, grad0, n0);
+  tn_grad_sq_sum<256, 8192>(partials, grad0, n0);
 }
 TN_ENTRY(grad_sq_sum_f32_bf16_f16, (256))
 (float* partials, const float* grad0, long long n0, const __nv_bfloat16* grad1, long long n1, const __half* grad2,
  long long n2) {
-  tn_grad_sq_sum<256>(partials, grad0, n0, grad1, n1, grad2, n2);
+  tn_grad_sq_sum<256, 8192>(partials, grad0, n0, grad1, n1, grad2, n2);
 }
 #define TN_CLIP_COEF(threads)                                                                                \
   TN_ENTRY(clip_coef_t##threads, (threads))(const float* partials, int count, float max_norm, float* clip) { \
