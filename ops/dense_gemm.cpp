@@ -78,7 +78,7 @@ GemmTile gemm_tf32_tile() { return wgmma_tile(DType::kF32, 128, 3, WgmmaSchedule
 GemmTile choose_gemm_tile(DType dtype, GemmBLayout layout, const Expr& n, const Expr& k, int target_sm, bool tma_ok) {
   const bool narrow = n.is_const() && *n.const_value() < 512;
   if (dtype == DType::kF32) {
-    // Given enough rows (the callers switch a small batch to CUDA cores: kTf32MinTiles), 3xTF32
+    // Given enough rows (the callers switch a small batch to CUDA cores: kTf32MinTilesLinear), 3xTF32
     // beats CUDA cores even at N = 128 (tiny_lm's 256-wide layers at 16384 rows ran twice as
     // fast), so only outputs under one tile wide stay on CUDA cores.
     const bool under_one_tile = !n.is_const() || *n.const_value() < 128;

@@ -78,11 +78,15 @@ GemmTile gemm_f32_block_tile(bool wide);
 // either operand K-major or MN-major (transposed as it loads).
 GemmTile gemm_tf32_tile();
 
-// Fewer 3xTF32 tiles than this (under half a wave of a 132-SM GPU, one unit an SM) run on CUDA
-// cores instead, split over K into many short units: a small batch's 3xTF32 units are too few to
-// fill the GPU, and each is slow, its k-steps waiting on loads that the TF32 split lags behind.
-// A constant, not the device's SM count, so which kernel runs follows from the dims alone.
-constexpr int kTf32MinTiles = 66;
+// A small f32 batch runs on CUDA cores, split over K into many short units, where the 3xTF32 tiles
+// would be fewer than these: its 3xTF32 units are too few to fill the GPU, and each is slow, its
+// k-steps waiting on loads that the TF32 split lags behind. Constants (1024 rows of 256 are 16
+// tiles), not the device's SM count, so which kernel runs follows from the dims alone. `linear`
+// switches under a quarter wave of a 132-SM GPU: at 64 tiles (1024 rows of 1024, 4096 of 256)
+// its 3xTF32 kernel measured faster. An input gradient, whose 3xTF32 kernel transposes B as it
+// loads, switches under half a wave: at 64 tiles its CUDA-core kernel measured faster.
+constexpr int kTf32MinTilesLinear = 33;
+constexpr int kTf32MinTilesGrad = 66;
 
 // Every tile the GEMM can run for the dtype and B layout on the target SM (each valid at any M, N
 // and K), for `teeny tune` to measure: choose_gemm_tile picks one of them.

@@ -13,8 +13,10 @@ namespace {
 // wgmma: kMinSplitKWgmma, its k-steps are so much faster that a short split would spend more on
 // writing its partial tile than on its MMAs; 3xTF32, three MMAs a k-step, kMinSplitKTf32; f32 on
 // CUDA cores, whose FMAs are so much slower that a 64-long split already outweighs its partial
-// tile, kMinSplitKSimtF32: a small batch's weight gradients, 1024 rows over 4 tiles, then fill 64
-// SMs instead of 16): a weight gradient's few output tiles
+// tile, as short as kMinSplitKSimtF32 while the units fill at most one wave: a small batch's
+// weight gradients, 1024 rows over 4 tiles, then fill 64 SMs instead of 16, while 16384 rows
+// split no shorter than before, as more partials cost more than a second wave gains): a weight
+// gradient's few output tiles
 // over a long sum (768 x 768 outputs are 36 tiles of 128 x 128) otherwise leave most SMs idle, and
 // a last wave of units that is mostly empty costs more than writing and adding the partials. The
 // count is a function of the dims alone, sized for a GPU of kSplitSms SMs whatever the device:
@@ -37,11 +39,10 @@ int in_flight_per_sm(const GemmTile& tile) { return tile.wgmma() ? tile.threads 
 // split is empty).
 Expr split_count(const GemmTile& tile, DType dtype, const Expr& units, const Expr& k) {
   const Expr in_flight = Expr(kSplitSms * in_flight_per_sm(tile));
-  const Expr min_k(tile.split_tf32        ? kMinSplitKTf32
-                   : tile.wgmma()         ? kMinSplitKWgmma
-                   : dtype == DType::kF32 ? kMinSplitKSimtF32
-                                          : kMinSplitK);
-  const Expr by_k = ceil_div(k, min_k);
+  const Expr min_k(tile.split_tf32 ? kMinSplitKTf32 : tile.wgmma() ? kMinSplitKWgmma : kMinSplitK);
+  Expr by_k = ceil_div(k, min_k);
+  if (!tile.wgmma() && dtype == DType::kF32)
+    by_k = max(by_k, min(ceil_div(k, Expr(kMinSplitKSimtF32)), ceil_div(in_flight, units)));
   if (by_k.is_const() && *by_k.const_value() <= 1) return Expr(1);  // too short to split on any device
   const Expr wanted = max(Expr(1), min(ceil_div(in_flight * Expr(kSplitWaves), units), by_k));
   const Expr k_steps = ceil_div(k, Expr(tile.bk));
@@ -170,14 +171,15 @@ Lowering lower_grad_gemm(const GradGemm& gemm, int target_sm) {
     throw Error("internal: a gradient GEMM's epilogue reads R of one matrix only");
   const GemmTile tile = grad_gemm_tile(gemm, target_sm);
   if (!tile.split_tf32) return lower_tile(gemm, tile);
-  // A small batch's input gradient (1024 rows of 256 are 16 tiles) on CUDA cores (kTf32MinTiles).
-  const Expr few = le(gemm_tiles(tile, gemm.m, gemm.n), Expr(kTf32MinTiles - 1));
+  // A small batch's input gradient on CUDA cores (kTf32MinTilesGradGrad).
+  const Expr few = le(gemm_tiles(tile, gemm.m, gemm.n), Expr(kTf32MinTilesGrad - 1));
   if (few == Expr(0)) return lower_tile(gemm, tile);
   const GemmTile simt = choose_gemm_tile(gemm.dtype, GemmBLayout::kKN, gemm.n, gemm.k, target_sm);
   if (few == Expr(1)) return lower_tile(gemm, simt);
   Lowering lowering;
   append_lowering(lowering, lower_tile(gemm, simt), few, gemm.op);
-  append_lowering(lowering, lower_tile(gemm, tile), le(Expr(kTf32MinTiles), gemm_tiles(tile, gemm.m, gemm.n)), gemm.op);
+  append_lowering(lowering, lower_tile(gemm, tile), le(Expr(kTf32MinTilesGrad), gemm_tiles(tile, gemm.m, gemm.n)),
+                  gemm.op);
   return lowering;
 }
 

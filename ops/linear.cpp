@@ -260,11 +260,11 @@ Lowering lower_linear(const OpContext& ctx, const GemmEpilogue& epilogue) {
       add_tiled(lowering, p, epilogue, tile, rows);
       return lowering;
     }
-    // A small batch (1024 rows of 256 are 16 tiles) on CUDA cores (kTf32MinTiles).
+    // A small batch on CUDA cores (kTf32MinTilesLinear).
     const Expr tiles = gemm_tiles(tile, p.m, p.n);
     add_tiled(lowering, p, epilogue, gemm_f32_block_tile(*p.n.const_value() >= 512),
-              rows * le(tiles, Expr(kTf32MinTiles - 1)));
-    add_tiled(lowering, p, epilogue, tile, rows * le(Expr(kTf32MinTiles), tiles));
+              rows * le(tiles, Expr(kTf32MinTilesLinear - 1)));
+    add_tiled(lowering, p, epilogue, tile, rows * le(Expr(kTf32MinTilesLinear), tiles));
   }
   return lowering;
 }

@@ -145,7 +145,7 @@ TEST_F(OneBundleManyGpus, LaunchesRunOnlyWhereTheirConditionHolds) {
   EXPECT_EQ(kernels_of_fc1(1), (std::vector<std::string>{"linear_f32_gemv_m1_bias"}));
   EXPECT_EQ(kernels_of_fc1(8), (std::vector<std::string>{"linear_f32_gemv_m8_bias"}));
   EXPECT_EQ(kernels_of_fc1(16), (std::vector<std::string>{"linear_f32_gemv_m16_bias"}));
-  // A small batch's GEMM on CUDA cores (under 66 tiles of 3xTF32, 2 a row block of 128), a larger
+  // A small batch's GEMM on CUDA cores (under 33 tiles of 3xTF32, 2 a row block of 128), a larger
   // one's on 3xTF32.
   EXPECT_EQ(kernels_of_fc1(17), (std::vector<std::string>{"linear_zero_f32", "linear_f32_nk_bias_64x64x16"}));
   EXPECT_EQ(kernels_of_fc1(8192),
@@ -158,8 +158,8 @@ TEST_F(OneBundleManyGpus, LaunchesRunOnlyWhereTheirConditionHolds) {
   };
   EXPECT_EQ(when(0), "le(B, 1)");
   EXPECT_EQ(when(1), "le(2, B)*le(B, 4)");
-  EXPECT_EQ(when(4), "le(17, B)*le(ceil_div(B, 128)*2, 65)");
-  EXPECT_EQ(when(6), "le(17, B)*le(66, ceil_div(B, 128)*2)");
+  EXPECT_EQ(when(4), "le(17, B)*le(ceil_div(B, 128)*2, 32)");
+  EXPECT_EQ(when(6), "le(17, B)*le(33, ceil_div(B, 128)*2)");
 }
 
 TEST_F(OneBundleManyGpus, ElementwiseGridsAreOneWaveOfTheBoundDevice) {

@@ -615,14 +615,14 @@ TEST(GemmAttentionLowering, F32InputGradientsRunOnTensorCoresWeightGradientsOnCu
   ctx.target_sm = 80;
   EXPECT_EQ(op("grad.linear_dx").lower(ctx).kernels.at(0).name, "grad_linear_dx_f32_kn_128x128x8_b0");
   // A weight gradient's output is [256, 256]: the wide CUDA-core tile, its sum split to fill the
-  // GPU. Its 4 tiles aim at 132 splits (2 waves of 264 units): 16384 rows split 128 ways (16
-  // k-steps of 8 each), and 1024 rows 16 ways, at the shortest split of 64; one narrower than a
-  // tile keeps the narrow one.
+  // GPU. Its 4 tiles aim at 132 splits (2 waves of 264 units), each at least 256 long, or down to
+  // 64 while the units fill at most one wave: 16384 rows split 64 ways (66 wanted: 32 k-steps of
+  // 8 each), and 1024 rows 16 ways; one narrower than a tile keeps the narrow one.
   ctx = context("grad.linear_dweight", nlohmann::json::object(), {dy, x});
   ctx.target_sm = 90;
   lowering = op("grad.linear_dweight").lower(ctx);
   EXPECT_EQ(lowering.kernels.at(0).name, "grad_linear_dweight_f32_kn_128x128x8_at_b0");
-  EXPECT_EQ(arg(lowering.launches[0], "splits").value.eval({{"B", 64}, {"S", 256}, {"SMS", 132}}), 128);
+  EXPECT_EQ(arg(lowering.launches[0], "splits").value.eval({{"B", 64}, {"S", 256}, {"SMS", 132}}), 64);
   EXPECT_EQ(arg(lowering.launches[0], "splits").value.eval({{"B", 16}, {"S", 64}, {"SMS", 132}}), 16);
   ctx = context("grad.linear_dweight", nlohmann::json::object(), {tensor(DType::kF32, {B, S, 64}), x});
   ctx.target_sm = 90;
@@ -656,8 +656,8 @@ TEST(GemmAttentionLowering, FewRowsStreamTheWeight) {
   const Lowering f32_lowering = op("linear").lower(f32);
   // 4 variants, then the zeroing and the tiled GEMM on CUDA cores (a small batch), and on 3xTF32.
   ASSERT_EQ(f32_lowering.launches.size(), 8u);
-  EXPECT_EQ(f32_lowering.launches[5].when.str(), "le(17, B)*le(ceil_div(B, 128)*8, 65)");
-  EXPECT_EQ(f32_lowering.launches[7].when.str(), "le(17, B)*le(66, ceil_div(B, 128)*8)");
+  EXPECT_EQ(f32_lowering.launches[5].when.str(), "le(17, B)*le(ceil_div(B, 128)*8, 32)");
+  EXPECT_EQ(f32_lowering.launches[7].when.str(), "le(17, B)*le(33, ceil_div(B, 128)*8)");
   EXPECT_EQ(f32_lowering.kernels.at(f32_lowering.launches[0].kernel).name, "linear_f32_gemv_m1");
   EXPECT_EQ(f32_lowering.kernels.at(f32_lowering.launches[0].kernel).function,
             "tn_linear<tn_gemv_simt<256, 4, 1, tn_gemm_epilogue<float, tn_act_none, false, false>>>");
@@ -683,13 +683,13 @@ TEST(GemmAttentionLowering, FewRowsStreamTheWeight) {
 TEST(GemmAttentionLowering, LinearF32OnSm90IsPersistent3xTf32) {
   const OpContext ctx = context("linear", {{"out_features", 768}, {"bias", true}}, {tensor(DType::kF32, {B, S, 3072})});
   const Lowering lowering = tiled_linear(op("linear").lower(ctx));
-  // The CUDA-core GEMM under 66 tiles (a small batch), each GEMM after its zeroing.
+  // The CUDA-core GEMM under 33 tiles (a small batch), each GEMM after its zeroing.
   ASSERT_EQ(lowering.launches.size(), 4u);
   EXPECT_EQ(lowering.kernels.at(lowering.launches[1].kernel).name, "linear_f32_nk_bias_128x128x8");
-  EXPECT_EQ(lowering.launches[1].when.str(), "le(17, B*S)*le(ceil_div(B*S, 128)*6, 65)");
+  EXPECT_EQ(lowering.launches[1].when.str(), "le(17, B*S)*le(ceil_div(B*S, 128)*6, 32)");
   const Launch& gemm = lowering.launches[3];
   EXPECT_EQ(lowering.kernels.at(gemm.kernel).name, "linear_f32_nk_bias_128x128x32_wgmma_pp");
-  EXPECT_EQ(gemm.when.str(), "le(17, B*S)*le(66, ceil_div(B*S, 128)*6)");
+  EXPECT_EQ(gemm.when.str(), "le(17, B*S)*le(33, ceil_div(B*S, 128)*6)");
   EXPECT_TRUE(lowering.kernels.at(gemm.kernel).arch_specific);
   EXPECT_EQ(gemm.block[0], 384);
   // Three stages of f32 A and B tiles, each twice (TF32 high and low parts), + mbarriers.

@@ -72,7 +72,7 @@ TEST(TunedCompile, RecordsApplyInTheirRangesAndTheHeuristicElsewhere) {
   // An f32 GEMM may split K, so a zeroing launch comes first (one element where it does not).
   EXPECT_EQ(kernels_at(bundle, 100), (Kernels{"linear_zero_f32", "linear_f32_nk_bias_64x64x16"}));
   EXPECT_EQ(kernels_at(bundle, 200), (Kernels{"linear_zero_f32", "linear_f32_nk_bias_64x64x16"}));
-  // Outside both records the heuristic's GEMM runs: on CUDA cores for a small batch (under 66 tiles
+  // Outside both records the heuristic's GEMM runs: on CUDA cores for a small batch (under 33 tiles
   // of 3xTF32, 2 a row block of 128), else 3xTF32.
   EXPECT_EQ(kernels_at(bundle, 99), (Kernels{"linear_zero_f32", "linear_f32_nk_bias_64x64x16"}));
   EXPECT_EQ(kernels_at(bundle, 201), (Kernels{"linear_zero_f32", "linear_f32_nk_bias_64x64x16"}));
