@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
-"""Regenerates the README's benchmark table from the newest files in bench/results/.
+"""Regenerates the README's benchmark tables from the newest files in bench/results/.
 
-The GPU is the newest results file's (or --gpu SLUG's); each suite (dense, vision, gemm) comes from
-the newest file of that GPU that holds it. Per band of cases: how many, the geometric mean of
+Each suite (dense, vision, gemm, train, ...) comes from the newest file that holds it, on whichever
+GPU that was, and the suites are shown in one table per GPU, the newest GPU's first; with --gpu
+SLUG, one table of that GPU's newest file of each suite. Per band of cases: how many, the geometric mean of
 teeny's median time over PyTorch's best (the fastest of the ways bench_common.TORCH_MODES names,
 or of those a suite measured), and the worst case; where a suite also timed teeny untuned
 (`--tuning none`), the same for that. The table replaces the README's text between BEGIN and END
 below.
 
-  python3 scripts/bench_table.py            rewrite README.md's table
+  python3 scripts/bench_table.py            rewrite README.md's tables
   python3 scripts/bench_table.py --print    print the table only
 """
 import argparse
@@ -60,6 +61,22 @@ def newest_suites(found, gpu=None):
         raise SystemExit(f"bench_table: no results for GPU '{gpu}'; there are: "
                          + ", ".join(sorted({slug for _, slug, _, _ in found})))
     return chosen
+
+
+def newest_per_gpu(found):
+    """[{suite: (path, results)}], one per GPU, newest first: each suite from its newest file of any GPU."""
+    if not found:
+        newest_suites(found)  # the error for no files
+    newest = {}
+    for _, slug, path, results in found:
+        for suite in results["suites"]:
+            newest[suite] = (slug, path, results)
+    by_gpu = {}
+    for _, slug, _, _ in reversed(found):
+        by_gpu.setdefault(slug, {})
+    for suite, (slug, path, results) in newest.items():
+        by_gpu[slug][suite] = (path, results)
+    return [chosen for chosen in by_gpu.values() if chosen]
 
 
 def shown_path(path):
@@ -115,10 +132,12 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--results-dir", default=RESULTS_DIR)
     parser.add_argument("--readme", default=os.path.join(REPO, "README.md"))
-    parser.add_argument("--gpu", help="GPU slug, e.g. nvidia-h200 (default: the newest results file's)")
+    parser.add_argument("--gpu", help="only this GPU's results, e.g. nvidia-h200 (default: each suite's newest)")
     parser.add_argument("--print", action="store_true", help="print the table instead of rewriting the README")
     args = parser.parse_args()
-    table = render_table(newest_suites(load_results(args.results_dir), args.gpu))
+    found = load_results(args.results_dir)
+    groups = [newest_suites(found, args.gpu)] if args.gpu else newest_per_gpu(found)
+    table = "\n".join(render_table(chosen) for chosen in groups)
     if args.print:
         print(table, end="")
         return 0
