@@ -103,8 +103,13 @@ TEST(GpuConformance, EveryRegisteredOpMatchesItsReference) {
 
   const std::vector<Job> jobs = all_jobs();
   ASSERT_FALSE(jobs.empty());
+  // TEENY_TEST_NVRTC_CACHE, where set, is kept (CompileGraphs fills one with every case's kernels
+  // on a machine without a GPU, so a short GPU lease need not compile them); else a scratch cache.
+  const char* shared = std::getenv("TEENY_TEST_NVRTC_CACHE");
+  const bool keep_cache = shared != nullptr && *shared != '\0';
   const std::filesystem::path cache =
-      std::filesystem::temp_directory_path() / fmt::format("teeny_conformance_{}", getpid());
+      keep_cache ? std::filesystem::path(shared)
+                 : std::filesystem::temp_directory_path() / fmt::format("teeny_conformance_{}", getpid());
 
   // Compile every case first, in parallel (most cases hold one kernel, so NVRTC's own
   // per-graph parallelism would leave the cores idle).
@@ -124,18 +129,30 @@ TEST(GpuConformance, EveryRegisteredOpMatchesItsReference) {
       }
     }
   };
+  const auto compile_start = std::chrono::steady_clock::now();
   std::vector<std::thread> threads;
   const unsigned workers = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
   for (unsigned t = 0; t < workers; ++t) threads.emplace_back(worker);
   for (std::thread& t : threads) t.join();
+  std::printf("compiled %zu cases in %.1f s\n", jobs.size(),
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - compile_start).count());
 
   struct OpTally {
     int cases = 0, runs = 0, failures = 0;
     double seconds = 0;  // running and checking, compile excluded: shows where the test's time goes
   };
   std::map<std::string, OpTally> tally;
+  // Each op's line as soon as its last case is checked (its cases are consecutive), so a run
+  // stopped by a short GPU lease still shows which ops passed.
+  const auto print_tally = [&](const std::string& op) {
+    const OpTally& t = tally[op];
+    std::printf("%-22s %6d %6d %9d %9.1f\n", op.c_str(), t.cases, t.runs, t.failures, t.seconds);
+    std::fflush(stdout);
+  };
+  std::printf("%-22s %6s %6s %9s %9s\n", "op", "cases", "runs", "failures", "seconds");
   for (size_t i = 0; i < jobs.size(); ++i) {
     const Job& job = jobs[i];
+    if (i > 0 && jobs[i - 1].op != job.op) print_tally(jobs[i - 1].op->name);
     OpTally& t = tally[job.op->name];
     ++t.cases;
     if (!bundles[i]) {
@@ -178,11 +195,9 @@ TEST(GpuConformance, EveryRegisteredOpMatchesItsReference) {
     t.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
   std::error_code ec;
-  std::filesystem::remove_all(cache, ec);
+  if (!keep_cache) std::filesystem::remove_all(cache, ec);
 
-  std::printf("%-22s %6s %6s %9s %9s\n", "op", "cases", "runs", "failures", "seconds");
-  for (const auto& [op, t] : tally)
-    std::printf("%-22s %6d %6d %9d %9.1f\n", op.c_str(), t.cases, t.runs, t.failures, t.seconds);
+  print_tally(jobs.back().op->name);
   for (const OpDef& op : registry().ops())
     if (!tally.count(op.name)) std::printf("%-22s (no conformance cases)\n", op.name.c_str());
 }
