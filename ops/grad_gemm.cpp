@@ -11,12 +11,8 @@ namespace {
 // The reduction is split (tn_grad_gemm) until the (tile, split) units make kSplitWaves waves of
 // the units in flight at once (in_flight_per_sm), each split at least kMinSplitK long (16-bit
 // wgmma: kMinSplitKWgmma, its k-steps are so much faster that a short split would spend more on
-// writing its partial tile than on its MMAs; 3xTF32, three MMAs a k-step, kMinSplitKTf32; f32 on
-// CUDA cores, whose FMAs are so much slower that a 64-long split already outweighs its partial
-// tile, as short as kMinSplitKSimtF32 while the units fill at most one wave: a small batch's
-// weight gradients, 1024 rows over 4 tiles, then fill 64 SMs instead of 16, while 16384 rows
-// split no shorter than before, as more partials cost more than a second wave gains): a weight
-// gradient's few output tiles
+// writing its partial tile than on its MMAs; 3xTF32, three MMAs a k-step, kMinSplitKTf32): a
+// weight gradient's few output tiles
 // over a long sum (768 x 768 outputs are 36 tiles of 128 x 128) otherwise leave most SMs idle, and
 // a last wave of units that is mostly empty costs more than writing and adding the partials. The
 // count is a function of the dims alone, sized for a GPU of kSplitSms SMs whatever the device:
@@ -36,7 +32,10 @@ constexpr int kSumThreads = 256;
 int in_flight_per_sm(const GemmTile& tile) { return tile.wgmma() ? tile.threads / 128 - 1 : tile.min_blocks; }
 
 // The split count: the wanted count, then as many as cover K's k-steps at that length (so no
-// split is empty).
+// split is empty). f32 on CUDA cores, whose FMAs are slow enough that a 64-long split outweighs
+// its partial tile, splits as short as kMinSplitKSimtF32 while the units fill at most one wave: a
+// small batch's weight gradient (1024 rows over 4 tiles) then fills 64 SMs instead of 16, while
+// 16384 rows keep splits of 256, as twice the partials cost more than a second wave gains.
 Expr split_count(const GemmTile& tile, DType dtype, const Expr& units, const Expr& k) {
   const Expr in_flight = Expr(kSplitSms * in_flight_per_sm(tile));
   const Expr min_k(tile.split_tf32 ? kMinSplitKTf32 : tile.wgmma() ? kMinSplitKWgmma : kMinSplitK);
@@ -171,7 +170,7 @@ Lowering lower_grad_gemm(const GradGemm& gemm, int target_sm) {
     throw Error("internal: a gradient GEMM's epilogue reads R of one matrix only");
   const GemmTile tile = grad_gemm_tile(gemm, target_sm);
   if (!tile.split_tf32) return lower_tile(gemm, tile);
-  // A small batch's input gradient on CUDA cores (kTf32MinTilesGradGrad).
+  // A small batch's input gradient on CUDA cores (kTf32MinTilesGrad).
   const Expr few = le(gemm_tiles(tile, gemm.m, gemm.n), Expr(kTf32MinTilesGrad - 1));
   if (few == Expr(0)) return lower_tile(gemm, tile);
   const GemmTile simt = choose_gemm_tile(gemm.dtype, GemmBLayout::kKN, gemm.n, gemm.k, target_sm);

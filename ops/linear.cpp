@@ -260,11 +260,12 @@ Lowering lower_linear(const OpContext& ctx, const GemmEpilogue& epilogue) {
       add_tiled(lowering, p, epilogue, tile, rows);
       return lowering;
     }
-    // A small batch on CUDA cores (kTf32MinTilesLinear).
+    // A small batch on CUDA cores (kTf32MinTilesLinear); a constant M folds to one of the two.
     const Expr tiles = gemm_tiles(tile, p.m, p.n);
-    add_tiled(lowering, p, epilogue, gemm_f32_block_tile(*p.n.const_value() >= 512),
-              rows * le(tiles, Expr(kTf32MinTilesLinear - 1)));
-    add_tiled(lowering, p, epilogue, tile, rows * le(Expr(kTf32MinTilesLinear), tiles));
+    const Expr few = rows * le(tiles, Expr(kTf32MinTilesLinear - 1));
+    const Expr many = rows * le(Expr(kTf32MinTilesLinear), tiles);
+    if (few != Expr(0)) add_tiled(lowering, p, epilogue, gemm_f32_block_tile(*p.n.const_value() >= 512), few);
+    if (many != Expr(0)) add_tiled(lowering, p, epilogue, tile, many);
   }
   return lowering;
 }
