@@ -43,8 +43,7 @@ def run_in_workdir(args, run_twin):
 def torch_device(args):
     """Where PyTorch trains (the GPU unless --device cpu or none), in f32 without TF32, as teeny, and
     with cuDNN's deterministic algorithms: a weight gradient summed by atomics in another order on
-    each run would make the reference drift from run to run over hundreds of steps (the digits
-    twin failed once in four runs on 2026-12-06 and passed when run again)."""
+    each run would let the reference drift from run to run over hundreds of steps."""
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cudnn.deterministic = True
