@@ -73,6 +73,10 @@ GemmTile gemm_f32_block_tile(bool wide) {
   return wide ? block_tile(128, 128, 8, 256, 2) : block_tile(64, 64, 16, 256, 2);
 }
 
+GemmTile gemm_f32_cuda_core_tile(const Expr& n) {
+  return gemm_f32_block_tile(!(n.is_const() && *n.const_value() < 512));
+}
+
 GemmTile gemm_tf32_tile() { return wgmma_tile(DType::kF32, 128, 3, WgmmaSchedule::kPingpong); }
 
 GemmTile choose_gemm_tile(DType dtype, GemmBLayout layout, const Expr& n, const Expr& k, int target_sm, bool tma_ok) {
@@ -83,7 +87,7 @@ GemmTile choose_gemm_tile(DType dtype, GemmBLayout layout, const Expr& n, const 
     // fast), so only outputs under one tile wide stay on CUDA cores.
     const bool under_one_tile = !n.is_const() || *n.const_value() < 128;
     if (target_sm == 90 && layout == GemmBLayout::kNK && !under_one_tile) return gemm_tf32_tile();
-    return gemm_f32_block_tile(!narrow);
+    return gemm_f32_cuda_core_tile(n);
   }
   if (narrow) return block_tile(64, 64, 32, 128, 1);
   // wgmma reads B from shared memory K-major, i.e. in the [N, K] layout. Stages fill ~192 KiB.

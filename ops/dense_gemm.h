@@ -74,6 +74,9 @@ GemmTile gemm_tma_tile(DType dtype);
 // narrow to fill the GPU with the wide one's tiles.
 GemmTile gemm_f32_block_tile(bool wide);
 
+// The CUDA-core tile an f32 output `n` wide takes: the narrow one under 512 columns.
+GemmTile gemm_f32_cuda_core_tile(const Expr& n);
+
 // The f32 wgmma tile (sm_90, 3xTF32, loading by cp.async): 128x128x32, 3 stages, pingpong. It reads
 // either operand K-major or MN-major (transposed as it loads).
 GemmTile gemm_tf32_tile();

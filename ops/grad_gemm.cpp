@@ -170,15 +170,15 @@ Lowering lower_grad_gemm(const GradGemm& gemm, int target_sm) {
     throw Error("internal: a gradient GEMM's epilogue reads R of one matrix only");
   const GemmTile tile = grad_gemm_tile(gemm, target_sm);
   if (!tile.split_tf32) return lower_tile(gemm, tile);
-  // A small batch's input gradient on CUDA cores (kTf32MinTilesGrad).
-  const Expr few = le(gemm_tiles(tile, gemm.m, gemm.n), Expr(kTf32MinTilesGrad - 1));
+  // A small batch's input gradient on CUDA cores (kTf32MinTilesGrad); constant rows fold to one.
+  const Expr tiles = gemm_tiles(tile, gemm.m, gemm.n);
+  const Expr few = le(tiles, Expr(kTf32MinTilesGrad - 1));
   if (few == Expr(0)) return lower_tile(gemm, tile);
-  const GemmTile simt = choose_gemm_tile(gemm.dtype, GemmBLayout::kKN, gemm.n, gemm.k, target_sm);
+  const GemmTile simt = gemm_f32_cuda_core_tile(gemm.n);
   if (few == Expr(1)) return lower_tile(gemm, simt);
   Lowering lowering;
   append_lowering(lowering, lower_tile(gemm, simt), few, gemm.op);
-  append_lowering(lowering, lower_tile(gemm, tile), le(Expr(kTf32MinTilesGrad), gemm_tiles(tile, gemm.m, gemm.n)),
-                  gemm.op);
+  append_lowering(lowering, lower_tile(gemm, tile), le(Expr(kTf32MinTilesGrad), tiles), gemm.op);
   return lowering;
 }
 

@@ -3,11 +3,11 @@
 
 Each suite (dense, vision, gemm, train, ...) comes from the newest file that holds it, on whichever
 GPU that was, and the suites are shown in one table per GPU, the newest GPU's first; with --gpu
-SLUG, one table of that GPU's newest file of each suite. Per band of cases: how many, the geometric mean of
-teeny's median time over PyTorch's best (the fastest of the ways bench_common.TORCH_MODES names,
-or of those a suite measured), and the worst case; where a suite also timed teeny untuned
-(`--tuning none`), the same for that. The table replaces the README's text between BEGIN and END
-below.
+SLUG, one table of that GPU's newest file of each suite. Per band of cases: how many, the
+geometric mean of teeny's median time over PyTorch's best (the fastest of the ways
+bench_common.TORCH_MODES names, or of those a suite measured), and the worst case; where a suite
+also timed teeny untuned (`--tuning none`), the same for that. The tables replace the README's text
+between BEGIN and END below.
 
   python3 scripts/bench_table.py            rewrite README.md's tables
   python3 scripts/bench_table.py --print    print the table only
@@ -46,11 +46,15 @@ def load_results(results_dir):
     return sorted(found, key=lambda entry: (entry[0], latest_start(entry)))
 
 
-def newest_suites(found, gpu=None):
-    """{suite: (path, results)} for the newest results of `gpu` (default: the newest file's GPU)."""
+def require_results(found):
     if not found:
         raise SystemExit("bench_table: no results files (<date>-<gpu>.json): run scripts/bench_dense.py and "
                          "scripts/bench_vision.py on a GPU first")
+
+
+def newest_suites(found, gpu=None):
+    """{suite: (path, results)} for the newest results of `gpu` (default: the newest file's GPU)."""
+    require_results(found)
     gpu = gpu or found[-1][1]
     chosen = {}
     for _, slug, path, results in found:
@@ -65,8 +69,7 @@ def newest_suites(found, gpu=None):
 
 def newest_per_gpu(found):
     """[{suite: (path, results)}], one per GPU, newest first: each suite from its newest file of any GPU."""
-    if not found:
-        newest_suites(found)  # the error for no files
+    require_results(found)
     newest = {}
     for _, slug, path, results in found:
         for suite in results["suites"]:
