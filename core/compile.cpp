@@ -842,6 +842,18 @@ std::string block_problem(const std::array<int, 3>& block, const PtxEntry& entry
   return "";
 }
 
+// Every entry starts by waiting for the kernels before it, then lets the next kernel's blocks be
+// scheduled: the executor launches on sm_90+ with programmatic stream serialization, so a kernel's
+// launch and block set-up overlap the previous kernel's last wave instead of following its exit.
+// griddepcontrol.wait returns once the previous grids have finished and their writes are visible
+// (at once when launched without the attribute); the trigger lets at most the next grid be
+// scheduled early, and its blocks wait in their own prologue.
+constexpr const char* kProgrammaticLaunchPrologue =
+    "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900\n"
+    "  asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");\n"
+    "  asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");\n"
+    "#endif\n";
+
 // Appended rather than formatted: compile makes one for every node, to find the kernels nodes share.
 std::string kernel_translation_unit(const KernelSource& kernel, const std::string& entry) {
   std::string bounds;
@@ -855,7 +867,7 @@ std::string kernel_translation_unit(const KernelSource& kernel, const std::strin
     if (i > 0) out += ", ";
     out += describe(kernel.params[i]);
   }
-  out += ") {\n  " + kernel.function + "(";
+  out += ") {\n" + std::string(kProgrammaticLaunchPrologue) + "  " + kernel.function + "(";
   for (size_t i = 0; i < kernel.params.size(); ++i) {
     if (i > 0) out += ", ";
     out += kernel.params[i].name;

@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <mutex>
 
 #include <fmt/format.h>
@@ -187,6 +188,35 @@ void DeviceBuffer::upload(const void* data, size_t bytes, size_t offset, const s
   }
   if (bytes == 0) return;
   TEENY_CU(device_->driver(), MemcpyHtoD, what, ptr_ + offset, data, bytes);
+}
+
+PinnedBuffer::PinnedBuffer(std::shared_ptr<Device> device, size_t bytes, const std::string& what)
+    : device_(std::move(device)), size_(bytes) {
+  if (bytes == 0) return;
+  TEENY_CU(device_->driver(), MemAllocHost,
+           fmt::format("allocating {} of page-locked host memory for {}", format_bytes(bytes), what), &data_, bytes);
+}
+
+PinnedBuffer::~PinnedBuffer() {
+  if (data_) device_->driver().api().MemFreeHost(data_);
+}
+
+void DeviceBuffer::upload_async(const PinnedBuffer& from, size_t bytes, const Stream& stream,
+                                const std::string& what) const {
+  if (bytes > size_ || bytes > from.size())
+    throw gpu_error(
+        fmt::format("upload of {} overruns a {}-byte buffer while {}", bytes, std::min(size_, from.size()), what));
+  if (bytes == 0) return;
+  TEENY_CU(device_->driver(), MemcpyHtoDAsync, what, ptr_, from.data(), bytes, stream.handle());
+}
+
+void DeviceBuffer::download_async(const PinnedBuffer& to, size_t bytes, size_t offset, const Stream& stream,
+                                  const std::string& what) const {
+  if (offset + bytes > size_ || bytes > to.size())
+    throw gpu_error(fmt::format("download of {} at offset {} overruns a {}-byte buffer while {}", bytes, offset,
+                                std::min(size_, to.size()), what));
+  if (bytes == 0) return;
+  TEENY_CU(device_->driver(), MemcpyDtoHAsync, what, to.data(), ptr_ + offset, bytes, stream.handle());
 }
 
 void DeviceBuffer::download(void* data, size_t bytes, size_t offset, const std::string& what) const {

@@ -47,6 +47,10 @@ namespace teeny::cuda {
   X(MemFree, cuMemFree)                                                                     \
   X(MemcpyHtoD, cuMemcpyHtoD)                                                               \
   X(MemcpyDtoH, cuMemcpyDtoH)                                                               \
+  X(MemcpyHtoDAsync, cuMemcpyHtoDAsync)                                                     \
+  X(MemcpyDtoHAsync, cuMemcpyDtoHAsync)                                                     \
+  X(MemAllocHost, cuMemAllocHost)                                                           \
+  X(MemFreeHost, cuMemFreeHost)                                                             \
   X(MemsetD8, cuMemsetD8)                                                                   \
   X(MemsetD8Async, cuMemsetD8Async)                                                         \
   X(StreamCreate, cuStreamCreate)                                                           \
@@ -58,6 +62,7 @@ namespace teeny::cuda {
   X(EventSynchronize, cuEventSynchronize)                                                   \
   X(EventElapsedTime, cuEventElapsedTime)                                                   \
   X(LaunchKernel, cuLaunchKernel)                                                           \
+  X(LaunchKernelEx, cuLaunchKernelEx)                                                       \
   X(StreamBeginCapture, cuStreamBeginCapture)                                               \
   X(StreamEndCapture, cuStreamEndCapture)                                                   \
   X(GraphInstantiateWithFlags, cuGraphInstantiateWithFlags)                                 \
@@ -146,6 +151,24 @@ class Device {
   uint64_t total_memory_ = 0;
 };
 
+class Stream;
+
+// Page-locked host memory: copies between it and the device are asynchronous on a stream.
+class PinnedBuffer {
+ public:
+  PinnedBuffer(std::shared_ptr<Device> device, size_t bytes, const std::string& what);
+  ~PinnedBuffer();
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  void* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  std::shared_ptr<Device> device_;
+  void* data_ = nullptr;
+  size_t size_ = 0;
+};
+
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;
@@ -161,6 +184,10 @@ class DeviceBuffer {
   size_t size() const { return size_; }
   void upload(const void* data, size_t bytes, size_t offset, const std::string& what) const;
   void download(void* data, size_t bytes, size_t offset, const std::string& what) const;
+  // Enqueued on `stream`: the host buffer must stay untouched until the stream passes the copy.
+  void upload_async(const PinnedBuffer& from, size_t bytes, const Stream& stream, const std::string& what) const;
+  void download_async(const PinnedBuffer& to, size_t bytes, size_t offset, const Stream& stream,
+                      const std::string& what) const;
   void zero(const std::string& what) const;
 
  private:

@@ -38,6 +38,11 @@ class GpuExecutor {
   void set_input(const std::string& name, const HostTensor& values);
   void set_param(const std::string& name, const HostTensor& values);
 
+  // Whether a launch may start while the launch before it finishes (programmatic dependent
+  // launch, sm_90+, for kernels whose entry waits for it: core/compile.cpp). On by default; the
+  // profiler turns it off, so that each launch's time is its own.
+  void overlap_launches(bool on);
+
   // Enqueue on the executor's stream; nothing synchronises.
   void enqueue(size_t launch_index) const;
   void enqueue_all() const;
@@ -47,6 +52,10 @@ class GpuExecutor {
   void synchronize(const std::string& what) const;
 
   HostTensor read(const std::string& tensor) const;  // after synchronize
+  // Enqueues a copy of `tensor` into `to` (page-locked, at least its bytes) on the stream, so that
+  // reading it needs no copy after the synchronize; staged() decodes it then.
+  void enqueue_read(const std::string& tensor, const cuda::PinnedBuffer& to) const;
+  HostTensor staged(const std::string& tensor, const cuda::PinnedBuffer& from) const;
   HostTensor read_param(const std::string& name) const;
   CUfunction function(size_t launch_index) const;
   const cuda::Stream& stream() const { return *stream_; }
@@ -66,8 +75,10 @@ class GpuExecutor {
 
   std::shared_ptr<cuda::Device> device_;
   const BoundBundle& bound_;
-  Modules modules_;                                  // per bundle kernel
-  std::vector<CUfunction> functions_;                // per launch
+  Modules modules_;                    // per bundle kernel
+  std::vector<CUfunction> functions_;  // per launch
+  std::vector<bool> waits_;            // per launch: its entry waits for the one before
+  bool overlap_ = false;
   std::vector<std::vector<uint8_t>> param_buffers_;  // per launch: the packed arguments
   std::vector<std::vector<void*>> arg_pointers_;     // per launch: each argument in its buffer
   cuda::DeviceBuffer arena_, params_;

@@ -488,6 +488,7 @@ std::unique_ptr<Subject> prepare_subject(const Bundle& bundle, const std::string
     if (std::find(notes.begin(), notes.end(), note) == notes.end()) notes.push_back(note);
 
   subject->executor = std::make_unique<GpuExecutor>(device, *subject->bound, modules);
+  subject->executor->overlap_launches(false);  // each launch's time is its own
   modules = subject->executor->modules();
   subject->executor->upload(data);
   subject->facts = launch_facts(*device, *subject->executor);

@@ -140,6 +140,10 @@ TEST(CompileGraph, TranslationUnitIncludesTheHeaderAndForwardsTheParams) {
   EXPECT_EQ(kernel_translation_unit(kernel, "k_entry"),
             "#include \"k.cuh\"\n\n"
             "extern \"C\" __global__ void k_entry(const __nv_bfloat16* x, float* y, long long n, float alpha) {\n"
+            "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900\n"
+            "  asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");\n"
+            "  asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");\n"
+            "#endif\n"
             "  k_body<float, 4>(x, y, n, alpha);\n}\n");
   kernel.max_threads = 256;
   EXPECT_NE(kernel_translation_unit(kernel, "k_entry").find("void __launch_bounds__(256) k_entry("), std::string::npos);
