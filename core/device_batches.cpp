@@ -1,6 +1,7 @@
 #include "core/device_batches.h"
 
 #include <algorithm>
+#include <limits>
 
 #include <fmt/format.h>
 
@@ -11,7 +12,7 @@ namespace teeny {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int64_t kMaxBlocks = 4096;  // the kernel strides over the rest
+constexpr int64_t kMaxRowBlocks = 65535;  // grid y's limit: the kernel strides over the rest
 
 uint64_t source_bytes(const HostTensor& source) {
   return static_cast<uint64_t>(source.numel()) * dtype_size(source.dtype);
@@ -28,6 +29,8 @@ std::unique_ptr<DeviceBatches> DeviceBatches::make(const GpuExecutor& executor, 
   uint64_t bytes = 0;
   for (const HostTensor& source : batches.sources()) bytes += source_bytes(source);
   if (bytes > executor.device()->total_memory() / 4) return nullptr;
+  for (const RowGather& gather : batches.rows(batches.step()))
+    if (gather.row > std::numeric_limits<int>::max()) return nullptr;  // the kernel counts a row's elements in int
   return std::unique_ptr<DeviceBatches>(new DeviceBatches(executor, batches));
 }
 
@@ -43,6 +46,7 @@ DeviceBatches::DeviceBatches(const GpuExecutor& executor, BatchSource& batches) 
   size_t starts = 0;
   for (const RowGather& gather : batches.rows(batches.step())) starts += gather.starts.size();
   starts_ = cuda::DeviceBuffer(device, starts * sizeof(int64_t), "the batch's row starts");
+  staged_starts_ = std::make_unique<cuda::PinnedBuffer>(device, starts * sizeof(int64_t), "the batch's row starts");
   module_ = std::make_unique<cuda::Module>(device, gather_rows_ptx(device->cc_major(), device->cc_minor()),
                                            "loading the batch gather kernel");
   gather2_ = module_->function("teeny_gather_rows_2", "finding the batch gather kernel");
@@ -50,20 +54,26 @@ DeviceBatches::DeviceBatches(const GpuExecutor& executor, BatchSource& batches) 
 }
 
 void DeviceBatches::gather(const GpuExecutor& executor, const std::vector<RowGather>& rows) const {
-  std::vector<int64_t> starts;
-  for (const RowGather& gather : rows) starts.insert(starts.end(), gather.starts.begin(), gather.starts.end());
-  starts_.upload(starts.data(), starts.size() * sizeof(int64_t), 0, "uploading the batch's row starts");
+  auto* staged = static_cast<int64_t*>(staged_starts_->data());
+  size_t count = 0;
+  for (const RowGather& gather : rows) {
+    std::copy(gather.starts.begin(), gather.starts.end(), staged + count);
+    count += gather.starts.size();
+  }
+  starts_.upload_async(*staged_starts_, count * sizeof(int64_t), executor.stream(), "uploading the batch's row starts");
   size_t first = 0;
   for (const RowGather& gather : rows) {
     const BoundTensor& input = executor.bound().tensor(gather.input);
     CUdeviceptr src = sources_.at(gather.source).ptr(), dst = executor.tensor_ptr(gather.input);
     CUdeviceptr row_starts = starts_.ptr() + first * sizeof(int64_t);
-    long long row = gather.row, total = gather.row * static_cast<int64_t>(gather.starts.size());
+    long long batch_rows = static_cast<long long>(gather.starts.size());
+    int row = static_cast<int>(gather.row);
     int last = static_cast<int>(input.shape.back()), stride = static_cast<int>(input.row_stride);
-    void* args[] = {&src, &row_starts, &dst, &row, &total, &last, &stride};
-    const auto blocks = static_cast<unsigned>(std::clamp<int64_t>((total + kThreads - 1) / kThreads, 1, kMaxBlocks));
+    void* args[] = {&src, &row_starts, &dst, &batch_rows, &row, &last, &stride};
+    const auto blocks_x = static_cast<unsigned>(std::clamp<int64_t>((gather.row + kThreads - 1) / kThreads, 1, 64));
+    const auto blocks_y = static_cast<unsigned>(std::clamp<int64_t>(batch_rows, 1, kMaxRowBlocks));
     TEENY_CU(executor.device()->driver(), LaunchKernel, fmt::format("gathering the batch of input '{}'", gather.input),
-             dtype_size(input.dtype) == 2 ? gather2_ : gather4_, blocks, 1, 1, kThreads, 1, 1, 0,
+             dtype_size(input.dtype) == 2 ? gather2_ : gather4_, blocks_x, blocks_y, 1, kThreads, 1, 1, 0,
              executor.stream().handle(), args, nullptr);
     first += gather.starts.size();
   }

@@ -31,6 +31,7 @@ class DeviceBatches {
 
   std::vector<cuda::DeviceBuffer> sources_;
   cuda::DeviceBuffer starts_;  // every input's row starts of one batch, int64, input after input
+  std::unique_ptr<cuda::PinnedBuffer> staged_starts_;  // their host copy, uploaded asynchronously
   std::unique_ptr<cuda::Module> module_;
   CUfunction gather2_ = nullptr, gather4_ = nullptr;  // by element size
 };

@@ -49,6 +49,7 @@ class HostStepRunner final : public StepRunner {
     return scalar(step_.tensors.at(bound_.bundle->loss));
   }
   void update() override { run_host_nodes(bound_, registry_, step_, first_update_, bound_.bundle->nodes.size()); }
+  void finish() override {}
   CheckReport check_step(double&) override {
     throw Error("internal: the host reference executor has nothing to check against");
   }
@@ -96,11 +97,19 @@ class GpuStepRunner final : public StepRunner {
   }
   // Each phase is captured once as a CUDA graph and replayed: its launches' arguments (buffers,
   // sizes) are the same every step; the step count the updates read lives in device memory.
+  // The loss comes back by an asynchronous copy behind the launches, so the step waits once.
   double forward_backward() override {
-    replay(forward_backward_, 0, update_launch_, "running the forward and backward nodes");
-    return scalar(executor_->read(bound_.bundle->loss));
+    const std::string& loss = bound_.bundle->loss;
+    if (!staged_loss_)
+      staged_loss_ = std::make_unique<cuda::PinnedBuffer>(executor_->device(), bound_.tensor(loss).bytes, "the loss");
+    replay(forward_backward_, 0, update_launch_);
+    executor_->enqueue_read(loss, *staged_loss_);
+    executor_->synchronize(fmt::format(
+        "running the previous step's update nodes, then the forward and backward nodes, of bundle {}", bound_.label));
+    return scalar(executor_->staged(loss, *staged_loss_));
   }
-  void update() override { replay(update_, update_launch_, bound_.launches.size(), "running the update nodes"); }
+  void update() override { replay(update_, update_launch_, bound_.launches.size()); }
+  void finish() override { executor_->synchronize(fmt::format("running the update nodes of bundle {}", bound_.label)); }
   CheckReport check_step(double& loss) override {
     CheckReport report = check_against_reference(*executor_, registry_, {});
     loss = scalar(executor_->read(bound_.bundle->loss));
@@ -122,14 +131,13 @@ class GpuStepRunner final : public StepRunner {
   void set_param(const std::string& name, const HostTensor& values) override { executor_->set_param(name, values); }
 
  private:
-  void replay(std::unique_ptr<cuda::CudaGraph>& graph, size_t begin, size_t end, const std::string& what) {
+  void replay(std::unique_ptr<cuda::CudaGraph>& graph, size_t begin, size_t end) {
     if (!graph) {
       graph = cuda::CudaGraph::capture(executor_->device(), executor_->stream(), [&] {
         for (size_t i = begin; i < end; ++i) executor_->enqueue(i);
       });
     }
     graph->launch(executor_->stream());
-    executor_->synchronize(fmt::format("{} of bundle {}", what, bound_.label));
   }
 
   BoundBundle& bound_;
@@ -137,6 +145,7 @@ class GpuStepRunner final : public StepRunner {
   size_t first_update_, update_launch_ = 0;
   std::unique_ptr<GpuExecutor> executor_;
   std::unique_ptr<cuda::CudaGraph> forward_backward_, update_;
+  std::unique_ptr<cuda::PinnedBuffer> staged_loss_;
   std::unique_ptr<DeviceBatches> device_batches_;
   bool device_batches_checked_ = false;
 };
@@ -315,6 +324,7 @@ void Trainer::run(const std::function<void(const StepResult&)>& progress,
     if (options_.save_every > 0 && number % options_.save_every == 0 && number < options_.steps)
       save(options_.save_path);
   }
+  runner_->finish();
   if (!options_.save_path.empty()) save(options_.save_path);
 }
 
@@ -352,6 +362,7 @@ void Trainer::fail_non_finite(int64_t number, double loss, const std::map<std::s
 }
 
 void Trainer::save(const std::string& path) const {
+  runner_->finish();
   Checkpoint checkpoint;
   checkpoint.step = done_;
   checkpoint.graph = bound_.bundle->graph_name;

@@ -60,7 +60,10 @@ class StepRunner {
   virtual void load_batch(BatchSource& batches) = 0;
   // The forward and backward nodes; returns the loss.
   virtual double forward_backward() = 0;
+  // The update nodes. The GPU runner leaves them running: the next step's batch is prepared on
+  // the host meanwhile, and its forward_backward waits for them; finish() waits for the last.
   virtual void update() = 0;
+  virtual void finish() = 0;
   // The step (forward, backward, update) node by node against the host reference; returns the
   // report and sets `loss`. Only the GPU runner checks.
   virtual CheckReport check_step(double& loss) = 0;
