@@ -77,6 +77,8 @@ GemmTile gemm_f32_cuda_core_tile(const Expr& n) {
   return gemm_f32_block_tile(!(n.is_const() && *n.const_value() < 512));
 }
 
+GemmTile gemm_f32_small_batch_tile() { return gemm_f32_block_tile(false); }
+
 GemmTile gemm_tf32_tile() { return wgmma_tile(DType::kF32, 128, 3, WgmmaSchedule::kPingpong); }
 
 GemmTile choose_gemm_tile(DType dtype, GemmBLayout layout, const Expr& n, const Expr& k, int target_sm, bool tma_ok) {

@@ -77,6 +77,11 @@ GemmTile gemm_f32_block_tile(bool wide);
 // The CUDA-core tile an f32 output `n` wide takes: the narrow one under 512 columns.
 GemmTile gemm_f32_cuda_core_tile(const Expr& n);
 
+// The CUDA-core tile of a small f32 batch (under kTf32MinTilesGrad 128x128 tiles: under half a
+// wave of a 132-SM GPU): the narrow one, whatever the width, so that its four times as many
+// units fill more of the GPU (an input gradient of 1024 rows by 1024 ran 64 wide units).
+GemmTile gemm_f32_small_batch_tile();
+
 // The f32 wgmma tile (sm_90, 3xTF32, loading by cp.async): 128x128x32, 3 stages, pingpong. It reads
 // either operand K-major or MN-major (transposed as it loads).
 GemmTile gemm_tf32_tile();

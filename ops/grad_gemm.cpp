@@ -174,7 +174,7 @@ Lowering lower_grad_gemm(const GradGemm& gemm, int target_sm) {
   const Expr tiles = gemm_tiles(tile, gemm.m, gemm.n);
   const Expr few = le(tiles, Expr(kTf32MinTilesGrad - 1));
   if (few == Expr(0)) return lower_tile(gemm, tile);
-  const GemmTile simt = gemm_f32_cuda_core_tile(gemm.n);
+  const GemmTile simt = gemm_f32_small_batch_tile();
   if (few == Expr(1)) return lower_tile(gemm, simt);
   Lowering lowering;
   append_lowering(lowering, lower_tile(gemm, simt), few, gemm.op);

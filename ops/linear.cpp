@@ -264,7 +264,7 @@ Lowering lower_linear(const OpContext& ctx, const GemmEpilogue& epilogue) {
     const Expr tiles = gemm_tiles(tile, p.m, p.n);
     const Expr few = rows * le(tiles, Expr(kTf32MinTilesLinear - 1));
     const Expr many = rows * le(Expr(kTf32MinTilesLinear), tiles);
-    if (few != Expr(0)) add_tiled(lowering, p, epilogue, gemm_f32_cuda_core_tile(p.n), few);
+    if (few != Expr(0)) add_tiled(lowering, p, epilogue, gemm_f32_small_batch_tile(), few);
     if (many != Expr(0)) add_tiled(lowering, p, epilogue, tile, many);
   }
   return lowering;

@@ -135,11 +135,11 @@ TEST(FusedLinearLowering, F32ActivationTurnsSplitKOffButAResidualKeepsIt) {
   const OpContext res =
       op_testing::context("fused.linear", {{"out_features", 768}, {"bias", true}, {"activation", "none"}}, {x, r});
   const Lowering with_res = op_testing::tiled_linear(op_testing::op("fused.linear").lower(res));
-  // Each GEMM zeroes, then splits (split 0 adds the residual). 100 rows: the CUDA-core GEMM's 6
-  // tiles split min(ceil(1.5 * 264 / 6), 3072 / 128) = 24 ways.
+  // Each GEMM zeroes, then splits (split 0 adds the residual). 100 rows: the CUDA-core GEMM's 24
+  // 64x64 tiles split min(ceil(1.5 * 264 / 24), 3072 / 128) = 17 ways.
   ASSERT_EQ(with_res.launches.size(), 4u);
   EXPECT_EQ(with_res.launches[1].when.eval(rows100), 1);
-  EXPECT_EQ(find_arg(with_res.launches[1], "splits")->value.eval(rows100), 24);
+  EXPECT_EQ(find_arg(with_res.launches[1], "splits")->value.eval(rows100), 17);
   EXPECT_EQ(with_res.launches[3].when.eval(rows100), 0);
   EXPECT_NE(find_arg(with_res.launches[3], "splits"), nullptr);
 }

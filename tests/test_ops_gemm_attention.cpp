@@ -574,12 +574,13 @@ TEST(GemmAttentionLowering, F32InputGradientsRunOnTensorCoresWeightGradientsOnCu
   OpContext ctx = context("grad.linear_dx", {{"in_features", 1024}}, {dy});
   ctx.target_sm = 90;
   Lowering lowering = op("grad.linear_dx").lower(ctx);
-  // Two GEMMs by the rows: under 66 tiles of 3xTF32 (B*S <= 1024: 8 tiles a row block), the wide
-  // CUDA-core tile, split over K in parts of 64 (and summed); else 3xTF32, unsplit.
+  // Two GEMMs by the rows: under 66 tiles of 3xTF32 (B*S <= 1024: 8 tiles a row block), the
+  // narrow CUDA-core tile, split over K in parts of 64 (and summed); else 3xTF32, unsplit. 1024
+  // rows are 256 narrow tiles, which split K = 256 twice.
   ASSERT_EQ(lowering.launches.size(), 3u);
-  EXPECT_EQ(lowering.kernels.at(lowering.launches[0].kernel).name, "grad_linear_dx_f32_kn_128x128x8_b0");
+  EXPECT_EQ(lowering.kernels.at(lowering.launches[0].kernel).name, "grad_linear_dx_f32_kn_64x64x16_b0");
   EXPECT_EQ(lowering.launches[0].when.str(), "le(ceil_div(B*S, 128)*8, 65)");
-  EXPECT_EQ(arg(lowering.launches[0], "splits").value.eval({{"B", 16}, {"S", 64}}), 4);
+  EXPECT_EQ(arg(lowering.launches[0], "splits").value.eval({{"B", 16}, {"S", 64}}), 2);
   EXPECT_EQ(lowering.kernels.at(lowering.launches[1].kernel).name, "grad_gemm_sum_splits_f32");
   const Launch& gemm = lowering.launches[2];
   EXPECT_EQ(lowering.kernels.at(gemm.kernel).name, "grad_linear_dx_f32_kn_128x128x32_wgmma_pp_b0");
@@ -685,7 +686,7 @@ TEST(GemmAttentionLowering, LinearF32OnSm90IsPersistent3xTf32) {
   const Lowering lowering = tiled_linear(op("linear").lower(ctx));
   // The CUDA-core GEMM under 33 tiles (a small batch), each GEMM after its zeroing.
   ASSERT_EQ(lowering.launches.size(), 4u);
-  EXPECT_EQ(lowering.kernels.at(lowering.launches[1].kernel).name, "linear_f32_nk_bias_128x128x8");
+  EXPECT_EQ(lowering.kernels.at(lowering.launches[1].kernel).name, "linear_f32_nk_bias_64x64x16");
   EXPECT_EQ(lowering.launches[1].when.str(), "le(17, B*S)*le(ceil_div(B*S, 128)*6, 32)");
   const Launch& gemm = lowering.launches[3];
   EXPECT_EQ(lowering.kernels.at(gemm.kernel).name, "linear_f32_nk_bias_128x128x32_wgmma_pp");
