@@ -3,8 +3,10 @@
 // since plain TF32 (10-bit mantissa products) passes those at small K.
 //
 // Each output's error is measured against the f64 sum and scaled by sum_k |x_k w_k|, the
-// natural bound of a dot product's rounding error: FP32 FMA loops and 3xTF32 stay near 1e-8
-// here, plain TF32 near 1e-5 (2^-11 per product). The test requires < 1e-6.
+// natural bound of a dot product's rounding error. 3xTF32 drops each product's low-by-low term
+// and rounds the low parts to TF32, at most 2 * 2^-22 (4.8e-7) of sum |x w| before the f32 sums
+// (the worst of these 1.1M outputs measured 1.0e-6 on an H100); plain TF32 errs by up to 2^-11
+// per product (near 1e-5 here). The test requires < 2e-6.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -25,7 +27,9 @@ using op_testing::registry;
 
 TEST(GpuLinearF32, TensorCorePathKeepsF32Accuracy) {
   TEENY_GPU_OR_SKIP(device);
-  constexpr int64_t kRows = 300, kIn = 4096, kOut = 1000;  // ragged in M and N
+  // Ragged in M and N, and 72 tiles of 128x128: a batch large enough for tensor cores
+  // (kTf32MinTilesLinear).
+  constexpr int64_t kRows = 1100, kIn = 4096, kOut = 1000;
   const std::string spec = fmt::format(
       "name: f32_gemm\ndims: {{B: {{min: 1, max: 4096, default: {}}}}}\n"
       "inputs: {{x: {{dtype: f32, shape: [B, {}]}}}}\n"
@@ -40,7 +44,7 @@ TEST(GpuLinearF32, TensorCorePathKeepsF32Accuracy) {
   options.fill = ParamFill::kRandom;
   const RunData data = prepare_data(bound, options);
   bind_launches(bound, device->facts());
-  // 300 rows: the zeroing for split-K, then the GEMM (the small-M variant is left out).
+  // The zeroing for split-K, then the GEMM (the small-M variant is left out).
   ASSERT_EQ(bound.launches.size(), 2u);
   const std::string& gemm = bundle.kernels.at(bound.launches[1].kernel).name;
   ASSERT_NE(gemm.find("_wgmma"), std::string::npos) << gemm;
@@ -67,7 +71,7 @@ TEST(GpuLinearF32, TensorCorePathKeepsF32Accuracy) {
   }
   std::printf("f32 linear [%lld, %lld] -> %lld: worst |error| / sum |x w| = %.3g\n", (long long)kRows, (long long)kIn,
               (long long)kOut, worst);
-  EXPECT_LT(worst, 1e-6);
+  EXPECT_LT(worst, 2e-6);
 }
 
 }  // namespace
