@@ -81,6 +81,51 @@ std::vector<int64_t> epoch_order(int64_t n, uint64_t seed, int64_t epoch) {
   return order;
 }
 
+EpochOrders::EpochOrders(int64_t samples, uint64_t seed) : samples_(samples), seed_(seed) {}
+
+EpochOrders::~EpochOrders() {
+  if (ahead_.valid()) ahead_.wait();
+}
+
+bool EpochOrders::ahead_holds(int64_t epoch) const {
+  return ahead_.valid() && epoch >= ahead_first_ && epoch < ahead_first_ + ahead_count_;
+}
+
+const std::vector<int64_t>& EpochOrders::of(int64_t epoch) {
+  if (epoch == current_epoch_) return current_;
+  if (ahead_holds(epoch)) {
+    std::vector<std::vector<int64_t>> orders = ahead_.get();
+    ready_.assign(std::make_move_iterator(orders.begin()), std::make_move_iterator(orders.end()));
+    ready_first_ = ahead_first_;
+  }
+  // Orders before this epoch's are not needed again unless a seek goes back, which shuffles anew.
+  while (!ready_.empty() && ready_first_ < epoch) {
+    ready_.pop_front();
+    ++ready_first_;
+  }
+  if (!ready_.empty() && ready_first_ == epoch) {
+    current_ = std::move(ready_.front());
+    ready_.pop_front();
+    ++ready_first_;
+  } else {
+    ready_.clear();
+    current_ = epoch_order(samples_, seed_, epoch);
+  }
+  current_epoch_ = epoch;
+  const int64_t next = epoch + 1;
+  if ((ready_.empty() || ready_first_ != next) && !ahead_holds(next)) {
+    if (ahead_.valid()) ahead_.wait();  // shuffling epochs a seek skipped
+    ahead_first_ = next;
+    ahead_count_ = std::max<int64_t>(1, (65536 + samples_ - 1) / samples_);
+    ahead_ = std::async(std::launch::async, [n = samples_, seed = seed_, first = next, count = ahead_count_] {
+      std::vector<std::vector<int64_t>> orders;
+      for (int64_t e = first; e < first + count; ++e) orders.push_back(epoch_order(n, seed, e));
+      return orders;
+    });
+  }
+  return current_;
+}
+
 std::map<std::string, HostTensor> BatchSource::next_batch() { return batch(step_++); }
 
 std::vector<RowGather> BatchSource::next_rows() { return rows(step_++); }
@@ -128,19 +173,17 @@ ArrayBatches::ArrayBatches(const std::vector<ArrayInput>& inputs, uint64_t seed)
     throw Error(fmt::format("{}: {} samples for input '{}', fewer than one batch of {} (partial batches are dropped)",
                             inputs_[0].path, samples_, inputs_[0].name, batch_));
   }
+  orders_ = std::make_unique<EpochOrders>(samples_, seed_);
 }
 
 std::vector<RowGather> ArrayBatches::rows(int64_t step) {
-  const int64_t epoch = step / batches_per_epoch();
-  if (epoch != order_epoch_) {
-    order_ = epoch_order(samples_, seed_, epoch);
-    order_epoch_ = epoch;
-  }
+  const std::vector<int64_t>& order = orders_->of(step / batches_per_epoch());
   const int64_t first = step % batches_per_epoch() * batch_;
   std::vector<RowGather> gathers;
   for (size_t i = 0; i < inputs_.size(); ++i) {
     RowGather gather{inputs_[i].name, inputs_[i].shape, i, data_[i].numel() / samples_, {}};
-    for (int64_t k = first; k < first + batch_; ++k) gather.starts.push_back(order_[k] * gather.row);
+    gather.starts.reserve(static_cast<size_t>(batch_));
+    for (int64_t k = first; k < first + batch_; ++k) gather.starts.push_back(order[k] * gather.row);
     gathers.push_back(std::move(gather));
   }
   return gathers;

@@ -163,6 +163,16 @@ TEST_F(TrainDataTest, EveryEpochTakesEverySampleOnce) {
   EXPECT_NE(orders[1], orders[2]);
 }
 
+// The orders come from a worker thread ahead of their epochs, or from the caller after a seek;
+// either way they are epoch_order's.
+TEST(EpochOrdersTest, GiveEpochOrderInAnyOrderOfAsking) {
+  EpochOrders small(7, 3);  // a worker task shuffles ceil(65536 / 7) = 9363 epochs
+  for (int64_t epoch : {0, 1, 2, 2, 5, 3, 9363, 9364, 9400, 9401, 0, 20000, 1})
+    EXPECT_EQ(small.of(epoch), epoch_order(7, 3, epoch)) << epoch;
+  EpochOrders large(70000, 1);  // one epoch a task
+  for (int64_t epoch : {0, 1, 2, 4, 3}) EXPECT_EQ(large.of(epoch), epoch_order(70000, 1, epoch)) << epoch;
+}
+
 TEST_F(TrainDataTest, SeekGivesWhatSteppingGives) {
   write_samples(10);
   ArrayBatches stepped(inputs(3), 9);
