@@ -285,6 +285,10 @@ void Stream::synchronize(const std::string& what) const {
   TEENY_CU(device_->driver(), StreamSynchronize, what, stream_);
 }
 
+void Stream::wait(const Event& event) const {
+  TEENY_CU(device_->driver(), StreamWaitEvent, "making a stream wait for an event", stream_, event.handle(), 0u);
+}
+
 Event::Event(std::shared_ptr<Device> device) : device_(std::move(device)) {
   TEENY_CU(device_->driver(), EventCreate, "creating an event", &event_, CU_EVENT_DEFAULT);
 }

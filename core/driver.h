@@ -56,6 +56,7 @@ namespace teeny::cuda {
   X(StreamCreate, cuStreamCreate)                                                           \
   X(StreamDestroy, cuStreamDestroy)                                                         \
   X(StreamSynchronize, cuStreamSynchronize)                                                 \
+  X(StreamWaitEvent, cuStreamWaitEvent)                                                     \
   X(EventCreate, cuEventCreate)                                                             \
   X(EventDestroy, cuEventDestroy)                                                           \
   X(EventRecord, cuEventRecord)                                                             \
@@ -152,6 +153,7 @@ class Device {
 };
 
 class Stream;
+class Event;
 
 // Page-locked host memory: copies between it and the device are asynchronous on a stream.
 class PinnedBuffer {
@@ -222,6 +224,8 @@ class Stream {
   Stream& operator=(const Stream&) = delete;
   CUstream handle() const { return stream_; }
   void synchronize(const std::string& what) const;
+  // Work enqueued after this waits for what `event` recorded (on any stream); also while capturing.
+  void wait(const Event& event) const;
 
  private:
   std::shared_ptr<Device> device_;

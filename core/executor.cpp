@@ -4,9 +4,15 @@
 
 #include <fmt/format.h>
 
+#include "core/launch_graph.h"
+
 namespace teeny {
 
 namespace {
+
+// At most this many streams side by side: a training step's backward pass seldom has more
+// independent chains, and its update pass's per-param launches are small.
+constexpr int kConcurrentStreams = 8;
 
 CUtensorMapDataType tensor_map_data_type(DType dtype, const std::string& what) {
   switch (dtype) {
@@ -218,7 +224,9 @@ void GpuExecutor::set_param(const std::string& name, const HostTensor& values) {
                  loading(fmt::format("uploading parameter '{}'", name)));
 }
 
-void GpuExecutor::enqueue(size_t launch_index) const {
+void GpuExecutor::enqueue(size_t launch_index) const { enqueue_on(launch_index, *stream_); }
+
+void GpuExecutor::enqueue_on(size_t launch_index, const cuda::Stream& stream) const {
   const BoundLaunch& launch = bound_.launches[launch_index];
   // The driver reads the arguments during the call and never writes them.
   void** args = const_cast<void**>(arg_pointers_[launch_index].data());
@@ -234,7 +242,7 @@ void GpuExecutor::enqueue(size_t launch_index) const {
   config.blockDimY = static_cast<unsigned>(launch.block[1]);
   config.blockDimZ = static_cast<unsigned>(launch.block[2]);
   config.sharedMemBytes = static_cast<unsigned>(launch.dynamic_smem);
-  config.hStream = stream_->handle();
+  config.hStream = stream.handle();
   if (overlap_ && waits_[launch_index]) {
     config.attrs = &overlap;
     config.numAttrs = 1;
@@ -252,6 +260,32 @@ void GpuExecutor::enqueue_all() const {
   for (size_t i = 0; i < bound_.launches.size(); ++i) enqueue(i);
 }
 
+void GpuExecutor::enqueue_concurrent(size_t begin, size_t end) {
+  std::vector<std::vector<LaunchAccess>> accesses;
+  for (size_t i = begin; i < end; ++i) accesses.push_back(launch_accesses(bound_, bound_.launches[i]));
+  const StreamPlan plan = plan_streams(launch_dependencies(accesses), kConcurrentStreams);
+  const size_t n = end - begin;
+  // Events: one after each launch another waits for, one to fork and one per side stream to join.
+  while (side_streams_.size() + 1 < static_cast<size_t>(plan.streams_used))
+    side_streams_.push_back(std::make_unique<cuda::Stream>(device_));
+  while (events_.size() < n + kConcurrentStreams) events_.push_back(std::make_unique<cuda::Event>(device_));
+  auto stream_of = [&](int s) -> const cuda::Stream& { return s == 0 ? *stream_ : *side_streams_[s - 1]; };
+  const cuda::Event& fork = *events_[n];
+  if (plan.streams_used > 1) fork.record(*stream_);
+  for (int s = 1; s < plan.streams_used; ++s) stream_of(s).wait(fork);
+  for (size_t j = 0; j < n; ++j) {
+    const cuda::Stream& stream = stream_of(plan.stream[j]);
+    for (size_t w : plan.waits[j]) stream.wait(*events_[w]);
+    enqueue_on(begin + j, stream);
+    if (plan.recorded[j]) events_[j]->record(stream);
+  }
+  for (int s = 1; s < plan.streams_used; ++s) {
+    const cuda::Event& join = *events_[n + static_cast<size_t>(s)];
+    join.record(stream_of(s));
+    stream_->wait(join);
+  }
+}
+
 void GpuExecutor::synchronize(const std::string& what) const { stream_->synchronize(what); }
 
 RunTiming GpuExecutor::run(int iterations, bool cuda_graph) {
@@ -260,7 +294,8 @@ RunTiming GpuExecutor::run(int iterations, bool cuda_graph) {
   timing.iterations = iterations;
   timing.cuda_graph = cuda_graph;
   std::unique_ptr<cuda::CudaGraph> graph;
-  if (cuda_graph) graph = cuda::CudaGraph::capture(device_, *stream_, [this] { enqueue_all(); });
+  if (cuda_graph)
+    graph = cuda::CudaGraph::capture(device_, *stream_, [this] { enqueue_concurrent(0, bound_.launches.size()); });
   cuda::Event start(device_), end(device_);
   start.record(*stream_);
   for (int i = 0; i < iterations; ++i) {

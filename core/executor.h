@@ -46,8 +46,12 @@ class GpuExecutor {
   // Enqueue on the executor's stream; nothing synchronises.
   void enqueue(size_t launch_index) const;
   void enqueue_all() const;
-  // Runs the whole sequence `iterations` times (captured once and replayed with
-  // `cuda_graph`), with one synchronisation at the end.
+  // Launches [begin, end) spread over streams so that those that touch none of each other's
+  // bytes run side by side (core/launch_graph.h), joined back on the executor's stream. Meant
+  // for capture into a CUDA graph, where the streams and events cost nothing at replay.
+  void enqueue_concurrent(size_t begin, size_t end);
+  // Runs the whole sequence `iterations` times (captured once, with enqueue_concurrent, and
+  // replayed with `cuda_graph`), with one synchronisation at the end.
   RunTiming run(int iterations, bool cuda_graph);
   void synchronize(const std::string& what) const;
 
@@ -71,6 +75,7 @@ class GpuExecutor {
   void resolve_functions();
   void allocate_buffers();
   std::vector<uint8_t> pack_arguments(const BoundLaunch& launch) const;
+  void enqueue_on(size_t launch_index, const cuda::Stream& stream) const;
   std::string loading(const std::string& what) const;  // "<what> from bundle <label>"
 
   std::shared_ptr<cuda::Device> device_;
@@ -84,6 +89,8 @@ class GpuExecutor {
   cuda::DeviceBuffer arena_, params_;
   std::map<std::string, uint64_t> param_offsets_;
   std::unique_ptr<cuda::Stream> stream_;
+  std::vector<std::unique_ptr<cuda::Stream>> side_streams_;  // enqueue_concurrent's, made on first use
+  std::vector<std::unique_ptr<cuda::Event>> events_;         // enqueue_concurrent's, one per launch or stream
 };
 
 }  // namespace teeny

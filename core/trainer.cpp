@@ -133,9 +133,8 @@ class GpuStepRunner final : public StepRunner {
  private:
   void replay(std::unique_ptr<cuda::CudaGraph>& graph, size_t begin, size_t end) {
     if (!graph) {
-      graph = cuda::CudaGraph::capture(executor_->device(), executor_->stream(), [&] {
-        for (size_t i = begin; i < end; ++i) executor_->enqueue(i);
-      });
+      graph = cuda::CudaGraph::capture(executor_->device(), executor_->stream(),
+                                       [&] { executor_->enqueue_concurrent(begin, end); });
     }
     graph->launch(executor_->stream());
   }

@@ -12,8 +12,10 @@
 #include "core/bundle.h"
 #include "core/compile.h"
 #include "core/graph.h"
+#include "core/launch_graph.h"
 #include "core/ptx.h"
 #include "ops/ops.h"
+#include "tests/launch_order_check.h"
 #include "tests/op_test_util.h"
 #include "tests/test_compile_util.h"
 
@@ -130,6 +132,27 @@ void check_structure(const Graph& graph, const Bundle& b) {
   }
 }
 
+// Every two launches of `bundle` (default dims, an H200's facts) where one writes bytes the other
+// reads or writes, found by brute force, are ordered by the stream plan its CUDA graphs use.
+void check_launch_order(const Bundle& bundle) {
+  BoundBundle bound = bind_bundle(bundle, bundle_bindings(bundle, {}), "b.teeny");
+  bind_launches(bound, DeviceFacts{132, 227 * 1024, 50 << 20});
+  std::vector<std::vector<LaunchAccess>> accesses;
+  for (const BoundLaunch& launch : bound.launches) accesses.push_back(launch_accesses(bound, launch));
+  const StreamPlan plan = plan_streams(launch_dependencies(accesses), 8);
+  const std::vector<std::vector<bool>> before = testing::ordered_before(plan);
+  auto conflict = [](const LaunchAccess& a, const LaunchAccess& b) {
+    return a.space == b.space && a.begin < b.end && b.begin < a.end && (a.write || b.write);
+  };
+  for (size_t j = 0; j < accesses.size(); ++j)
+    for (size_t i = 0; i < j; ++i)
+      for (const LaunchAccess& a : accesses[i])
+        for (const LaunchAccess& b : accesses[j])
+          if (conflict(a, b)) {
+            ASSERT_TRUE(before[j][i]) << bound.launches[i].label() << " before " << bound.launches[j].label();
+          }
+}
+
 std::vector<std::string> example_graphs() {
   std::vector<std::string> paths;
   for (const auto& entry : fs::directory_iterator(fs::path(TEENY_SOURCE_DIR) / "graphs")) {
@@ -169,6 +192,7 @@ TEST(CompileGraphs, ExampleGraphsCompileWithFusion) {
       Graph graph = load_graph(path, registry());
       Bundle bundle = compile_graph(graph, registry(), suite_options());
       EXPECT_FALSE(bundle.launches.empty());
+      check_launch_order(bundle);
     } catch (const Error& e) {
       ADD_FAILURE() << e.render();
     }
