@@ -277,7 +277,8 @@ class Differentiator {
       throw at(train_.loss_pos, fmt::format("train: the loss '{}' depends on no trained param", train_.loss));
     if (!train_.optimizer) return;
     const Node& loss = *graph_.find_node(train_.loss);
-    const std::string step = add_node(loss, NodeRole::kUpdate, "", "optim_step", kStepOp, {}, {}, {});
+    // The counter reads the loss: a non-finite one halts it, and every update then changes nothing.
+    const std::string step = add_node(loss, NodeRole::kUpdate, "", "optim_step", kStepOp, {train_.loss}, {}, {});
     const std::string step_param = step + ".count";
     std::string clip;
     if (train_.clip_grad_norm) {
@@ -299,6 +300,7 @@ class Differentiator {
       const Node& origin = graph_.nodes[update.origin];
       std::string base = update.op.substr(update.op.find('.') + 1) + "_" + origin.name;
       std::replace(base.begin(), base.end(), '.', '_');
+      update.param_refs["step"] = step_param;  // so that a halted step changes nothing here either
       add_node(origin, NodeRole::kUpdate, "", base, update.op, std::move(update.inputs), std::move(update.attrs),
                std::move(update.param_refs));
     }

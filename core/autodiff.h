@@ -71,8 +71,9 @@ class TrainModeBuilder {
   void set_attr(const std::string& name, nlohmann::json value);
   // Adds an update node of `op` (attrs not given take their defaults) reading `inputs`, its slots
   // bound by `param_refs` to existing params it writes in place, named `<op without its
-  // namespace>_<node>` ("batchnorm_stats_bn1"). Update nodes exist where the train section has an
-  // optimizer; these run after the optimizer's.
+  // namespace>_<node>` ("batchnorm_stats_bn1"), and its slot "step" to the step counter (it must
+  // change nothing where that halted: ops/train_step.cpp). Update nodes exist where the train
+  // section has an optimizer; these run after the optimizer's.
   void add_update(const std::string& op, std::vector<std::string> inputs, nlohmann::json attrs,
                   std::map<std::string, std::string> param_refs);
 

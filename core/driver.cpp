@@ -301,7 +301,9 @@ void Event::record(const Stream& stream) const {
   TEENY_CU(device_->driver(), EventRecord, "recording an event", event_, stream.handle());
 }
 
-void Event::synchronize() const { TEENY_CU(device_->driver(), EventSynchronize, "waiting for an event", event_); }
+void Event::synchronize() const { synchronize("waiting for an event"); }
+
+void Event::synchronize(const std::string& what) const { TEENY_CU(device_->driver(), EventSynchronize, what, event_); }
 
 float Event::elapsed_ms_since(const Event& start) const {
   float ms = 0.0f;

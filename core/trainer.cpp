@@ -44,11 +44,10 @@ class HostStepRunner final : public StepRunner {
   void load_batch(BatchSource& batches) override {
     for (auto& [name, values] : batches.next_batch()) step_.tensors[name] = std::move(values);
   }
-  double forward_backward() override {
-    run_host_nodes(bound_, registry_, step_, 0, first_update_);
+  double step() override {
+    run_host_nodes(bound_, registry_, step_, 0, bound_.bundle->nodes.size());
     return scalar(step_.tensors.at(bound_.bundle->loss));
   }
-  void update() override { run_host_nodes(bound_, registry_, step_, first_update_, bound_.bundle->nodes.size()); }
   void finish() override {}
   CheckReport check_step(double&) override {
     throw Error("internal: the host reference executor has nothing to check against");
@@ -96,19 +95,24 @@ class GpuStepRunner final : public StepRunner {
     for (const auto& [name, values] : batches.next_batch()) executor_->set_input(name, values);
   }
   // Each phase is captured once as a CUDA graph and replayed: its launches' arguments (buffers,
-  // sizes) are the same every step; the step count the updates read lives in device memory.
-  // The loss comes back by an asynchronous copy behind the launches, so the step waits once.
-  double forward_backward() override {
+  // sizes) are the same every step; the step count the updates read lives in device memory. The
+  // loss comes back by an asynchronous copy between the phases, and the updates need no word from
+  // the host (a non-finite loss halts the step counter on the GPU), so the host waits only for the
+  // loss, while the updates run.
+  double step() override {
     const std::string& loss = bound_.bundle->loss;
-    if (!staged_loss_)
+    if (!staged_loss_) {
       staged_loss_ = std::make_unique<cuda::PinnedBuffer>(executor_->device(), bound_.tensor(loss).bytes, "the loss");
+      loss_back_ = std::make_unique<cuda::Event>(executor_->device());
+    }
     replay(forward_backward_, 0, update_launch_);
     executor_->enqueue_read(loss, *staged_loss_);
-    executor_->synchronize(fmt::format(
+    loss_back_->record(executor_->stream());
+    replay(update_, update_launch_, bound_.launches.size());
+    loss_back_->synchronize(fmt::format(
         "running the previous step's update nodes, then the forward and backward nodes, of bundle {}", bound_.label));
     return scalar(executor_->staged(loss, *staged_loss_));
   }
-  void update() override { replay(update_, update_launch_, bound_.launches.size()); }
   void finish() override { executor_->synchronize(fmt::format("running the update nodes of bundle {}", bound_.label)); }
   CheckReport check_step(double& loss) override {
     CheckReport report = check_against_reference(*executor_, registry_, {});
@@ -145,6 +149,7 @@ class GpuStepRunner final : public StepRunner {
   std::unique_ptr<GpuExecutor> executor_;
   std::unique_ptr<cuda::CudaGraph> forward_backward_, update_;
   std::unique_ptr<cuda::PinnedBuffer> staged_loss_;
+  std::unique_ptr<cuda::Event> loss_back_;  // recorded behind the loss's copy
   std::unique_ptr<DeviceBatches> device_batches_;
   bool device_batches_checked_ = false;
 };
@@ -339,9 +344,8 @@ StepResult Trainer::step(int64_t number, bool check, const std::function<void(co
     if (!report.ok())
       throw Error(fmt::format("--check: step {} differs from the host reference", number), ExitCode::kCheckMismatch);
   } else {
-    result.loss = runner_->forward_backward();
+    result.loss = runner_->step();
     if (!std::isfinite(result.loss)) fail_non_finite(number, result.loss, batches_->batch(batch_step));
-    runner_->update();
   }
   result.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   result.samples = batches_->batch_size();
@@ -351,7 +355,7 @@ StepResult Trainer::step(int64_t number, bool check, const std::function<void(co
 }
 
 void Trainer::fail_non_finite(int64_t number, double loss, const std::map<std::string, HostTensor>& batch) {
-  Error error(fmt::format("step {}: the loss is {}; the run stops before the step's updates", number, loss));
+  Error error(fmt::format("step {}: the loss is {}; the run stops, the step's updates skipped", number, loss));
   for (const auto& [name, values] : batch)
     if (!all_finite(values)) throw error.note(fmt::format("the batch's input '{}' holds a NaN or an infinity", name));
   const std::optional<std::string> node = runner_->first_non_finite();

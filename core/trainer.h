@@ -58,16 +58,16 @@ class StepRunner {
   virtual ~StepRunner() = default;
   // Feeds the graph inputs the next batch of `batches`.
   virtual void load_batch(BatchSource& batches) = 0;
-  // The forward and backward nodes; returns the loss.
-  virtual double forward_backward() = 0;
-  // The update nodes. The GPU runner leaves them running: the next step's batch is prepared on
-  // the host meanwhile, and its forward_backward waits for them; finish() waits for the last.
-  virtual void update() = 0;
+  // The forward, backward and update nodes; returns the loss. The update nodes change nothing
+  // where the loss is not finite (the step counter halts: ops/train_step.cpp), so the params stay
+  // the step before's. The GPU runner returns once the loss is back and leaves the updates
+  // running: the next step's batch is prepared on the host meanwhile; finish() waits for them.
+  virtual double step() = 0;
   virtual void finish() = 0;
   // The step (forward, backward, update) node by node against the host reference; returns the
   // report and sets `loss`. Only the GPU runner checks.
   virtual CheckReport check_step(double& loss) = 0;
-  // After a forward_backward whose loss is not finite: the first node, in execution order, whose
+  // After a step whose loss is not finite: the first node, in execution order, whose
   // output holds a NaN or an infinity.
   virtual std::optional<std::string> first_non_finite() = 0;
   virtual HostTensor param(const std::string& name) = 0;

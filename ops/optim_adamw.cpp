@@ -49,12 +49,12 @@ Lowering lower(const OpContext& ctx) {
                          14);
 }
 
-std::map<std::string, HostTensor> update_reference(const RefContext& ref) {
+std::map<std::string, HostTensor> reference(const RefContext& ref) {
   const Attrs& attrs = ref.op.attrs;
-  UpdateValues values = update_values(ref, {kExpAvg, kExpAvgSq});
-  adamw_step(config_of(attrs), schedule_factor(schedule_of(attrs), values.step), values.weights, values.grad,
-             values.state.at(kExpAvg), values.state.at(kExpAvgSq), values.step);
-  return written_slots(ref, std::move(values));
+  return update_reference(ref, {kExpAvg, kExpAvgSq}, [&](UpdateValues& values) {
+    adamw_step(config_of(attrs), schedule_factor(schedule_of(attrs), values.step), values.weights, values.grad,
+               values.state.at(kExpAvg), values.state.at(kExpAvgSq), values.step);
+  });
 }
 
 std::vector<AttrSpec> attr_specs() {
@@ -95,7 +95,7 @@ OpDef optim_adamw_op() {
   def.params = [](const OpContext& ctx) { return update_params(ctx, {kExpAvg, kExpAvgSq}); };
   def.lower = lower;
   def.update = true;
-  def.update_reference = update_reference;
+  def.update_reference = reference;
   def.conformance_cases = [] {
     return update_conformance_cases(
         "adamw", "lr: 0.01, weight_decay: 0.1, schedule: warmup_cosine, warmup_steps: 1, total_steps: 10");

@@ -141,6 +141,9 @@ Lowering update_lowering(const OpContext& ctx, const std::string& function, cons
   return lowering;
 }
 
+namespace {
+
+// The values of `ref` (the node's inputs and params) for an update with state slots `state`.
 UpdateValues update_values(const RefContext& ref, const std::vector<std::string>& state) {
   const std::vector<ParamSpec> specs = update_params(ref.op, state);
   UpdateValues values;
@@ -154,12 +157,30 @@ UpdateValues update_values(const RefContext& ref, const std::vector<std::string>
   return values;
 }
 
+// The new value of every slot the update writes after stepping `values`: param (and master) from
+// the weights, each state slot from its values.
 std::map<std::string, HostTensor> written_slots(const RefContext& ref, UpdateValues values) {
   const std::vector<int64_t>& shape = ref.params.at(0).shape;
   std::map<std::string, HostTensor> slots;
   if (keeps_master(ref.op.inputs.at(0).dtype)) slots["master"] = {DType::kF32, shape, values.weights};
   slots["param"] = {ref.op.inputs[0].dtype, shape, std::move(values.weights)};
   for (auto& [slot, data] : values.state) slots[slot] = {DType::kF32, shape, std::move(data)};
+  return slots;
+}
+
+}  // namespace
+
+std::map<std::string, HostTensor> update_reference(const RefContext& ref, const std::vector<std::string>& state,
+                                                   const std::function<void(UpdateValues&)>& step) {
+  UpdateValues values = update_values(ref, state);
+  if (values.step >= 1) {
+    step(values);
+    return written_slots(ref, std::move(values));
+  }
+  std::map<std::string, HostTensor> slots;
+  const std::vector<ParamSpec> specs = update_params(ref.op, state);
+  for (size_t i = 0; i < specs.size(); ++i)
+    if (specs[i].slot != "step") slots[specs[i].slot] = ref.params.at(i);
   return slots;
 }
 

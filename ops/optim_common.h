@@ -9,6 +9,7 @@
 // a 16-bit param, its f32 master weights. It has no output tensor.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -72,11 +73,10 @@ struct UpdateValues {
   std::map<std::string, std::vector<double>> state;  // by slot
 };
 
-// The values of `ref` (the node's inputs and params) for an update with state slots `state`.
-UpdateValues update_values(const RefContext& ref, const std::vector<std::string>& state);
-
-// The new value of every slot the update writes after stepping `values`: param (and master) from
-// the weights, each state slot from its values.
-std::map<std::string, HostTensor> written_slots(const RefContext& ref, UpdateValues values);
+// An update's host reference, for state slots `state`: every slot it writes after `step` changed
+// the values of `ref` (its inputs and params), or unchanged where the step counter halted (the
+// loss was not finite: ops/train_step.cpp).
+std::map<std::string, HostTensor> update_reference(const RefContext& ref, const std::vector<std::string>& state,
+                                                   const std::function<void(UpdateValues&)>& step);
 
 }  // namespace teeny::ops

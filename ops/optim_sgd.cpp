@@ -50,15 +50,15 @@ Lowering lower(const OpContext& ctx) {
                          9);
 }
 
-std::map<std::string, HostTensor> update_reference(const RefContext& ref) {
+std::map<std::string, HostTensor> reference(const RefContext& ref) {
   const Attrs& attrs = ref.op.attrs;
   const std::vector<std::string> state = state_of(attrs);
-  UpdateValues values = update_values(ref, state);
-  std::vector<double> no_buffer;
-  std::vector<double>& buffer = state.empty() ? no_buffer : values.state.at(kMomentumBuffer);
-  sgd_step(config_of(attrs), schedule_factor(schedule_of(attrs), values.step), values.weights, values.grad, buffer,
-           values.step);
-  return written_slots(ref, std::move(values));
+  return update_reference(ref, state, [&](UpdateValues& values) {
+    std::vector<double> no_buffer;
+    std::vector<double>& buffer = state.empty() ? no_buffer : values.state.at(kMomentumBuffer);
+    sgd_step(config_of(attrs), schedule_factor(schedule_of(attrs), values.step), values.weights, values.grad, buffer,
+             values.step);
+  });
 }
 
 std::vector<AttrSpec> attr_specs() {
@@ -99,7 +99,7 @@ OpDef optim_sgd_op() {
   def.params = [](const OpContext& ctx) { return update_params(ctx, state_of(ctx.attrs)); };
   def.lower = lower;
   def.update = true;
-  def.update_reference = update_reference;
+  def.update_reference = reference;
   def.conformance_cases = [] {
     return update_conformance_cases("sgd", "lr: 0.1, momentum: 0.9, weight_decay: 0.01, nesterov: true");
   };

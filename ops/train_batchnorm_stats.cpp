@@ -5,7 +5,9 @@
 // with the batch's per-channel mean and biased var over n = B * H * W values (so the unbiased
 // variance goes into running_var). batchnorm2d's training mode (core/autodiff.h, OpDef::train_mode)
 // adds one per node to the update pass, reading the node's input x and writing the node's
-// running_mean and running_var in place through param refs; it has no output tensor.
+// running_mean and running_var in place through param refs; it has no output tensor. It also
+// reads the step counter (param ref "step"), and changes nothing where it halted (the loss was
+// not finite: ops/train_step.cpp).
 //
 // No conformance cases of its own: batchnorm2d's training-graph cases check what it writes.
 #include <fmt/format.h>
@@ -33,6 +35,7 @@ std::vector<ParamSpec> params(const OpContext& ctx) {
   std::vector<ParamSpec> specs;
   for (const char* slot : {"running_mean", "running_var"})
     specs.push_back({slot, {x.shape.at(1)}, x.dtype, ParamInit::kTrained, {}});
+  specs.push_back({"step", {Expr(1)}, DType::kI32, ParamInit::kZero, {}});
   return specs;
 }
 
@@ -47,7 +50,8 @@ Lowering lower(const OpContext& ctx) {
                  i32("batch", s[0]),
                  i32("channels", s[1]),
                  i32("plane", s[2] * s[3]),
-                 f32("momentum", ctx.attrs.real("momentum"))};
+                 f32("momentum", ctx.attrs.real("momentum")),
+                 param("step", "step", DType::kI32)};
   Lowering lowering;
   lowering.kernels.push_back(
       template_kernel(fmt::format("batchnorm_stats_{}", dtype_name(dtype)), "batchnorm_train.cuh",
@@ -62,6 +66,7 @@ Lowering lower(const OpContext& ctx) {
 }
 
 std::map<std::string, HostTensor> update_reference(const RefContext& ref) {
+  if (ref.params.at(2).data.at(0) < 1) return {{"running_mean", ref.params[0]}, {"running_var", ref.params[1]}};
   const double momentum = ref.op.attrs.real("momentum");
   const ChannelMoments m = channel_moments(ref.inputs.at(0));
   const double n = static_cast<double>(m.count);
@@ -87,7 +92,7 @@ OpDef train_batchnorm_stats_op() {
   momentum.max_value = 1;
   def.attrs = {momentum};
   def.dtypes = float_dtypes();
-  def.param_slots = {"running_mean", "running_var"};
+  def.param_slots = {"running_mean", "running_var", "step"};
   def.source_file = TEENY_OP_FILE;
   const OpDef meta = def;
   def.infer = [meta](const OpContext& ctx) { return infer(meta, ctx); };

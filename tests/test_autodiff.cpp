@@ -115,7 +115,8 @@ Registry training_registry() {
   registry.add(test_op("frozen", {{"x", ""}}, {}, same_as_input));  // no gradient
   registry.add(optimizer_op("optim.sgd", {float_attr("lr", std::nullopt), float_attr("momentum", 0.0)}));
   registry.add(optimizer_op("optim.adamw", {float_attr("lr", std::nullopt)}));
-  OpDef step = test_op("train.step", {}, {}, [](const OpContext&) { return contiguous(DType::kI32, {Expr(1)}); });
+  OpDef step =
+      test_op("train.step", {{"loss", ""}}, {}, [](const OpContext&) { return contiguous(DType::kI32, {Expr(1)}); });
   step.update = true;
   step.update_reference = [](const RefContext&) { return std::map<std::string, HostTensor>{}; };
   step.params = [](const OpContext&) {
@@ -185,7 +186,7 @@ TEST(Autodiff, AddsBackwardNodesFanOutSumsAndUpdates) {
       "bwd_a1 = act_grad(grad_a1, a1) [backward of a1]",
       // x is a graph input: fc1 needs only its weight's gradient.
       "bwd_fc1 = lin_dw(bwd_a1, x) [backward of fc1]",
-      "optim_step = train.step() [update]",
+      "optim_step = train.step(loss) [update]",
       "sgd_fc1_weight = optim.sgd(bwd_fc1) [update of fc1.weight] {param->fc1.weight} {step->optim_step.count}",
       "sgd_fc2_weight = optim.sgd(bwd_fc2_1) [update of fc2.weight] {param->fc2.weight} {step->optim_step.count}",
   };
@@ -211,7 +212,7 @@ TEST(Autodiff, ListedParamsAloneAreTrained) {
       "bwd_loss = loss_grad(both) [backward of loss]",
       // fc2's input depends on no trained param: no dx, and nothing before fc2 is differentiated.
       "bwd_fc2 = lin_dw(bwd_loss, a1) [backward of fc2]",
-      "optim_step = train.step() [update]",
+      "optim_step = train.step(loss) [update]",
       "sgd_fc2_weight = optim.sgd(bwd_fc2) [update of fc2.weight] {param->fc2.weight} {step->optim_step.count}",
   };
   EXPECT_EQ(describe(graph), expected);
@@ -223,7 +224,7 @@ TEST(Autodiff, ClippingAddsTheCoefficientEveryUpdateReads) {
   ASSERT_GE(lines.size(), 4u);
   const std::vector<std::string> tail(lines.end() - 4, lines.end());
   const std::vector<std::string> expected{
-      "optim_step = train.step() [update]",
+      "optim_step = train.step(loss) [update]",
       "clip_grad_norm = train.clip_grad_norm(bwd_fc1, bwd_fc2_1) [update]",
       "adamw_fc1_weight = optim.adamw(bwd_fc1, clip_grad_norm) [update of fc1.weight] {param->fc1.weight} "
       "{step->optim_step.count}",

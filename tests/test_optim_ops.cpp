@@ -124,8 +124,10 @@ TEST(OptimOps, UpdateNodesWriteParamsInPlaceAndHaveNoOutputTensor) {
 
   const std::vector<const BundleLaunch*> step = launches_of(b, "optim_step");
   ASSERT_EQ(step.size(), 1u);
-  EXPECT_EQ(describe_args(*step[0]), (std::vector<std::string>{"param_out int* step = optim_step.count"}));
-  EXPECT_EQ(b.kernels.at(step[0]->kernel).name, "step_increment");
+  // It reads the loss: a non-finite one halts it (tests below).
+  EXPECT_EQ(describe_args(*step[0]),
+            (std::vector<std::string>{"param_out int* step = optim_step.count", "input const float* loss = loss"}));
+  EXPECT_EQ(b.kernels.at(step[0]->kernel).name, "step_increment_f32");
 
   const std::vector<const BundleLaunch*> sgd = launches_of(b, "sgd_fc_weight");
   ASSERT_EQ(sgd.size(), 1u);
@@ -254,6 +256,33 @@ TEST(OptimOps, SgdWithMomentumAndClippingTakesTwoStepsAsComputedByHand) {
   EXPECT_EQ(step.params.at("optim_step.count").data, std::vector<double>{2});
   expect_near_all(step.params.at("fc.weight").data, w2, 1e-5, "fc.weight after step 2");
   expect_near_all(step.params.at("fc.bias").data, b2, 1e-5, "fc.bias after step 2");
+}
+
+// A step whose loss is not finite halts the counter at -(steps taken + 1), and every update then
+// leaves its param and state as they were; the counter stays halted, so a later finite step
+// changes nothing either.
+TEST(OptimOps, ANonFiniteLossHaltsTheCounterAndTheUpdatesChangeNothing) {
+  const Bundle& b = sgd_bundle();
+  const BoundBundle bound = bind_bundle(b, bundle_bindings(b, {}), "fit.teeny");
+  const Linear p0{{0.5, -0.25, 1, 0, 0.75, -0.5}, {0.1, -0.2}};
+  RunData data = run_data(bound, DType::kF32, p0);
+  data.params = run_host_step(bound, registry(), data).params;  // one good step: count 1
+  const std::map<std::string, HostTensor> before = data.params;
+  ASSERT_EQ(before.at("optim_step.count").data, std::vector<double>{1});
+
+  data.inputs["x"].data[0] = std::nan("");
+  HostStep halted = run_host_step(bound, registry(), data);
+  EXPECT_TRUE(std::isnan(halted.tensors.at(b.loss).data.at(0)));
+  EXPECT_EQ(halted.params.at("optim_step.count").data, std::vector<double>{-2});
+  for (const char* name : {"fc.weight", "fc.bias", "sgd_fc_weight.momentum_buffer", "sgd_fc_bias.momentum_buffer"})
+    EXPECT_EQ(halted.params.at(name).data, before.at(name).data) << name;
+
+  data.inputs["x"].data[0] = kX[0];
+  data.params = halted.params;
+  const HostStep after = run_host_step(bound, registry(), data);
+  EXPECT_TRUE(std::isfinite(after.tensors.at(b.loss).data.at(0)));
+  EXPECT_EQ(after.params.at("optim_step.count").data, std::vector<double>{-2});
+  EXPECT_EQ(after.params.at("fc.weight").data, before.at("fc.weight").data);
 }
 
 TEST(OptimOps, SgdWithoutMomentumHasNoBufferAndFollowsTheWarmup) {

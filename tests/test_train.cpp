@@ -10,8 +10,12 @@
 
 #include <fmt/format.h>
 
+#include "core/binding.h"
+#include "core/bundle.h"
 #include "core/checkpoint.h"
+#include "core/executor.h"
 #include "core/npy.h"
+#include "core/run_data.h"
 #include "core/safetensors.h"
 #include "core/train_data.h"
 #include "tests/file_test_util.h"
@@ -198,13 +202,13 @@ TEST_F(Train, ANonFiniteLossStopsNamingTheFirstNonFiniteValue) {
   const Command bad_data = train("--steps 3 --save never.safetensors");
   EXPECT_EQ(bad_data.exit_code, 1);
   EXPECT_EQ(bad_data.err,
-            "teeny: error: step 1: the loss is nan; the run stops before the step's updates\n"
+            "teeny: error: step 1: the loss is nan; the run stops, the step's updates skipped\n"
             "note: the batch's input 'x' holds a NaN or an infinity\n");
   EXPECT_FALSE(std::filesystem::exists(dir_.path() / "never.safetensors"));
   // Inputs near 1e30 keep fc finite in f32, but not the squares of the loss.
   compile(fit_spec("{type: sgd, lr: 0.1}"), 1e30);
   EXPECT_EQ(train("--steps 3").err,
-            "teeny: error: step 1: the loss is inf; the run stops before the step's updates\n"
+            "teeny: error: step 1: the loss is inf; the run stops, the step's updates skipped\n"
             "note: the first non-finite value is the output of node 'loss' (mse_loss), in the forward pass\n");
 }
 
@@ -309,6 +313,35 @@ TEST_F(GpuTrain, TrainsAsTheHostReferenceDoes) {
     for (const auto& [name, tensor] : b)
       for (size_t i = 0; i < tensor.data.size(); ++i) EXPECT_NEAR(a.at(name).data[i], tensor.data[i], 1e-4) << name;
   }
+}
+
+// On the GPU a step's updates run behind its backward pass without waiting for the host: a
+// non-finite loss halts the step counter there, and the updates (and every later step's) leave
+// the params as they were. Two steps replayed as CUDA graphs, the first on a batch holding a NaN.
+TEST_F(GpuTrain, ANonFiniteLossLeavesTheParamsOnTheGpu) {
+  TEENY_GPU_OR_SKIP(device);
+  compile(fit_spec("{type: adamw, lr: 0.05}", "  clip_grad_norm: 1.0\n"), NAN);
+  const Bundle bundle = read_bundle(dir_.str("fit.teeny"));
+  BoundBundle bound = bind_bundle(bundle, bundle_bindings(bundle, {}), "fit.teeny");
+  DataOptions options;
+  options.fill = ParamFill::kRandom;
+  RunData data = prepare_data(bound, options);
+  data.inputs["x"] = samples_x(NAN);
+  data.inputs["x"].shape[0] = 4;
+  data.inputs["x"].data.resize(12);
+  data.inputs["y"] = targets_y(samples_x());
+  data.inputs["y"].shape[0] = 4;
+  data.inputs["y"].data.resize(8);
+  bind_launches(bound, device->facts());
+  GpuExecutor executor(device, bound);
+  executor.upload(data);
+  executor.run(2, true);
+  EXPECT_TRUE(std::isnan(executor.read(bundle.loss).data.at(0)));
+  EXPECT_EQ(executor.read_param("optim_step.count").data, std::vector<double>{-1});
+  for (const char* name : {"fc.weight", "fc.bias"})
+    EXPECT_EQ(executor.read_param(name).data, data.params.at(name).data) << name;
+  for (const char* name : {"adamw_fc_weight.exp_avg", "adamw_fc_weight.exp_avg_sq"})
+    for (double v : executor.read_param(name).data) EXPECT_EQ(v, 0.0) << name;
 }
 
 TEST_F(Train, BundlesThatDoNotTrain) {

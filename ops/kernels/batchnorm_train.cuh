@@ -7,6 +7,7 @@
 #ifndef TEENY_BATCHNORM_TRAIN_CUH
 #define TEENY_BATCHNORM_TRAIN_CUH
 
+#include "optim.cuh"
 #include "prelude.cuh"
 #include "vision.cuh"
 
@@ -117,11 +118,12 @@ __device__ __forceinline__ void tn_bn_train_dx(const T* dy, const T* x, const T*
 
 // The running statistics' update of channel blockIdx.x in place, as PyTorch's training forward:
 // running = (1 - momentum) * running + momentum * batch, with the unbiased batch variance
-// var * n / (n - 1).
+// var * n / (n - 1); nothing where the step counter halted (optim.cuh).
 template <typename T, int kThreads>
 __device__ __forceinline__ void tn_bn_running_stats(const T* x, T* running_mean, T* running_var, int batch,
-                                                    int channels, int plane, float momentum) {
+                                                    int channels, int plane, float momentum, const int* step) {
   __shared__ float smem32[32];
+  if (tn_step_halted(*step)) return;  // the step's loss was not finite: every thread returns
   const long long n = (long long)batch * plane;
   const float2 m = tn_bn_moments<T, kThreads>(x, n, channels, plane, smem32);
   if (threadIdx.x != 0) return;

@@ -7,6 +7,9 @@
 //   step   const int*, device memory: the steps taken. tn_step_increment (the train.step node,
 //          launched before a step's updates) advances it, so the update kernels read the 1-based
 //          step they apply, and between steps it counts the steps taken (0 before the first).
+//          Where the step's loss is not finite it halts instead (below 1, for good), and every
+//          update reads that as "skip": the params and state keep the step before's values
+//          without the host deciding between the backward pass and the updates.
 //   clip   const float*, device memory: clip[0] multiplies every gradient. tn_clip_coef writes
 //          it (and the total norm into clip[1]). A graph without clipping passes the float 1
 //          instead: the update functions take either (their Clip template argument).
@@ -174,6 +177,9 @@ struct tn_sgd_update {
   }
 };
 
+// Whether an update reads the step counter halted (tn_step_increment): it then changes nothing.
+__device__ __forceinline__ bool tn_step_halted(int step) { return step < 1; }
+
 __device__ __forceinline__ tn_sgd_update tn_make_sgd_update(float* momentum_buffer, int step, float clip, float lr,
                                                             int warmup_steps, int total_steps, float min_lr_ratio,
                                                             float momentum, float dampening, float weight_decay,
@@ -189,9 +195,11 @@ __device__ __forceinline__ void tn_sgd_step(P* param, const G* grad, float* mome
                                             const int* step, Clip clip, float lr, int warmup_steps, int total_steps,
                                             float min_lr_ratio, float momentum, float dampening, float weight_decay,
                                             int nesterov) {
+  const int s = *step;
+  if (tn_step_halted(s)) return;
   const tn_sgd_update update =
-      tn_make_sgd_update(momentum_buffer, *step, tn_clip_value(clip), lr, warmup_steps, total_steps, min_lr_ratio,
-                         momentum, dampening, weight_decay, nesterov);
+      tn_make_sgd_update(momentum_buffer, s, tn_clip_value(clip), lr, warmup_steps, total_steps, min_lr_ratio, momentum,
+                         dampening, weight_decay, nesterov);
   tn_optim_apply<G, kThreads>(tn_weights<P>{param}, grad, n, update);
 }
 
@@ -202,6 +210,7 @@ __device__ __forceinline__ void tn_sgd_step_master(P* param, float* master, cons
                                                    int total_steps, float min_lr_ratio, float momentum, float dampening,
                                                    float weight_decay, int nesterov) {
   const int s = *step;
+  if (tn_step_halted(s)) return;
   const tn_sgd_update update =
       tn_make_sgd_update(momentum_buffer, s, tn_clip_value(clip), lr, warmup_steps, total_steps, min_lr_ratio, momentum,
                          dampening, weight_decay, nesterov);
@@ -213,7 +222,9 @@ template <typename P, typename G, int kThreads, typename Clip>
 __device__ __forceinline__ void tn_sgd_step_no_momentum(P* param, const G* grad, long long n, const int* step,
                                                         Clip clip, float lr, int warmup_steps, int total_steps,
                                                         float min_lr_ratio, float weight_decay) {
-  const tn_sgd_update update = tn_make_sgd_update(nullptr, *step, tn_clip_value(clip), lr, warmup_steps, total_steps,
+  const int s = *step;
+  if (tn_step_halted(s)) return;
+  const tn_sgd_update update = tn_make_sgd_update(nullptr, s, tn_clip_value(clip), lr, warmup_steps, total_steps,
                                                   min_lr_ratio, 0.f, 0.f, weight_decay, 0);
   tn_optim_apply<G, kThreads>(tn_weights<P>{param}, grad, n, update);
 }
@@ -224,6 +235,7 @@ __device__ __forceinline__ void tn_sgd_step_no_momentum_master(P* param, float* 
                                                                int total_steps, float min_lr_ratio,
                                                                float weight_decay) {
   const int s = *step;
+  if (tn_step_halted(s)) return;
   const tn_sgd_update update = tn_make_sgd_update(nullptr, s, tn_clip_value(clip), lr, warmup_steps, total_steps,
                                                   min_lr_ratio, 0.f, 0.f, weight_decay, 0);
   tn_optim_apply<G, kThreads>(tn_master_weights<P>{param, master, s == 1}, grad, n, update);
@@ -289,7 +301,9 @@ __device__ __forceinline__ void tn_adamw_step(P* param, const G* grad, float* ex
                                               const int* step, Clip clip, float lr, int warmup_steps, int total_steps,
                                               float min_lr_ratio, float beta1, float beta2, float eps,
                                               float weight_decay) {
-  const tn_adamw_update update = tn_make_adamw_update(exp_avg, exp_avg_sq, *step, tn_clip_value(clip), lr, warmup_steps,
+  const int s = *step;
+  if (tn_step_halted(s)) return;
+  const tn_adamw_update update = tn_make_adamw_update(exp_avg, exp_avg_sq, s, tn_clip_value(clip), lr, warmup_steps,
                                                       total_steps, min_lr_ratio, beta1, beta2, eps, weight_decay);
   tn_optim_apply<G, kThreads>(tn_weights<P>{param}, grad, n, update);
 }
@@ -301,6 +315,7 @@ __device__ __forceinline__ void tn_adamw_step_master(P* param, float* master, co
                                                      float lr, int warmup_steps, int total_steps, float min_lr_ratio,
                                                      float beta1, float beta2, float eps, float weight_decay) {
   const int s = *step;
+  if (tn_step_halted(s)) return;
   const tn_adamw_update update = tn_make_adamw_update(exp_avg, exp_avg_sq, s, tn_clip_value(clip), lr, warmup_steps,
                                                       total_steps, min_lr_ratio, beta1, beta2, eps, weight_decay);
   tn_optim_apply<G, kThreads>(tn_master_weights<P>{param, master, s == 1}, grad, n, update);
@@ -391,10 +406,15 @@ __device__ __forceinline__ void tn_clip_coef(const float* partials, int count, f
 
 // ---- step counter --------------------------------------------------------------------------
 
-// Before the updates of a step: the counter moves from the steps taken to the step about to be
-// applied. One thread.
-__device__ __forceinline__ void tn_step_increment(int* step) {
-  if (blockIdx.x == 0 && threadIdx.x == 0) *step += 1;
+// Before the updates of a step: the counter moves from the steps taken s to the step about to be
+// applied, s + 1, where the step's loss is finite; where it is not, to -(s + 1), and a halted
+// counter stays as it is (tn_step_halted). One thread.
+template <typename L>
+__device__ __forceinline__ void tn_step_increment(int* step, const L* loss) {
+  if (blockIdx.x != 0 || threadIdx.x != 0) return;
+  const int s = *step;
+  if (s < 0) return;
+  *step = isfinite(tn_f32(*loss)) ? s + 1 : -(s + 1);
 }
 
 #endif  // TEENY_OPTIM_CUH

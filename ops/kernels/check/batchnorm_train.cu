@@ -25,6 +25,6 @@ TN_ENTRY(bn_train_dx_f32, (256))
 }
 TN_ENTRY(bn_running_stats_bf16, (256))
 (const __nv_bfloat16* x, __nv_bfloat16* running_mean, __nv_bfloat16* running_var, int batch, int channels, int plane,
- float momentum) {
-  tn_bn_running_stats<__nv_bfloat16, 256>(x, running_mean, running_var, batch, channels, plane, momentum);
+ float momentum, const int* step) {
+  tn_bn_running_stats<__nv_bfloat16, 256>(x, running_mean, running_var, batch, channels, plane, momentum, step);
 }

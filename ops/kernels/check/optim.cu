@@ -70,4 +70,5 @@ TN_ENTRY(grad_sq_sum_f32_bf16_f16, (256))
 TN_CLIP_COEF(256)
 TN_CLIP_COEF(1024)
 TN_CLIP_COEF(32)
-TN_ENTRY(step_increment, (32))(int* step) { tn_step_increment(step); }
+TN_ENTRY(step_increment_f32, (32))(int* step, const float* loss) { tn_step_increment(step, loss); }
+TN_ENTRY(step_increment_bf16, (32))(int* step, const __nv_bfloat16* loss) { tn_step_increment(step, loss); }
