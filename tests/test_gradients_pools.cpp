@@ -196,8 +196,10 @@ TEST(BatchNormTraining, BatchStatisticsGradientsAndARunningStatisticsUpdate) {
   const Node& stats = *graph.find_node("batchnorm_stats_bn");
   EXPECT_EQ(stats.inputs, std::vector<std::string>{"x"});
   EXPECT_EQ(stats.ctx.attrs.real("momentum"), 0.25);
-  EXPECT_EQ(stats.param_refs, (std::map<std::string, std::string>{{"running_mean", "bn.running_mean"},
-                                                                  {"running_var", "bn.running_var"}}));
+  // It reads the step counter too: a halted step (a non-finite loss) changes nothing.
+  EXPECT_EQ(stats.param_refs,
+            (std::map<std::string, std::string>{
+                {"running_mean", "bn.running_mean"}, {"running_var", "bn.running_var"}, {"step", "optim_step.count"}}));
 }
 
 TEST(BatchNormTraining, ABatchNormOffTheGradientsPathTrainsItsStatisticsToo) {
@@ -279,11 +281,17 @@ TEST(BatchNormTraining, ReferencesOnOneChannel) {
   // The running statistics with momentum 0.25 from [1, 2]: mean 0.75 + 1, var 1.5 + 0.25 * 20/3.
   const OpDef& stats = op_testing::op("train.batchnorm_stats");
   const OpContext ctx = op_testing::context("train.batchnorm_stats", {{"momentum", 0.25}}, {nchw(2, 1, 1, 2)});
-  const RefContext ref{
-      ctx, {{DType::kF32, {2, 1, 1, 2}, {1, 3, 5, 7}}}, {{DType::kF32, {1}, {1}}, {DType::kF32, {1}, {2}}}, {1}};
+  const HostTensor x{DType::kF32, {2, 1, 1, 2}, {1, 3, 5, 7}};
+  const HostTensor mean{DType::kF32, {1}, {1}}, var{DType::kF32, {1}, {2}};
+  const RefContext ref{ctx, {x}, {mean, var, HostTensor{DType::kI32, {1}, {1}}}, {1}};
   const std::map<std::string, HostTensor> updated = stats.update_reference(ref);
   EXPECT_NEAR(updated.at("running_mean").data.at(0), 1.75, 1e-12);
   EXPECT_NEAR(updated.at("running_var").data.at(0), 1.5 + 5.0 / 3, 1e-12);
+  // A halted step counter (the step's loss was not finite): nothing changes.
+  const RefContext halted{ctx, {x}, {mean, var, HostTensor{DType::kI32, {1}, {-3}}}, {1}};
+  const std::map<std::string, HostTensor> kept = stats.update_reference(halted);
+  EXPECT_EQ(kept.at("running_mean").data, mean.data);
+  EXPECT_EQ(kept.at("running_var").data, var.data);
 }
 
 TEST(BatchNormGradientCheck, TrainingModeAloneAndBeforeAPool) {
