@@ -301,8 +301,6 @@ void Event::record(const Stream& stream) const {
   TEENY_CU(device_->driver(), EventRecord, "recording an event", event_, stream.handle());
 }
 
-void Event::synchronize() const { synchronize("waiting for an event"); }
-
 void Event::synchronize(const std::string& what) const { TEENY_CU(device_->driver(), EventSynchronize, what, event_); }
 
 float Event::elapsed_ms_since(const Event& start) const {

@@ -240,7 +240,6 @@ class Event {
   Event& operator=(const Event&) = delete;
   CUevent handle() const { return event_; }
   void record(const Stream& stream) const;
-  void synchronize() const;
   void synchronize(const std::string& what) const;  // `what` names the work waited for in errors
   // Milliseconds from `start` to this event (both recorded and complete).
   float elapsed_ms_since(const Event& start) const;
