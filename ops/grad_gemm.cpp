@@ -56,10 +56,11 @@ bool is_16_byte_multiple(const Expr& elements, DType dtype) {
 // kernel: 16-bit by TMA where the rows of A, B, C and R are 16-byte multiples (TMA's strides; C is
 // [M, N]); f32 as 3xTF32 (any layout, any stride) where the output is at least one tile wide, as
 // linear's, and the sum is a layer's width (K a constant up to kTf32MaxK: an input gradient's).
-// A weight gradient sums over the rows, any number of them: the tensor cores add each product
-// into the accumulator rounding toward zero, so a sum's error grows with its length rather than
-// its square root, and over 12000 rows it measured 6e-4 (2e-7 of the sum of |terms|), above f32's
-// per-element tolerance where terms cancel; CUDA cores' FMAs round to nearest. There an output
+// A weight gradient sums over the rows, any number of them, and there 3xTF32 misses f32's
+// per-element tolerance where terms cancel (over 12000 rows, 6e-4: 2e-7 of the sum of |terms|),
+// in one sum or split into sums of 500 rows added in f32 alike: the error is the tensor cores'
+// rounding toward zero as they add a step's products, not the sum's length. CUDA cores' FMAs
+// round to nearest. There an output
 // of constant M and N (a weight gradient) takes the wide CUDA-core tile even where N is narrow:
 // its sum splits until the tiles fill the GPU, and the 128x128 register tiles make twice the FMAs
 // a shared-memory load of the 64x64 ones. Otherwise the [K, N] heuristic picks among the
