@@ -10,6 +10,7 @@
 #include "cli/compare_report.h"
 #include "cli/profile_flags.h"
 #include "cli/profile_report.h"
+#include "cli/usage.h"
 #include "core/error.h"
 #include "core/perf_compare.h"
 
@@ -96,13 +97,13 @@ void add_compare_command(CLI::App& app) {
       cmd->add_option("--threshold", flags->threshold_pct,
                       "exit with code 4 if B is slower than A end to end by more than PCT percent (and "
                       "significantly so)")
-          ->check(CLI::NonNegativeNumber);
+          ->check(non_negative_number());
   cmd->add_option("--confidence", flags->compare.confidence, "confidence of the intervals and verdicts (default 0.95)");
   cmd->add_option("--min-effect", flags->min_effect_pct,
                   fmt::format("how far from 1, in percent, the whole interval of B/A must lie to be called faster or "
                               "slower (default {:g})",
                               flags->min_effect_pct))
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_number());
   cmd->add_option("--format", flags->format, "table (default) or json")->check(CLI::IsMember({"table", "json"}));
   flags->profile_options = add_profile_options(*cmd, flags->profile);
   cmd->callback([flags] { run_compare(*flags); });

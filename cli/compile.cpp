@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "cli/usage.h"
 #include "core/binding.h"
 #include "core/compile.h"
 #include "core/executor.h"
@@ -94,7 +95,7 @@ void add_compile_command(CLI::App& app) {
   cmd->add_option("--tuning", flags->tuning,
                   "kernel choices measured by `teeny tune` (FILE), or none (default: the built-in file for the arch)");
   cmd->add_option("-j,--jobs", flags->jobs, "parallel NVRTC compilations (default: one per CPU)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_number());
   cmd->callback([flags] { run_compile(*flags); });
 }
 

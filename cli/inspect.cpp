@@ -12,6 +12,7 @@
 
 #include "cli/commands.h"
 #include "cli/table.h"
+#include "cli/usage.h"
 #include "core/binding.h"
 #include "core/bundle.h"
 #include "core/driver.h"
@@ -343,12 +344,12 @@ void add_inspect_command(CLI::App& app) {
   cmd->add_option("--bind", flags->binds, "bind a dim for the values shown: D=N (repeatable)")->allow_extra_args(false);
   cmd->add_option("--device-sms", flags->device_sms,
                   "evaluate for a GPU with N SMs (the device symbol SMS; default: this machine's GPU, if any)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   cmd->add_option("--device-smem", flags->device_smem,
                   "evaluate for a GPU whose blocks may opt in to BYTES of shared memory (SMEM_PER_BLOCK)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   cmd->add_option("--device-l2", flags->device_l2, "evaluate for a GPU with BYTES of L2 cache (L2_BYTES)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   cmd->add_option("--node", flags->node, "show only this node");
   cmd->add_option("--ptx", flags->ptx, "print the PTX of a node's kernel(s) or of a kernel by name");
   cmd->add_option("--format", flags->format, "output format")

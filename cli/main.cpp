@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
+#include "cli/usage.h"
 #include "core/error.h"
 #include "ops/ops.h"
 
@@ -43,7 +44,9 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     // --help and --version exit 0; every usage error is exit code 1.
-    return app.exit(e) == 0 ? 0 : static_cast<int>(teeny::ExitCode::kInvalidInput);
+    if (e.get_exit_code() == 0) return app.exit(e);
+    std::cerr << teeny::cli::usage_error(app, e).render();
+    return static_cast<int>(teeny::ExitCode::kInvalidInput);
   } catch (const teeny::Error& e) {
     std::cout.flush();
     std::cerr << e.render();

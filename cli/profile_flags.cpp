@@ -1,5 +1,7 @@
 #include "cli/profile_flags.h"
 
+#include "cli/usage.h"
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -15,14 +17,14 @@ std::vector<CLI::Option*> add_profile_options(CLI::App& cmd, ProfileFlags& flags
       cmd.add_option("--warmup", flags.options.warmup_iterations,
                      fmt::format("warm-up iterations (default {}; and at least {} s)", flags.options.warmup_iterations,
                                  flags.options.warmup_min_seconds))
-          ->check(CLI::NonNegativeNumber),
+          ->check(non_negative_number()),
       cmd.add_option("--iterations", flags.options.iterations,
                      fmt::format("timed iterations, at least (default {})", flags.options.iterations))
-          ->check(CLI::PositiveNumber),
+          ->check(positive_number()),
       cmd.add_option(
              "--min-time", flags.options.min_seconds,
              fmt::format("keep timing until this many seconds have passed (default {})", flags.options.min_seconds))
-          ->check(CLI::NonNegativeNumber),
+          ->check(non_negative_number()),
       cmd.add_option("--mode", flags.mode,
                      "sequence (default: graph order, warm L2) or isolated (L2 flushed before each launch)")
           ->check(CLI::IsMember({"sequence", "isolated"})),

@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "cli/pairs.h"
 #include "cli/table.h"
+#include "cli/usage.h"
 #include "core/bundle.h"
 #include "core/compare.h"
 #include "core/driver.h"
@@ -172,7 +173,7 @@ void add_run_command(CLI::App& app) {
                 "compare every node's GPU output with the host reference (exit code 2 on mismatch)");
   cmd->add_flag("--cuda-graph", flags->cuda_graph, "capture the launches once as a CUDA graph and replay it");
   cmd->add_option("--iterations", flags->iterations, "how many times to run the graph (default 1)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   cmd->callback([flags] { run_bundle(*flags); });
 }
 

@@ -9,6 +9,7 @@
 #include "cli/check_report.h"
 #include "cli/commands.h"
 #include "cli/pairs.h"
+#include "cli/usage.h"
 #include "core/bundle.h"
 #include "core/driver.h"
 #include "core/trainer.h"
@@ -137,7 +138,7 @@ void add_train_command(CLI::App& app) {
                 "run the first step node by node against the host reference, the updates included (exit code 2 "
                 "on mismatch)");
   cmd->add_option("--log-every", flags->log_every, "a progress line every N steps (default 1) and at the last")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   cmd->callback([flags] { train_bundle(*flags); });
 }
 

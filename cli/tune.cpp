@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "cli/usage.h"
 #include "core/tune.h"
 
 namespace teeny::cli {
@@ -147,14 +148,14 @@ void add_tune_command(CLI::App& app) {
   cmd->add_option("--l2", flags->l2, "cold: L2 flushed before each launch (default); warm: back to back")
       ->check(CLI::IsMember({"cold", "warm"}));
   cmd->add_option("--iterations", flags->iterations, "timed iterations per candidate")
-      ->check(CLI::PositiveNumber)
+      ->check(positive_number())
       ->capture_default_str();
   cmd->add_option("--check-rows", flags->check_rows, "output rows each candidate is checked on against the reference")
-      ->check(CLI::PositiveNumber)
+      ->check(positive_number())
       ->capture_default_str();
   cmd->add_flag("--no-fuse", flags->no_fuse, "skip graph fusion passes (tune the unfused nodes)");
   cmd->add_option("-j,--jobs", flags->jobs, "parallel NVRTC compilations (default: one per CPU)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_number());
   cmd->add_option("--seed", flags->seed, "random inputs and params")->capture_default_str();
   cmd->callback([flags] { run_tune(*flags); });
 }

@@ -139,6 +139,35 @@ TEST(Cli, MissingFileAndUsageErrorsExitOne) {
   EXPECT_NE(r.out.find("ops"), std::string::npos);
 }
 
+TEST(Cli, UsageErrorsNameTheCommandAndTheNearestOption) {
+  const std::string commands = "check, ops, compile, inspect, run, profile, compare, tune, train";
+  // Exit code 1 and exactly `err` on stderr.
+  const auto expect_error = [](const std::string& args, const std::string& err) {
+    const Command r = teeny(args);
+    EXPECT_EQ(r.exit_code, 1) << args;
+    EXPECT_EQ(r.err, err) << args;
+  };
+  expect_error("", "teeny: error: a command is required: " + commands + "\n");
+  expect_error(
+      "complie graphs/mnist_mlp.yaml",
+      "teeny: error: unknown command 'complie' (did you mean 'compile'?)\nnote: teeny's commands: " + commands + "\n");
+  // A command's own usage errors, with a note on its --help.
+  const auto expect_usage = [&](const std::string& args, const std::string& command, const std::string& err) {
+    expect_error(args, "teeny: error: " + err + "\nnote: 'teeny " + command + " --help' lists its arguments\n");
+  };
+  expect_usage("check graphs/mnist_mlp.yaml --bnid B=2", "check",
+               "'teeny check' has no option '--bnid' (did you mean '--bind'?)");
+  // An option of another command says which.
+  expect_usage("check graphs/mnist_mlp.yaml --steps 3", "check",
+               "'teeny check' has no option '--steps'\nnote: --steps is an option of 'teeny train'");
+  expect_usage("check graphs/mnist_mlp.yaml graphs/tiny_lm.yaml", "check",
+               "'teeny check': unexpected argument 'graphs/tiny_lm.yaml'");
+  // Flag values: numbers quoted as given.
+  expect_usage("inspect bundle --device-sms 3x", "inspect", "'teeny inspect': --device-sms: '3x' is not a number");
+  expect_usage("inspect bundle --device-sms 0", "inspect", "'teeny inspect': --device-sms: '0' must be above 0");
+  expect_usage("compile graphs/mnist_mlp.yaml --jobs -1", "compile", "'teeny compile': --jobs: '-1' must be 0 or more");
+}
+
 TEST(Cli, OpsJsonListsEveryRegisteredOp) {
   Command r = teeny("ops --format json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
