@@ -56,7 +56,7 @@ Error unknown_option(const CLI::App& app, const CLI::App* command, const std::st
   // Only long names get a suggestion: a one-letter one is near every other.
   const std::string nearest =
       name.rfind("--", 0) == 0 ? did_you_mean(name, option_names(command ? *command : app)) : "";
-  Error error(fmt::format("'{}' has no option '{}'{}", where, name, nearest));
+  Error error(fmt::format("'{}' has no option '{}'{}", where, excerpt(name), nearest));
   const std::vector<std::string> owners = commands_with(app, command, name);
   if (!owners.empty()) error.note(fmt::format("{} is an option of {}", name, fmt::join(owners, " and ")));
   return error;
@@ -68,7 +68,7 @@ Error command_error(const CLI::App& app, const std::vector<std::string>& extras)
   const std::string list = fmt::format("{}", fmt::join(names, ", "));
   if (extras.empty()) return Error(fmt::format("a command is required: {}", list));
   if (is_option(extras.front())) return unknown_option(app, nullptr, extras.front()).note("teeny's commands: " + list);
-  return Error(fmt::format("unknown command '{}'{}", extras.front(), did_you_mean(extras.front(), names)))
+  return Error(fmt::format("unknown command '{}'{}", excerpt(extras.front()), did_you_mean(extras.front(), names)))
       .note("teeny's commands: " + list);
 }
 

@@ -160,6 +160,9 @@ TEST(Cli, UsageErrorsNameTheCommandAndTheNearestOption) {
   // An option of another command says which.
   expect_usage("check graphs/mnist_mlp.yaml --steps 3", "check",
                "'teeny check' has no option '--steps'\nnote: --steps is an option of 'teeny train'");
+  // A long one is quoted cut to 80 bytes.
+  expect_usage("check graphs/mnist_mlp.yaml --" + std::string(100, 'x'), "check",
+               "'teeny check' has no option '--" + std::string(75, 'x') + "...'");
   expect_usage("check graphs/mnist_mlp.yaml graphs/tiny_lm.yaml", "check",
                "'teeny check': unexpected argument 'graphs/tiny_lm.yaml'");
   // Flag values: numbers quoted as given.
