@@ -13,10 +13,13 @@ namespace teeny::cli {
 
 namespace {
 
+std::vector<const CLI::App*> all_commands(const CLI::App& app) {
+  return app.get_subcommands([](const CLI::App*) { return true; });
+}
+
 std::vector<std::string> command_names(const CLI::App& app) {
   std::vector<std::string> names;
-  for (const CLI::App* command : app.get_subcommands([](const CLI::App*) { return true; }))
-    names.push_back(command->get_name());
+  for (const CLI::App* command : all_commands(app)) names.push_back(command->get_name());
   return names;
 }
 
@@ -40,7 +43,7 @@ bool is_option(const std::string& arg) {
 // The commands other than `command` that have the option `name`.
 std::vector<std::string> commands_with(const CLI::App& app, const CLI::App* command, const std::string& name) {
   std::vector<std::string> owners;
-  for (const CLI::App* other : app.get_subcommands([](const CLI::App*) { return true; })) {
+  for (const CLI::App* other : all_commands(app)) {
     const std::vector<std::string> names = option_names(*other);
     if (other != command && std::find(names.begin(), names.end(), name) != names.end())
       owners.push_back(fmt::format("'teeny {}'", other->get_name()));
@@ -62,14 +65,16 @@ Error unknown_option(const CLI::App& app, const CLI::App* command, const std::st
   return error;
 }
 
-// teeny run without a command, or with one it does not have.
+// teeny without a command, or with one it does not have.
 Error command_error(const CLI::App& app, const std::vector<std::string>& extras) {
   const std::vector<std::string> names = command_names(app);
   const std::string list = fmt::format("{}", fmt::join(names, ", "));
   if (extras.empty()) return Error(fmt::format("a command is required: {}", list));
-  if (is_option(extras.front())) return unknown_option(app, nullptr, extras.front()).note("teeny's commands: " + list);
-  return Error(fmt::format("unknown command '{}'{}", excerpt(extras.front()), did_you_mean(extras.front(), names)))
-      .note("teeny's commands: " + list);
+  const std::string& first = extras.front();
+  Error error = is_option(first)
+                    ? unknown_option(app, nullptr, first)
+                    : Error(fmt::format("unknown command '{}'{}", excerpt(first), did_you_mean(first, names)));
+  return error.note("teeny's commands: " + list);
 }
 
 CLI::Validator number_check(const std::string& description, bool zero_ok) {

@@ -60,12 +60,11 @@ bool is_16_byte_multiple(const Expr& elements, DType dtype) {
 // per-element tolerance where terms cancel (over 12000 rows, 6e-4: 2e-7 of the sum of |terms|),
 // in one sum or split into sums of 500 rows added in f32 alike: the error is the tensor cores'
 // rounding toward zero as they add a step's products, not the sum's length. CUDA cores' FMAs
-// round to nearest. There an output
-// of constant M and N (a weight gradient) takes the wide CUDA-core tile even where N is narrow:
-// its sum splits until the tiles fill the GPU, and the 128x128 register tiles make twice the FMAs
-// a shared-memory load of the 64x64 ones. Otherwise the [K, N] heuristic picks among the
-// one-tile-a-block kernels (it never picks wgmma for a [K, N] B); their tiles serve either B
-// layout.
+// round to nearest. There an output of constant M and N (a weight gradient) takes the wide
+// CUDA-core tile even where N is narrow: its sum splits until the tiles fill the GPU, and the
+// 128x128 register tiles make twice the FMAs a shared-memory load of the 64x64 ones. Otherwise
+// the [K, N] heuristic picks among the one-tile-a-block kernels (it never picks wgmma for a
+// [K, N] B); their tiles serve either B layout.
 GemmTile grad_gemm_tile(const GradGemm& gemm, int target_sm) {
   const auto at_least = [](const Expr& dim, int64_t size) { return dim.is_const() && *dim.const_value() >= size; };
   if (target_sm == 90 && gemm.batch.empty()) {
