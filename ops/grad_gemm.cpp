@@ -31,11 +31,17 @@ constexpr int kSumThreads = 256;
 // __launch_bounds__ asks an SM to hold.
 int in_flight_per_sm(const GemmTile& tile) { return tile.wgmma() ? tile.threads / 128 - 1 : tile.min_blocks; }
 
-// The split count: the wanted count, then as many as cover K's k-steps at that length (so no
-// split is empty). f32 on CUDA cores, whose FMAs are slow enough that a 64-long split outweighs
-// its partial tile, splits as short as kMinSplitKSimtF32 while the units fill at most one wave: a
-// small batch's weight gradient (1024 rows over 4 tiles) then fills 64 SMs instead of 16, while
-// 16384 rows keep splits of 256, as twice the partials cost more than a second wave gains.
+// Splits of whole k-steps: `wanted`, then as many as cover K's k-steps at that length (so no
+// split is empty).
+Expr whole_splits(const GemmTile& tile, const Expr& k, const Expr& wanted) {
+  const Expr k_steps = ceil_div(k, Expr(tile.bk));
+  return ceil_div(k_steps, ceil_div(k_steps, wanted));
+}
+
+// The heuristic's split count, of whole k-steps (whole_splits). f32 on CUDA cores, whose FMAs are slow enough that a
+// 64-long split outweighs its partial tile, splits as short as kMinSplitKSimtF32 while the units fill at most one wave:
+// a small batch's weight gradient (1024 rows over 4 tiles) then fills 64 SMs instead of 16, while 16384 rows keep
+// splits of 256, as twice the partials cost more than a second wave gains.
 Expr split_count(const GemmTile& tile, DType dtype, const Expr& units, const Expr& k) {
   const Expr in_flight = Expr(kSplitSms * in_flight_per_sm(tile));
   const Expr min_k(tile.split_tf32 ? kMinSplitKTf32 : tile.wgmma() ? kMinSplitKWgmma : kMinSplitK);
@@ -43,42 +49,55 @@ Expr split_count(const GemmTile& tile, DType dtype, const Expr& units, const Exp
   if (!tile.wgmma() && dtype == DType::kF32)
     by_k = max(by_k, min(ceil_div(k, Expr(kMinSplitKSimtF32)), ceil_div(in_flight, units)));
   if (by_k.is_const() && *by_k.const_value() <= 1) return Expr(1);  // too short to split on any device
-  const Expr wanted = max(Expr(1), min(ceil_div(in_flight * Expr(kSplitWaves), units), by_k));
-  const Expr k_steps = ceil_div(k, Expr(tile.bk));
-  return ceil_div(k_steps, ceil_div(k_steps, wanted));
+  return whole_splits(tile, k, max(Expr(1), min(ceil_div(in_flight * Expr(kSplitWaves), units), by_k)));
 }
 
 bool is_16_byte_multiple(const Expr& elements, DType dtype) {
   return elements.is_const() && *elements.const_value() * static_cast<int64_t>(dtype_size(dtype)) % 16 == 0;
 }
 
-// The GEMM's tile. On sm_90 over one matrix (the persistent blocks walk a single one), the wgmma
-// kernel: 16-bit by TMA where the rows of A, B, C and R are 16-byte multiples (TMA's strides; C is
-// [M, N]); f32 as 3xTF32 (any layout, any stride) where the output is at least one tile wide, as
-// linear's, and the sum is a layer's width (K a constant up to kTf32MaxK: an input gradient's).
-// A weight gradient sums over the rows, any number of them, and there 3xTF32 misses f32's
-// per-element tolerance where terms cancel (over 12000 rows, 6e-4: 2e-7 of the sum of |terms|),
-// in one sum or split into sums of 500 rows added in f32 alike: the error is the tensor cores'
-// rounding toward zero as they add a step's products, not the sum's length. CUDA cores' FMAs
-// round to nearest. There an output of constant M and N (a weight gradient) takes the wide
-// CUDA-core tile even where N is narrow: its sum splits until the tiles fill the GPU, and the
-// 128x128 register tiles make twice the FMAs a shared-memory load of the 64x64 ones. Otherwise
-// the [K, N] heuristic picks among the one-tile-a-block kernels (it never picks wgmma for a
-// [K, N] B); their tiles serve either B layout.
+// f32 on sm_90 over one matrix may run as 3xTF32 (any layout, any stride) where the sum is a
+// layer's width (K a constant up to kTf32MaxK: an input gradient's). A sum over the rows (any
+// number of them, even where they are a constant) misses f32's per-element tolerance there where
+// terms cancel (over 12000 rows, 6e-4: 2e-7 of the sum of |terms|), in one sum or split into sums
+// of 500 rows added in f32 alike: the error is the tensor cores' rounding toward zero as they add
+// a step's products, not the sum's length. CUDA cores' FMAs round to nearest.
+bool tf32_ok(const GradGemm& gemm, int target_sm) {
+  return target_sm == 90 && gemm.batch.empty() && gemm.dtype == DType::kF32 && !gemm.sums_rows && gemm.k.is_const() &&
+         *gemm.k.const_value() <= kTf32MaxK;
+}
+
+// 16-bit on sm_90 over one matrix may load by TMA where the rows of A, B, C and R are 16-byte
+// multiples (TMA's strides; C is [M, N]).
+bool tma_ok(const GradGemm& gemm, int target_sm) {
+  const auto rows_ok = [&](const Expr& stride) { return is_16_byte_multiple(stride, gemm.dtype); };
+  return target_sm == 90 && gemm.batch.empty() && gemm.dtype != DType::kF32 && rows_ok(gemm.lda) && rows_ok(gemm.ldb) &&
+         rows_ok(gemm.n) && (!gemm.epilogue.residual || rows_ok(gemm.ldr));
+}
+
+bool at_least(const Expr& dim, int64_t size) { return dim.is_const() && *dim.const_value() >= size; }
+
+// The heuristic's tile. The wgmma kernel where it applies: 3xTF32 where the output is at least
+// one tile wide, as linear's; 16-bit by TMA. Otherwise an output of constant M and N (a weight
+// gradient) takes the wide CUDA-core tile even where N is narrow: its sum splits until the tiles
+// fill the GPU, and the 128x128 register tiles make twice the FMAs a shared-memory load of the
+// 64x64 ones. Otherwise the [K, N] heuristic picks among the one-tile-a-block kernels (it never
+// picks wgmma for a [K, N] B); their tiles serve either B layout.
 GemmTile grad_gemm_tile(const GradGemm& gemm, int target_sm) {
-  const auto at_least = [](const Expr& dim, int64_t size) { return dim.is_const() && *dim.const_value() >= size; };
-  if (target_sm == 90 && gemm.batch.empty()) {
-    const bool wide = at_least(gemm.n, gemm_tf32_tile().bn);
-    const bool short_sum = gemm.k.is_const() && *gemm.k.const_value() <= kTf32MaxK;
-    if (gemm.dtype == DType::kF32 && wide && short_sum) return gemm_tf32_tile();
-    const auto rows_ok = [&](const Expr& stride) { return is_16_byte_multiple(stride, gemm.dtype); };
-    if (gemm.dtype != DType::kF32 && rows_ok(gemm.lda) && rows_ok(gemm.ldb) && rows_ok(gemm.n) &&
-        (!gemm.epilogue.residual || rows_ok(gemm.ldr)))
-      return fit_gemm_epilogue(gemm_tma_tile(gemm.dtype), gemm.epilogue);
-  }
+  if (tf32_ok(gemm, target_sm) && at_least(gemm.n, gemm_tf32_tile().bn)) return gemm_tf32_tile();
+  if (tma_ok(gemm, target_sm)) return fit_gemm_epilogue(gemm_tma_tile(gemm.dtype), gemm.epilogue);
   const GemmTile wide_tile = gemm_f32_block_tile(true);
   if (gemm.dtype == DType::kF32 && at_least(gemm.m, wide_tile.bm) && at_least(gemm.n, wide_tile.bn)) return wide_tile;
   return choose_gemm_tile(gemm.dtype, GemmBLayout::kKN, gemm.n, gemm.k, target_sm);
+}
+
+// Every tile the GEMM can run, the heuristic's among them: the one-tile-a-block kernels, and the
+// wgmma kernel where it applies.
+std::vector<GemmTile> grad_gemm_tiles(const GradGemm& gemm, int target_sm) {
+  std::vector<GemmTile> tiles = gemm_tile_candidates(gemm.dtype, GemmBLayout::kKN, target_sm, false);
+  if (tf32_ok(gemm, target_sm)) tiles.push_back(gemm_tf32_tile());
+  if (tma_ok(gemm, target_sm)) tiles.push_back(fit_gemm_epilogue(gemm_tma_tile(gemm.dtype), gemm.epilogue));
+  return tiles;
 }
 
 // The GEMM's arguments past a, b, c and the partials: the sizes, the split count, then tn_matmul's
@@ -121,14 +140,22 @@ Launch sum_splits_launch(const GradGemm& gemm, const Expr& outputs, const Expr& 
   return launch;
 }
 
-// The GEMM on `tile`: its launch, and the sum of its splits where it has two or more.
-Lowering lower_tile(const GradGemm& gemm, const GemmTile& tile) {
-  const bool r = gemm.epilogue.residual;
+Expr batch_count(const GradGemm& gemm) {
   Expr batches(1);
   for (const GradGemm::BatchDim& dim : gemm.batch) batches = batches * dim.extent;
+  return batches;
+}
+
+// The GEMM on `tile`, its sum split `fixed_splits` ways (0: as the heuristic splits it): its
+// launch, and the sum of its splits where it has two or more.
+Lowering lower_tile(const GradGemm& gemm, const GemmTile& tile, int fixed_splits = 0) {
+  const bool r = gemm.epilogue.residual;
+  const Expr batches = batch_count(gemm);
   const Expr units = gemm_tiles(tile, gemm.m, gemm.n) * batches;
   const Expr outputs = batches * gemm.m * gemm.n;
-  const Expr splits = r ? Expr(1) : split_count(tile, gemm.dtype, units, gemm.k);
+  const Expr splits = r                  ? Expr(1)
+                      : fixed_splits > 0 ? whole_splits(tile, gemm.k, Expr(fixed_splits))
+                                         : split_count(tile, gemm.dtype, units, gemm.k);
 
   Lowering lowering;
   lowering.scratch.push_back({"partials", DType::kF32, max(Expr(1), le(Expr(2), splits) * splits * outputs)});
@@ -163,14 +190,24 @@ Lowering lower_tile(const GradGemm& gemm, const GemmTile& tile) {
   return lowering;
 }
 
-}  // namespace
+// A variant's name: the tile's, then its fixed split count if any.
+std::string variant_name(const GemmTile& tile, int fixed_splits) {
+  return fixed_splits > 0 ? fmt::format("{}_split{}", gemm_tile_name(tile), fixed_splits) : gemm_tile_name(tile);
+}
 
-Lowering lower_grad_gemm(const GradGemm& gemm, int target_sm) {
-  if (gemm.epilogue.residual && !gemm.batch.empty())
-    throw Error("internal: a gradient GEMM's epilogue reads R of one matrix only");
+// The fixed split counts a variant may take: none where an epilogue reads R (the sum never
+// splits), else powers of two up to the longest split the heuristic makes (a wide CUDA-core
+// tile's 16384 rows split 64 ways).
+std::vector<int> fixed_split_counts(const GradGemm& gemm) {
+  if (gemm.epilogue.residual) return {};
+  return {1, 2, 4, 8, 16, 32, 64, 128};
+}
+
+// The heuristic's lowering: its tile, and on 3xTF32 a small batch's input gradient on CUDA cores
+// (kTf32MinTilesGrad; constant rows fold to one of the two).
+Lowering lower_heuristic(const GradGemm& gemm, int target_sm) {
   const GemmTile tile = grad_gemm_tile(gemm, target_sm);
   if (!tile.split_tf32) return lower_tile(gemm, tile);
-  // A small batch's input gradient on CUDA cores (kTf32MinTilesGrad); constant rows fold to one.
   const Expr tiles = gemm_tiles(tile, gemm.m, gemm.n);
   const Expr few = le(tiles, Expr(kTf32MinTilesGrad - 1));
   if (few == Expr(0)) return lower_tile(gemm, tile);
@@ -182,6 +219,47 @@ Lowering lower_grad_gemm(const GradGemm& gemm, int target_sm) {
   return lowering;
 }
 
+std::vector<OpVariant> grad_gemm_variants(const GradGemm& gemm, int target_sm) {
+  std::vector<OpVariant> variants;
+  for (const GemmTile& tile : grad_gemm_tiles(gemm, target_sm)) {
+    variants.push_back({variant_name(tile, 0)});
+    for (int splits : fixed_split_counts(gemm)) {
+      OpVariant variant{variant_name(tile, splits)};
+      if (splits > 1) variant.limits.push_back({"K", {int64_t{splits} * tile.bk, INT64_MAX}});
+      variants.push_back(std::move(variant));
+    }
+  }
+  return variants;
+}
+
+}  // namespace
+
+Lowering lower_grad_gemm(const GradGemm& gemm, int target_sm, const std::string& variant) {
+  if (gemm.epilogue.residual && !gemm.batch.empty())
+    throw Error("internal: a gradient GEMM's epilogue reads R of one matrix only");
+  if (variant.empty()) return lower_heuristic(gemm, target_sm);
+  for (const GemmTile& tile : grad_gemm_tiles(gemm, target_sm)) {
+    if (variant == variant_name(tile, 0)) return lower_tile(gemm, tile);
+    for (int splits : fixed_split_counts(gemm))
+      if (variant == variant_name(tile, splits)) return lower_tile(gemm, tile, splits);
+  }
+  throw OpError("op", fmt::format("{} has no variant '{}' here", gemm.op, variant));
+}
+
+OpTuning grad_gemm_tuning(std::function<GradGemm(const OpContext&)> gemm_of, std::vector<int> row_inputs) {
+  OpTuning tuning;
+  tuning.dims = [gemm_of](const OpContext& ctx) {
+    const GradGemm gemm = gemm_of(ctx);
+    std::vector<std::pair<std::string, Expr>> dims;
+    if (!gemm.batch.empty()) dims.emplace_back("Batch", batch_count(gemm));
+    for (auto [name, value] : {std::pair{"M", gemm.m}, {"N", gemm.n}, {"K", gemm.k}}) dims.emplace_back(name, value);
+    return dims;
+  };
+  tuning.variants = [gemm_of](const OpContext& ctx) { return grad_gemm_variants(gemm_of(ctx), ctx.target_sm); };
+  tuning.row_inputs = std::move(row_inputs);
+  return tuning;
+}
+
 std::vector<double> host_gemm(const HostGemm& g, const std::vector<double>& a, const std::vector<double>& b,
                               const std::vector<int64_t>& a_offsets, const std::vector<int64_t>& b_offsets) {
   const size_t batches = a_offsets.size();
@@ -190,11 +268,13 @@ std::vector<double> host_gemm(const HostGemm& g, const std::vector<double>& a, c
     const double* pa = a.data() + a_offsets[z];
     const double* pb = b.data() + b_offsets[z];
     double* pc = c.data() + z * g.m * g.n;
+    // Row i of C gathers A(i, p) times row p of B: B's rows stream (tune checks whole weight
+    // gradients of 16384 rows against this).
     for (int64_t i = 0; i < g.m; ++i)
-      for (int64_t j = 0; j < g.n; ++j) {
-        double acc = 0.0;
-        for (int64_t p = 0; p < g.k; ++p) acc += pa[i * g.a_row + p * g.a_col] * pb[p * g.b_row + j * g.b_col];
-        pc[i * g.n + j] = acc;
+      for (int64_t p = 0; p < g.k; ++p) {
+        const double a_ip = pa[i * g.a_row + p * g.a_col];
+        const double* b_row = pb + p * g.b_row;
+        for (int64_t j = 0; j < g.n; ++j) pc[i * g.n + j] += a_ip * b_row[j * g.b_col];
       }
   }
   return c;

@@ -14,6 +14,7 @@
 // grad.linear_dx's) takes one 2-D matrix and never splits: R is applied once, to the whole sum.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,9 @@ struct GradGemm {
   };
   std::vector<BatchDim> batch;
   Expr a_elements, b_elements;  // what the launch reads, for the cost
+  // The sum runs over a batch's rows (a weight gradient, matmul's db), however many: never on
+  // 3xTF32 (grad_gemm.cpp), even where the rows are a constant.
+  bool sums_rows = false;
   // C = A·B + R, or act'(A·B, R) (GemmEpilogue::activation_grad); `residual` is R's pointer
   // argument (row stride ldr) where epilogue.residual.
   GemmEpilogue epilogue{};
@@ -44,9 +48,18 @@ struct GradGemm {
   Expr ldr{};
 };
 
-// The launches of `gemm`: the GEMM (wgmma where it applies, else the tile the GEMM heuristic picks
-// for its N and K), and the sum of its splits where the dims allow more than one.
-Lowering lower_grad_gemm(const GradGemm& gemm, int target_sm);
+// The launches of `gemm`: the GEMM and the sum of its splits where it has more than one. Without
+// a variant, the heuristic's tile (wgmma where it applies, else the tile the GEMM heuristic picks
+// for its N and K) and split count; a variant (grad_gemm_tuning) names a tile, and a fixed split
+// count after it ("128x128x8_split16") or none for the heuristic's. Throws OpError for a variant
+// the GEMM does not have.
+Lowering lower_grad_gemm(const GradGemm& gemm, int target_sm, const std::string& variant = "");
+
+// A gradient GEMM op's tuning (`teeny tune`): dims M, N and K of the GEMM (and Batch, its
+// matrices, where it has batch dims); a variant per tile the GEMM can run, each with the
+// heuristic's split count and, where the sum may split, with fixed counts 1, 2, 4, ... (a count
+// only for sums of at least that many k-steps). `row_inputs` as OpTuning's.
+OpTuning grad_gemm_tuning(std::function<GradGemm(const OpContext&)> gemm_of, std::vector<int> row_inputs = {});
 
 // C[z] = op(A[z]) · op(B[z]) on the host in double, for the ops' references: A element (i, p) of
 // batch z at a[a_offset(z) + i * a_row + p * a_col], B's (p, j) likewise, C [batches, m, n].

@@ -28,7 +28,7 @@ TensorType infer(const OpDef& def, const OpContext& ctx) {
   return contiguous(dtype, {dy.shape.back(), x.shape.back()});
 }
 
-Lowering lower(const OpContext& ctx) {
+GradGemm gemm_of(const OpContext& ctx) {
   const TensorType& dy = ctx.inputs[0];
   const TensorType& x = ctx.inputs[1];
   GradGemm gemm;
@@ -44,8 +44,11 @@ Lowering lower(const OpContext& ctx) {
   gemm.ldb = x.row_stride;
   gemm.a_elements = gemm.k * gemm.m;
   gemm.b_elements = gemm.k * gemm.n;
-  return lower_grad_gemm(gemm, ctx.target_sm);
+  gemm.sums_rows = true;
+  return gemm;
 }
+
+Lowering lower(const OpContext& ctx) { return lower_grad_gemm(gemm_of(ctx), ctx.target_sm, ctx.variant); }
 
 HostTensor reference(const RefContext& ref) {
   const HostTensor& dy = ref.inputs[0];
@@ -118,6 +121,7 @@ OpDef grad_linear_dweight_op() {
   def.lower = lower;
   def.reference = reference;
   def.conformance_cases = conformance_cases;
+  def.tuning = grad_gemm_tuning(gemm_of);
   return def;
 }
 

@@ -58,7 +58,7 @@ std::vector<ParamSpec> params(const OpContext& ctx) {
   return {{"weight", {ctx.inputs[0].shape.back(), ctx.output.shape.back()}, ctx.output.dtype, ParamInit::kTrained, {}}};
 }
 
-Lowering lower(const OpContext& ctx) {
+GradGemm gemm_of(const OpContext& ctx) {
   const TensorType& dy = ctx.inputs[0];
   GradGemm gemm;
   gemm.op = "grad_linear_dx";
@@ -77,8 +77,10 @@ Lowering lower(const OpContext& ctx) {
     gemm.residual = input(1, "r", gemm.dtype);
     gemm.ldr = ctx.inputs[1].row_stride;
   }
-  return lower_grad_gemm(gemm, ctx.target_sm);
+  return gemm;
 }
+
+Lowering lower(const OpContext& ctx) { return lower_grad_gemm(gemm_of(ctx), ctx.target_sm, ctx.variant); }
 
 HostTensor reference(const RefContext& ref) {
   const HostTensor& dy = ref.inputs[0];
@@ -189,6 +191,8 @@ OpDef grad_linear_dx_op() {
   def.lower = lower;
   def.reference = reference;
   def.conformance_cases = conformance_cases;
+  // dx's rows are dy's and r's.
+  def.tuning = grad_gemm_tuning(gemm_of, {0, 1});
   return def;
 }
 

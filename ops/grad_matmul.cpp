@@ -98,7 +98,7 @@ std::vector<GradGemm::BatchDim> batch_of(const TensorType& dc, const TensorType&
   return dims;
 }
 
-Lowering lower_da(const OpContext& ctx) {
+GradGemm da_gemm(const OpContext& ctx) {
   const TensorType& dc = ctx.inputs[0];
   const TensorType& b = ctx.inputs[1];
   GradGemm gemm;
@@ -115,10 +115,10 @@ Lowering lower_da(const OpContext& ctx) {
   gemm.batch = batch_of(dc, b, false);
   gemm.a_elements = product(dc.shape);
   gemm.b_elements = product(b.shape);
-  return lower_grad_gemm(gemm, ctx.target_sm);
+  return gemm;
 }
 
-Lowering lower_db(const OpContext& ctx) {
+GradGemm db_gemm(const OpContext& ctx) {
   const TensorType& a = ctx.inputs[0];
   const TensorType& dc = ctx.inputs[1];
   const bool sum_batches = ctx.attrs.boolean("sum_batches");
@@ -137,8 +137,12 @@ Lowering lower_db(const OpContext& ctx) {
   if (!sum_batches) gemm.batch = batch_of(dc, a, true);
   gemm.a_elements = product(a.shape);
   gemm.b_elements = product(dc.shape);
-  return lower_grad_gemm(gemm, ctx.target_sm);
+  gemm.sums_rows = true;
+  return gemm;
 }
+
+Lowering lower_da(const OpContext& ctx) { return lower_grad_gemm(da_gemm(ctx), ctx.target_sm, ctx.variant); }
+Lowering lower_db(const OpContext& ctx) { return lower_grad_gemm(db_gemm(ctx), ctx.target_sm, ctx.variant); }
 
 // The element offset of `operand`'s matrix for each batch of dc (row-major over dc's batch dims;
 // 0 along dims where the operand broadcasts), contiguous host data.
@@ -261,6 +265,8 @@ OpDef grad_matmul_da_op() {
   def.lower = lower_da;
   def.reference = reference_da;
   def.conformance_cases = da_cases;
+  // The outputs are checked whole: b may be batched, so dc's rows alone do not give da's.
+  def.tuning = grad_gemm_tuning(da_gemm);
   return def;
 }
 
@@ -279,6 +285,7 @@ OpDef grad_matmul_db_op() {
   def.lower = lower_db;
   def.reference = reference_db;
   def.conformance_cases = db_cases;
+  def.tuning = grad_gemm_tuning(db_gemm);
   return def;
 }
 

@@ -628,6 +628,12 @@ TEST(GemmAttentionLowering, F32InputGradientsRunOnTensorCoresWeightGradientsOnCu
   ctx = context("grad.linear_dweight", nlohmann::json::object(), {tensor(DType::kF32, {B, S, 64}), x});
   ctx.target_sm = 90;
   EXPECT_EQ(op("grad.linear_dweight").lower(ctx).kernels.at(0).name, "grad_linear_dweight_f32_kn_64x64x16_at_b0");
+  // Constant rows (compile --bind) are no bound on a sum over them either: 256 output tiles over
+  // 4096 rows stay on CUDA cores.
+  const TensorType wide = tensor(DType::kF32, {4096, 2048});
+  ctx = context("grad.linear_dweight", nlohmann::json::object(), {wide, wide});
+  ctx.target_sm = 90;
+  EXPECT_EQ(op("grad.linear_dweight").lower(ctx).kernels.at(0).name, "grad_linear_dweight_f32_kn_128x128x8_at_b0");
 }
 
 // Few rows of x (decode) stream the weight through a small-M kernel sized for M; more take the

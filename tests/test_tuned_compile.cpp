@@ -241,6 +241,61 @@ TEST(TuneProblems, AttentionIsTunedOverTheBlocksAnSmOfItsTensorCoreKernel) {
   }
 }
 
+// A training graph's backward GEMMs are tuned too: over the tiles each can run and, where its sum
+// may split, fixed split counts of at least a k-step each. A weight gradient's sum over the rows
+// never runs on 3xTF32, even where the rows are a constant.
+TEST(TuneProblems, GradientGemmsAreTunedOverTilesAndSplitCounts) {
+  Graph graph = parse_graph(
+      "name: g\ndims:\n  B: {min: 1, max: 8192, default: 4096}\n"
+      "inputs:\n  x: {dtype: f32, shape: [B, 784]}\n  labels: {dtype: i32, shape: [B]}\n"
+      "nodes:\n"
+      "  - {name: fc1, op: linear, inputs: [x], attrs: {out_features: 256}}\n"
+      "  - {name: act1, op: relu, inputs: [fc1]}\n"
+      "  - {name: fc2, op: linear, inputs: [act1], attrs: {out_features: 10}}\n"
+      "  - {name: loss, op: cross_entropy, inputs: [fc2, labels]}\n"
+      "outputs: [loss]\ntrain:\n  loss: loss\n  optimizer: {type: sgd, lr: 0.1}\n",
+      "g.yaml", registry());
+  CompileOptions options;
+  options.fixed = {{"B", 4096}};
+  const Graph prepared = prepare_graph(std::move(graph), registry(), options);
+  std::map<std::string, const TuneProblem*> by_node;
+  const std::vector<TuneProblem> problems = tune_problems(prepared);
+  for (const TuneProblem& problem : problems)
+    for (const std::string& node : problem.nodes) by_node[node] = &problem;
+  using Dims = std::vector<std::pair<std::string, int64_t>>;
+  // fc1's weight gradient, dW = dyᵀ x: 256 x 784 over 4096 rows, on CUDA cores only. The
+  // 128x128x8 tile splits at most 512 ways (4096 / 8) and the 64x64x16 one 256.
+  const TuneProblem& dweight = *by_node.at("bwd_fc1");
+  EXPECT_EQ(dweight.op, "grad.linear_dweight");
+  EXPECT_EQ(dweight.dims, (Dims{{"M", 256}, {"N", 784}, {"K", 4096}}));
+  std::vector<std::string> expected;
+  for (const std::string tile : {"64x64x16", "128x128x8"}) {
+    expected.push_back(tile);
+    for (int splits : {1, 2, 4, 8, 16, 32, 64, 128}) expected.push_back(fmt::format("{}_split{}", tile, splits));
+  }
+  EXPECT_EQ(dweight.variants, expected);
+  // fc2's input gradient takes relu's derivative in its epilogue (it reads r): never split. Its
+  // sum is fc2's 10 outputs, so 3xTF32 may run.
+  const TuneProblem& dx = *by_node.at("bwd_act1");
+  EXPECT_EQ(dx.op, "grad.linear_dx");
+  EXPECT_EQ(dx.dims, (Dims{{"M", 4096}, {"N", 256}, {"K", 10}}));
+  EXPECT_EQ(dx.variants, (std::vector<std::string>{"64x64x16", "128x128x8", "128x128x32_wgmma_pp"}));
+
+  // A named split count runs at every binding.
+  options.cache_dir = cache_dir();
+  options.fixed.clear();
+  options.variants = {{"bwd_fc1", "128x128x8_split32"}};
+  const Bundle bundle = compile_graph(prepared, registry(), options);
+  std::vector<std::string> kernels;
+  for (const BundleLaunch& launch : bundle.launches) {
+    if (launch.node != "bwd_fc1") continue;
+    kernels.push_back(bundle.kernels[launch.kernel].name);
+    for (const BundleArg& arg : launch.args)
+      if (arg.name == "splits") EXPECT_EQ(arg.value.eval({}), 32);
+  }
+  EXPECT_EQ(kernels, (Kernels{"grad_linear_dweight_f32_kn_128x128x8_at_b0", "grad_gemm_sum_splits_f32"}));
+}
+
 // ---- the command line --------------------------------------------------------------------
 
 testing::Command teeny(const testing::ScratchDir& dir, const std::string& args) {
