@@ -190,17 +190,29 @@ Lowering lower_tile(const GradGemm& gemm, const GemmTile& tile, int fixed_splits
   return lowering;
 }
 
-// A variant's name: the tile's, then its fixed split count if any.
-std::string variant_name(const GemmTile& tile, int fixed_splits) {
-  return fixed_splits > 0 ? fmt::format("{}_split{}", gemm_tile_name(tile), fixed_splits) : gemm_tile_name(tile);
-}
+// A tunable variant: a tile and its split count (0: the heuristic's), named by the tile, then the
+// fixed count if any ("128x128x8_split16").
+struct TileChoice {
+  OpVariant variant;
+  GemmTile tile;
+  int splits = 0;
+};
 
-// The fixed split counts a variant may take: none where an epilogue reads R (the sum never
-// splits), else powers of two up to the longest split the heuristic makes (a wide CUDA-core
-// tile's 16384 rows split 64 ways).
-std::vector<int> fixed_split_counts(const GradGemm& gemm) {
-  if (gemm.epilogue.residual) return {};
-  return {1, 2, 4, 8, 16, 32, 64, 128};
+// Every variant: each tile the GEMM can run, with the heuristic's split count and fixed ones,
+// powers of two up to 128, each only where K holds a k-step a split; none where an epilogue
+// reads R (the sum never splits).
+std::vector<TileChoice> tile_choices(const GradGemm& gemm, int target_sm) {
+  std::vector<TileChoice> choices;
+  for (const GemmTile& tile : grad_gemm_tiles(gemm, target_sm)) {
+    const std::string name = gemm_tile_name(tile);
+    choices.push_back({{name}, tile, 0});
+    for (int splits = 1; splits <= 128 && !gemm.epilogue.residual; splits *= 2) {
+      TileChoice choice{{fmt::format("{}_split{}", name, splits)}, tile, splits};
+      if (splits > 1) choice.variant.limits.push_back({"K", {int64_t{splits} * tile.bk, INT64_MAX}});
+      choices.push_back(std::move(choice));
+    }
+  }
+  return choices;
 }
 
 // The heuristic's lowering: its tile, and on 3xTF32 a small batch's input gradient on CUDA cores
@@ -219,30 +231,14 @@ Lowering lower_heuristic(const GradGemm& gemm, int target_sm) {
   return lowering;
 }
 
-std::vector<OpVariant> grad_gemm_variants(const GradGemm& gemm, int target_sm) {
-  std::vector<OpVariant> variants;
-  for (const GemmTile& tile : grad_gemm_tiles(gemm, target_sm)) {
-    variants.push_back({variant_name(tile, 0)});
-    for (int splits : fixed_split_counts(gemm)) {
-      OpVariant variant{variant_name(tile, splits)};
-      if (splits > 1) variant.limits.push_back({"K", {int64_t{splits} * tile.bk, INT64_MAX}});
-      variants.push_back(std::move(variant));
-    }
-  }
-  return variants;
-}
-
 }  // namespace
 
 Lowering lower_grad_gemm(const GradGemm& gemm, int target_sm, const std::string& variant) {
   if (gemm.epilogue.residual && !gemm.batch.empty())
     throw Error("internal: a gradient GEMM's epilogue reads R of one matrix only");
   if (variant.empty()) return lower_heuristic(gemm, target_sm);
-  for (const GemmTile& tile : grad_gemm_tiles(gemm, target_sm)) {
-    if (variant == variant_name(tile, 0)) return lower_tile(gemm, tile);
-    for (int splits : fixed_split_counts(gemm))
-      if (variant == variant_name(tile, splits)) return lower_tile(gemm, tile, splits);
-  }
+  for (const TileChoice& choice : tile_choices(gemm, target_sm))
+    if (choice.variant.name == variant) return lower_tile(gemm, choice.tile, choice.splits);
   throw OpError("op", fmt::format("{} has no variant '{}' here", gemm.op, variant));
 }
 
@@ -255,7 +251,11 @@ OpTuning grad_gemm_tuning(std::function<GradGemm(const OpContext&)> gemm_of, std
     for (auto [name, value] : {std::pair{"M", gemm.m}, {"N", gemm.n}, {"K", gemm.k}}) dims.emplace_back(name, value);
     return dims;
   };
-  tuning.variants = [gemm_of](const OpContext& ctx) { return grad_gemm_variants(gemm_of(ctx), ctx.target_sm); };
+  tuning.variants = [gemm_of](const OpContext& ctx) {
+    std::vector<OpVariant> variants;
+    for (TileChoice& choice : tile_choices(gemm_of(ctx), ctx.target_sm)) variants.push_back(std::move(choice.variant));
+    return variants;
+  };
   tuning.row_inputs = std::move(row_inputs);
   return tuning;
 }
