@@ -301,6 +301,7 @@ std::vector<LaunchFacts> launch_facts(const cuda::Device& device, const GpuExecu
     LaunchFacts f;
     f.index = static_cast<int>(i);
     f.node = launch.label();
+    f.owner = launch.node;
     f.role = bound.bundle->nodes.at(launch.node_index).role;
     f.kernel = kernel.name;
     f.entry = kernel.entry;

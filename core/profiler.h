@@ -43,7 +43,8 @@ struct ProfileOptions {
 // What is known about one launch of the bundle once dims are bound.
 struct LaunchFacts {
   int index = 0;
-  std::string node, kernel, entry;
+  std::string node, kernel, entry;     // node: the launch's label ("fc1", "cat#1": launch_label)
+  std::string owner;                   // the node it lowers ("cat" for "cat#1")
   NodeRole role = NodeRole::kForward;  // a training step's pass: forward, backward, update
   std::array<int64_t, 3> grid{1, 1, 1};
   std::array<int, 3> block{1, 1, 1};

@@ -178,13 +178,7 @@ std::map<std::string, std::pair<double, int>> time_all(const std::string& path, 
     for (const std::string& reason : run.untrusted) error.note(reason);
     throw error;
   }
-  std::map<std::string, std::pair<double, int>> times;
-  for (const LaunchStats& launch : run.launches) {
-    auto& [us, iterations] = times[launch.facts.node];
-    us += launch.duration_us.median;
-    iterations = run.iterations;
-  }
-  return times;
+  return node_times(run);
 }
 
 // The problem's record: every candidate's time or rejection, the fastest measured one the winner.
@@ -226,6 +220,16 @@ std::vector<std::pair<std::string, DimRange>> point_ranges(const std::vector<std
   std::vector<std::pair<std::string, DimRange>> out;
   for (const auto& [name, value] : dims) out.push_back({name, {value, value}});
   return out;
+}
+
+std::map<std::string, std::pair<double, int>> node_times(const ProfileRun& run) {
+  std::map<std::string, std::pair<double, int>> times;
+  for (const LaunchStats& launch : run.launches) {
+    auto& [us, iterations] = times[launch.facts.owner];
+    us += launch.duration_us.median;
+    iterations = run.iterations;
+  }
+  return times;
 }
 
 std::vector<TuneProblem> tune_problems(const Graph& prepared) {

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "core/compile.h"
 #include "core/driver.h"
 #include "core/graph.h"
+#include "core/profiler.h"
 #include "core/tuning.h"
 
 namespace teeny {
@@ -47,6 +49,10 @@ std::vector<TuneProblem> tune_problems(const Graph& prepared);
 // Whether `record` already holds a measurement of every variant of `problem` under `cold_l2`
 // (a resumed tune skips it).
 bool record_covers(const TuningRecord& record, const TuneProblem& problem, bool cold_l2);
+
+// Each node's time in one profiled run: the sum of its launches' medians (a variant's zeroing or
+// split-sum launch counts with its GEMM), and the iterations timed.
+std::map<std::string, std::pair<double, int>> node_times(const ProfileRun& run);
 
 // Measures every variant of every problem on `device`, all in one bundle (compiled in one parallel
 // NVRTC pass, checked in one run, timed in one CUPTI session), and returns their records in order.

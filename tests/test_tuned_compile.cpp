@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <set>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -294,6 +295,27 @@ TEST(TuneProblems, GradientGemmsAreTunedOverTilesAndSplitCounts) {
       if (arg.name == "splits") EXPECT_EQ(arg.value.eval({}), 32);
   }
   EXPECT_EQ(kernels, (Kernels{"grad_linear_dweight_f32_kn_128x128x8_at_b0", "grad_gemm_sum_splits_f32"}));
+}
+
+// A candidate's time is every launch of its node: an f32 linear's zeroing and GEMM, a split
+// gradient GEMM and its sum; launches are labelled "v0", "v0#1", ... but summed by their node.
+TEST(TuneTimes, ACandidatesTimeSumsEveryLaunchOfItsNode) {
+  ProfileRun run;
+  run.iterations = 30;
+  const std::vector<std::tuple<std::string, std::string, double>> launches = {
+      {"p0_v0", "p0_v0", 1.0}, {"p0_v0#1", "p0_v0", 40.5}, {"p0_v1", "p0_v1", 52.0}, {"p0_v1#1", "p0_v1", 3.25}};
+  for (const auto& [label, owner, median] : launches) {
+    LaunchStats launch;
+    launch.facts.node = label;
+    launch.facts.owner = owner;
+    launch.duration_us.median = median;
+    run.launches.push_back(launch);
+  }
+  const auto times = node_times(run);
+  ASSERT_EQ(times.size(), 2u);
+  EXPECT_DOUBLE_EQ(times.at("p0_v0").first, 41.5);
+  EXPECT_DOUBLE_EQ(times.at("p0_v1").first, 55.25);
+  EXPECT_EQ(times.at("p0_v1").second, 30);
 }
 
 // ---- the command line --------------------------------------------------------------------
