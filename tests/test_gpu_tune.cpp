@@ -1,7 +1,8 @@
 // GPU tests of `teeny tune` (suite Gpu*: skipped with the reason when there is no CUDA driver or
 // device): tuning a linear writes one record whose winner is the fastest of the candidates that
 // passed their check, a second tune resumes (measures nothing again), and compile builds the
-// winner where the record applies, which then runs and checks against the host reference.
+// winner where the record applies, which then runs and checks against the host reference; a
+// candidate's time counts all its launches.
 #include <algorithm>
 #include <string>
 
@@ -71,6 +72,27 @@ TEST(GpuTune, RecordsTheFastestPassingVariantResumesAndCompileBuildsIt) {
   EXPECT_EQ(variants[1]["when"]["value"], 0);  // the heuristic elsewhere
   const Command checked = run_teeny("run " + bundle + " --bind M=8 --check --init random");
   EXPECT_EQ(checked.exit_code, 0) << checked.out << checked.err;
+}
+
+// An f32 linear lowers to two launches, the output's zeroing and the GEMM: a candidate's time is
+// both. 4096 x 1536 x 1024 is 12.9 GFLOP, which no candidate computes in under 12.9 us even at
+// 1000 TFLOP/s (above any tensor-core peak a GPU of today has, f32 or not); the zeroing alone
+// takes a few microseconds.
+TEST(GpuTune, ACandidatesTimeIsEveryLaunchOfIt) {
+  TEENY_GPU_OR_SKIP(device);
+  testing::ScratchDir dir;
+  std::string spec = kSpec;
+  spec.replace(spec.find("bf16"), 4, "f32");
+  testing::spit(dir.str("gemm.yaml"), spec);
+  const std::string tuning = dir.str("t.json");
+  const Command tuned = run_teeny("tune " + dir.str("gemm.yaml") + " --bind M=4096 --iterations 10 -o " + tuning);
+  ASSERT_EQ(tuned.exit_code, 0) << tuned.err;
+  const TuningFile file = load_tuning(tuning);
+  ASSERT_EQ(file.records.size(), 1u);
+  const double floor_us = 2.0 * 4096 * 1536 * 1024 / 1e15 * 1e6;
+  for (const TuningCandidate& c : file.records[0].candidates) {
+    if (c.rejected.empty()) EXPECT_GT(c.median_us, floor_us) << c.variant;
+  }
 }
 
 }  // namespace
