@@ -91,7 +91,9 @@ TEST(GpuTune, ACandidatesTimeIsEveryLaunchOfIt) {
   ASSERT_EQ(file.records.size(), 1u);
   const double floor_us = 2.0 * 4096 * 1536 * 1024 / 1e15 * 1e6;
   for (const TuningCandidate& c : file.records[0].candidates) {
-    if (c.rejected.empty()) EXPECT_GT(c.median_us, floor_us) << c.variant;
+    if (c.rejected.empty()) {
+      EXPECT_GT(c.median_us, floor_us) << c.variant;
+    }
   }
 }
 

@@ -291,8 +291,11 @@ TEST(TuneProblems, GradientGemmsAreTunedOverTilesAndSplitCounts) {
   for (const BundleLaunch& launch : bundle.launches) {
     if (launch.node != "bwd_fc1") continue;
     kernels.push_back(bundle.kernels[launch.kernel].name);
-    for (const BundleArg& arg : launch.args)
-      if (arg.name == "splits") EXPECT_EQ(arg.value.eval({}), 32);
+    for (const BundleArg& arg : launch.args) {
+      if (arg.name == "splits") {
+        EXPECT_EQ(arg.value.eval({}), 32);
+      }
+    }
   }
   EXPECT_EQ(kernels, (Kernels{"grad_linear_dweight_f32_kn_128x128x8_at_b0", "grad_gemm_sum_splits_f32"}));
 }
