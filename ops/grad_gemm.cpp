@@ -38,10 +38,11 @@ Expr whole_splits(const GemmTile& tile, const Expr& k, const Expr& wanted) {
   return ceil_div(k_steps, ceil_div(k_steps, wanted));
 }
 
-// The heuristic's split count, of whole k-steps (whole_splits). f32 on CUDA cores, whose FMAs are slow enough that a
-// 64-long split outweighs its partial tile, splits as short as kMinSplitKSimtF32 while the units fill at most one wave:
-// a small batch's weight gradient (1024 rows over 4 tiles) then fills 64 SMs instead of 16, while 16384 rows keep
-// splits of 256, as twice the partials cost more than a second wave gains.
+// The heuristic's split count, of whole k-steps (whole_splits). f32 on CUDA cores, whose FMAs are
+// slow enough that a 64-long split outweighs its partial tile, splits as short as
+// kMinSplitKSimtF32 while the units fill at most one wave: a small batch's weight gradient (1024
+// rows over 4 tiles) then fills 64 SMs instead of 16, while 16384 rows keep splits of 256, as
+// twice the partials cost more than a second wave gains.
 Expr split_count(const GemmTile& tile, DType dtype, const Expr& units, const Expr& k) {
   const Expr in_flight = Expr(kSplitSms * in_flight_per_sm(tile));
   const Expr min_k(tile.split_tf32 ? kMinSplitKTf32 : tile.wgmma() ? kMinSplitKWgmma : kMinSplitK);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <string>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -20,19 +21,26 @@ namespace {
 using testing::Command;
 using testing::run_teeny;
 
-constexpr const char* kSpec =
-    "name: gemm\n"
-    "dims:\n  M: {min: 1, max: 4096, default: 1}\n"
-    "inputs:\n  x: {dtype: bf16, shape: [M, 1024]}\n"
-    "nodes:\n  - {name: y, op: linear, inputs: [x], attrs: {out_features: 1536}}\n"
-    "outputs: [y]\n";
+// y = linear(x [M, 1024], 1536) in `dtype`.
+std::string linear_spec(const std::string& dtype) {
+  return fmt::format(
+      "name: gemm\ndims:\n  M: {{min: 1, max: 4096, default: 1}}\ninputs:\n  x: {{dtype: {}, shape: [M, 1024]}}\n"
+      "nodes:\n  - {{name: y, op: linear, inputs: [x], attrs: {{out_features: 1536}}}}\noutputs: [y]\n",
+      dtype);
+}
+
+// `teeny tune` of linear_spec(dtype) at M = m into dir's t.json.
+Command tune_linear(const testing::ScratchDir& dir, const std::string& dtype, int m) {
+  testing::spit(dir.str("gemm.yaml"), linear_spec(dtype));
+  return run_teeny(
+      fmt::format("tune {} --bind M={} --iterations 10 -o {}", dir.str("gemm.yaml"), m, dir.str("t.json")));
+}
 
 TEST(GpuTune, RecordsTheFastestPassingVariantResumesAndCompileBuildsIt) {
   TEENY_GPU_OR_SKIP(device);
   testing::ScratchDir dir;
-  testing::spit(dir.str("gemm.yaml"), kSpec);
   const std::string tuning = dir.str("t.json");
-  const Command tuned = run_teeny("tune " + dir.str("gemm.yaml") + " --bind M=8 --iterations 10 -o " + tuning);
+  const Command tuned = tune_linear(dir, "bf16", 8);
   ASSERT_EQ(tuned.exit_code, 0) << tuned.err;
 
   const TuningFile file = load_tuning(tuning);
@@ -81,13 +89,9 @@ TEST(GpuTune, RecordsTheFastestPassingVariantResumesAndCompileBuildsIt) {
 TEST(GpuTune, ACandidatesTimeIsEveryLaunchOfIt) {
   TEENY_GPU_OR_SKIP(device);
   testing::ScratchDir dir;
-  std::string spec = kSpec;
-  spec.replace(spec.find("bf16"), 4, "f32");
-  testing::spit(dir.str("gemm.yaml"), spec);
-  const std::string tuning = dir.str("t.json");
-  const Command tuned = run_teeny("tune " + dir.str("gemm.yaml") + " --bind M=4096 --iterations 10 -o " + tuning);
+  const Command tuned = tune_linear(dir, "f32", 4096);
   ASSERT_EQ(tuned.exit_code, 0) << tuned.err;
-  const TuningFile file = load_tuning(tuning);
+  const TuningFile file = load_tuning(dir.str("t.json"));
   ASSERT_EQ(file.records.size(), 1u);
   const double floor_us = 2.0 * 4096 * 1536 * 1024 / 1e15 * 1e6;
   for (const TuningCandidate& c : file.records[0].candidates) {
