@@ -53,10 +53,6 @@ Expr split_count(const GemmTile& tile, DType dtype, const Expr& units, const Exp
   return whole_splits(tile, k, max(Expr(1), min(ceil_div(in_flight * Expr(kSplitWaves), units), by_k)));
 }
 
-bool is_16_byte_multiple(const Expr& elements, DType dtype) {
-  return elements.is_const() && *elements.const_value() * static_cast<int64_t>(dtype_size(dtype)) % 16 == 0;
-}
-
 // f32 on sm_90 over one matrix may run as 3xTF32 (any layout, any stride) where the sum is a
 // layer's width (K a constant up to kTf32MaxK: an input gradient's). A sum over the rows (any
 // number of them, even where they are a constant) misses f32's per-element tolerance there where

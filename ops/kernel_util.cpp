@@ -56,6 +56,10 @@ AttrSpec attr_spec(std::string name, AttrType type, std::string doc, std::option
 
 int vector_width(DType dtype) { return static_cast<int>(16 / dtype_size(dtype)); }
 
+bool is_16_byte_multiple(const Expr& elements, DType dtype) {
+  return elements.is_const() && *elements.const_value() * static_cast<int64_t>(dtype_size(dtype)) % 16 == 0;
+}
+
 Expr grid_stride_blocks(const Expr& blocks, int threads) {
   constexpr int kThreadsPerSm = 2048;
   return min(blocks, device_sms() * Expr(kThreadsPerSm / threads));

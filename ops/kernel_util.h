@@ -35,6 +35,9 @@ AttrSpec attr_spec(std::string name, AttrType type, std::string doc,
 // Elements of `dtype` per 16-byte vector.
 int vector_width(DType dtype);
 
+// Whether `elements` of `dtype` are a constant whole number of 16-byte units (TMA's row strides).
+bool is_16_byte_multiple(const Expr& elements, DType dtype);
+
 // The grid of a grid-stride kernel with `blocks` blocks of work: at most one full wave of the
 // bound device, i.e. the blocks of `threads` threads an SM holds at once (2048 threads on sm_80
 // and sm_90) times its SM count (the device symbol SMS), so any GPU of the arch is filled and

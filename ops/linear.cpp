@@ -161,11 +161,9 @@ void add_small_m(Lowering& lowering, const LinearProblem& p, const GemmEpilogue&
 // TMA needs 16-byte multiples for the row strides of x, of W (whose rows are K long), of y and of
 // the residual.
 bool linear_tma_ok(const LinearProblem& p, const GemmEpilogue& epilogue) {
-  const auto is_16_byte_multiple = [&](const Expr& elements) {
-    return elements.is_const() && *elements.const_value() * static_cast<int64_t>(dtype_size(p.dtype)) % 16 == 0;
-  };
-  return p.dtype != DType::kF32 && is_16_byte_multiple(p.k) && is_16_byte_multiple(p.ldx) &&
-         is_16_byte_multiple(p.ldy) && (!epilogue.residual || is_16_byte_multiple(p.ldr));
+  const auto rows_ok = [&](const Expr& elements) { return is_16_byte_multiple(elements, p.dtype); };
+  return p.dtype != DType::kF32 && rows_ok(p.k) && rows_ok(p.ldx) && rows_ok(p.ldy) &&
+         (!epilogue.residual || rows_ok(p.ldr));
 }
 
 // More rows: the tiled GEMM (ops/dense_gemm.h), f32 split over K where that fills the GPU.

@@ -2,9 +2,11 @@
 // (query head n reads k/v head n / kv_groups: grouped-query attention, ops/sdpa.h).
 //
 // Flash-attention style (ops/kernels/sdpa.cuh): one block per (head, tile of queries); K and V
-// stream through shared memory with an online softmax, so nothing S×S is ever stored. Three
-// kernels: tensor cores for f16/bf16 head dims in MMA steps (up to 128), register tiles for f32
-// head dim 64, and otherwise one to four threads per query (head dims up to 256). The kernels
+// stream through shared memory with an online softmax, so nothing S×S is ever stored. Four
+// kernels: on sm_90 Hopper's warpgroup MMAs fed by TMA for f16/bf16 head dims 64, 128 and 256
+// (ops/kernels/sdpa_wgmma.cuh), mma.sync tensor cores for other f16/bf16 head dims in MMA steps
+// (up to 128), register tiles for f32 head dim 64, and otherwise one to four threads per query
+// (head dims up to 256). The kernels
 // also read heads in place from [B, S, H*Dh] tensors and write them merged, for
 // fused.sdpa_heads (ops/sdpa.h).
 #include <algorithm>
@@ -49,13 +51,40 @@ constexpr int kMmaWindowBlocksPerSm = 3;
 constexpr int kMmaBlockChoices[] = {4, 3, 2};
 
 std::string mma_variant_name(int blocks) { return fmt::format("mma_b{}", blocks); }
+constexpr const char* kWgmmaVariant = "wgmma";
 
-// The blocks an SM that the context's variant names, or 0 where it names none.
+// The blocks an SM that the context's variant names, or 0 where it names none (or the wgmma
+// kernel).
 int variant_blocks_per_sm(const OpContext& ctx) {
-  if (ctx.variant.empty()) return 0;
+  if (ctx.variant.empty() || ctx.variant == kWgmmaVariant) return 0;
   for (int blocks : kMmaBlockChoices)
     if (ctx.variant == mma_variant_name(blocks)) return blocks;
   throw OpError("op", fmt::format("attention has no variant '{}' here", ctx.variant));
+}
+
+// The Hopper kernel (ops/kernels/sdpa_wgmma.cuh): 128 queries a block over a producer and two
+// consumer warpgroups; key tiles of 128 (64 at head dim 256, whose O accumulators take 128
+// registers a thread); as many ring stages as fit beside Q in shared memory, up to 4.
+constexpr int kWgmmaQueriesPerBlock = 128;
+constexpr int kWgmmaThreads = 384;
+int wgmma_keys_per_tile(int64_t head_dim) { return head_dim <= 128 ? 128 : 64; }
+int wgmma_stages(int64_t head_dim) { return head_dim == 64 ? 4 : 2; }
+int64_t wgmma_dynamic_smem(int64_t head_dim) {
+  // Q, the stages' K and V tiles (16-bit), 1024 bytes to align them for the swizzle, and the
+  // mbarriers: Q's and a full and an empty one a stage.
+  const int64_t stages = wgmma_stages(head_dim);
+  return int64_t{kWgmmaQueriesPerBlock} * head_dim * 2 + stages * 2 * wgmma_keys_per_tile(head_dim) * head_dim * 2 +
+         1024 + 8 * (1 + 2 * stages);
+}
+
+// Whether the wgmma kernel takes this problem: sm_90, 16-bit, head dims of whole 64-column
+// swizzle atoms, no window, and rows TMA can stride (16-byte multiples).
+bool wgmma_ok(const OpContext& ctx, int64_t head_dim) {
+  const DType dtype = ctx.output.dtype;
+  return ctx.target_sm == 90 && dtype != DType::kF32 && head_dim % 64 == 0 && attention_window(ctx.attrs) == 0 &&
+         is_16_byte_multiple(ctx.inputs.at(0).row_stride, dtype) &&
+         is_16_byte_multiple(ctx.inputs.at(1).row_stride, dtype) &&
+         is_16_byte_multiple(ctx.inputs.at(2).row_stride, dtype);
 }
 
 // Decode path: at most this many query rows (the 64-query tiles' kernels do the same work in
@@ -239,6 +268,7 @@ OpTuning attention_tuning(std::function<AttentionHeads(const Attrs&)> heads_of) 
     const int64_t head_dim = *ctx.inputs.at(0).shape[2].const_value() / heads_of(ctx.attrs).heads;
     if (attention_tensor_cores(ctx.output.dtype, head_dim))
       for (int blocks : kMmaBlockChoices) variants.push_back({mma_variant_name(blocks)});
+    if (wgmma_ok(ctx, head_dim)) variants.push_back({kWgmmaVariant});
     return variants;
   };
   tuning.row_inputs = {0};  // an output row is its query row's (over every key)
@@ -330,10 +360,16 @@ Lowering lower_attention(const OpContext& ctx, const AttentionHeads& h) {
   const int64_t head_dim = *q.shape[2].const_value() / h.heads;
   const bool causal = ctx.attrs.boolean("causal");
   const int64_t window = attention_window(ctx.attrs);
-  const bool tensor_cores = attention_tensor_cores(dtype, head_dim);
+  const int variant_blocks = variant_blocks_per_sm(ctx);
+  const bool wgmma = wgmma_ok(ctx, head_dim) && variant_blocks == 0;
+  const bool tensor_cores = !wgmma && attention_tensor_cores(dtype, head_dim);
   const int tpq = threads_per_query(head_dim);
   const bool f32_tiled = use_f32_tiled(dtype, head_dim);
-  const int threads = tensor_cores ? kMmaWarps * 32 : f32_tiled ? kF32TiledThreads : kQueriesPerBlock * tpq;
+  const int threads = wgmma          ? kWgmmaThreads
+                      : tensor_cores ? kMmaWarps * 32
+                      : f32_tiled    ? kF32TiledThreads
+                                     : kQueriesPerBlock * tpq;
+  const int queries_per_block = wgmma ? kWgmmaQueriesPerBlock : kQueriesPerBlock;
   const Expr n = q.shape[0] * Expr(h.heads), n_kv = k.shape[0] * Expr(h.kv_heads), sq = q.shape[1], skv = k.shape[1];
 
   Launch launch;
@@ -353,30 +389,47 @@ Lowering lower_attention(const OpContext& ctx, const AttentionHeads& h) {
                  i32("ldo", ctx.output.row_stride),
                  f32("scale", sdpa_scale(ctx, head_dim))};
   launch.block = {threads, 1, 1};
-  launch.grid = {n * ceil_div(sq, Expr(kQueriesPerBlock)), Expr(1), Expr(1)};
-  // The tensor-core kernel's double-buffered K and V tiles, rows padded by 8 elements; the
-  // f32 tiled kernel's Q, P and double-buffered K and V: six 64 x 68 float tiles.
+  launch.grid = {n * ceil_div(sq, Expr(queries_per_block)), Expr(1), Expr(1)};
+  // The wgmma kernel's Q and ring; the mma kernel's double-buffered K and V tiles, rows padded by
+  // 8 elements; the f32 tiled kernel's Q, P and double-buffered K and V: six 64 x 68 float tiles.
   launch.dynamic_smem =
-      Expr(tensor_cores ? int64_t{2} * 2 * kMmaKeysPerTile * (head_dim + 8) * static_cast<int64_t>(dtype_size(dtype))
-           : f32_tiled  ? int64_t{6} * 64 * 68 * 4
-                        : 0);
+      Expr(wgmma          ? wgmma_dynamic_smem(head_dim)
+           : tensor_cores ? int64_t{2} * 2 * kMmaKeysPerTile * (head_dim + 8) * static_cast<int64_t>(dtype_size(dtype))
+           : f32_tiled    ? int64_t{6} * 64 * 68 * 4
+                          : 0);
   const Expr elem(static_cast<int64_t>(dtype_size(dtype)));
   // Per head, whatever the layout: q read and the output written once, each k/v head read once
   // (the query heads sharing it run together, so it stays in L2).
   launch.bytes = (Expr(2) * n * sq * Expr(head_dim) + Expr(2) * n_kv * skv * Expr(head_dim)) * elem;
   launch.flops = attention_flops(Expr(4) * n * Expr(head_dim), sq, skv, causal, window);
 
-  const int variant_blocks = variant_blocks_per_sm(ctx);
   const int mma_blocks = variant_blocks > 0 ? variant_blocks : window > 0 ? kMmaWindowBlocksPerSm : kMmaBlocksPerSm;
   const std::string name = fmt::format("sdpa_{}_d{}{}{}{}", dtype_name(dtype), head_dim, attention_mask_name(ctx.attrs),
-                                       tensor_cores ? "_mma"
-                                       : f32_tiled  ? "_tiled"
-                                                    : "",
+                                       wgmma          ? "_wgmma"
+                                       : tensor_cores ? "_mma"
+                                       : f32_tiled    ? "_tiled"
+                                                      : "",
                                        variant_blocks > 0 ? fmt::format("_b{}", variant_blocks) : "");
   const std::string w = window_template_arg(window);
   const char* c_type = dtype_c_type(dtype);
   KernelSource kernel;
-  if (tensor_cores) {
+  Launch tiled = launch;  // the decode path's launch is `launch`'s, without the tensor maps
+  if (wgmma) {
+    // TMA boxes of 64 columns (one 128-byte swizzle row) by the block's queries or a key tile,
+    // over all rows of q, k and v.
+    const int keys = wgmma_keys_per_tile(head_dim);
+    const auto map = [](const char* of, const TensorType& x, int box_rows) {
+      return TensorMapSpec{of, x.shape[2], x.shape[0] * x.shape[1], x.row_stride, 64, box_rows, 128};
+    };
+    tiled.args.push_back(tensor_map("q_map", map("q", q, kWgmmaQueriesPerBlock)));
+    tiled.args.push_back(tensor_map("k_map", map("k", k, keys)));
+    tiled.args.push_back(tensor_map("v_map", map("v", v, keys)));
+    kernel = template_kernel(
+        name, "sdpa_wgmma.cuh",
+        fmt::format("tn_sdpa_wgmma<{}, {}, {}, {}, {}>", c_type, head_dim, keys, wgmma_stages(head_dim), causal),
+        tiled.args, threads, TEENY_KERNEL_ORIGIN, 1);
+    kernel.arch_specific = true;
+  } else if (tensor_cores) {
     kernel = template_kernel(name, "sdpa.cuh",
                              fmt::format("tn_sdpa_mma<{}, {}, {}, {}, {}, {}{}>", c_type, head_dim, kQueriesPerBlock,
                                          kMmaKeysPerTile, threads, causal, w),
@@ -393,10 +446,10 @@ Lowering lower_attention(const OpContext& ctx, const AttentionHeads& h) {
                              launch.args, threads, TEENY_KERNEL_ORIGIN, 1);
   }
   Lowering lowering;
-  launch.when = le(Expr(kDecodeMaxRows + 1), sq);
-  if (launch.when != Expr(0)) {
+  tiled.when = le(Expr(kDecodeMaxRows + 1), sq);
+  if (tiled.when != Expr(0)) {
     lowering.kernels.push_back(std::move(kernel));
-    lowering.launches.push_back(launch);
+    lowering.launches.push_back(tiled);
   }
   add_decode(lowering, launch, {n, sq, skv, ctx.output.row_stride}, h, dtype, head_dim, ctx.attrs);
   return lowering;

@@ -917,7 +917,8 @@ TEST(GemmAttentionLowering, MatmulBatchStridesBroadcast) {
 TEST(GemmAttentionLowering, SdpaGridScaleAndStrides) {
   TensorType q = tensor(DType::kBF16, {B * Expr(12), S, 64});
   q.row_stride = Expr(72);
-  const OpContext ctx = context("sdpa", {{"causal", true}}, {q, q, q});
+  OpContext ctx = context("sdpa", {{"causal", true}}, {q, q, q});
+  ctx.target_sm = 80;  // the mma.sync kernel (sm_90 takes wgmma: SdpaWgmmaOnHopper)
   const Launch launch = op("sdpa").lower(ctx).launches.at(0);
   const Bindings bind = {{"B", 2}, {"S", 130}};
   EXPECT_EQ(launch.grid[0].eval(bind), 24 * 3);  // 64 queries per block
@@ -941,6 +942,50 @@ TEST(GemmAttentionLowering, SdpaGridScaleAndStrides) {
   EXPECT_EQ(simt.kernels.at(0).name, "sdpa_f32_d32_causal");
 }
 
+// On sm_90, 16-bit attention at head dims 64, 128 and 256 runs the wgmma kernel: 128 queries a
+// block of 384 threads (a producer and two consumer warpgroups), TMA maps of q, k and v over all
+// their rows with 64-column boxes, key tiles of 128 (64 at head dim 256) and the ring's stages
+// in shared memory; the decode path's launch keeps the plain arguments. A window, rows TMA cannot
+// stride (not 16-byte multiples), other head dims and f32 stay on the other kernels.
+TEST(GemmAttentionLowering, SdpaWgmmaOnHopper) {
+  const Bindings bind = {{"B", 2}, {"S", 130}};
+  TensorType q = tensor(DType::kBF16, {B * Expr(12), S, 128});
+  q.row_stride = Expr(136);
+  const Lowering lowering = op("sdpa").lower(context("sdpa", {{"causal", true}}, {q, q, q}));
+  EXPECT_EQ(lowering.kernels.at(0).name, "sdpa_bf16_d128_causal_wgmma");
+  EXPECT_TRUE(lowering.kernels.at(0).arch_specific);
+  EXPECT_EQ(lowering.kernels.at(0).function, "tn_sdpa_wgmma<__nv_bfloat16, 128, 128, 2, true>");
+  const Launch& launch = lowering.launches.at(0);
+  EXPECT_EQ(launch.block[0], 384);
+  EXPECT_EQ(launch.grid[0].eval(bind), 24 * 2);  // 128 queries a block
+  // Q (128 x 128), two stages of K and V tiles (128 x 128 each), alignment slack, 5 mbarriers.
+  EXPECT_EQ(launch.dynamic_smem.eval(bind), 128 * 128 * 2 + 2 * 2 * 128 * 128 * 2 + 1024 + 5 * 8);
+  const KernelArg& k_map = arg(launch, "k_map");
+  EXPECT_EQ(k_map.map.of, "k");
+  EXPECT_EQ(k_map.map.rows.eval(bind), 24 * 130);
+  EXPECT_EQ(k_map.map.cols.eval(bind), 128);
+  EXPECT_EQ(k_map.map.row_stride.eval(bind), 136);
+  EXPECT_EQ(k_map.map.box_cols, 64);
+  EXPECT_EQ(k_map.map.box_rows, 128);
+  EXPECT_EQ(arg(launch, "q_map").map.box_rows, 128);
+  EXPECT_EQ(lowering.launches.at(1).args.size(), launch.args.size() - 3 + 2);  // decode: partials, splits
+
+  const TensorType wide = tensor(DType::kF16, {B, S, 256});
+  const Lowering d256 = op("sdpa").lower(context("sdpa", {{"causal", false}}, {wide, wide, wide}));
+  EXPECT_EQ(d256.kernels.at(0).function, "tn_sdpa_wgmma<__half, 256, 64, 2, false>");
+  EXPECT_EQ(arg(d256.launches.at(0), "v_map").map.box_rows, 64);
+
+  const auto kernel = [](const TensorType& x, const nlohmann::json& attrs) {
+    return op("sdpa").lower(context("sdpa", attrs, {x, x, x})).kernels.at(0).name;
+  };
+  EXPECT_EQ(kernel(q, {{"causal", true}, {"window", 100}}), "sdpa_bf16_d128_causal_w100_mma");
+  TensorType odd = q;
+  odd.row_stride = Expr(132);  // 264 bytes
+  EXPECT_EQ(kernel(odd, {{"causal", true}}), "sdpa_bf16_d128_causal_mma");
+  EXPECT_EQ(kernel(tensor(DType::kBF16, {B, S, 96}), {{"causal", false}}), "sdpa_bf16_d96_mma");
+  EXPECT_EQ(kernel(tensor(DType::kF32, {B, S, 128}), {{"causal", false}}), "sdpa_f32_d128");
+}
+
 // fused.sdpa_heads runs sdpa's kernel (the same source, so compile shares one PTX) on heads read
 // in place: only `heads` and the strides differ, and grid, shared memory and cost equal sdpa's
 // on the split tensors.
@@ -951,7 +996,7 @@ TEST(GemmAttentionLowering, SdpaHeadsSharesSdpasKernel) {
       op("fused.sdpa_heads").lower(context("fused.sdpa_heads", {{"heads", 12}, {"causal", true}}, {x, x, x}));
   const TensorType split = tensor(DType::kBF16, {B * Expr(12), S, 64});
   const Lowering plain = op("sdpa").lower(context("sdpa", {{"causal", true}}, {split, split, split}));
-  EXPECT_EQ(fused.kernels.at(0).name, "sdpa_bf16_d64_causal_mma");
+  EXPECT_EQ(fused.kernels.at(0).name, "sdpa_bf16_d64_causal_wgmma");
   EXPECT_EQ(kernel_translation_unit(fused.kernels.at(0), "e"), kernel_translation_unit(plain.kernels.at(0), "e"));
   const Launch& f = fused.launches.at(0);
   const Launch& p = plain.launches.at(0);
@@ -982,7 +1027,7 @@ TEST(GemmAttentionLowering, GroupedQueryArgumentsAndCost) {
   const TensorType repeated = tensor(DType::kBF16, {B * Expr(32), T, 128});
   const Lowering grouped = op("sdpa").lower(context("sdpa", {{"causal", true}, {"kv_groups", 4}}, {q, kv, kv}));
   const Lowering plain = op("sdpa").lower(context("sdpa", {{"causal", true}}, {q, repeated, repeated}));
-  EXPECT_EQ(grouped.kernels.at(0).name, "sdpa_bf16_d128_causal_mma");
+  EXPECT_EQ(grouped.kernels.at(0).name, "sdpa_bf16_d128_causal_wgmma");
   EXPECT_EQ(kernel_translation_unit(grouped.kernels.at(0), "e"), kernel_translation_unit(plain.kernels.at(0), "e"));
   const Launch& g = grouped.launches.at(0);
   const Launch& p = plain.launches.at(0);
@@ -1004,7 +1049,7 @@ TEST(GemmAttentionLowering, GroupedQueryArgumentsAndCost) {
                              .lower(context("fused.sdpa_heads", {{"heads", 12}, {"kv_groups", 4}, {"causal", false}},
                                             {tensor(DType::kBF16, {B, S, 768}), hkv, hkv}));
   const Launch& f = fused.launches.at(0);
-  EXPECT_EQ(fused.kernels.at(0).name, "sdpa_bf16_d64_mma");
+  EXPECT_EQ(fused.kernels.at(0).name, "sdpa_bf16_d64_wgmma");
   EXPECT_EQ(arg(f, "N").value.eval(bind), 24);
   EXPECT_EQ(arg(f, "heads").value.eval(bind), 12);
   EXPECT_EQ(arg(f, "kv_heads").value.eval(bind), 3);

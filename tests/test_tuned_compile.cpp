@@ -192,10 +192,10 @@ TEST(TuneProblems, MatmulIsTunedOverItsTilesWithTheBatchAsADim) {
   EXPECT_EQ(problems[0].variants, (std::vector<std::string>{"64x64x32", "128x128x32"}));
 }
 
-// Attention's tensor-core kernel is tuned over its blocks an SM, for sdpa and fused.sdpa_heads
-// alike; an f32 attention has nothing to choose and is no problem. A named variant builds its
+// Attention is tuned over its tensor-core kernels (mma.sync at each blocks an SM, and wgmma), for
+// sdpa and fused.sdpa_heads alike; an f32 attention has nothing to choose and is no problem. A named variant builds its
 // kernel (the decode path's launches stay as they are).
-TEST(TuneProblems, AttentionIsTunedOverTheBlocksAnSmOfItsTensorCoreKernel) {
+TEST(TuneProblems, AttentionIsTunedOverItsTensorCoreKernels) {
   Graph graph = parse_graph(
       "name: g\ninputs:\n  q: {dtype: bf16, shape: [8, 256, 128]}\n  kv: {dtype: bf16, shape: [2, 256, 128]}\n"
       "  x: {dtype: f32, shape: [4, 64, 17]}\n  h: {dtype: f16, shape: [2, 100, 256]}\n"
@@ -210,7 +210,8 @@ TEST(TuneProblems, AttentionIsTunedOverTheBlocksAnSmOfItsTensorCoreKernel) {
   ASSERT_EQ(problems.size(), 2u);
   EXPECT_EQ(problems[0].nodes, (std::vector<std::string>{"a"}));
   EXPECT_EQ(problems[0].dims, (std::vector<std::pair<std::string, int64_t>>{{"N", 8}, {"Sq", 256}, {"Skv", 256}}));
-  EXPECT_EQ(problems[0].variants, (std::vector<std::string>{"mma_b4", "mma_b3", "mma_b2"}));
+  // The mma.sync kernel at the blocks an SM its register cap aims at, and the wgmma kernel.
+  EXPECT_EQ(problems[0].variants, (std::vector<std::string>{"mma_b4", "mma_b3", "mma_b2", "wgmma"}));
   EXPECT_EQ(problems[1].op, "fused.sdpa_heads");
   EXPECT_EQ(problems[1].dims, (std::vector<std::pair<std::string, int64_t>>{{"N", 8}, {"Sq", 100}, {"Skv", 100}}));
 

@@ -1,0 +1,248 @@
+// sdpa and fused.sdpa_heads on Hopper tensor cores (sm_90a), f16/bf16 with head dims 64, 128 and
+// 256, FlashAttention-3's way: a block takes 128 queries of one head (tn_sdpa_tile's order), and
+// its three warpgroups split the work. Warpgroup 0 is the producer: one thread loads Q once and
+// then K and V tile by tile (kBKV keys) by TMA into a ring of kStages stages, each guarded by a
+// `full` mbarrier (the copies' bytes landed) and an `empty` one (both consumers' MMAs reading it
+// retired). Warpgroups 1 and 2 are consumers of 64 query rows each: S = Q·Kᵀ by wgmma from shared
+// memory, the online softmax in registers, then O += P·V by wgmma with P straight from the score
+// registers (A from registers) and V read transposed from its MN-major tile. The two consumers'
+// softmaxes overlap each other's MMAs. Arguments as the other attention kernels' (sdpa.cuh), plus the tensor maps of q,
+// k and v: 2-D views of all rows [X * S, width], boxes of 64 columns (one 128-byte swizzle row) by 128 query rows or
+// kBKV keys. A tile that runs past a head's last key reads the next head's rows (or zeros past the tensor): their
+// scores are masked, and their V rows are zeroed in shared memory, so that a non-finite value there cannot reach this
+// head through 0 · inf.
+#ifndef TEENY_SDPA_WGMMA_CUH
+#define TEENY_SDPA_WGMMA_CUH
+
+#include "mma.cuh"
+#include "sdpa.cuh"
+#include "tma.cuh"
+#include "wgmma.cuh"
+
+template <typename T, int kDH, int kBKV, int kStages, bool kCausal>
+struct tn_sdpa_wgmma_block {
+  static_assert(sizeof(T) == 2 && kDH % 64 == 0 && kDH <= 256, "16-bit, head dims in 64-column swizzle atoms");
+  static_assert(kBKV == 64 || kBKV == 128, "key tiles are wgmma widths");
+  static constexpr int kBQ = 128;          // two consumers of 64 rows (the wgmma M)
+  static constexpr int kAtoms = kDH / 64;  // 128-byte swizzle atoms along the head dim
+  static constexpr unsigned kQAtomBytes = kBQ * 128, kKVAtomBytes = kBKV * 128;
+  static constexpr unsigned kQBytes = kAtoms * kQAtomBytes, kKVBytes = kAtoms * kKVAtomBytes;
+  static constexpr unsigned kStageBytes = 2 * kKVBytes;  // K, then V
+
+  // Shared memory (1024-byte aligned for the swizzle): Q, the ring's stages, then the mbarriers:
+  // Q's, a full one per stage, an empty one per stage.
+  unsigned q_tile, stages, q_bar, full_bar, empty_bar;
+
+  __device__ __forceinline__ unsigned k_tile(int s) const { return stages + s * kStageBytes; }
+  __device__ __forceinline__ unsigned v_tile(int s) const { return k_tile(s) + kKVBytes; }
+
+  // The producer's thread: Q, then the K and V tiles of keys 0, kBKV, ... below kv_end.
+  __device__ __forceinline__ void load(const tn_tensor_map& q_map, const tn_tensor_map& k_map,
+                                       const tn_tensor_map& v_map, int q_row, int q_col, int kv_row, int kv_col,
+                                       int tiles) const {
+    tn_mbar_arrive_expect_tx(q_bar, kQBytes);
+#pragma unroll
+    for (int a = 0; a < kAtoms; ++a) tn_tma_load(q_tile + a * kQAtomBytes, &q_map, q_col + 64 * a, q_row, q_bar);
+    for (int i = 0; i < tiles; ++i) {
+      const int s = i % kStages;
+      tn_mbar_wait(empty_bar + 8 * s, (i / kStages & 1) ^ 1);  // the first pass finds every stage free
+      const unsigned bar = full_bar + 8 * s;
+      tn_mbar_arrive_expect_tx(bar, kStageBytes);
+#pragma unroll
+      for (int a = 0; a < kAtoms; ++a) {
+        tn_tma_load(k_tile(s) + a * kKVAtomBytes, &k_map, kv_col + 64 * a, kv_row + i * kBKV, bar);
+        tn_tma_load(v_tile(s) + a * kKVAtomBytes, &v_map, kv_col + 64 * a, kv_row + i * kBKV, bar);
+      }
+    }
+  }
+
+  // Both consumers: V's rows from `first` on of stage s set to 0, before either reads them. A
+  // swizzle permutes chunks within a row, so whole rows are the same rows unswizzled.
+  __device__ __forceinline__ void zero_v_rows(unsigned char* smem, unsigned smem_addr, int s, int first) const {
+    const int ctid = threadIdx.x - 128;
+    constexpr int kChunks = kAtoms * kBKV * 8;  // 16-byte chunks of V
+    for (int c = ctid; c < kChunks; c += 256) {
+      const int atom = c / (kBKV * 8), row = c / 8 % kBKV;
+      if (row >= first)
+        *reinterpret_cast<uint4*>(smem + (v_tile(s) - smem_addr) + atom * kKVAtomBytes + row * 128 + c % 8 * 16) =
+            make_uint4(0u, 0u, 0u, 0u);
+    }
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // generic writes, read by wgmma
+    asm volatile("bar.sync 3, 256;\n" ::: "memory");
+  }
+};
+
+template <typename T, int kDH, int kBKV, int kStages, bool kCausal>
+__device__ __forceinline__ void tn_sdpa_wgmma(const T* q, const T* k, const T* v, T* out, int N, int Sq, int Skv,
+                                              int ldq, int ldk, int ldv, int heads, int kv_heads, int kv_groups,
+                                              int ldo, float scale, const tn_tensor_map& q_map,
+                                              const tn_tensor_map& k_map, const tn_tensor_map& v_map) {
+  using Block = tn_sdpa_wgmma_block<T, kDH, kBKV, kStages, kCausal>;
+  constexpr int kBQ = Block::kBQ;
+  extern __shared__ unsigned char tn_dynamic_smem[];
+  const unsigned smem_addr = tn_smem_addr(tn_dynamic_smem);
+  Block block;
+  block.q_tile = (smem_addr + 1023) & ~1023u;
+  block.stages = block.q_tile + Block::kQBytes;
+  block.q_bar = block.stages + kStages * Block::kStageBytes;
+  block.full_bar = block.q_bar + 8;
+  block.empty_bar = block.full_bar + 8 * kStages;
+  const int tid = threadIdx.x, warpgroup = tid / 128;
+  if (tid == 0) {
+    tn_mbar_init(block.q_bar, 1);
+    for (int s = 0; s < kStages; ++s) {
+      tn_mbar_init(block.full_bar + 8 * s, 1);   // the producer's expect_tx
+      tn_mbar_init(block.empty_bar + 8 * s, 8);  // a warp of each consumer
+    }
+  }
+  __syncthreads();
+
+  int qt, n;
+  tn_sdpa_tile((Sq + kBQ - 1) / kBQ, N, qt, n);
+  const int q0 = qt * kBQ;
+  const int q_last = min(Sq, q0 + kBQ) - 1;
+  const int kv_end = kCausal ? min(Skv, q_last + 1) : Skv;
+  const int tiles = (kv_end + kBKV - 1) / kBKV;
+  const int hcol = (n % heads) * kDH, kv_head = n / kv_groups;
+  if (warpgroup == 0) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n");
+    if (tid == 0)
+      block.load(q_map, k_map, v_map, n / heads * Sq + q0, hcol, kv_head / kv_heads * Skv, kv_head % kv_heads * kDH,
+                 tiles);
+    return;
+  }
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n");
+
+  const int consumer = warpgroup - 1, lane = tid % 32, t = lane % 4;
+  const int row_a = q0 + 64 * consumer + (tid % 128) / 32 * 16 + lane / 4;  // this thread's rows: row_a, row_a + 8
+  const unsigned q_rows = block.q_tile + consumer * 64 * 128;               // of each Q atom
+  tn_mbar_wait(block.q_bar, 0);
+  if (scale < 0.f) {  // scores of -q, so the softmax scale below is positive (negation is exact)
+    const int ctid = tid % 128;
+    for (int c = ctid; c < Block::kAtoms * 64 * 8; c += 128) {
+      uint4* chunk = reinterpret_cast<uint4*>(tn_dynamic_smem + (q_rows - smem_addr) + c / 512 * Block::kQAtomBytes +
+                                              c % 512 * 16);
+      uint4 x = *chunk;
+      x.x ^= 0x80008000u, x.y ^= 0x80008000u, x.z ^= 0x80008000u, x.w ^= 0x80008000u;
+      *chunk = x;
+    }
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    if (consumer == 0)
+      asm volatile("bar.sync 1, 128;\n" ::: "memory");
+    else
+      asm volatile("bar.sync 2, 128;\n" ::: "memory");
+  }
+  // |scale| in log2 units, at least FLT_MIN so that a masked -inf stays -inf (sdpa.cuh's mma kernel).
+  const float qk_scale = fmaxf(fabsf(scale) * tn_log2e, 1.17549435e-38f);
+
+  // Accumulators in wgmma's layout: s[4j + 2h + e] is row row_a + 8h, key j0 + 8j + 2t + e; o alike
+  // with head dims for keys.
+  float s[kBKV / 2], o[kDH / 2];
+#pragma unroll
+  for (int j = 0; j < kBKV / 2; ++j) s[j] = 0.f;
+#pragma unroll
+  for (int d = 0; d < kDH / 2; ++d) o[d] = 0.f;
+  float m_run[2] = {tn_neg_inf(), tn_neg_inf()}, l_run[2] = {0.f, 0.f};
+  const int first_row = q0 + 64 * consumer;
+
+  for (int i = 0; i < tiles; ++i) {
+    const int stage = i % kStages, j0 = i * kBKV;
+    tn_mbar_wait(block.full_bar + 8 * stage, i / kStages & 1);
+    if (j0 + kBKV > Skv) block.zero_v_rows(tn_dynamic_smem, smem_addr, stage, Skv - j0);
+
+    // S = Q·Kᵀ.
+    tn_wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kDH / 16; ++kk) {
+      const unsigned step = kk % 4 * 32;  // 16 elements: 32 bytes along a swizzle row
+      tn_wgmma<T, kBKV>(s, tn_wgmma_desc(q_rows + kk / 4 * Block::kQAtomBytes + step),
+                        tn_wgmma_desc(block.k_tile(stage) + kk / 4 * Block::kKVAtomBytes + step), kk > 0);
+    }
+    tn_wgmma_commit();
+    tn_wgmma_wait<0>();
+    tn_wgmma_fence_regs(s);
+
+    // Masks only where a tile holds keys past Skv or past this consumer's first row (causal).
+    if (j0 + kBKV > Skv || (kCausal && j0 + kBKV - 1 > first_row)) {
+#pragma unroll
+      for (int j = 0; j < kBKV / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int key = j0 + j * 8 + 2 * t + (e & 1), row = row_a + (e / 2) * 8;
+          if (key >= Skv || (kCausal && key > row)) s[4 * j + e] = tn_neg_inf();
+        }
+    }
+    // The online softmax, as sdpa.cuh's mma kernel: per row h (row_a + 8h), in log2 units.
+    // Partials over 8 n-tiles (tn_tree_reduce spills its array to local memory at 16).
+    float part[2][8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        part[h][j] = fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]);
+#pragma unroll
+        for (int jj = j + 8; jj < kBKV / 8; jj += 8)
+          part[h][j] = fmaxf(part[h][j], fmaxf(s[4 * jj + 2 * h], s[4 * jj + 2 * h + 1]));
+      }
+    float alpha[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float tile_max = tn_tree_reduce(part[h], [](float a, float b) { return fmaxf(a, b); });
+      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
+      // Key 0 is visible to every row, so the max is finite from the first tile on; a row that a
+      // later tile hides wholly (causal) keeps it, and that tile's weights are 2^-inf = 0.
+      const float m_new = fmaxf(m_run[h], tile_max * qk_scale);
+      alpha[h] = tn_exp2(m_run[h] - m_new);
+      m_run[h] = m_new;
+    }
+#pragma unroll
+    for (int j = 0; j < kBKV / 2; ++j) s[j] = tn_exp2(fmaf(s[j], qk_scale, -m_run[j % 4 / 2]));
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        part[h][j] = s[4 * j + 2 * h] + s[4 * j + 2 * h + 1];
+#pragma unroll
+        for (int jj = j + 8; jj < kBKV / 8; jj += 8) part[h][j] += s[4 * jj + 2 * h] + s[4 * jj + 2 * h + 1];
+      }
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      l_run[h] = fmaf(l_run[h], alpha[h], tn_tree_reduce(part[h], [](float a, float b) { return a + b; }));
+#pragma unroll
+    for (int d = 0; d < kDH / 2; ++d) o[d] *= alpha[d % 4 / 2];
+
+    // O += P·V: P from the score registers, V [kBKV keys][kDH] read as an MN-major B.
+    unsigned p[kBKV / 16][4];  // A-fragments of 16 keys each
+#pragma unroll
+    for (int kk = 0; kk < kBKV / 16; ++kk)  // keys 16kk.. : accumulator n-tiles 2kk and 2kk + 1
+#pragma unroll
+      for (int r = 0; r < 4; ++r) p[kk][r] = tn_pack2<T>(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
+    tn_wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBKV / 16; ++kk)
+      tn_wgmma_rs<T, kDH, true>(o, p[kk], tn_wgmma_desc_mn(block.v_tile(stage) + kk * 16 * 128, Block::kKVAtomBytes));
+    tn_wgmma_commit();
+    // Retired within the iteration: accumulators in flight across the loop's back edge make ptxas
+    // serialize every wgmma (C7515). The other consumer's MMAs fill the tensor cores meanwhile.
+    tn_wgmma_wait<0>();
+    tn_wgmma_fence_regs(o);
+    if (lane == 0) tn_mbar_arrive(block.empty_bar + 8 * stage);
+  }
+
+  const long long batch = n / heads;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 1);
+    l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 2);
+    const int row = row_a + h * 8;
+    if (row >= Sq) continue;
+    T* dst = out + (batch * Sq + row) * ldo + hcol + 2 * t;  // ldo and hcol even: 4-byte stores
+    const float inv = 1.f / l_run[h];
+#pragma unroll
+    for (int j = 0; j < kDH / 8; ++j)
+      *reinterpret_cast<unsigned*>(dst + 8 * j) = tn_pack2<T>(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
+  }
+}
+
+#endif  // TEENY_SDPA_WGMMA_CUH
