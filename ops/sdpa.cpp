@@ -6,9 +6,8 @@
 // kernels: on sm_90 Hopper's warpgroup MMAs fed by TMA for f16/bf16 head dims 64, 128 and 256
 // (ops/kernels/sdpa_wgmma.cuh), mma.sync tensor cores for other f16/bf16 head dims in MMA steps
 // (up to 128), register tiles for f32 head dim 64, and otherwise one to four threads per query
-// (head dims up to 256). The kernels
-// also read heads in place from [B, S, H*Dh] tensors and write them merged, for
-// fused.sdpa_heads (ops/sdpa.h).
+// (head dims up to 256). The kernels also read heads in place from [B, S, H*Dh] tensors and write
+// them merged, for fused.sdpa_heads (ops/sdpa.h).
 #include <algorithm>
 #include <cmath>
 #include <optional>
