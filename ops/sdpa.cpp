@@ -61,19 +61,19 @@ int variant_blocks_per_sm(const OpContext& ctx) {
   throw OpError("op", fmt::format("attention has no variant '{}' here", ctx.variant));
 }
 
-// The Hopper kernel (ops/kernels/sdpa_wgmma.cuh): 128 queries a block over a producer and two
-// consumer warpgroups; key tiles of 128 (64 at head dim 256, whose O accumulators take 128
-// registers a thread); as many ring stages as fit beside Q in shared memory, up to 4.
+// The Hopper kernel (ops/kernels/sdpa_wgmma.cuh), persistent (a block an SM, each taking work
+// items of 128 queries in turn) over a producer and two consumer warpgroups; key tiles of 128 (64 at head dim 256,
+// whose O accumulators take 128 registers a thread); as many ring stages as fit beside Q in shared memory, up to 4.
 constexpr int kWgmmaQueriesPerBlock = 128;
 constexpr int kWgmmaThreads = 384;
 int wgmma_keys_per_tile(int64_t head_dim) { return head_dim <= 128 ? 128 : 64; }
 int wgmma_stages(int64_t head_dim) { return head_dim == 64 ? 4 : 2; }
 int64_t wgmma_dynamic_smem(int64_t head_dim) {
   // Q, the stages' K and V tiles (16-bit), 1024 bytes to align them for the swizzle, and the
-  // mbarriers: Q's and a full and an empty one a stage.
+  // mbarriers: a full and an empty one for Q and for each stage.
   const int64_t stages = wgmma_stages(head_dim);
   return int64_t{kWgmmaQueriesPerBlock} * head_dim * 2 + stages * 2 * wgmma_keys_per_tile(head_dim) * head_dim * 2 +
-         1024 + 8 * (1 + 2 * stages);
+         1024 + 8 * (2 + 2 * stages);
 }
 
 // Whether the wgmma kernel takes this problem: sm_90, 16-bit, head dims of whole 64-column
@@ -388,7 +388,8 @@ Lowering lower_attention(const OpContext& ctx, const AttentionHeads& h) {
                  i32("ldo", ctx.output.row_stride),
                  f32("scale", sdpa_scale(ctx, head_dim))};
   launch.block = {threads, 1, 1};
-  launch.grid = {n * ceil_div(sq, Expr(queries_per_block)), Expr(1), Expr(1)};
+  const Expr items = n * ceil_div(sq, Expr(queries_per_block));
+  launch.grid = {wgmma ? min(items, device_sms()) : items, Expr(1), Expr(1)};
   // The wgmma kernel's Q and ring; the mma kernel's double-buffered K and V tiles, rows padded by
   // 8 elements; the f32 tiled kernel's Q, P and double-buffered K and V: six 64 x 68 float tiles.
   launch.dynamic_smem =

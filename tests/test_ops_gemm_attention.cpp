@@ -942,13 +942,14 @@ TEST(GemmAttentionLowering, SdpaGridScaleAndStrides) {
   EXPECT_EQ(simt.kernels.at(0).name, "sdpa_f32_d32_causal");
 }
 
-// On sm_90, 16-bit attention at head dims 64, 128 and 256 runs the wgmma kernel: 128 queries a
-// block of 384 threads (a producer and two consumer warpgroups), TMA maps of q, k and v over all
+// On sm_90, 16-bit attention at head dims 64, 128 and 256 runs the wgmma kernel: persistent blocks
+// (at most one an SM) of 384 threads (a producer and two consumer warpgroups) taking 128 queries
+// at a time, TMA maps of q, k and v over all
 // their rows with 64-column boxes, key tiles of 128 (64 at head dim 256) and the ring's stages
 // in shared memory; the decode path's launch keeps the plain arguments. A window, rows TMA cannot
 // stride (not 16-byte multiples), other head dims and f32 stay on the other kernels.
 TEST(GemmAttentionLowering, SdpaWgmmaOnHopper) {
-  const Bindings bind = {{"B", 2}, {"S", 130}};
+  const Bindings bind = {{"B", 2}, {"S", 130}, {"SMS", 132}};
   TensorType q = tensor(DType::kBF16, {B * Expr(12), S, 128});
   q.row_stride = Expr(136);
   const Lowering lowering = op("sdpa").lower(context("sdpa", {{"causal", true}}, {q, q, q}));
@@ -957,9 +958,10 @@ TEST(GemmAttentionLowering, SdpaWgmmaOnHopper) {
   EXPECT_EQ(lowering.kernels.at(0).function, "tn_sdpa_wgmma<__nv_bfloat16, 128, 128, 2, true>");
   const Launch& launch = lowering.launches.at(0);
   EXPECT_EQ(launch.block[0], 384);
-  EXPECT_EQ(launch.grid[0].eval(bind), 24 * 2);  // 128 queries a block
-  // Q (128 x 128), two stages of K and V tiles (128 x 128 each), alignment slack, 5 mbarriers.
-  EXPECT_EQ(launch.dynamic_smem.eval(bind), 128 * 128 * 2 + 2 * 2 * 128 * 128 * 2 + 1024 + 5 * 8);
+  EXPECT_EQ(launch.grid[0].eval(bind), 24 * 2);  // 128 queries an item, fewer items than SMs
+  EXPECT_EQ(launch.grid[0].eval({{"B", 20}, {"S", 130}, {"SMS", 132}}), 132);
+  // Q (128 x 128), two stages of K and V tiles (128 x 128 each), alignment slack, 6 mbarriers.
+  EXPECT_EQ(launch.dynamic_smem.eval(bind), 128 * 128 * 2 + 2 * 2 * 128 * 128 * 2 + 1024 + 6 * 8);
   const KernelArg& k_map = arg(launch, "k_map");
   EXPECT_EQ(k_map.map.of, "k");
   EXPECT_EQ(k_map.map.rows.eval(bind), 24 * 130);
@@ -1000,7 +1002,7 @@ TEST(GemmAttentionLowering, SdpaHeadsSharesSdpasKernel) {
   EXPECT_EQ(kernel_translation_unit(fused.kernels.at(0), "e"), kernel_translation_unit(plain.kernels.at(0), "e"));
   const Launch& f = fused.launches.at(0);
   const Launch& p = plain.launches.at(0);
-  const Bindings bind = {{"B", 2}, {"S", 130}};
+  const Bindings bind = {{"B", 2}, {"S", 130}, {"SMS", 132}};
   for (const char* name : {"N", "Sq", "Skv"})
     EXPECT_EQ(arg(f, name).value.eval(bind), arg(p, name).value.eval(bind)) << name;
   EXPECT_EQ(arg(f, "heads").value.eval(bind), 12);
@@ -1021,7 +1023,7 @@ TEST(GemmAttentionLowering, SdpaHeadsSharesSdpasKernel) {
 // kernel and FLOPs are those of the same q with k/v heads repeated.
 TEST(GemmAttentionLowering, GroupedQueryArgumentsAndCost) {
   const Expr T = Expr::dim("T");
-  const Bindings bind = {{"B", 2}, {"S", 130}, {"T", 1000}};
+  const Bindings bind = {{"B", 2}, {"S", 130}, {"T", 1000}, {"SMS", 132}};
   const TensorType q = tensor(DType::kBF16, {B * Expr(32), S, 128});
   const TensorType kv = tensor(DType::kBF16, {B * Expr(8), T, 128});
   const TensorType repeated = tensor(DType::kBF16, {B * Expr(32), T, 128});

@@ -51,17 +51,19 @@ __device__ __forceinline__ float tn_sdpa_inverse_sum(float l) {
   return kWindow > 0 && l == 0.f ? 0.f : 1.f / l;
 }
 
-// The (query tile qt, head n) of this block: heads in groups of kHeadGroup, each group's
-// query tiles heaviest first (causal), so a group's K and V stay in L2 while all of its query
-// tiles read them (query-tile-major order over all heads reads them from DRAM again for every
-// query tile once they outgrow L2).
-__device__ __forceinline__ void tn_sdpa_tile(int q_tiles, int N, int& qt, int& n) {
+// The (query tile qt, head n) of work item `index` (tn_sdpa_tile: of this block): heads in groups of kHeadGroup, each
+// group's query tiles heaviest first (causal), so a group's K and V stay in L2 while all of its query tiles read them
+// (query-tile-major order over all heads reads them from DRAM again for every query tile once they outgrow L2).
+__device__ __forceinline__ void tn_sdpa_tile_of(int index, int q_tiles, int N, int& qt, int& n) {
   constexpr int kHeadGroup = 32;
   const int per_group = kHeadGroup * q_tiles;
-  const int group = (int)blockIdx.x / per_group, r = (int)blockIdx.x % per_group;
+  const int group = index / per_group, r = index % per_group;
   const int group_heads = min(kHeadGroup, N - group * kHeadGroup);
   qt = q_tiles - 1 - r / group_heads;
   n = group * kHeadGroup + r % group_heads;
+}
+__device__ __forceinline__ void tn_sdpa_tile(int q_tiles, int N, int& qt, int& n) {
+  tn_sdpa_tile_of((int)blockIdx.x, q_tiles, N, qt, n);
 }
 
 // Where head n's rows start in a [X, S, heads * kDH] tensor with row stride ld: row block

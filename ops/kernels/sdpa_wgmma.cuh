@@ -1,6 +1,6 @@
 // sdpa and fused.sdpa_heads on Hopper tensor cores (sm_90a), f16/bf16 with head dims 64, 128 and
-// 256, FlashAttention-3's way: a block takes 128 queries of one head (tn_sdpa_tile's order), and
-// its three warpgroups split the work. Warpgroup 0 is the producer: one thread loads Q once and
+// 256, FlashAttention-3's way: a work item is 128 queries of one head (tn_sdpa_tile_of's order),
+// and a block's three warpgroups split the work. Warpgroup 0 is the producer: one thread loads Q once and
 // then K and V tile by tile (kBKV keys) by TMA into a ring of kStages stages, each guarded by a
 // `full` mbarrier (the copies' bytes landed) and an `empty` one (both consumers' MMAs reading it
 // retired). Warpgroups 1 and 2 are consumers of 64 query rows each: S = Q·Kᵀ by wgmma from shared
@@ -29,29 +29,51 @@ struct tn_sdpa_wgmma_block {
   static constexpr unsigned kQBytes = kAtoms * kQAtomBytes, kKVBytes = kAtoms * kKVAtomBytes;
   static constexpr unsigned kStageBytes = 2 * kKVBytes;  // K, then V
 
+  // One work item: 128 queries from q0 of head n, and the key tiles they see.
+  struct Item {
+    int q0, n, tiles;
+  };
+  int Sq, Skv, N, heads, kv_heads, kv_groups, q_tiles, items;
   // Shared memory (1024-byte aligned for the swizzle): Q, the ring's stages, then the mbarriers:
-  // Q's, a full one per stage, an empty one per stage.
-  unsigned q_tile, stages, q_bar, full_bar, empty_bar;
+  // Q's full and empty ones, a full one per stage, an empty one per stage.
+  unsigned q_tile, stages, q_full, q_empty, full_bar, empty_bar;
 
+  __device__ __forceinline__ Item item(int index) const {
+    Item it;
+    int qt;
+    tn_sdpa_tile_of(index, q_tiles, N, qt, it.n);
+    it.q0 = qt * kBQ;
+    const int kv_end = kCausal ? min(Skv, min(Sq, it.q0 + kBQ)) : Skv;
+    it.tiles = (kv_end + kBKV - 1) / kBKV;
+    return it;
+  }
   __device__ __forceinline__ unsigned k_tile(int s) const { return stages + s * kStageBytes; }
   __device__ __forceinline__ unsigned v_tile(int s) const { return k_tile(s) + kKVBytes; }
 
-  // The producer's thread: Q, then the K and V tiles of keys 0, kBKV, ... below kv_end.
+  // The producer's thread: for each of the block's items, Q once the consumers are done with the
+  // last one's, then its K and V tiles through the ring (ring step r in stage r % kStages).
   __device__ __forceinline__ void load(const tn_tensor_map& q_map, const tn_tensor_map& k_map,
-                                       const tn_tensor_map& v_map, int q_row, int q_col, int kv_row, int kv_col,
-                                       int tiles) const {
-    tn_mbar_arrive_expect_tx(q_bar, kQBytes);
+                                       const tn_tensor_map& v_map) const {
+    int step = 0;
+    for (int w = 0, index = blockIdx.x; index < items; ++w, index += gridDim.x) {
+      const Item it = item(index);
+      const int kv_head = it.n / kv_groups;
+      const int kv_row = kv_head / kv_heads * Skv, kv_col = kv_head % kv_heads * kDH;
+      tn_mbar_wait(q_empty, (w & 1) ^ 1);  // the first item finds Q free
+      tn_mbar_arrive_expect_tx(q_full, kQBytes);
 #pragma unroll
-    for (int a = 0; a < kAtoms; ++a) tn_tma_load(q_tile + a * kQAtomBytes, &q_map, q_col + 64 * a, q_row, q_bar);
-    for (int i = 0; i < tiles; ++i) {
-      const int s = i % kStages;
-      tn_mbar_wait(empty_bar + 8 * s, (i / kStages & 1) ^ 1);  // the first pass finds every stage free
-      const unsigned bar = full_bar + 8 * s;
-      tn_mbar_arrive_expect_tx(bar, kStageBytes);
+      for (int a = 0; a < kAtoms; ++a)
+        tn_tma_load(q_tile + a * kQAtomBytes, &q_map, it.n % heads * kDH + 64 * a, it.n / heads * Sq + it.q0, q_full);
+      for (int i = 0; i < it.tiles; ++i, ++step) {
+        const int s = step % kStages;
+        tn_mbar_wait(empty_bar + 8 * s, (step / kStages & 1) ^ 1);  // the first pass finds every stage free
+        const unsigned bar = full_bar + 8 * s;
+        tn_mbar_arrive_expect_tx(bar, kStageBytes);
 #pragma unroll
-      for (int a = 0; a < kAtoms; ++a) {
-        tn_tma_load(k_tile(s) + a * kKVAtomBytes, &k_map, kv_col + 64 * a, kv_row + i * kBKV, bar);
-        tn_tma_load(v_tile(s) + a * kKVAtomBytes, &v_map, kv_col + 64 * a, kv_row + i * kBKV, bar);
+        for (int a = 0; a < kAtoms; ++a) {
+          tn_tma_load(k_tile(s) + a * kKVAtomBytes, &k_map, kv_col + 64 * a, kv_row + i * kBKV, bar);
+          tn_tma_load(v_tile(s) + a * kKVAtomBytes, &v_map, kv_col + 64 * a, kv_row + i * kBKV, bar);
+        }
       }
     }
   }
@@ -70,58 +92,12 @@ struct tn_sdpa_wgmma_block {
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // generic writes, read by wgmma
     asm volatile("bar.sync 3, 256;\n" ::: "memory");
   }
-};
 
-template <typename T, int kDH, int kBKV, int kStages, bool kCausal>
-__device__ __forceinline__ void tn_sdpa_wgmma(const T* q, const T* k, const T* v, T* out, int N, int Sq, int Skv,
-                                              int ldq, int ldk, int ldv, int heads, int kv_heads, int kv_groups,
-                                              int ldo, float scale, const tn_tensor_map& q_map,
-                                              const tn_tensor_map& k_map, const tn_tensor_map& v_map) {
-  using Block = tn_sdpa_wgmma_block<T, kDH, kBKV, kStages, kCausal>;
-  constexpr int kBQ = Block::kBQ;
-  extern __shared__ unsigned char tn_dynamic_smem[];
-  const unsigned smem_addr = tn_smem_addr(tn_dynamic_smem);
-  Block block;
-  block.q_tile = (smem_addr + 1023) & ~1023u;
-  block.stages = block.q_tile + Block::kQBytes;
-  block.q_bar = block.stages + kStages * Block::kStageBytes;
-  block.full_bar = block.q_bar + 8;
-  block.empty_bar = block.full_bar + 8 * kStages;
-  const int tid = threadIdx.x, warpgroup = tid / 128;
-  if (tid == 0) {
-    tn_mbar_init(block.q_bar, 1);
-    for (int s = 0; s < kStages; ++s) {
-      tn_mbar_init(block.full_bar + 8 * s, 1);   // the producer's expect_tx
-      tn_mbar_init(block.empty_bar + 8 * s, 8);  // a warp of each consumer
-    }
-  }
-  __syncthreads();
-
-  int qt, n;
-  tn_sdpa_tile((Sq + kBQ - 1) / kBQ, N, qt, n);
-  const int q0 = qt * kBQ;
-  const int q_last = min(Sq, q0 + kBQ) - 1;
-  const int kv_end = kCausal ? min(Skv, q_last + 1) : Skv;
-  const int tiles = (kv_end + kBKV - 1) / kBKV;
-  const int hcol = (n % heads) * kDH, kv_head = n / kv_groups;
-  if (warpgroup == 0) {
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n");
-    if (tid == 0)
-      block.load(q_map, k_map, v_map, n / heads * Sq + q0, hcol, kv_head / kv_heads * Skv, kv_head % kv_heads * kDH,
-                 tiles);
-    return;
-  }
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n");
-
-  const int consumer = warpgroup - 1, lane = tid % 32, t = lane % 4;
-  const int row_a = q0 + 64 * consumer + (tid % 128) / 32 * 16 + lane / 4;  // this thread's rows: row_a, row_a + 8
-  const unsigned q_rows = block.q_tile + consumer * 64 * 128;               // of each Q atom
-  tn_mbar_wait(block.q_bar, 0);
-  if (scale < 0.f) {  // scores of -q, so the softmax scale below is positive (negation is exact)
-    const int ctid = tid % 128;
-    for (int c = ctid; c < Block::kAtoms * 64 * 8; c += 128) {
-      uint4* chunk = reinterpret_cast<uint4*>(tn_dynamic_smem + (q_rows - smem_addr) + c / 512 * Block::kQAtomBytes +
-                                              c % 512 * 16);
+  // Consumer c's 64 rows of Q negated (sign bits flipped), for a negative scale.
+  __device__ __forceinline__ void negate_q(unsigned char* smem, unsigned smem_addr, int consumer) const {
+    for (int c = threadIdx.x % 128; c < kAtoms * 64 * 8; c += 128) {
+      uint4* chunk = reinterpret_cast<uint4*>(smem + (q_tile - smem_addr) + c / 512 * kQAtomBytes +
+                                              consumer * 64 * 128 + c % 512 * 16);
       uint4 x = *chunk;
       x.x ^= 0x80008000u, x.y ^= 0x80008000u, x.z ^= 0x80008000u, x.w ^= 0x80008000u;
       *chunk = x;
@@ -132,116 +108,168 @@ __device__ __forceinline__ void tn_sdpa_wgmma(const T* q, const T* k, const T* v
     else
       asm volatile("bar.sync 2, 128;\n" ::: "memory");
   }
+};
+
+// Persistent: block b takes work items b, b + gridDim.x, ... (the grid at most one block an SM),
+// so the producer loads an item's Q, K and V while the consumers finish the last one.
+template <typename T, int kDH, int kBKV, int kStages, bool kCausal>
+__device__ __forceinline__ void tn_sdpa_wgmma(const T* q, const T* k, const T* v, T* out, int N, int Sq, int Skv,
+                                              int ldq, int ldk, int ldv, int heads, int kv_heads, int kv_groups,
+                                              int ldo, float scale, const tn_tensor_map& q_map,
+                                              const tn_tensor_map& k_map, const tn_tensor_map& v_map) {
+  using Block = tn_sdpa_wgmma_block<T, kDH, kBKV, kStages, kCausal>;
+  constexpr int kBQ = Block::kBQ;
+  extern __shared__ unsigned char tn_dynamic_smem[];
+  const unsigned smem_addr = tn_smem_addr(tn_dynamic_smem);
+  Block block;
+  block.Sq = Sq, block.Skv = Skv, block.N = N, block.heads = heads, block.kv_heads = kv_heads;
+  block.kv_groups = kv_groups;
+  block.q_tiles = (Sq + kBQ - 1) / kBQ;
+  block.items = block.q_tiles * N;
+  block.q_tile = (smem_addr + 1023) & ~1023u;
+  block.stages = block.q_tile + Block::kQBytes;
+  block.q_full = block.stages + kStages * Block::kStageBytes;
+  block.q_empty = block.q_full + 8;
+  block.full_bar = block.q_empty + 8;
+  block.empty_bar = block.full_bar + 8 * kStages;
+  const int tid = threadIdx.x, warpgroup = tid / 128;
+  if (tid == 0) {
+    tn_mbar_init(block.q_full, 1);   // the producer's expect_tx
+    tn_mbar_init(block.q_empty, 8);  // a warp of each consumer
+    for (int s = 0; s < kStages; ++s) {
+      tn_mbar_init(block.full_bar + 8 * s, 1);
+      tn_mbar_init(block.empty_bar + 8 * s, 8);
+    }
+  }
+  __syncthreads();
+  if (warpgroup == 0) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n");
+    if (tid == 0) block.load(q_map, k_map, v_map);
+    return;
+  }
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n");
+
+  const int consumer = warpgroup - 1, lane = tid % 32, t = lane % 4;
+  const int row_in_block = 64 * consumer + (tid % 128) / 32 * 16 + lane / 4;  // this thread's rows: +0, +8
+  const unsigned q_rows = block.q_tile + consumer * 64 * 128;                 // of each Q atom
   // |scale| in log2 units, at least FLT_MIN so that a masked -inf stays -inf (sdpa.cuh's mma kernel).
   const float qk_scale = fmaxf(fabsf(scale) * tn_log2e, 1.17549435e-38f);
-
   // Accumulators in wgmma's layout: s[4j + 2h + e] is row row_a + 8h, key j0 + 8j + 2t + e; o alike
   // with head dims for keys.
   float s[kBKV / 2], o[kDH / 2];
 #pragma unroll
   for (int j = 0; j < kBKV / 2; ++j) s[j] = 0.f;
-#pragma unroll
-  for (int d = 0; d < kDH / 2; ++d) o[d] = 0.f;
-  float m_run[2] = {tn_neg_inf(), tn_neg_inf()}, l_run[2] = {0.f, 0.f};
-  const int first_row = q0 + 64 * consumer;
 
-  for (int i = 0; i < tiles; ++i) {
-    const int stage = i % kStages, j0 = i * kBKV;
-    tn_mbar_wait(block.full_bar + 8 * stage, i / kStages & 1);
-    if (j0 + kBKV > Skv) block.zero_v_rows(tn_dynamic_smem, smem_addr, stage, Skv - j0);
+  int step = 0;  // ring steps consumed
+  for (int w = 0, index = blockIdx.x; index < block.items; ++w, index += gridDim.x) {
+    const typename Block::Item it = block.item(index);
+    const int row_a = it.q0 + row_in_block, first_row = it.q0 + 64 * consumer;
+#pragma unroll
+    for (int d = 0; d < kDH / 2; ++d) o[d] = 0.f;
+    float m_run[2] = {tn_neg_inf(), tn_neg_inf()}, l_run[2] = {0.f, 0.f};
+    tn_mbar_wait(block.q_full, w & 1);
+    if (scale < 0.f) block.negate_q(tn_dynamic_smem, smem_addr, consumer);  // scores of -q: the scale is positive
 
-    // S = Q·Kᵀ.
-    tn_wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kDH / 16; ++kk) {
-      const unsigned step = kk % 4 * 32;  // 16 elements: 32 bytes along a swizzle row
-      tn_wgmma<T, kBKV>(s, tn_wgmma_desc(q_rows + kk / 4 * Block::kQAtomBytes + step),
-                        tn_wgmma_desc(block.k_tile(stage) + kk / 4 * Block::kKVAtomBytes + step), kk > 0);
-    }
-    tn_wgmma_commit();
-    tn_wgmma_wait<0>();
-    tn_wgmma_fence_regs(s);
+    for (int i = 0; i < it.tiles; ++i, ++step) {
+      const int stage = step % kStages, j0 = i * kBKV;
+      tn_mbar_wait(block.full_bar + 8 * stage, step / kStages & 1);
+      if (j0 + kBKV > Skv) block.zero_v_rows(tn_dynamic_smem, smem_addr, stage, Skv - j0);
 
-    // Masks only where a tile holds keys past Skv or past this consumer's first row (causal).
-    if (j0 + kBKV > Skv || (kCausal && j0 + kBKV - 1 > first_row)) {
+      // S = Q·Kᵀ.
+      tn_wgmma_fence();
 #pragma unroll
-      for (int j = 0; j < kBKV / 8; ++j)
+      for (int kk = 0; kk < kDH / 16; ++kk) {
+        const unsigned step_bytes = kk % 4 * 32;  // 16 elements: 32 bytes along a swizzle row
+        tn_wgmma<T, kBKV>(s, tn_wgmma_desc(q_rows + kk / 4 * Block::kQAtomBytes + step_bytes),
+                          tn_wgmma_desc(block.k_tile(stage) + kk / 4 * Block::kKVAtomBytes + step_bytes), kk > 0);
+      }
+      tn_wgmma_commit();
+      tn_wgmma_wait<0>();
+      tn_wgmma_fence_regs(s);
+
+      // Masks only where a tile holds keys past Skv or past this consumer's first row (causal).
+      if (j0 + kBKV > Skv || (kCausal && j0 + kBKV - 1 > first_row)) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int key = j0 + j * 8 + 2 * t + (e & 1), row = row_a + (e / 2) * 8;
-          if (key >= Skv || (kCausal && key > row)) s[4 * j + e] = tn_neg_inf();
+        for (int j = 0; j < kBKV / 8; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int key = j0 + j * 8 + 2 * t + (e & 1), row = row_a + (e / 2) * 8;
+            if (key >= Skv || (kCausal && key > row)) s[4 * j + e] = tn_neg_inf();
+          }
+      }
+      // The online softmax, as sdpa.cuh's mma kernel: per row h (row_a + 8h), in log2 units.
+      // Partials over 8 n-tiles (tn_tree_reduce spills its array to local memory at 16).
+      float part[2][8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          part[h][j] = fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]);
+#pragma unroll
+          for (int jj = j + 8; jj < kBKV / 8; jj += 8)
+            part[h][j] = fmaxf(part[h][j], fmaxf(s[4 * jj + 2 * h], s[4 * jj + 2 * h + 1]));
         }
-    }
-    // The online softmax, as sdpa.cuh's mma kernel: per row h (row_a + 8h), in log2 units.
-    // Partials over 8 n-tiles (tn_tree_reduce spills its array to local memory at 16).
-    float part[2][8];
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
+      float alpha[2];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        part[h][j] = fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]);
-#pragma unroll
-        for (int jj = j + 8; jj < kBKV / 8; jj += 8)
-          part[h][j] = fmaxf(part[h][j], fmaxf(s[4 * jj + 2 * h], s[4 * jj + 2 * h + 1]));
+        float tile_max = tn_tree_reduce(part[h], [](float a, float b) { return fmaxf(a, b); });
+        tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+        tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
+        // Key 0 is visible to every row, so the max is finite from the first tile on; a row that a
+        // later tile hides wholly (causal) keeps it, and that tile's weights are 2^-inf = 0.
+        const float m_new = fmaxf(m_run[h], tile_max * qk_scale);
+        alpha[h] = tn_exp2(m_run[h] - m_new);
+        m_run[h] = m_new;
       }
-    float alpha[2];
+#pragma unroll
+      for (int j = 0; j < kBKV / 2; ++j) s[j] = tn_exp2(fmaf(s[j], qk_scale, -m_run[j % 4 / 2]));
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          part[h][j] = s[4 * j + 2 * h] + s[4 * j + 2 * h + 1];
+#pragma unroll
+          for (int jj = j + 8; jj < kBKV / 8; jj += 8) part[h][j] += s[4 * jj + 2 * h] + s[4 * jj + 2 * h + 1];
+        }
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        l_run[h] = fmaf(l_run[h], alpha[h], tn_tree_reduce(part[h], [](float a, float b) { return a + b; }));
+#pragma unroll
+      for (int d = 0; d < kDH / 2; ++d) o[d] *= alpha[d % 4 / 2];
+
+      // O += P·V: P from the score registers, V [kBKV keys][kDH] read as an MN-major B.
+      unsigned p[kBKV / 16][4];  // A-fragments of 16 keys each
+#pragma unroll
+      for (int kk = 0; kk < kBKV / 16; ++kk)  // keys 16kk.. : accumulator n-tiles 2kk and 2kk + 1
+#pragma unroll
+        for (int r = 0; r < 4; ++r) p[kk][r] = tn_pack2<T>(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
+      tn_wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kBKV / 16; ++kk)
+        tn_wgmma_rs<T, kDH, true>(o, p[kk], tn_wgmma_desc_mn(block.v_tile(stage) + kk * 16 * 128, Block::kKVAtomBytes));
+      tn_wgmma_commit();
+      // Retired within the iteration: accumulators in flight across the loop's back edge make
+      // ptxas serialize every wgmma (C7515). The other consumer's MMAs fill the tensor cores.
+      tn_wgmma_wait<0>();
+      tn_wgmma_fence_regs(o);
+      if (lane == 0) tn_mbar_arrive(block.empty_bar + 8 * stage);
+    }
+    if (lane == 0) tn_mbar_arrive(block.q_empty);  // this item's MMAs have read Q
+
+    const long long batch = it.n / heads;
+    const int hcol = it.n % heads * kDH;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      float tile_max = tn_tree_reduce(part[h], [](float a, float b) { return fmaxf(a, b); });
-      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
-      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
-      // Key 0 is visible to every row, so the max is finite from the first tile on; a row that a
-      // later tile hides wholly (causal) keeps it, and that tile's weights are 2^-inf = 0.
-      const float m_new = fmaxf(m_run[h], tile_max * qk_scale);
-      alpha[h] = tn_exp2(m_run[h] - m_new);
-      m_run[h] = m_new;
+      l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 1);
+      l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 2);
+      const int row = row_a + h * 8;
+      if (row >= Sq) continue;
+      T* dst = out + (batch * Sq + row) * ldo + hcol + 2 * t;  // ldo and hcol even: 4-byte stores
+      const float inv = 1.f / l_run[h];
+#pragma unroll
+      for (int j = 0; j < kDH / 8; ++j)
+        *reinterpret_cast<unsigned*>(dst + 8 * j) = tn_pack2<T>(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
     }
-#pragma unroll
-    for (int j = 0; j < kBKV / 2; ++j) s[j] = tn_exp2(fmaf(s[j], qk_scale, -m_run[j % 4 / 2]));
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        part[h][j] = s[4 * j + 2 * h] + s[4 * j + 2 * h + 1];
-#pragma unroll
-        for (int jj = j + 8; jj < kBKV / 8; jj += 8) part[h][j] += s[4 * jj + 2 * h] + s[4 * jj + 2 * h + 1];
-      }
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-      l_run[h] = fmaf(l_run[h], alpha[h], tn_tree_reduce(part[h], [](float a, float b) { return a + b; }));
-#pragma unroll
-    for (int d = 0; d < kDH / 2; ++d) o[d] *= alpha[d % 4 / 2];
-
-    // O += P·V: P from the score registers, V [kBKV keys][kDH] read as an MN-major B.
-    unsigned p[kBKV / 16][4];  // A-fragments of 16 keys each
-#pragma unroll
-    for (int kk = 0; kk < kBKV / 16; ++kk)  // keys 16kk.. : accumulator n-tiles 2kk and 2kk + 1
-#pragma unroll
-      for (int r = 0; r < 4; ++r) p[kk][r] = tn_pack2<T>(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
-    tn_wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kBKV / 16; ++kk)
-      tn_wgmma_rs<T, kDH, true>(o, p[kk], tn_wgmma_desc_mn(block.v_tile(stage) + kk * 16 * 128, Block::kKVAtomBytes));
-    tn_wgmma_commit();
-    // Retired within the iteration: accumulators in flight across the loop's back edge make ptxas
-    // serialize every wgmma (C7515). The other consumer's MMAs fill the tensor cores meanwhile.
-    tn_wgmma_wait<0>();
-    tn_wgmma_fence_regs(o);
-    if (lane == 0) tn_mbar_arrive(block.empty_bar + 8 * stage);
-  }
-
-  const long long batch = n / heads;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 1);
-    l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 2);
-    const int row = row_a + h * 8;
-    if (row >= Sq) continue;
-    T* dst = out + (batch * Sq + row) * ldo + hcol + 2 * t;  // ldo and hcol even: 4-byte stores
-    const float inv = 1.f / l_run[h];
-#pragma unroll
-    for (int j = 0; j < kDH / 8; ++j)
-      *reinterpret_cast<unsigned*>(dst + 8 * j) = tn_pack2<T>(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
   }
 }
 
