@@ -115,6 +115,56 @@ __device__ __forceinline__ float tn_tree_reduce(float (&v)[kN], Op op) {
   return v[0];
 }
 
+// The online-softmax step of the tensor-core kernels over one tile of kKeys scores of a warp's 16
+// rows, in the MMA accumulator layout flattened: s[4j + 2h + e] is row g + 8h (h = 0, 1), key
+// 8j + 2t + e of lane (g, t) = (lane / 4, lane % 4), its quad of lanes sharing the rows. In log2
+// units: the running maxima m_run (kept scaled) take the tile's, each score becomes its weight
+// p = 2^(s·c − m_run) (one FFMA and one MUFU op), alpha is how much each row's running output and
+// sum shrink, and l_run, this lane's partial row sums (the quad's are added at the end), gain the
+// tile's weights. c = qk_scale > 0 keeps the order of the raw scores and -inf at -inf. Maxima and
+// sums reduce as trees over 8 partials (a row's values folded 8 n-tiles apart first: a tree over
+// 16 spills its array to local memory), not as chains of dependent FMNMX / FADD ops.
+template <int kKeys>
+__device__ __forceinline__ void tn_sdpa_softmax_step(float (&s)[kKeys / 2], float qk_scale, float (&m_run)[2],
+                                                     float (&l_run)[2], float (&alpha)[2]) {
+  static_assert(kKeys % 64 == 0, "whole groups of 8 n-tiles");
+  float part[2][8];  // [row h][partial]
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      part[h][j] = fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]);
+#pragma unroll
+      for (int jj = j + 8; jj < kKeys / 8; jj += 8)
+        part[h][j] = fmaxf(part[h][j], fmaxf(s[4 * jj + 2 * h], s[4 * jj + 2 * h + 1]));
+    }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float tile_max = tn_tree_reduce(part[h], [](float a, float b) { return fmaxf(a, b); });
+    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
+    // Without a window key 0 is visible to every row, so the max is finite from the first tile on
+    // (with one: tn_sdpa_max_start); a row that a later tile hides wholly keeps it, and that
+    // tile's weights are 2^-inf = 0.
+    const float m_new = fmaxf(m_run[h], tile_max * qk_scale);
+    alpha[h] = tn_exp2(m_run[h] - m_new);
+    m_run[h] = m_new;
+  }
+#pragma unroll
+  for (int j = 0; j < kKeys / 2; ++j) s[j] = tn_exp2(fmaf(s[j], qk_scale, -m_run[j % 4 / 2]));
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      part[h][j] = s[4 * j + 2 * h] + s[4 * j + 2 * h + 1];
+#pragma unroll
+      for (int jj = j + 8; jj < kKeys / 8; jj += 8) part[h][j] += s[4 * jj + 2 * h] + s[4 * jj + 2 * h + 1];
+    }
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+    l_run[h] = fmaf(l_run[h], alpha[h], tn_tree_reduce(part[h], [](float a, float b) { return a + b; }));
+}
+
 // Any dtype and head dim kDH (up to 256, a multiple of kTPQ): kTPQ threads share one query row
 // (each owns kDH / kTPQ of its dims, partial dot products are combined with shuffles), which
 // keeps q and the output accumulator in registers; scores of a tile of kBKV keys too.
@@ -218,6 +268,23 @@ __device__ __forceinline__ void tn_sdpa_per_query(const T* q, const T* k, const 
   }
 }
 
+// The tensor-core kernels' output rows row_a and row_a + 8 of a head (those below Sq): O in the
+// m16n8 accumulator layout over the row sums (l_run, this lane's part: the quad's are added
+// here), as T pairs from `head_out`, the head's row 0 at this lane's first column (ldo and the
+// head's column even: 4-byte stores).
+template <typename T, int kDH, int kWindow>
+__device__ __forceinline__ void tn_sdpa_store_rows(T* head_out, const float (&o)[kDH / 8][4], float (&l_run)[2],
+                                                   int row_a, int Sq, int ldo) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 1);
+    l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 2);
+    const int row = row_a + h * 8;
+    if (row >= Sq) continue;
+    tn_store_acc_row<T, kDH>(head_out + (long long)row * ldo, o, h, tn_sdpa_inverse_sum<kWindow>(l_run[h]));
+  }
+}
+
 // f16/bf16 with head dims that are multiples of 16 (<= 128): FlashAttention-2 on tensor cores.
 // kThreads / 32 warps, each owning 16 query rows; S = Q·Kᵀ and O += P·V are m16n8k16 MMAs (f32
 // accumulators). The S accumulators map onto P's A-fragments directly, so P never leaves
@@ -307,39 +374,8 @@ __device__ __forceinline__ void tn_sdpa_mma(const T* q, const T* k, const T* v, 
           if (key >= Skv || (kCausal && key > row) || tn_sdpa_before_window<kWindow>(key, row)) s[j][e] = tn_neg_inf();
         }
     }
-    // The online-softmax update per row (h = 0: g, 1: g + 8), in log2 units: the running max
-    // m_run is kept scaled, and p = 2^(s·c − m_run) is one FFMA and one MUFU op. c > 0 keeps the
-    // order of the raw scores (Q was negated for a negative scale) and -inf at -inf.
-    // Row maxima and sums reduce as trees (depth 4 over a row's 16 values here), not as chains
-    // of dependent FMNMX / FADD ops that stall the warp.
-    float part[2][kBKV / 8];  // [row h][partial]
-#pragma unroll
-    for (int j = 0; j < kBKV / 8; ++j)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) part[h][j] = fmaxf(s[j][2 * h], s[j][2 * h + 1]);
     float alpha[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float tile_max = tn_tree_reduce(part[h], [](float a, float b) { return fmaxf(a, b); });
-      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
-      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
-      // Without a window key 0 is visible to every row, so the max is finite from the first tile on (with one:
-      // tn_sdpa_max_start).
-      const float m_new = fmaxf(m_run[h], tile_max * qk_scale);
-      alpha[h] = tn_exp2(m_run[h] - m_new);
-      m_run[h] = m_new;
-    }
-#pragma unroll
-    for (int j = 0; j < kBKV / 8; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[j][e] = tn_exp2(fmaf(s[j][e], qk_scale, -m_run[e / 2]));
-#pragma unroll
-    for (int j = 0; j < kBKV / 8; ++j)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) part[h][j] = s[j][2 * h] + s[j][2 * h + 1];
-#pragma unroll
-    for (int h = 0; h < 2; ++h)  // this lane's partial row sums; the quad's are summed at the end
-      l_run[h] = fmaf(l_run[h], alpha[h], tn_tree_reduce(part[h], [](float a, float b) { return a + b; }));
+    tn_sdpa_softmax_step<kBKV>(reinterpret_cast<float(&)[kBKV / 2]>(s), qk_scale, m_run, l_run, alpha);
 #pragma unroll
     for (int d = 0; d < kDH / 8; ++d) {
       o[d][0] *= alpha[0];
@@ -351,16 +387,7 @@ __device__ __forceinline__ void tn_sdpa_mma(const T* q, const T* k, const T* v, 
     tn_mma_pb<T, kBKV, kDH>(o, s, Vs[buf]);  // O += P·V, P straight from the score registers
   }
 
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 1);
-    l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 2);
-    const int row = row_a + h * 8;
-    if (row >= Sq) continue;
-    const float inv = tn_sdpa_inverse_sum<kWindow>(l_run[h]);
-    T* dst = out + (batch * Sq + row) * ldo + hcol + 2 * t;  // ldo and hcol even: 4-byte stores
-    tn_store_acc_row<T, kDH>(dst, o, h, inv);
-  }
+  tn_sdpa_store_rows<T, kDH, kWindow>(out + batch * Sq * ldo + hcol + 2 * t, o, l_run, row_a, Sq, ldo);
 }
 
 // f32, head dim 64: register-tiled on CUDA cores. A block of 256 threads takes 64 queries; per

@@ -197,43 +197,8 @@ __device__ __forceinline__ void tn_sdpa_wgmma(const T* q, const T* k, const T* v
             if (key >= Skv || (kCausal && key > row)) s[4 * j + e] = tn_neg_inf();
           }
       }
-      // The online softmax, as sdpa.cuh's mma kernel: per row h (row_a + 8h), in log2 units.
-      // Partials over 8 n-tiles (tn_tree_reduce spills its array to local memory at 16).
-      float part[2][8];
-#pragma unroll
-      for (int j = 0; j < 8; ++j)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          part[h][j] = fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]);
-#pragma unroll
-          for (int jj = j + 8; jj < kBKV / 8; jj += 8)
-            part[h][j] = fmaxf(part[h][j], fmaxf(s[4 * jj + 2 * h], s[4 * jj + 2 * h + 1]));
-        }
       float alpha[2];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        float tile_max = tn_tree_reduce(part[h], [](float a, float b) { return fmaxf(a, b); });
-        tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
-        tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
-        // Key 0 is visible to every row, so the max is finite from the first tile on; a row that a
-        // later tile hides wholly (causal) keeps it, and that tile's weights are 2^-inf = 0.
-        const float m_new = fmaxf(m_run[h], tile_max * qk_scale);
-        alpha[h] = tn_exp2(m_run[h] - m_new);
-        m_run[h] = m_new;
-      }
-#pragma unroll
-      for (int j = 0; j < kBKV / 2; ++j) s[j] = tn_exp2(fmaf(s[j], qk_scale, -m_run[j % 4 / 2]));
-#pragma unroll
-      for (int j = 0; j < 8; ++j)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          part[h][j] = s[4 * j + 2 * h] + s[4 * j + 2 * h + 1];
-#pragma unroll
-          for (int jj = j + 8; jj < kBKV / 8; jj += 8) part[h][j] += s[4 * jj + 2 * h] + s[4 * jj + 2 * h + 1];
-        }
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-        l_run[h] = fmaf(l_run[h], alpha[h], tn_tree_reduce(part[h], [](float a, float b) { return a + b; }));
+      tn_sdpa_softmax_step<kBKV>(s, qk_scale, m_run, l_run, alpha);
 #pragma unroll
       for (int d = 0; d < kDH / 2; ++d) o[d] *= alpha[d % 4 / 2];
 
@@ -256,20 +221,8 @@ __device__ __forceinline__ void tn_sdpa_wgmma(const T* q, const T* k, const T* v
     }
     if (lane == 0) tn_mbar_arrive(block.q_empty);  // this item's MMAs have read Q
 
-    const long long batch = it.n / heads;
-    const int hcol = it.n % heads * kDH;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 1);
-      l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 2);
-      const int row = row_a + h * 8;
-      if (row >= Sq) continue;
-      T* dst = out + (batch * Sq + row) * ldo + hcol + 2 * t;  // ldo and hcol even: 4-byte stores
-      const float inv = 1.f / l_run[h];
-#pragma unroll
-      for (int j = 0; j < kDH / 8; ++j)
-        *reinterpret_cast<unsigned*>(dst + 8 * j) = tn_pack2<T>(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
-    }
+    tn_sdpa_store_rows<T, kDH, 0>(out + (long long)(it.n / heads) * Sq * ldo + it.n % heads * kDH + 2 * t,
+                                  reinterpret_cast<const float(&)[kDH / 8][4]>(o), l_run, row_a, Sq, ldo);
   }
 }
 
