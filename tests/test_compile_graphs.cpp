@@ -15,6 +15,7 @@
 #include "core/launch_graph.h"
 #include "core/ptx.h"
 #include "ops/ops.h"
+#include "tests/conformance_variants.h"
 #include "tests/launch_order_check.h"
 #include "tests/op_test_util.h"
 #include "tests/test_compile_util.h"
@@ -264,6 +265,32 @@ TEST(CompileGraphs, EveryOpsConformanceGraphsCompile) {
         ++compiled;
       } catch (const Error& e) {
         ADD_FAILURE() << e.render();
+      }
+    }
+  }
+  EXPECT_GT(compiled, 0);
+}
+
+// Every kernel variant of a tunable op compiles and verifies on its conformance graphs
+// (tests/conformance_variants.h; GpuConformance runs them), with the fusion passes the GPU test
+// runs them with.
+TEST(CompileGraphs, EveryVariantOfATunableOpCompiles) {
+  int compiled = 0;
+  for (const OpDef& op : registry().ops()) {
+    if (!op.conformance_cases || !op.tuning.variants) continue;
+    for (const ConformanceCase& c : op.conformance_cases()) {
+      const Graph graph = parse_graph(c.graph, fmt::format("{}.yaml", op.name), registry());
+      for (const op_testing::VariantCase& v : op_testing::variant_cases(op, graph, c.bindings, suite_options())) {
+        SCOPED_TRACE(fmt::format("{} [{}] variant {}", op.name, c.label, v.variant));
+        try {
+          CompileOptions options = suite_options();
+          options.variants = v.nodes;
+          options.fixed = v.fixed;
+          check_structure(prepare_graph(graph, registry(), options), compile_graph(graph, registry(), options));
+          ++compiled;
+        } catch (const Error& e) {
+          ADD_FAILURE() << e.render();
+        }
       }
     }
   }

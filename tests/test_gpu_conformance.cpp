@@ -1,7 +1,8 @@
 // The one conformance test (in the spirit of ggml's test-backend-ops): every registered op's
 // OpDef::conformance_cases, run on the GPU and compared node by node with the host
 // reference, over each case's bindings (awkward widths 1, 3, 17, 1000, 4097; batch 1 and
-// large; every dtype the op supports).
+// large; every dtype the op supports); and a tunable op's cases once per kernel variant it offers
+// (tests/conformance_variants.h), since `teeny tune` may record any of them.
 //
 // Tolerances are core/compare.h's, per output dtype (|gpu - ref| <= atol + rtol * |ref|):
 //   f32 atol 1e-4 rtol 1e-3;  f16 atol 1e-3 rtol 5e-3;  bf16 atol 1e-2 rtol 1.6e-2;  i32 exact.
@@ -34,6 +35,7 @@
 #include "core/executor.h"
 #include "core/graph.h"
 #include "ops/ops.h"
+#include "tests/conformance_variants.h"
 #include "tests/gpu_test_util.h"
 #include "tests/op_test_util.h"
 
@@ -50,12 +52,18 @@ struct Job {
 
 // Every registered op's cases, or with TEENY_CONFORMANCE_OPS=name,name,... only those ops'
 // (for iterating on a few kernels; the test is only complete without it).
-std::vector<Job> all_jobs() {
-  std::set<std::string> only;
-  if (const char* list = std::getenv("TEENY_CONFORMANCE_OPS")) {
-    std::stringstream names(list);
-    for (std::string name; std::getline(names, name, ',');) only.insert(name);
+// The names in the comma-separated environment variable `variable` (none where unset).
+std::set<std::string> names_in(const char* variable) {
+  std::set<std::string> names;
+  if (const char* list = std::getenv(variable)) {
+    std::stringstream stream(list);
+    for (std::string name; std::getline(stream, name, ',');) names.insert(name);
   }
+  return names;
+}
+
+std::vector<Job> all_jobs() {
+  const std::set<std::string> only = names_in("TEENY_CONFORMANCE_OPS");
   std::vector<Job> jobs;
   for (const OpDef& op : registry().ops()) {
     if (!op.conformance_cases || (!only.empty() && !only.count(op.name))) continue;
@@ -98,11 +106,83 @@ TEST(ConformanceCases, EveryCaseGraphParsesAndNamesItsOp) {
   }
 }
 
-TEST(GpuConformance, EveryRegisteredOpMatchesItsReference) {
-  TEENY_GPU_OR_SKIP(device);
+// One compiled case: a job built with the op's heuristic (variant "") or with `variant` forced on
+// `nodes`, run at `bindings` (empty: the spec's defaults).
+struct Unit {
+  const Job* job = nullptr;
+  std::string variant;
+  std::map<std::string, std::string> nodes;
+  std::vector<Bindings> bindings;
+  Bindings fixed{};  // dims fixed at compile time
+  std::string label() const { return variant.empty() ? job->label() : job->label() + " variant " + variant; }
+  std::string tally() const { return variant.empty() ? job->op->name : job->op->name + " " + variant; }
+};
 
-  const std::vector<Job> jobs = all_jobs();
-  ASSERT_FALSE(jobs.empty());
+// Compiles every unit in parallel (most cases hold one kernel, so NVRTC's own per-graph
+// parallelism would leave the cores idle); a unit that fails to compile keeps its error instead.
+std::vector<std::optional<Bundle>> compile_units(const std::vector<Unit>& units, const std::string& cache,
+                                                 std::vector<std::string>& errors) {
+  std::vector<std::optional<Bundle>> bundles(units.size());
+  errors.assign(units.size(), "");
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t i = next++; i < units.size(); i = next++) {
+      try {
+        const Graph graph = parse_graph(units[i].job->c.graph, units[i].job->label(), registry());
+        CompileOptions options;
+        options.cache_dir = cache;
+        options.jobs = 1;
+        options.variants = units[i].nodes;
+        options.fixed = units[i].fixed;
+        bundles[i] = compile_graph(graph, registry(), options);
+      } catch (const Error& e) {
+        errors[i] = e.render();
+      }
+    }
+  };
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::thread> threads;
+  const unsigned workers = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
+  for (unsigned t = 0; t < workers; ++t) threads.emplace_back(worker);
+  for (std::thread& t : threads) t.join();
+  std::printf("compiled %zu cases in %.1f s\n", units.size(),
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  return bundles;
+}
+
+// Runs `bundle` once at `b` on random data and checks every node against its host reference:
+// what went wrong, or "".
+std::string run_and_check(const std::shared_ptr<cuda::Device>& device, const Bundle& bundle, const Bindings& b,
+                          uint64_t seed, const std::string& where) {
+  try {
+    std::vector<std::string> binds;
+    for (const auto& [dim, value] : b) binds.push_back(fmt::format("{}={}", dim, value));
+    BoundBundle bound = bind_bundle(bundle, bundle_bindings(bundle, binds), where);
+    DataOptions data_options;
+    data_options.seed = seed;
+    data_options.fill = ParamFill::kRandom;
+    const RunData data = prepare_data(bound, data_options);
+    bind_launches(bound, device->facts());
+    GpuExecutor executor(device, bound);
+    executor.upload(data);
+    executor.run(1, false);
+    executor.synchronize("conformance run of " + where);
+    // A training step changes the params, so the checked step's loss is not the first run's.
+    std::map<std::string, HostTensor> outputs;
+    if (bundle.loss.empty())
+      for (const std::string& name : bundle.outputs) outputs[name] = executor.read(name);
+    const CheckReport report = check_against_reference(executor, registry(), outputs);
+    return report.ok() ? "" : cli::format_check_report(report);
+  } catch (const Error& e) {
+    return e.render();
+  }
+}
+
+// Compiles and checks every unit, printing a line per tally (op, or op and variant) as soon as its
+// last unit is checked (a tally's units are consecutive), so a run stopped by a short GPU lease
+// still shows which passed.
+void conform(const std::shared_ptr<cuda::Device>& device, const std::vector<Unit>& units) {
+  ASSERT_FALSE(units.empty());
   // TEENY_TEST_NVRTC_CACHE, where set, is kept (CompileGraphs fills one with every case's kernels
   // on a machine without a GPU, so a short GPU lease need not compile them); else a scratch cache.
   const char* shared = std::getenv("TEENY_TEST_NVRTC_CACHE");
@@ -110,96 +190,77 @@ TEST(GpuConformance, EveryRegisteredOpMatchesItsReference) {
   const std::filesystem::path cache =
       keep_cache ? std::filesystem::path(shared)
                  : std::filesystem::temp_directory_path() / fmt::format("teeny_conformance_{}", getpid());
+  std::vector<std::string> compile_errors;
+  const std::vector<std::optional<Bundle>> bundles = compile_units(units, cache.string(), compile_errors);
 
-  // Compile every case first, in parallel (most cases hold one kernel, so NVRTC's own
-  // per-graph parallelism would leave the cores idle).
-  std::vector<std::optional<Bundle>> bundles(jobs.size());
-  std::vector<std::string> compile_errors(jobs.size());
-  std::atomic<size_t> next{0};
-  auto worker = [&] {
-    for (size_t i = next++; i < jobs.size(); i = next++) {
-      try {
-        const Graph graph = parse_graph(jobs[i].c.graph, jobs[i].label(), registry());
-        CompileOptions options;
-        options.cache_dir = cache.string();
-        options.jobs = 1;
-        bundles[i] = compile_graph(graph, registry(), options);
-      } catch (const Error& e) {
-        compile_errors[i] = e.render();
-      }
-    }
-  };
-  const auto compile_start = std::chrono::steady_clock::now();
-  std::vector<std::thread> threads;
-  const unsigned workers = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
-  for (unsigned t = 0; t < workers; ++t) threads.emplace_back(worker);
-  for (std::thread& t : threads) t.join();
-  std::printf("compiled %zu cases in %.1f s\n", jobs.size(),
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - compile_start).count());
-
-  struct OpTally {
+  struct Tally {
     int cases = 0, runs = 0, failures = 0;
     double seconds = 0;  // running and checking, compile excluded: shows where the test's time goes
   };
-  std::map<std::string, OpTally> tally;
-  // Each op's line as soon as its last case is checked (its cases are consecutive), so a run
-  // stopped by a short GPU lease still shows which ops passed.
-  const auto print_tally = [&](const std::string& op) {
-    const OpTally& t = tally[op];
-    std::printf("%-22s %6d %6d %9d %9.1f\n", op.c_str(), t.cases, t.runs, t.failures, t.seconds);
+  std::map<std::string, Tally> tally;
+  const auto print_tally = [&](const std::string& name) {
+    const Tally& t = tally[name];
+    std::printf("%-30s %6d %6d %9d %9.1f\n", name.c_str(), t.cases, t.runs, t.failures, t.seconds);
     std::fflush(stdout);
   };
-  std::printf("%-22s %6s %6s %9s %9s\n", "op", "cases", "runs", "failures", "seconds");
-  for (size_t i = 0; i < jobs.size(); ++i) {
-    const Job& job = jobs[i];
-    if (i > 0 && jobs[i - 1].op != job.op) print_tally(jobs[i - 1].op->name);
-    OpTally& t = tally[job.op->name];
+  std::printf("%-30s %6s %6s %9s %9s\n", "op", "cases", "runs", "failures", "seconds");
+  for (size_t i = 0; i < units.size(); ++i) {
+    const Unit& unit = units[i];
+    if (i > 0 && units[i - 1].tally() != unit.tally()) print_tally(units[i - 1].tally());
+    Tally& t = tally[unit.tally()];
     ++t.cases;
     if (!bundles[i]) {
       ++t.failures;
-      ADD_FAILURE() << job.label() << ": compile failed:\n" << compile_errors[i];
+      ADD_FAILURE() << unit.label() << ": compile failed:\n" << compile_errors[i];
       continue;
     }
     const auto start = std::chrono::steady_clock::now();
-    const std::vector<Bindings> runs = job.c.bindings.empty() ? std::vector<Bindings>{Bindings{}} : job.c.bindings;
+    const std::vector<Bindings> runs = unit.bindings.empty() ? std::vector<Bindings>{Bindings{}} : unit.bindings;
     for (const Bindings& b : runs) {
-      const std::string where = fmt::format("{} with {}", job.label(), bindings_text(b));
+      const std::string where = fmt::format("{} with {}", unit.label(), bindings_text(b));
       ++t.runs;
-      try {
-        std::vector<std::string> binds;
-        for (const auto& [dim, value] : b) binds.push_back(fmt::format("{}={}", dim, value));
-        BoundBundle bound = bind_bundle(*bundles[i], bundle_bindings(*bundles[i], binds), job.label());
-        DataOptions data_options;
-        data_options.seed = 1234 + i;
-        data_options.fill = ParamFill::kRandom;
-        const RunData data = prepare_data(bound, data_options);
-        bind_launches(bound, device->facts());
-        GpuExecutor executor(device, bound);
-        executor.upload(data);
-        executor.run(1, false);
-        executor.synchronize("conformance run of " + where);
-        // A training step changes the params, so the checked step's loss is not the first run's.
-        std::map<std::string, HostTensor> outputs;
-        if (bundles[i]->loss.empty())
-          for (const std::string& name : bundles[i]->outputs) outputs[name] = executor.read(name);
-        const CheckReport report = check_against_reference(executor, registry(), outputs);
-        if (!report.ok()) {
-          ++t.failures;
-          ADD_FAILURE() << where << ":\n" << cli::format_check_report(report);
-        }
-      } catch (const Error& e) {
+      const std::string failure = run_and_check(device, *bundles[i], b, 1234 + i, where);
+      if (!failure.empty()) {
         ++t.failures;
-        ADD_FAILURE() << where << ": " << e.render();
+        ADD_FAILURE() << where << ":\n" << failure;
       }
     }
     t.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
   std::error_code ec;
   if (!keep_cache) std::filesystem::remove_all(cache, ec);
+  print_tally(units.back().tally());
+}
 
-  print_tally(jobs.back().op->name);
+TEST(GpuConformance, EveryRegisteredOpMatchesItsReference) {
+  TEENY_GPU_OR_SKIP(device);
+  const std::vector<Job> jobs = all_jobs();
+  std::vector<Unit> units;
+  for (const Job& job : jobs) units.push_back({&job, "", {}, job.c.bindings});
+  conform(device, units);
   for (const OpDef& op : registry().ops())
-    if (!tally.count(op.name)) std::printf("%-22s (no conformance cases)\n", op.name.c_str());
+    if (std::none_of(jobs.begin(), jobs.end(), [&](const Job& j) { return j.op == &op; }))
+      std::printf("%-30s (no conformance cases)\n", op.name.c_str());
+}
+
+// Each tunable op's cases once per kernel variant its nodes offer (tests/conformance_variants.h):
+// whichever variant `teeny tune` records, compile may build it. TEENY_CONFORMANCE_VARIANTS=a,b
+// narrows it to those variants.
+TEST(GpuConformance, EveryVariantOfATunableOpMatchesItsReference) {
+  TEENY_GPU_OR_SKIP(device);
+  const std::set<std::string> only = names_in("TEENY_CONFORMANCE_VARIANTS");
+  const std::vector<Job> jobs = all_jobs();
+  std::vector<Unit> units;
+  for (const Job& job : jobs) {
+    if (!job.op->tuning.variants) continue;
+    const Graph graph = parse_graph(job.c.graph, job.label(), registry());
+    for (op_testing::VariantCase& v : op_testing::variant_cases(*job.op, graph, job.c.bindings, CompileOptions{}))
+      if (only.empty() || only.count(v.variant))
+        units.push_back({&job, v.variant, std::move(v.nodes), std::move(v.bindings), std::move(v.fixed)});
+  }
+  // A tally per op and variant.
+  std::stable_sort(units.begin(), units.end(), [](const Unit& a, const Unit& b) { return a.tally() < b.tally(); });
+  conform(device, units);
 }
 
 }  // namespace
