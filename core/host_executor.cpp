@@ -102,11 +102,11 @@ const BundleTensor& bundle_tensor(const BoundBundle& bound, const std::string& n
 
 namespace {
 
-// The op's reference of node `node_index` for `inputs`, computed at `output_shape` and rounded to
-// the output's dtype.
+// The op's reference of node `node_index` for `inputs`, computed at `output_shape` (at the output
+// rows `rows` alone where given: RefContext::rows) and rounded to the output's dtype.
 HostTensor reference_at(const BoundBundle& bound, const Registry& registry, size_t node_index,
                         const std::vector<HostTensor>& inputs, const std::map<std::string, HostTensor>& params,
-                        const std::vector<int64_t>& output_shape) {
+                        const std::vector<int64_t>& output_shape, const std::vector<int64_t>& rows = {}) {
   const Bundle& bundle = *bound.bundle;
   const BundleNode& node = bundle.nodes.at(node_index);
   const OpDef* def = registry.find(node.op);
@@ -126,7 +126,7 @@ HostTensor reference_at(const BoundBundle& bound, const Registry& registry, size
   ctx.requested_dtype = node.requested_dtype;
   ctx.output = symbolic_type(bundle_tensor(bound, node.name));
 
-  RefContext ref{ctx, inputs, {}, output_shape};
+  RefContext ref{ctx, inputs, {}, output_shape, rows};
   HostTensor result;
   try {
     check_node_attrs(*def, node.attrs);
@@ -210,13 +210,15 @@ HostTensor reference_rows(const BoundBundle& bound, const Registry& registry, si
   const BundleNode& node = bound.bundle->nodes.at(node_index);
   const std::vector<int64_t>& shape = bound.tensor(node.name).shape;
   const OpDef* def = registry.find(node.op);
+  const std::vector<int64_t> output_shape{static_cast<int64_t>(rows.size()), shape.empty() ? 1 : shape.back()};
+  if (def && def->tuning.reference_rows)
+    return reference_at(bound, registry, node_index, inputs, params, output_shape, rows);
   std::vector<HostTensor> selected = inputs;
   for (int i : def ? def->tuning.row_inputs : std::vector<int>{}) {
     if (i < static_cast<int>(inputs.size()) && rows_of(inputs[i].shape) == rows_of(shape))
       selected[i] = select_rows(inputs[i], rows);
   }
-  return reference_at(bound, registry, node_index, selected, params,
-                      {static_cast<int64_t>(rows.size()), shape.empty() ? 1 : shape.back()});
+  return reference_at(bound, registry, node_index, selected, params, output_shape);
 }
 
 HostStep host_step_start(const BoundBundle& bound, const RunData& data) {

@@ -20,8 +20,9 @@ HostTensor reference_node(const BoundBundle& bound, const Registry& registry, si
                           const std::vector<HostTensor>& inputs, const std::map<std::string, HostTensor>& params);
 
 // The reference of node `node_index` at the output rows `rows` (all dims but the last, flattened)
-// alone, for an op whose OpTuning::row_inputs name the inputs those rows come from: the op's
-// reference sees just those inputs' rows, so checking a few rows costs a few rows' arithmetic.
+// alone, for an op whose OpTuning::row_inputs name the inputs those rows come from (the op's
+// reference sees just those inputs' rows) or whose reference computes given rows
+// (OpTuning::reference_rows), so checking a few rows costs a few rows' arithmetic.
 // Returns [rows.size(), the output's last dim].
 HostTensor reference_rows(const BoundBundle& bound, const Registry& registry, size_t node_index,
                           const std::vector<HostTensor>& inputs, const std::map<std::string, HostTensor>& params,

@@ -252,6 +252,9 @@ struct RefContext {
   std::vector<HostTensor> inputs;     // concrete, values already in their dtype
   std::vector<HostTensor> params;     // in ParamSpec order
   std::vector<int64_t> output_shape;  // concrete
+  // Where non-empty, only these output rows (all dims but the last, flattened), in this order: an
+  // op with OpTuning::reference_rows returns them alone, [rows.size(), the last dim].
+  std::vector<int64_t> rows{};
 };
 // Returns the output (dtype = op.output.dtype, shape = output_shape), computed in double;
 // core rounds it to the output dtype.
@@ -298,6 +301,9 @@ struct OpTuning {
   // The inputs whose rows (all dims but the last, flattened) are the output's rows: tune checks a
   // sample of output rows against the reference computed from those rows alone.
   std::vector<int> row_inputs;
+  // Or the reference computes sampled output rows itself (RefContext::rows) from whole inputs,
+  // where a row needs more than its own input rows (attention: its head's keys and its position).
+  bool reference_rows = false;
 };
 
 // ---- backward (docs/training.md) ---------------------------------------------------------

@@ -113,7 +113,8 @@ size_t node_index(const Bundle& bundle, const std::string& name) {
 }
 
 // Compares each of a problem's candidates, run on the same inputs and params, with the reference,
-// on sampled rows where the op's inputs give them (OpTuning::row_inputs).
+// on sampled rows where the op's reference can compute them alone (OpTuning::row_inputs,
+// OpTuning::reference_rows).
 void check_problem(const BoundBundle& bound, const GpuExecutor& executor, const RunData& data, size_t p,
                    Candidates& candidates, const Registry& registry, const TuneOptions& options) {
   const Bundle& bundle = *bound.bundle;
@@ -123,7 +124,7 @@ void check_problem(const BoundBundle& bound, const GpuExecutor& executor, const 
   for (const std::string& input : bundle.nodes[index].inputs) inputs.push_back(data.inputs.at(input));
   const OpDef* op = registry.find(bundle.nodes[index].op);
   const int64_t rows = bound.tensor(first).rows;
-  const bool sampled = op != nullptr && !op->tuning.row_inputs.empty();
+  const bool sampled = op != nullptr && (!op->tuning.row_inputs.empty() || op->tuning.reference_rows);
   const std::vector<int64_t> checked = sample_rows(rows, sampled ? options.check_rows : static_cast<int>(rows));
   const HostTensor reference = sampled ? reference_rows(bound, registry, index, inputs, data.params, checked)
                                        : reference_node(bound, registry, index, inputs, data.params);

@@ -10,6 +10,7 @@
 // them merged, for fused.sdpa_heads (ops/sdpa.h).
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <optional>
 #include <tuple>
 
@@ -270,7 +271,9 @@ OpTuning attention_tuning(std::function<AttentionHeads(const Attrs&)> heads_of) 
     if (wgmma_ok(ctx, head_dim)) variants.push_back({kWgmmaVariant});
     return variants;
   };
-  tuning.row_inputs = {0};  // an output row is its query row's (over every key)
+  // An output row (a query's, every head of it) needs its batch's keys and its position: the
+  // reference computes sampled rows from whole inputs.
+  tuning.reference_rows = true;
   return tuning;
 }
 
@@ -470,28 +473,33 @@ HostTensor attention_reference(const RefContext& ref, const AttentionHeads& h) {
   const HostTensor v = repeat_kv_heads(ref.inputs.at(2), batch, h, dh);
   const int64_t skv = k.shape[1];
   const double scale = sdpa_scale(ref.op, dh);
-  HostTensor out{ref.op.output.dtype, ref.output_shape, std::vector<double>(batch * sq * width, 0.0)};
+  // Output row b * sq + i is query i of batch b, every head: all of them, or those asked for.
+  std::vector<int64_t> rows = ref.rows;
+  if (rows.empty()) {
+    rows.resize(batch * sq);
+    std::iota(rows.begin(), rows.end(), int64_t{0});
+  }
+  HostTensor out{ref.op.output.dtype, ref.output_shape, std::vector<double>(rows.size() * width, 0.0)};
   std::vector<double> scores(skv);
-  for (int64_t b = 0; b < batch; ++b) {
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const int64_t b = rows[r] / sq, i = rows[r] % sq;
+    const KeyRange keys = visible_keys(ref.op.attrs, i, skv);  // none: the output row stays 0
     for (int64_t h = 0; h < heads; ++h) {
-      for (int64_t i = 0; i < sq; ++i) {
-        const double* qi = &q.data[(b * sq + i) * width + h * dh];
-        const KeyRange keys = visible_keys(ref.op.attrs, i, skv);  // none: the output row stays 0
-        double max_score = -INFINITY;
-        for (int64_t j = keys.begin; j < keys.end; ++j) {
-          const double* kj = &k.data[(b * skv + j) * width + h * dh];
-          double dot = 0.0;
-          for (int64_t d = 0; d < dh; ++d) dot += qi[d] * kj[d];
-          scores[j] = dot * scale;
-          max_score = std::max(max_score, scores[j]);
-        }
-        double total = 0.0;
-        for (int64_t j = keys.begin; j < keys.end; ++j) total += scores[j] = std::exp(scores[j] - max_score);
-        double* oi = &out.data[(b * sq + i) * width + h * dh];
-        for (int64_t j = keys.begin; j < keys.end; ++j) {
-          const double* vj = &v.data[(b * skv + j) * width + h * dh];
-          for (int64_t d = 0; d < dh; ++d) oi[d] += scores[j] / total * vj[d];
-        }
+      const double* qi = &q.data[rows[r] * width + h * dh];
+      double max_score = -INFINITY;
+      for (int64_t j = keys.begin; j < keys.end; ++j) {
+        const double* kj = &k.data[(b * skv + j) * width + h * dh];
+        double dot = 0.0;
+        for (int64_t d = 0; d < dh; ++d) dot += qi[d] * kj[d];
+        scores[j] = dot * scale;
+        max_score = std::max(max_score, scores[j]);
+      }
+      double total = 0.0;
+      for (int64_t j = keys.begin; j < keys.end; ++j) total += scores[j] = std::exp(scores[j] - max_score);
+      double* oi = &out.data[r * width + h * dh];
+      for (int64_t j = keys.begin; j < keys.end; ++j) {
+        const double* vj = &v.data[(b * skv + j) * width + h * dh];
+        for (int64_t d = 0; d < dh; ++d) oi[d] += scores[j] / total * vj[d];
       }
     }
   }

@@ -9,9 +9,12 @@
 
 #include <fmt/format.h>
 
+#include "core/binding.h"
 #include "core/bundle.h"
 #include "core/compile.h"
 #include "core/graph.h"
+#include "core/host_executor.h"
+#include "core/run_data.h"
 #include "core/tune.h"
 #include "tests/file_test_util.h"
 #include "tests/op_test_util.h"
@@ -240,6 +243,38 @@ TEST(TuneProblems, AttentionIsTunedOverItsTensorCoreKernels) {
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_EQ(e.message(), "node 'b': op 'sdpa', sdpa has no variant 'mma_b2' here (its variants: none)");
+  }
+}
+
+// Tune checks attention on sampled rows: each computed with its batch's keys and, under the causal
+// mask, its own position, as the whole reference computes it (grouped heads and heads in place
+// alike).
+TEST(TuneProblems, AttentionsSampledRowsAreThoseOfItsWholeReference) {
+  const Graph graph = parse_graph(
+      "name: g\ninputs:\n  q: {dtype: f32, shape: [4, 5, 16]}\n  kv: {dtype: f32, shape: [2, 7, 16]}\n"
+      "  h: {dtype: f32, shape: [3, 6, 32]}\n"
+      "nodes:\n"
+      "  - {name: a, op: sdpa, inputs: [q, kv, kv], attrs: {causal: true, kv_groups: 2}}\n"
+      "  - {name: b, op: fused.sdpa_heads, inputs: [h, h, h], attrs: {heads: 2, causal: true}}\n"
+      "outputs: [a, b]\n",
+      "g.yaml", registry());
+  CompileOptions options;
+  options.cache_dir = cache_dir();
+  const Bundle bundle = compile_graph(graph, registry(), options);
+  const BoundBundle bound = bind_bundle(bundle, bundle_bindings(bundle, {}), "g");
+  DataOptions data_options;
+  data_options.fill = ParamFill::kRandom;
+  const RunData data = prepare_data(bound, data_options);
+  const std::map<std::string, HostTensor> whole = run_host(bound, registry(), data);
+  for (size_t node = 0; node < bundle.nodes.size(); ++node) {
+    SCOPED_TRACE(bundle.nodes[node].name);
+    std::vector<HostTensor> inputs;
+    for (const std::string& input : bundle.nodes[node].inputs) inputs.push_back(data.inputs.at(input));
+    const std::vector<int64_t> rows = {17, 0, 5, 11, 6};  // out of order, across batches
+    const HostTensor sampled = reference_rows(bound, registry(), node, inputs, data.params, rows);
+    const HostTensor expected = select_rows(whole.at(bundle.nodes[node].name), rows);
+    EXPECT_EQ(sampled.shape, expected.shape);
+    EXPECT_EQ(sampled.data, expected.data);
   }
 }
 
