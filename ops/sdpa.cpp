@@ -3,8 +3,8 @@
 //
 // Flash-attention style (ops/kernels/sdpa.cuh): one block per (head, tile of queries); K and V
 // stream through shared memory with an online softmax, so nothing S×S is ever stored. Four
-// kernels: on sm_90 where tuned, Hopper's warpgroup MMAs fed by TMA for f16/bf16 head dims 64, 128
-// and 256 (ops/kernels/sdpa_wgmma.cuh); mma.sync tensor cores for f16/bf16 head dims in MMA steps
+// kernels: on sm_90 Hopper's warpgroup MMAs fed by TMA for f16/bf16 head dims 64, 128 and 256
+// (ops/kernels/sdpa_wgmma.cuh); mma.sync tensor cores for other f16/bf16 head dims in MMA steps
 // (up to 128), register tiles for f32 head dim 64, and otherwise one to four threads per query
 // (head dims up to 256). The kernels also read heads in place from [B, S, H*Dh] tensors and write
 // them merged, for fused.sdpa_heads (ops/sdpa.h).
@@ -363,9 +363,9 @@ Lowering lower_attention(const OpContext& ctx, const AttentionHeads& h) {
   const bool causal = ctx.attrs.boolean("causal");
   const int64_t window = attention_window(ctx.attrs);
   const int variant_blocks = variant_blocks_per_sm(ctx);
-  // The wgmma kernel runs where `teeny tune` chose it (or its variant is named): the heuristic
-  // keeps the mma.sync kernel until wgmma's speed has been measured across shapes.
-  const bool wgmma = ctx.variant == kWgmmaVariant;
+  // The heuristic takes the wgmma kernel wherever it runs (Hopper's MMAs fed by TMA, the softmax
+  // of one warpgroup under the other's MMAs); the mma variants stay `teeny tune`'s to pick.
+  const bool wgmma = ctx.variant == kWgmmaVariant || (ctx.variant.empty() && wgmma_ok(ctx, head_dim));
   if (wgmma && !wgmma_ok(ctx, head_dim))
     throw OpError("op",
                   "attention's wgmma variant needs sm_90, f16/bf16, head dim 64, 128 or 256, no window, and "

@@ -217,13 +217,14 @@ TEST(CompileGraphs, ArchPicksArchSpecificKernelsAndTheirTarget) {
       EXPECT_NE(k.ptx.find(".target " + k.target), std::string::npos) << k.name;
     }
     // Its six linears all load by TMA (16-byte rows) on the pingpong kernel: q, k, v share the
-    // plain one, proj and fc_proj (K = 768 and 3072) the one adding the residual, fc the GELU one.
-    EXPECT_EQ(specific, arch == "sm_90" ? 3 : 0);
+    // plain one, proj and fc_proj (K = 768 and 3072) the one adding the residual, fc the GELU one;
+    // and its attention runs the wgmma kernel.
+    EXPECT_EQ(specific, arch == "sm_90" ? 4 : 0);
   }
 }
 
 // fuse_attention_heads on the bf16 block: its three split_heads, sdpa and merge_heads become one
-// fused.sdpa_heads node running sdpa's tensor-core kernel; --no-fuse keeps all sixteen nodes.
+// fused.sdpa_heads node running sdpa's wgmma kernel; --no-fuse keeps all sixteen nodes.
 TEST(CompileGraphs, TransformerBlockFusesAttentionHeads) {
   const Graph graph = load_graph(std::string(TEENY_SOURCE_DIR) + "/graphs/transformer_block_bf16.yaml", registry());
   CompileOptions options = suite_options();
@@ -244,8 +245,8 @@ TEST(CompileGraphs, TransformerBlockFusesAttentionHeads) {
   std::vector<std::string> kernels;
   for (const BundleLaunch& l : fused.launches)
     if (l.node == "merged") kernels.push_back(fused.kernels.at(l.kernel).name);
-  // The tensor-core kernel from 9 query rows on, the decode path and its combine up to 8.
-  EXPECT_EQ(kernels, (std::vector<std::string>{"sdpa_bf16_d64_causal_mma", "sdpa_bf16_d64_causal_decode",
+  // The wgmma kernel from 9 query rows on, the decode path and its combine up to 8.
+  EXPECT_EQ(kernels, (std::vector<std::string>{"sdpa_bf16_d64_causal_wgmma", "sdpa_bf16_d64_causal_decode",
                                                "sdpa_bf16_d64_decode_combine"}));
 }
 

@@ -192,7 +192,7 @@ TEST_F(OneBundleManyGpus, ElementwiseGridsAreOneWaveOfTheBoundDevice) {
   }
 }
 
-TEST_F(OneBundleManyGpus, TransformerBlockLinearsAreOneBlockAnSmWhenTheyHaveTheTiles) {
+TEST_F(OneBundleManyGpus, TransformerBlockWgmmaKernelsAreOneBlockAnSmWhenTheyHaveTheWork) {
   const Bundle bundle = compile(std::string(TEENY_SOURCE_DIR) + "/graphs/transformer_block_bf16.yaml");
   int persistent = 0;
   for (const DeviceFacts& device : kDevices) {
@@ -204,9 +204,12 @@ TEST_F(OneBundleManyGpus, TransformerBlockLinearsAreOneBlockAnSmWhenTheyHaveTheT
         const std::string& kernel = bundle.kernels[launch.kernel].name;
         if (kernel.find("_wgmma") == std::string::npos) continue;
         ++persistent;
-        // Persistent GEMMs of 128x128 output tiles: a block per tile, at most one on each SM.
-        ASSERT_NE(kernel.find("_128x128x"), std::string::npos) << kernel;
-        const int64_t tiles = (arg_value(launch, "M") + 127) / 128 * ((arg_value(launch, "N") + 127) / 128);
+        // Persistent GEMMs of 128x128 output tiles and attention of 128-query items: a block per
+        // tile or item, at most one on each SM.
+        const bool attention = kernel.rfind("sdpa_", 0) == 0;
+        if (!attention) ASSERT_NE(kernel.find("_128x128x"), std::string::npos) << kernel;
+        const int64_t tiles = attention ? arg_value(launch, "N") * ((arg_value(launch, "Sq") + 127) / 128)
+                                        : (arg_value(launch, "M") + 127) / 128 * ((arg_value(launch, "N") + 127) / 128);
         EXPECT_EQ(launch.grid[0], std::min(tiles, device.sms)) << launch.label();
         if (binds[0] == "B=64") {
           EXPECT_EQ(launch.grid[0], device.sms) << launch.label() << ": every SM busy";
@@ -214,7 +217,8 @@ TEST_F(OneBundleManyGpus, TransformerBlockLinearsAreOneBlockAnSmWhenTheyHaveTheT
       }
     }
   }
-  EXPECT_EQ(persistent, 3 * 2 * 6);  // q, k, v, proj, fc, fc_proj at two bindings on three GPUs
+  // q, k, v, proj, fc, fc_proj and the attention at two bindings on three GPUs
+  EXPECT_EQ(persistent, 3 * 2 * 7);
 }
 
 // ---- inspect ----------------------------------------------------------------------------------

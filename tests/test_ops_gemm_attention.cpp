@@ -918,6 +918,7 @@ TEST(GemmAttentionLowering, SdpaGridScaleAndStrides) {
   TensorType q = tensor(DType::kBF16, {B * Expr(12), S, 64});
   q.row_stride = Expr(72);
   OpContext ctx = context("sdpa", {{"causal", true}}, {q, q, q});
+  ctx.target_sm = 80;  // the mma.sync kernel (sm_90 takes wgmma: SdpaWgmmaOnHopper)
   const Launch launch = op("sdpa").lower(ctx).launches.at(0);
   const Bindings bind = {{"B", 2}, {"S", 130}};
   EXPECT_EQ(launch.grid[0].eval(bind), 24 * 3);  // 64 queries per block
@@ -941,8 +942,7 @@ TEST(GemmAttentionLowering, SdpaGridScaleAndStrides) {
   EXPECT_EQ(simt.kernels.at(0).name, "sdpa_f32_d32_causal");
 }
 
-// On sm_90, 16-bit attention at head dims 64, 128 and 256 may run the wgmma kernel (tune's variant
-// "wgmma"; the heuristic keeps mma.sync): persistent blocks
+// On sm_90, 16-bit attention at head dims 64, 128 and 256 runs the wgmma kernel: persistent blocks
 // (at most one an SM) of 384 threads (a producer and two consumer warpgroups) taking 128 queries
 // at a time, TMA maps of q, k and v over all
 // their rows with 64-column boxes, key tiles of 128 (64 at head dim 256) and the ring's stages
@@ -952,12 +952,7 @@ TEST(GemmAttentionLowering, SdpaWgmmaOnHopper) {
   const Bindings bind = {{"B", 2}, {"S", 130}, {"SMS", 132}};
   TensorType q = tensor(DType::kBF16, {B * Expr(12), S, 128});
   q.row_stride = Expr(136);
-  const auto wgmma = [](const std::string& name, const nlohmann::json& attrs, const TensorType& x) {
-    OpContext ctx = context(name, attrs, {x, x, x});
-    ctx.variant = "wgmma";
-    return op(name).lower(ctx);
-  };
-  const Lowering lowering = wgmma("sdpa", {{"causal", true}}, q);
+  const Lowering lowering = op("sdpa").lower(context("sdpa", {{"causal", true}}, {q, q, q}));
   EXPECT_EQ(lowering.kernels.at(0).name, "sdpa_bf16_d128_causal_wgmma");
   EXPECT_TRUE(lowering.kernels.at(0).arch_specific);
   EXPECT_EQ(lowering.kernels.at(0).function, "tn_sdpa_wgmma<__nv_bfloat16, 128, 128, 2, true>");
@@ -978,21 +973,19 @@ TEST(GemmAttentionLowering, SdpaWgmmaOnHopper) {
   EXPECT_EQ(lowering.launches.at(1).args.size(), launch.args.size() - 3 + 2);  // decode: partials, splits
 
   const TensorType wide = tensor(DType::kF16, {B, S, 256});
-  const Lowering d256 = wgmma("sdpa", {{"causal", false}}, wide);
+  const Lowering d256 = op("sdpa").lower(context("sdpa", {{"causal", false}}, {wide, wide, wide}));
   EXPECT_EQ(d256.kernels.at(0).function, "tn_sdpa_wgmma<__half, 256, 64, 2, false>");
   EXPECT_EQ(arg(d256.launches.at(0), "v_map").map.box_rows, 64);
 
-  EXPECT_EQ(op("sdpa").lower(context("sdpa", {{"causal", true}}, {q, q, q})).kernels.at(0).name,
-            "sdpa_bf16_d128_causal_mma");  // the heuristic's
-  const auto refused = [&](const TensorType& x, const nlohmann::json& attrs) {
-    EXPECT_THROW(wgmma("sdpa", attrs, x), OpError) << attrs.dump() << " " << x.shape.size();
+  const auto kernel = [](const TensorType& x, const nlohmann::json& attrs) {
+    return op("sdpa").lower(context("sdpa", attrs, {x, x, x})).kernels.at(0).name;
   };
-  refused(q, {{"causal", true}, {"window", 100}});
+  EXPECT_EQ(kernel(q, {{"causal", true}, {"window", 100}}), "sdpa_bf16_d128_causal_w100_mma");
   TensorType odd = q;
   odd.row_stride = Expr(132);  // 264 bytes
-  refused(odd, {{"causal", true}});
-  refused(tensor(DType::kBF16, {B, S, 96}), {{"causal", false}});
-  refused(tensor(DType::kF32, {B, S, 128}), {{"causal", false}});
+  EXPECT_EQ(kernel(odd, {{"causal", true}}), "sdpa_bf16_d128_causal_mma");
+  EXPECT_EQ(kernel(tensor(DType::kBF16, {B, S, 96}), {{"causal", false}}), "sdpa_bf16_d96_mma");
+  EXPECT_EQ(kernel(tensor(DType::kF32, {B, S, 128}), {{"causal", false}}), "sdpa_f32_d128");
 }
 
 // fused.sdpa_heads runs sdpa's kernel (the same source, so compile shares one PTX) on heads read
@@ -1005,7 +998,7 @@ TEST(GemmAttentionLowering, SdpaHeadsSharesSdpasKernel) {
       op("fused.sdpa_heads").lower(context("fused.sdpa_heads", {{"heads", 12}, {"causal", true}}, {x, x, x}));
   const TensorType split = tensor(DType::kBF16, {B * Expr(12), S, 64});
   const Lowering plain = op("sdpa").lower(context("sdpa", {{"causal", true}}, {split, split, split}));
-  EXPECT_EQ(fused.kernels.at(0).name, "sdpa_bf16_d64_causal_mma");
+  EXPECT_EQ(fused.kernels.at(0).name, "sdpa_bf16_d64_causal_wgmma");
   EXPECT_EQ(kernel_translation_unit(fused.kernels.at(0), "e"), kernel_translation_unit(plain.kernels.at(0), "e"));
   const Launch& f = fused.launches.at(0);
   const Launch& p = plain.launches.at(0);
@@ -1036,7 +1029,7 @@ TEST(GemmAttentionLowering, GroupedQueryArgumentsAndCost) {
   const TensorType repeated = tensor(DType::kBF16, {B * Expr(32), T, 128});
   const Lowering grouped = op("sdpa").lower(context("sdpa", {{"causal", true}, {"kv_groups", 4}}, {q, kv, kv}));
   const Lowering plain = op("sdpa").lower(context("sdpa", {{"causal", true}}, {q, repeated, repeated}));
-  EXPECT_EQ(grouped.kernels.at(0).name, "sdpa_bf16_d128_causal_mma");
+  EXPECT_EQ(grouped.kernels.at(0).name, "sdpa_bf16_d128_causal_wgmma");
   EXPECT_EQ(kernel_translation_unit(grouped.kernels.at(0), "e"), kernel_translation_unit(plain.kernels.at(0), "e"));
   const Launch& g = grouped.launches.at(0);
   const Launch& p = plain.launches.at(0);
@@ -1058,7 +1051,7 @@ TEST(GemmAttentionLowering, GroupedQueryArgumentsAndCost) {
                              .lower(context("fused.sdpa_heads", {{"heads", 12}, {"kv_groups", 4}, {"causal", false}},
                                             {tensor(DType::kBF16, {B, S, 768}), hkv, hkv}));
   const Launch& f = fused.launches.at(0);
-  EXPECT_EQ(fused.kernels.at(0).name, "sdpa_bf16_d64_mma");
+  EXPECT_EQ(fused.kernels.at(0).name, "sdpa_bf16_d64_wgmma");
   EXPECT_EQ(arg(f, "N").value.eval(bind), 24);
   EXPECT_EQ(arg(f, "heads").value.eval(bind), 12);
   EXPECT_EQ(arg(f, "kv_heads").value.eval(bind), 3);
