@@ -60,6 +60,63 @@ __device__ __forceinline__ void tn_sdpa_decode_load(float (*dst)[kLd], const T* 
   }
 }
 
+// One key tile of K and V held in registers as 16-byte chunks, so that the next tile's loads are in
+// flight while this one's scores and sums are computed (a block streams its keys one tile at a
+// time: loads issued only as a tile is needed would leave each tile's memory latency exposed).
+// Where rows are not 16-byte aligned, `store` reads the tile from global memory itself.
+template <typename T, int kThreads, int kKeys, int kDH>
+struct tn_sdpa_decode_kv {
+  static constexpr int kVec = tn_pack<T>::kN;
+  static constexpr int kRowChunks = kDH / kVec > 0 ? kDH / kVec : 1;  // a head dim under 16 bytes is never `vec`
+  static constexpr int kChunks = kKeys * kRowChunks;
+  static constexpr int kPer = (kChunks + kThreads - 1) / kThreads;
+  uint4 k[kPer], v[kPer];
+  const T *kn, *vn;
+  int ldk, ldv, end;
+  bool vec;
+
+  __device__ __forceinline__ void load(int j0) {
+    if (!vec) return;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int c = threadIdx.x + i * kThreads, row = j0 + c / kRowChunks, col = c % kRowChunks * kVec;
+      k[i] = v[i] = make_uint4(0u, 0u, 0u, 0u);
+      if (c < kChunks && row < end) {
+        k[i] = __ldg(reinterpret_cast<const uint4*>(kn + (long long)row * ldk + col));
+        v[i] = __ldg(reinterpret_cast<const uint4*>(vn + (long long)row * ldv + col));
+      }
+    }
+  }
+
+  // The tile from j0 (the one `load` last fetched, where aligned) into shared memory as f32.
+  template <int kLdK, int kLdV>
+  __device__ __forceinline__ void store(float (*Ks)[kLdK], float (*Vs)[kLdV], int j0) const {
+    if (!vec) {
+      tn_sdpa_decode_load<T, kThreads, kKeys, kDH>(Ks, kn, ldk, j0, end, 1.f);
+      tn_sdpa_decode_load<T, kThreads, kKeys, kDH>(Vs, vn, ldv, j0, end, 1.f);
+      return;
+    }
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int c = threadIdx.x + i * kThreads, r = c / kRowChunks, col = c % kRowChunks * kVec;
+      if (c >= kChunks) break;
+      float x[kVec], y[kVec];
+      if constexpr (sizeof(T) == 4) {
+        tn_unpack16(k[i], x);
+        tn_unpack16(v[i], y);
+      } else {
+        tn_unpack16<T>(k[i], x);
+        tn_unpack16<T>(v[i], y);
+      }
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) {
+        Ks[r][col + e] = x[e];
+        Vs[r][col + e] = y[e];
+      }
+    }
+  }
+};
+
 // Dynamic shared memory: Q [kMaxRows][kDH], K [kKeys][kDH + 1], V [kKeys][kDH], P [kMaxRows][kKeys]
 // and the rows' max, sum and rescale factor, all f32 (ops/sdpa.cpp sizes it alike).
 template <typename T, int kDH, int kMaxRows, int kThreads, bool kCausal, int kWindow = 0>
@@ -101,11 +158,16 @@ __device__ __forceinline__ void tn_sdpa_decode(const T* q, const T* k, const T* 
 #pragma unroll
   for (int i = 0; i < kAcc; ++i) acc[i] = 0.f;
 
+  tn_sdpa_decode_kv<T, kThreads, kKeys, kDH> tile;
+  tile.kn = kn, tile.vn = vn, tile.ldk = ldk, tile.ldv = ldv, tile.end = end;
+  tile.vec =
+      kDH % tile.kVec == 0 && ldk % tile.kVec == 0 && ldv % tile.kVec == 0 && tn_aligned16(kn) && tn_aligned16(vn);
+  tile.load(begin);
   for (int j0 = begin; j0 < end; j0 += kKeys) {
     __syncthreads();  // the previous tile (and, first, Q and the row stats) is consumed or staged
-    tn_sdpa_decode_load<T, kThreads, kKeys, kDH>(Ks, kn, ldk, j0, end, 1.f);
-    tn_sdpa_decode_load<T, kThreads, kKeys, kDH>(Vs, vn, ldv, j0, end, 1.f);
+    tile.store(Ks, Vs, j0);
     __syncthreads();
+    if (j0 + kKeys < end) tile.load(j0 + kKeys);
 
     // Scores: thread (group, key) = (tid / kKeys, tid % kKeys) for rows group, group + kGroups, ...
     {
