@@ -207,7 +207,9 @@ TEST_F(OneBundleManyGpus, TransformerBlockWgmmaKernelsAreOneBlockAnSmWhenTheyHav
         // Persistent GEMMs of 128x128 output tiles and attention of 128-query items: a block per
         // tile or item, at most one on each SM.
         const bool attention = kernel.rfind("sdpa_", 0) == 0;
-        if (!attention) ASSERT_NE(kernel.find("_128x128x"), std::string::npos) << kernel;
+        if (!attention) {
+          ASSERT_NE(kernel.find("_128x128x"), std::string::npos) << kernel;
+        }
         const int64_t tiles = attention ? arg_value(launch, "N") * ((arg_value(launch, "Sq") + 127) / 128)
                                         : (arg_value(launch, "M") + 127) / 128 * ((arg_value(launch, "N") + 127) / 128);
         EXPECT_EQ(launch.grid[0], std::min(tiles, device.sms)) << launch.label();
