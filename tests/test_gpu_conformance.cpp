@@ -50,8 +50,6 @@ struct Job {
   std::string label() const { return fmt::format("{} [{}]", op->name, c.label); }
 };
 
-// Every registered op's cases, or with TEENY_CONFORMANCE_OPS=name,name,... only those ops'
-// (for iterating on a few kernels; the test is only complete without it).
 // The names in the comma-separated environment variable `variable` (none where unset).
 std::set<std::string> names_in(const char* variable) {
   std::set<std::string> names;
@@ -62,6 +60,8 @@ std::set<std::string> names_in(const char* variable) {
   return names;
 }
 
+// Every registered op's cases, or with TEENY_CONFORMANCE_OPS=name,name,... only those ops'
+// (for iterating on a few kernels; the test is only complete without it).
 std::vector<Job> all_jobs() {
   const std::set<std::string> only = names_in("TEENY_CONFORMANCE_OPS");
   std::vector<Job> jobs;
@@ -106,16 +106,14 @@ TEST(ConformanceCases, EveryCaseGraphParsesAndNamesItsOp) {
   }
 }
 
-// One compiled case: a job built with the op's heuristic (variant "") or with `variant` forced on
-// `nodes`, run at `bindings` (empty: the spec's defaults).
+// One compiled case: a job built with the op's heuristic (variant "", no nodes, the job's
+// bindings) or with a variant of its tunable nodes.
 struct Unit {
   const Job* job = nullptr;
-  std::string variant;
-  std::map<std::string, std::string> nodes;
-  std::vector<Bindings> bindings;
-  Bindings fixed{};  // dims fixed at compile time
-  std::string label() const { return variant.empty() ? job->label() : job->label() + " variant " + variant; }
-  std::string tally() const { return variant.empty() ? job->op->name : job->op->name + " " + variant; }
+  op_testing::VariantCase build;
+  const std::string& variant() const { return build.variant; }
+  std::string label() const { return variant().empty() ? job->label() : job->label() + " variant " + variant(); }
+  std::string tally() const { return variant().empty() ? job->op->name : job->op->name + " " + variant(); }
 };
 
 // Compiles every unit in parallel (most cases hold one kernel, so NVRTC's own per-graph
@@ -132,8 +130,8 @@ std::vector<std::optional<Bundle>> compile_units(const std::vector<Unit>& units,
         CompileOptions options;
         options.cache_dir = cache;
         options.jobs = 1;
-        options.variants = units[i].nodes;
-        options.fixed = units[i].fixed;
+        options.variants = units[i].build.nodes;
+        options.fixed = units[i].build.fixed;
         bundles[i] = compile_graph(graph, registry(), options);
       } catch (const Error& e) {
         errors[i] = e.render();
@@ -215,7 +213,8 @@ void conform(const std::shared_ptr<cuda::Device>& device, const std::vector<Unit
       continue;
     }
     const auto start = std::chrono::steady_clock::now();
-    const std::vector<Bindings> runs = unit.bindings.empty() ? std::vector<Bindings>{Bindings{}} : unit.bindings;
+    const std::vector<Bindings>& bindings = unit.build.bindings;
+    const std::vector<Bindings> runs = bindings.empty() ? std::vector<Bindings>{Bindings{}} : bindings;
     for (const Bindings& b : runs) {
       const std::string where = fmt::format("{} with {}", unit.label(), bindings_text(b));
       ++t.runs;
@@ -236,7 +235,7 @@ TEST(GpuConformance, EveryRegisteredOpMatchesItsReference) {
   TEENY_GPU_OR_SKIP(device);
   const std::vector<Job> jobs = all_jobs();
   std::vector<Unit> units;
-  for (const Job& job : jobs) units.push_back({&job, "", {}, job.c.bindings});
+  for (const Job& job : jobs) units.push_back({&job, {"", {}, job.c.bindings}});
   conform(device, units);
   for (const OpDef& op : registry().ops())
     if (std::none_of(jobs.begin(), jobs.end(), [&](const Job& j) { return j.op == &op; }))
@@ -255,8 +254,7 @@ TEST(GpuConformance, EveryVariantOfATunableOpMatchesItsReference) {
     if (!job.op->tuning.variants) continue;
     const Graph graph = parse_graph(job.c.graph, job.label(), registry());
     for (op_testing::VariantCase& v : op_testing::variant_cases(*job.op, graph, job.c.bindings, CompileOptions{}))
-      if (only.empty() || only.count(v.variant))
-        units.push_back({&job, v.variant, std::move(v.nodes), std::move(v.bindings), std::move(v.fixed)});
+      if (only.empty() || only.count(v.variant)) units.push_back({&job, std::move(v)});
   }
   // A tally per op and variant.
   std::stable_sort(units.begin(), units.end(), [](const Unit& a, const Unit& b) { return a.tally() < b.tally(); });
