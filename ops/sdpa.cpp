@@ -96,6 +96,17 @@ constexpr int kDecodeThreads = 128;
 constexpr int kDecodeMinKeys = 256;
 constexpr int kDecodeBlocks = 528;
 constexpr int kDecodeCombineThreads = 128;
+// The decode path on tensor cores (f16/bf16, head dims of whole 16-column MMA steps): 4 warps a
+// block, each streaming 16-key tiles through its own cp.async ring, as deep as keeps the block's
+// shared memory about 110 KiB or less (two blocks an SM up to head dim 128).
+constexpr int kDecodeMmaWarps = 4;
+constexpr int kDecodeMmaRows = 16;  // the packed query rows of a block: one m16 MMA tile
+int decode_mma_stages(int64_t head_dim) { return head_dim <= 64 ? 4 : head_dim <= 128 ? 3 : 2; }
+int64_t decode_mma_smem(int64_t head_dim, DType dtype) {  // tn_sdpa_decode_mma_smem
+  const int64_t row = (head_dim + 8) * static_cast<int64_t>(dtype_size(dtype));
+  return kDecodeMmaRows * row + int64_t{kDecodeMmaWarps} * decode_mma_stages(head_dim) * 2 * 16 * row;
+}
+bool decode_on_tensor_cores(DType dtype, int64_t head_dim) { return dtype != DType::kF32 && head_dim % 16 == 0; }
 // f32 register-tiled path, head dim 64: 16 x 16 threads over 64 x 64 tiles, 102 KiB of shared
 // memory a block. Each thread computes 4 x 4 scores from float4 shared reads (16 FMAs per two
 // 16-byte loads), where the one-thread-per-query kernel does one FMA per shared load.
@@ -293,8 +304,9 @@ void check_sdpa_head_dim(const std::string& op, int64_t head_dim) {
 
 // The decode path (ops/kernels/sdpa_decode.cuh) for Sq <= kDecodeMaxRows, which `tiled` (the
 // 64-query-tile kernel's launch) leaves: the keys split in ranges of at least kDecodeMinKeys, as
-// many as make about kDecodeBlocks blocks with the heads (a count from the shapes alone, so the
-// splits, and the bits, are the same on every GPU), then the combine where there are two or more.
+// many as make about kDecodeBlocks blocks (a count from the shapes alone, so the splits, and the
+// bits, are the same on every GPU), then the combine where there are two or more. On tensor cores
+// a block takes up to 16 rows of the query heads that share a k/v head; otherwise one query head.
 struct AttentionDims {
   Expr n, sq, skv, ldo;  // query heads, query and key lengths, the output's row stride
 };
@@ -308,8 +320,11 @@ void add_decode(Lowering& lowering, const Launch& tiled, const AttentionDims& di
   const Expr& skv = dims.skv;
   const Expr when = le(sq, Expr(kDecodeMaxRows));
   if (when == Expr(0)) return;
+  const bool mma = decode_on_tensor_cores(dtype, head_dim);
+  // Blocks a split: the chunks of packed rows of every k/v head, or the query heads.
+  const Expr units = mma ? n / Expr(h.kv_groups) * ceil_div(Expr(h.kv_groups) * sq, Expr(kDecodeMmaRows)) : n;
   const Expr keys = causal ? min(skv, sq) : skv;
-  const Expr splits = max(Expr(1), min(ceil_div(keys, Expr(kDecodeMinKeys)), ceil_div(Expr(kDecodeBlocks), n)));
+  const Expr splits = max(Expr(1), min(ceil_div(keys, Expr(kDecodeMinKeys)), ceil_div(Expr(kDecodeBlocks), units)));
   const Expr combined = when * le(Expr(2), splits);
   lowering.scratch.push_back({"partials", DType::kF32, max(Expr(1), combined * splits * n * sq * Expr(head_dim + 2))});
 
@@ -317,18 +332,31 @@ void add_decode(Lowering& lowering, const Launch& tiled, const AttentionDims& di
   decode.kernel = static_cast<int>(lowering.kernels.size());
   decode.args.push_back(scratch("partials", "partials", DType::kF32));
   decode.args.push_back(i32("splits", splits));
-  decode.block = {kDecodeThreads, 1, 1};
-  decode.grid = {n * splits, Expr(1), Expr(1)};
-  const int64_t keys_a_tile = head_dim <= 64 ? 64 : head_dim <= 128 ? 32 : 16;  // tn_sdpa_decode_tile
-  decode.dynamic_smem = Expr((kDecodeMaxRows * head_dim + keys_a_tile * (2 * head_dim + 1) +
-                              kDecodeMaxRows * keys_a_tile + 3 * kDecodeMaxRows) *
-                             4);
+  decode.grid = {units * splits, Expr(1), Expr(1)};
   decode.when = when;
-  lowering.kernels.push_back(template_kernel(
-      fmt::format("sdpa_{}_d{}{}_decode", dtype_name(dtype), head_dim, attention_mask_name(attrs)), "sdpa_decode.cuh",
-      fmt::format("tn_sdpa_decode<{}, {}, {}, {}, {}{}>", dtype_c_type(dtype), head_dim, kDecodeMaxRows, kDecodeThreads,
-                  causal, window_template_arg(window)),
-      decode.args, kDecodeThreads, TEENY_KERNEL_ORIGIN));
+  const std::string name =
+      fmt::format("sdpa_{}_d{}{}_decode{}", dtype_name(dtype), head_dim, attention_mask_name(attrs), mma ? "_mma" : "");
+  if (mma) {
+    const int threads = kDecodeMmaWarps * 32;
+    decode.block = {threads, 1, 1};
+    decode.dynamic_smem = Expr(decode_mma_smem(head_dim, dtype));
+    lowering.kernels.push_back(
+        template_kernel(name, "sdpa_decode.cuh",
+                        fmt::format("tn_sdpa_decode_mma<{}, {}, {}, {}, {}{}>", dtype_c_type(dtype), head_dim,
+                                    kDecodeMmaWarps, decode_mma_stages(head_dim), causal, window_template_arg(window)),
+                        decode.args, threads, TEENY_KERNEL_ORIGIN));
+  } else {
+    decode.block = {kDecodeThreads, 1, 1};
+    const int64_t keys_a_tile = head_dim <= 64 ? 64 : head_dim <= 128 ? 32 : 16;  // tn_sdpa_decode_tile
+    decode.dynamic_smem = Expr((kDecodeMaxRows * head_dim + keys_a_tile * (2 * head_dim + 1) +
+                                kDecodeMaxRows * keys_a_tile + 3 * kDecodeMaxRows) *
+                               4);
+    lowering.kernels.push_back(
+        template_kernel(name, "sdpa_decode.cuh",
+                        fmt::format("tn_sdpa_decode<{}, {}, {}, {}, {}{}>", dtype_c_type(dtype), head_dim,
+                                    kDecodeMaxRows, kDecodeThreads, causal, window_template_arg(window)),
+                        decode.args, kDecodeThreads, TEENY_KERNEL_ORIGIN));
+  }
   lowering.launches.push_back(decode);
 
   Launch combine;

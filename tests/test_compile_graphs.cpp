@@ -246,7 +246,7 @@ TEST(CompileGraphs, TransformerBlockFusesAttentionHeads) {
   for (const BundleLaunch& l : fused.launches)
     if (l.node == "merged") kernels.push_back(fused.kernels.at(l.kernel).name);
   // The wgmma kernel from 9 query rows on, the decode path and its combine up to 8.
-  EXPECT_EQ(kernels, (std::vector<std::string>{"sdpa_bf16_d64_causal_wgmma", "sdpa_bf16_d64_causal_decode",
+  EXPECT_EQ(kernels, (std::vector<std::string>{"sdpa_bf16_d64_causal_wgmma", "sdpa_bf16_d64_causal_decode_mma",
                                                "sdpa_bf16_d64_decode_combine"}));
 }
 

@@ -236,7 +236,7 @@ TEST(TuneProblems, AttentionIsTunedOverItsTensorCoreKernels) {
   const Bundle decoding = compile_graph(symbolic, registry(), options);
   kernels.clear();
   for (const BundleLaunch& launch : decoding.launches) kernels.push_back(decoding.kernels[launch.kernel].name);
-  EXPECT_EQ(kernels, (Kernels{"sdpa_bf16_d64_mma_b2", "sdpa_bf16_d64_decode", "sdpa_bf16_d64_decode_combine"}));
+  EXPECT_EQ(kernels, (Kernels{"sdpa_bf16_d64_mma_b2", "sdpa_bf16_d64_decode_mma", "sdpa_bf16_d64_decode_combine"}));
   options.variants = {{"b", "mma_b2"}};
   try {
     compile_graph(prepared, registry(), options);

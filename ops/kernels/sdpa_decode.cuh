@@ -245,6 +245,215 @@ __device__ __forceinline__ void tn_sdpa_decode(const T* q, const T* k, const T* 
     }
 }
 
+// The decode path on tensor cores, for f16/bf16 and head dims of whole 16-column MMA steps. A
+// block takes up to 16 query rows that share a k/v head (that head's kv_groups query heads times
+// Sq rows, packed, in chunks of 16) and one split of the keys, so each k/v head is read once per
+// chunk rather than once per query head. Its kWarps warps take turns over the split's 16-key
+// tiles, each warp with its own kStages-deep cp.async ring, online softmax and O accumulator, so no
+// block barrier stalls the stream of loads; the warps merge their rows at the end. A chunk's rows
+// past the packed count are zero queries whose results are dropped: next to reading K and V the
+// MMAs' unused rows cost nothing. Partial results as tn_sdpa_decode's (the same combine).
+// Dynamic shared memory: Q [16][kDH + 8], then the rings [kWarps][kStages][K, V][16][kDH + 8] of T,
+// which the merge reuses as f32.
+template <int kDH, int kWarps, int kStages>
+struct tn_sdpa_decode_mma_smem {
+  static constexpr int kRows = 16, kKeys = 16, kLd = kDH + 8;  // padded rows: ldmatrix hits distinct banks
+  static constexpr int kRingBytes = kWarps * kStages * 2 * kKeys * kLd * 2;
+  static constexpr int kBytes = kRows * kLd * 2 + kRingBytes;
+  static_assert(kRingBytes >= kWarps * kRows * (kDH + 2) * 4, "the merge's O and (max, sum) fit the rings");
+};
+
+template <typename T, int kDH, int kWarps, int kStages, bool kCausal, int kWindow = 0>
+__device__ __forceinline__ void tn_sdpa_decode_mma(const T* q, const T* k, const T* v, T* out, int N, int Sq, int Skv,
+                                                   int ldq, int ldk, int ldv, int heads, int kv_heads, int kv_groups,
+                                                   int ldo, float scale, float* partials, int splits) {
+  using Smem = tn_sdpa_decode_mma_smem<kDH, kWarps, kStages>;
+  constexpr int kRows = Smem::kRows, kKeys = Smem::kKeys, kLd = Smem::kLd;
+  constexpr int kRowChunks = kDH / 8;                        // 16-byte chunks of a row
+  constexpr int kTileChunks = kKeys * kRowChunks;            // of a K (or V) tile
+  static_assert(kDH % 16 == 0 && kTileChunks % 32 == 0, "whole MMA k-steps; whole rounds of a warp's copies");
+  extern __shared__ __align__(16) unsigned char tn_sdpa_decode_mma_smem_raw[];
+  T(*Qs)[kLd] = reinterpret_cast<T(*)[kLd]>(tn_sdpa_decode_mma_smem_raw);
+  T(*ring)[2][kKeys][kLd] = reinterpret_cast<T(*)[2][kKeys][kLd]>(Qs + kRows);  // [kWarps * kStages]
+
+  // Block (chunk, k/v head, split), chunks fastest so a head's chunks read its K and V together.
+  const int packed = kv_groups * Sq, chunks = (packed + kRows - 1) / kRows;
+  const int chunk = (int)blockIdx.x % chunks, rest = (int)blockIdx.x / chunks;
+  const int n_kv = N / kv_groups, head_kv = rest % n_kv, s = rest / n_kv;
+  const int lane = tn_lane(), warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+  const T* kn = k + tn_sdpa_head_offset<kDH>(head_kv, kv_heads, Skv, ldk);
+  const T* vn = v + tn_sdpa_head_offset<kDH>(head_kv, kv_heads, Skv, ldv);
+  // Packed row i of the chunk: query head head_kv * kv_groups + p / Sq, its row p % Sq (p = 16 chunk + i).
+  auto row_of = [&](int i, int& n, int& r) {
+    const int p = chunk * kRows + i;
+    n = head_kv * kv_groups + p / Sq;
+    r = p % Sq;
+    return p < packed;
+  };
+  auto head_row = [&](auto* base, int ld, int n, int r) {
+    return base + ((long long)(n / heads) * Sq + r) * ld + (n % heads) * kDH;
+  };
+
+  // Q's rows (zeros past the packed count), as they are: the scale is applied to the scores in f32.
+  for (int c = threadIdx.x; c < kRows * kRowChunks; c += kWarps * 32) {
+    const int i = c / kRowChunks, col = c % kRowChunks * 8;
+    int n, r;
+    const bool in = row_of(i, n, r);
+    for (int e = 0; e < 8; ++e) Qs[i][col + e] = in ? head_row(q, ldq, n, r)[col + e] : tn_from_raw<T>(0);
+  }
+
+  int begin, end;
+  tn_sdpa_split_range<kKeys>(kCausal ? min(Skv, Sq) : Skv, splits, s, begin, end);
+  const int tiles = (end - begin + kKeys - 1) / kKeys;
+  const bool vec = ldk % 8 == 0 && ldv % 8 == 0 && tn_aligned16(kn) && tn_aligned16(vn);
+  // Tile `tile` of the split (keys from begin + 16 tile) into ring slot `slot` of this warp, zeros
+  // past the split's end: cp.async where rows are 16-byte aligned, else element by element.
+  auto load = [&](int tile, int slot) {
+    if (tile >= tiles) return;
+    T(*dst)[kKeys][kLd] = ring[warp * kStages + slot];
+    const int j0 = begin + tile * kKeys;
+#pragma unroll
+    for (int c = lane; c < kTileChunks; c += 32) {
+      const int r = c / kRowChunks, col = c % kRowChunks * 8, row = j0 + r;
+      const bool in = row < end;
+      const long long ko = in ? (long long)row * ldk + col : 0, vo = in ? (long long)row * ldv + col : 0;
+      if (vec) {
+        tn_cp_async16_zfill(&dst[0][r][col], kn + ko, in);
+        tn_cp_async16_zfill(&dst[1][r][col], vn + vo, in);
+      } else {
+        for (int e = 0; e < 8; ++e) {
+          dst[0][r][col + e] = in ? kn[ko + e] : tn_from_raw<T>(0);
+          dst[1][r][col + e] = in ? vn[vo + e] : tn_from_raw<T>(0);
+        }
+      }
+    }
+  };
+
+  // This lane's rows g and g + 8: their query positions, for the masks.
+  int r_of[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    int n;
+    row_of(g + 8 * h, n, r_of[h]);
+  }
+  const float qk_scale = scale * tn_log2e;  // scores in log2 units: softmax via exp2
+  // Start below every score but not at -inf: a split or a window can hide all of a row's keys.
+  float m_run[2] = {-3.402823466e38f, -3.402823466e38f}, l_run[2] = {0.f, 0.f};
+  float o[kDH / 8][4];
+#pragma unroll
+  for (int j = 0; j < kDH / 8; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
+
+  // Warp w takes tiles w, w + kWarps, ...: its i-th is tile w + i kWarps, in slot i % kStages.
+#pragma unroll
+  for (int i = 0; i < kStages - 1; ++i) {
+    load(warp + i * kWarps, i);
+    tn_cp_async_commit();
+  }
+  __syncthreads();  // Q is staged
+  for (int i = 0, tile = warp; tile < tiles; ++i, tile += kWarps) {
+    tn_cp_async_wait<kStages - 2>();
+    __syncwarp();  // every lane's copies of this tile have landed; the slot loaded next is consumed
+    load(tile + (kStages - 1) * kWarps, (i + kStages - 1) % kStages);
+    tn_cp_async_commit();
+    T(*kv)[kKeys][kLd] = ring[warp * kStages + i % kStages];
+
+    float sc[kKeys / 8][4];
+#pragma unroll
+    for (int j = 0; j < kKeys / 8; ++j) sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.f;
+    tn_mma_abt<T, kDH, kKeys>(sc, Qs, kv[0]);
+    const int j0 = begin + tile * kKeys;
+    const bool masked = kCausal || kWindow > 0 || j0 + kKeys > end;
+    float alpha[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float tile_max = tn_neg_inf();
+#pragma unroll
+      for (int j = 0; j < kKeys / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int key = j0 + 8 * j + 2 * t + e;
+          float& x = sc[j][2 * h + e];
+          x *= qk_scale;
+          if (masked && (key >= end || (kCausal && key > r_of[h]) || tn_sdpa_before_window<kWindow>(key, r_of[h])))
+            x = tn_neg_inf();
+          tile_max = fmaxf(tile_max, x);
+        }
+      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
+      const float m_new = fmaxf(m_run[h], tile_max);
+      alpha[h] = tn_exp2(m_run[h] - m_new);
+      m_run[h] = m_new;
+      float sum = 0.f;
+#pragma unroll
+      for (int j = 0; j < kKeys / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float& x = sc[j][2 * h + e];
+          x = tn_exp2(x - m_new);
+          sum += x;
+        }
+      l_run[h] = fmaf(l_run[h], alpha[h], sum);
+    }
+#pragma unroll
+    for (int j = 0; j < kDH / 8; ++j) {
+      o[j][0] *= alpha[0], o[j][1] *= alpha[0];
+      o[j][2] *= alpha[1], o[j][3] *= alpha[1];
+    }
+    tn_mma_pb<T, kKeys, kDH>(o, sc, kv[1]);
+  }
+  tn_cp_async_wait<0>();
+  __syncthreads();  // every warp is done with its ring: the merge reuses it
+
+  // Merge the warps' rows: each warp's (max, sum) per row, then its O rescaled to the rows' common
+  // max, summed in warp order.
+  float(*Os)[kRows][kDH] = reinterpret_cast<float(*)[kRows][kDH]>(ring);  // [kWarps]
+  float(*ml)[kRows][2] = reinterpret_cast<float(*)[kRows][2]>(Os + kWarps);  // [kWarps]
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 1);
+    l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 2);
+    if (t == 0) ml[warp][g + 8 * h][0] = m_run[h], ml[warp][g + 8 * h][1] = l_run[h];
+  }
+  __syncthreads();
+  auto row_max = [&](int row) {
+    float m = ml[0][row][0];
+    for (int w = 1; w < kWarps; ++w) m = fmaxf(m, ml[w][row][0]);
+    return m;
+  };
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = g + 8 * h;
+    const float f = tn_exp2(m_run[h] - row_max(row));
+#pragma unroll
+    for (int j = 0; j < kDH / 8; ++j) {
+      Os[warp][row][8 * j + 2 * t] = o[j][2 * h] * f;
+      Os[warp][row][8 * j + 2 * t + 1] = o[j][2 * h + 1] * f;
+    }
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < kRows * kDH; e += kWarps * 32) {
+    const int row = e / kDH, d = e % kDH;
+    int n, r;
+    if (!row_of(row, n, r)) break;  // rows are in order: the rest are past the packed count too
+    const float m = row_max(row);
+    float l = 0.f, sum = 0.f;
+    for (int w = 0; w < kWarps; ++w) {
+      l = fmaf(ml[w][row][1], tn_exp2(ml[w][row][0] - m), l);
+      sum += Os[w][row][d];
+    }
+    if (splits == 1) {
+      head_row(out, ldo, n, r)[d] = tn_cast<T>(sum * (l > 0.f ? 1.f / l : 0.f));
+    } else {
+      partials[tn_sdpa_partial_row(s, n, r, N, Sq) * kDH + d] = sum;
+      if (d == 0) {
+        float* pml = partials + (long long)splits * N * Sq * kDH + tn_sdpa_partial_row(s, n, r, N, Sq) * 2;
+        pml[0] = m;
+        pml[1] = l;
+      }
+    }
+  }
+}
+
 // Query row blockIdx.x % Sq of head blockIdx.x / Sq from the splits' partials: the largest max M,
 // then out = Σ o_s 2^(m_s - M) / Σ l_s 2^(m_s - M), over the splits in order (0 where no split saw a
 // key).

@@ -4,7 +4,8 @@
 // that compile without spills: at 4, nvcc's PTX for head dim 64 spills 8 bytes where NVRTC's
 // (the bundle's) does not, and head dim 128 spills under NVRTC too. Each kernel also with a
 // sliding window (the last template argument). The decode path (sdpa_decode.cuh) at the three
-// key-tile sizes its head dims pick, and its combine.
+// key-tile sizes its head dims pick, its tensor-core kernel at the ring depths ops/sdpa.cpp gives
+// head dims 64, 128 and 256, and its combine.
 #include "../sdpa.cuh"
 #include "../sdpa_decode.cuh"
 #include "check.cuh"
@@ -53,6 +54,15 @@ TN_ENTRY(sdpa_f16_d128_causal_w3_decode, (128)) TN_SDPA_DECODE_PARAMS(__half) {
 }
 TN_ENTRY(sdpa_f32_d256_decode, (128)) TN_SDPA_DECODE_PARAMS(float) {
   tn_sdpa_decode<float, 256, 8, 128, false>(TN_SDPA_DECODE_ARGS);
+}
+TN_ENTRY(sdpa_bf16_d64_decode_mma, (128)) TN_SDPA_DECODE_PARAMS(__nv_bfloat16) {
+  tn_sdpa_decode_mma<__nv_bfloat16, 64, 4, 4, false>(TN_SDPA_DECODE_ARGS);
+}
+TN_ENTRY(sdpa_f16_d128_causal_w3_decode_mma, (128)) TN_SDPA_DECODE_PARAMS(__half) {
+  tn_sdpa_decode_mma<__half, 128, 4, 3, true, 3>(TN_SDPA_DECODE_ARGS);
+}
+TN_ENTRY(sdpa_bf16_d256_decode_mma, (128)) TN_SDPA_DECODE_PARAMS(__nv_bfloat16) {
+  tn_sdpa_decode_mma<__nv_bfloat16, 256, 4, 2, false>(TN_SDPA_DECODE_ARGS);
 }
 TN_ENTRY(sdpa_bf16_d64_decode_combine, (128))
 (const float* partials, __nv_bfloat16* out, int N, int Sq, int heads, int ldo, int splits) {
