@@ -89,12 +89,18 @@ bool wgmma_ok(const OpContext& ctx, int64_t head_dim) {
 
 // Decode path: at most this many query rows (the 64-query tiles' kernels do the same work in
 // less time from about here on: the decode kernel's CUDA-core work grows with the rows, the
-// tensor cores' does not), 128 threads a block, splits of at least 256 keys aiming at about 528
-// blocks (4 a SM of a 132-SM GPU), the combine 128 threads a row.
+// tensor cores' does not), 128 threads a block, splits of at least 128 keys, as many as make up
+// to 8 blocks an SM, the combine 128 threads a row. The decode kernels are bound by reading K
+// and V, and a block keeps enough of it in flight to stream an SM's share of the bandwidth
+// alone: what makes the time is how evenly the bytes spread over the SMs, not residency, so
+// the block count is sized in SMs (a whole number of blocks each where the heads allow).
 constexpr int kDecodeMaxRows = 8;
 constexpr int kDecodeThreads = 128;
-constexpr int kDecodeMinKeys = 256;
-constexpr int kDecodeBlocks = 528;
+constexpr int kDecodeMinKeys = 128;
+constexpr int kDecodeBlocksPerSm = 8;
+// The shapes alone cap the splits at this many blocks, which sizes the partials before the GPU is
+// known (the arena is planned at compile time): above kDecodeBlocksPerSm an SM of the largest GPUs.
+constexpr int kDecodeMaxBlocks = 2048;
 constexpr int kDecodeCombineThreads = 128;
 // The decode path on tensor cores (f16/bf16, head dims of whole 16-column MMA steps): 4 warps a
 // block, each streaming 16-key tiles through its own cp.async ring, as deep as keeps the block's
@@ -107,6 +113,11 @@ int64_t decode_mma_smem(int64_t head_dim, DType dtype) {  // tn_sdpa_decode_mma_
   return kDecodeMmaRows * row + int64_t{kDecodeMmaWarps} * decode_mma_stages(head_dim) * 2 * 16 * row;
 }
 bool decode_on_tensor_cores(DType dtype, int64_t head_dim) { return dtype != DType::kF32 && head_dim % 16 == 0; }
+// The query rows up to which the decode path runs: a block's 16 MMA rows on tensor cores (rows
+// cost it nothing until they fill them), kDecodeMaxRows on CUDA cores.
+int decode_max_rows(DType dtype, int64_t head_dim) {
+  return decode_on_tensor_cores(dtype, head_dim) ? kDecodeMmaRows : kDecodeMaxRows;
+}
 // f32 register-tiled path, head dim 64: 16 x 16 threads over 64 x 64 tiles, 102 KiB of shared
 // memory a block. Each thread computes 4 x 4 scores from float4 shared reads (16 FMAs per two
 // 16-byte loads), where the one-thread-per-query kernel does one FMA per shared load.
@@ -302,11 +313,12 @@ void check_sdpa_head_dim(const std::string& op, int64_t head_dim) {
   }
 }
 
-// The decode path (ops/kernels/sdpa_decode.cuh) for Sq <= kDecodeMaxRows, which `tiled` (the
+// The decode path (ops/kernels/sdpa_decode.cuh) for Sq <= decode_max_rows, which `tiled` (the
 // 64-query-tile kernel's launch) leaves: the keys split in ranges of at least kDecodeMinKeys, as
-// many as make about kDecodeBlocks blocks (a count from the shapes alone, so the splits, and the
-// bits, are the same on every GPU), then the combine where there are two or more. On tensor cores
-// a block takes up to 16 rows of the query heads that share a k/v head; otherwise one query head.
+// many as make up to kDecodeBlocksPerSm blocks an SM of the GPU it runs on (so the split count,
+// and with it the bits, can differ between GPUs of different SM counts), then the combine where
+// there are two or more. On tensor cores a block takes up to 16 rows of the query heads that
+// share a k/v head; otherwise one query head.
 struct AttentionDims {
   Expr n, sq, skv, ldo;  // query heads, query and key lengths, the output's row stride
 };
@@ -318,15 +330,19 @@ void add_decode(Lowering& lowering, const Launch& tiled, const AttentionDims& di
   const Expr& n = dims.n;
   const Expr& sq = dims.sq;
   const Expr& skv = dims.skv;
-  const Expr when = le(sq, Expr(kDecodeMaxRows));
+  const Expr when = le(sq, Expr(decode_max_rows(dtype, head_dim)));
   if (when == Expr(0)) return;
   const bool mma = decode_on_tensor_cores(dtype, head_dim);
   // Blocks a split: the chunks of packed rows of every k/v head, or the query heads.
   const Expr units = mma ? n / Expr(h.kv_groups) * ceil_div(Expr(h.kv_groups) * sq, Expr(kDecodeMmaRows)) : n;
   const Expr keys = causal ? min(skv, sq) : skv;
-  const Expr splits = max(Expr(1), min(ceil_div(keys, Expr(kDecodeMinKeys)), ceil_div(Expr(kDecodeBlocks), units)));
+  const Expr most_splits =
+      max(Expr(1), min(ceil_div(keys, Expr(kDecodeMinKeys)), ceil_div(Expr(kDecodeMaxBlocks), units)));
+  const Expr splits = max(Expr(1), min(most_splits, device_sms() * Expr(kDecodeBlocksPerSm) / units));
   const Expr combined = when * le(Expr(2), splits);
-  lowering.scratch.push_back({"partials", DType::kF32, max(Expr(1), combined * splits * n * sq * Expr(head_dim + 2))});
+  lowering.scratch.push_back(
+      {"partials", DType::kF32,
+       max(Expr(1), when * le(Expr(2), most_splits) * most_splits * n * sq * Expr(head_dim + 2))});
 
   Launch decode = tiled;
   decode.kernel = static_cast<int>(lowering.kernels.size());
@@ -370,7 +386,7 @@ void add_decode(Lowering& lowering, const Launch& tiled, const AttentionDims& di
                   i32("splits", splits)};
   combine.block = {kDecodeCombineThreads, 1, 1};
   combine.grid = {n * sq, Expr(1), Expr(1)};
-  combine.dynamic_smem = Expr(0);
+  combine.dynamic_smem = Expr(4) * splits;  // the splits' weights
   combine.when = combined;
   const Expr elem(static_cast<int64_t>(dtype_size(dtype)));
   combine.bytes = n * sq * (splits * Expr(head_dim + 2) * Expr(4) + Expr(head_dim) * elem);
@@ -483,7 +499,7 @@ Lowering lower_attention(const OpContext& ctx, const AttentionHeads& h) {
                              launch.args, threads, TEENY_KERNEL_ORIGIN, 1);
   }
   Lowering lowering;
-  tiled.when = le(Expr(kDecodeMaxRows + 1), sq);
+  tiled.when = le(Expr(decode_max_rows(dtype, head_dim) + 1), sq);
   if (tiled.when != Expr(0)) {
     lowering.kernels.push_back(std::move(kernel));
     lowering.launches.push_back(tiled);
@@ -606,9 +622,10 @@ OpDef sdpa_op() {
                             {{"N", 2}, {"S", 140}, {"T", 33}},
                             {{"N", 1}, {"S", 33}, {"T", 140}}}});
         }
-      // The decode path (Sq <= 8): one split, two and many, grouped heads, and the first length past
-      // it (9); causal (under which the rows see their first keys alone) and a window.
-      for (int head_dim : {64, 17, 128})
+      // The decode path (Sq <= 8 on CUDA cores, 16 on tensor cores): one split, two and many,
+      // grouped heads packed in one and two chunks of 16 rows, and the first lengths past it (9,
+      // 17); causal (under which the rows see their first keys alone) and a window.
+      for (int head_dim : {64, 17, 128, 256})
         for (const nlohmann::json& mask :
              {nlohmann::json{{"causal", false}}, nlohmann::json{{"causal", true}, {"window", 3}}}) {
           nlohmann::json attrs = mask;
@@ -622,7 +639,9 @@ OpDef sdpa_op() {
                {{{"N", 1}, {"S", 1}, {"T", 1}},
                 {{"N", 2}, {"S", 4}, {"T", 300}},
                 {{"N", 1}, {"S", 8}, {"T", 5000}},
-                {{"N", 3}, {"S", 9}, {"T", 700}}}});
+                {{"N", 3}, {"S", 9}, {"T", 700}},
+                {{"N", 1}, {"S", 16}, {"T", 2000}},
+                {{"N", 2}, {"S", 17}, {"T", 300}}}});
         }
       cases.push_back({"padded q/k/v (linear 17 of 20/24) " + dt,
                        case_graph({"N", "S"}, {{"x", dtype, "[N, S, 8]"}},

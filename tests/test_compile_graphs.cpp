@@ -245,7 +245,7 @@ TEST(CompileGraphs, TransformerBlockFusesAttentionHeads) {
   std::vector<std::string> kernels;
   for (const BundleLaunch& l : fused.launches)
     if (l.node == "merged") kernels.push_back(fused.kernels.at(l.kernel).name);
-  // The wgmma kernel from 9 query rows on, the decode path and its combine up to 8.
+  // The wgmma kernel from 17 query rows on, the decode path and its combine up to 16.
   EXPECT_EQ(kernels, (std::vector<std::string>{"sdpa_bf16_d64_causal_wgmma", "sdpa_bf16_d64_causal_decode_mma",
                                                "sdpa_bf16_d64_decode_combine"}));
 }

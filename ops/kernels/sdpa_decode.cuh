@@ -269,8 +269,8 @@ __device__ __forceinline__ void tn_sdpa_decode_mma(const T* q, const T* k, const
                                                    int ldo, float scale, float* partials, int splits) {
   using Smem = tn_sdpa_decode_mma_smem<kDH, kWarps, kStages>;
   constexpr int kRows = Smem::kRows, kKeys = Smem::kKeys, kLd = Smem::kLd;
-  constexpr int kRowChunks = kDH / 8;                        // 16-byte chunks of a row
-  constexpr int kTileChunks = kKeys * kRowChunks;            // of a K (or V) tile
+  constexpr int kRowChunks = kDH / 8;              // 16-byte chunks of a row
+  constexpr int kTileChunks = kKeys * kRowChunks;  // of a K (or V) tile
   static_assert(kDH % 16 == 0 && kTileChunks % 32 == 0, "whole MMA k-steps; whole rounds of a warp's copies");
   extern __shared__ __align__(16) unsigned char tn_sdpa_decode_mma_smem_raw[];
   T(*Qs)[kLd] = reinterpret_cast<T(*)[kLd]>(tn_sdpa_decode_mma_smem_raw);
@@ -343,7 +343,7 @@ __device__ __forceinline__ void tn_sdpa_decode_mma(const T* q, const T* k, const
 #pragma unroll
   for (int j = 0; j < kDH / 8; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
 
-  // Warp w takes tiles w, w + kWarps, ...: its i-th is tile w + i kWarps, in slot i % kStages.
+    // Warp w takes tiles w, w + kWarps, ...: its i-th is tile w + i kWarps, in slot i % kStages.
 #pragma unroll
   for (int i = 0; i < kStages - 1; ++i) {
     load(warp + i * kWarps, i);
@@ -406,7 +406,7 @@ __device__ __forceinline__ void tn_sdpa_decode_mma(const T* q, const T* k, const
 
   // Merge the warps' rows: each warp's (max, sum) per row, then its O rescaled to the rows' common
   // max, summed in warp order.
-  float(*Os)[kRows][kDH] = reinterpret_cast<float(*)[kRows][kDH]>(ring);  // [kWarps]
+  float(*Os)[kRows][kDH] = reinterpret_cast<float(*)[kRows][kDH]>(ring);     // [kWarps]
   float(*ml)[kRows][2] = reinterpret_cast<float(*)[kRows][2]>(Os + kWarps);  // [kWarps]
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -455,27 +455,37 @@ __device__ __forceinline__ void tn_sdpa_decode_mma(const T* q, const T* k, const
 }
 
 // Query row blockIdx.x % Sq of head blockIdx.x / Sq from the splits' partials: the largest max M,
-// then out = Σ o_s 2^(m_s - M) / Σ l_s 2^(m_s - M), over the splits in order (0 where no split saw a
-// key).
+// each split's weight 2^(m_s - M) (in dynamic shared memory, [splits] f32), then
+// out = Σ o_s w_s / Σ l_s w_s, every sum in split order or a fixed tree of it (0 where no split saw
+// a key). The splits' maxima and sums are read by all threads at once and each thread's column
+// sum keeps several loads in flight: a chain of dependent loads per split would make the combine
+// as slow as the splits are many.
 template <typename T, int kDH, int kThreads>
 __device__ __forceinline__ void tn_sdpa_decode_combine(const float* partials, T* out, int N, int Sq, int heads, int ldo,
                                                        int splits) {
+  extern __shared__ float tn_sdpa_combine_weights[];
+  __shared__ float reduce[32];
   const int n = (int)blockIdx.x / Sq, r = (int)blockIdx.x % Sq;
   const float* ml = partials + (long long)splits * N * Sq * kDH;
+  auto pair = [&](int s) { return ml + tn_sdpa_partial_row(s, n, r, N, Sq) * 2; };
   float m = -3.402823466e38f;
-  for (int s = 0; s < splits; ++s) m = fmaxf(m, ml[tn_sdpa_partial_row(s, n, r, N, Sq) * 2]);
+  for (int s = threadIdx.x; s < splits; s += kThreads) m = fmaxf(m, pair(s)[0]);
+  m = tn_block_max<kThreads>(m, reduce);
   float l = 0.f;
-  for (int s = 0; s < splits; ++s) {
-    const float* row = ml + tn_sdpa_partial_row(s, n, r, N, Sq) * 2;
-    l = fmaf(row[1], tn_exp2(row[0] - m), l);
+  for (int s = threadIdx.x; s < splits; s += kThreads) {
+    const float w = tn_exp2(pair(s)[0] - m);
+    tn_sdpa_combine_weights[s] = w;
+    l = fmaf(pair(s)[1], w, l);
   }
+  l = tn_block_sum<kThreads>(l, reduce);  // its barriers also publish the weights
   const float inv = l > 0.f ? 1.f / l : 0.f;
   T* dst = out + ((long long)(n / heads) * Sq + r) * ldo + (n % heads) * kDH;
+  const long long split_stride = (long long)N * Sq * kDH;
   for (int d = threadIdx.x; d < kDH; d += kThreads) {
+    const float* col = partials + tn_sdpa_partial_row(0, n, r, N, Sq) * kDH + d;
     float o = 0.f;
-    for (int s = 0; s < splits; ++s)
-      o = fmaf(partials[tn_sdpa_partial_row(s, n, r, N, Sq) * kDH + d],
-               tn_exp2(ml[tn_sdpa_partial_row(s, n, r, N, Sq) * 2] - m), o);
+#pragma unroll 8
+    for (int s = 0; s < splits; ++s) o = fmaf(col[s * split_stride], tn_sdpa_combine_weights[s], o);
     dst[d] = tn_cast<T>(o * inv);
   }
 }
