@@ -89,14 +89,19 @@ bool wgmma_ok(const OpContext& ctx, int64_t head_dim) {
 
 // Decode path: at most this many query rows (the 64-query tiles' kernels do the same work in
 // less time from about here on: the decode kernel's CUDA-core work grows with the rows, the
-// tensor cores' does not), 128 threads a block, splits of at least 128 keys, as many as make up
-// to 8 blocks an SM, the combine 128 threads a row. The decode kernels are bound by reading K
-// and V, and a block keeps enough of it in flight to stream an SM's share of the bandwidth
-// alone: what makes the time is how evenly the bytes spread over the SMs, not residency, so
-// the block count is sized in SMs (a whole number of blocks each where the heads allow).
+// tensor cores' does not), 128 threads a block, the combine 128 threads a row. The decode
+// kernels are bound by reading K and V, and a block keeps enough of it in flight to stream an
+// SM's share of the bandwidth alone, so the block count is sized in SMs: splits as short as
+// kDecodeMinKeys up to about one wave (kDecodeWaveBlocksPerSm blocks an SM), and past that only
+// splits of kDecodeLongKeys or more, up to kDecodeBlocksPerSm blocks an SM. A block of a few
+// hundred keys spends much of its time outside the stream (staging Q, filling its rings, merging
+// its warps, writing partials), which one wave hides behind the other blocks' loads but a
+// second wave of such blocks pays again.
 constexpr int kDecodeMaxRows = 8;
 constexpr int kDecodeThreads = 128;
 constexpr int kDecodeMinKeys = 128;
+constexpr int kDecodeLongKeys = 512;
+constexpr int kDecodeWaveBlocksPerSm = 2;
 constexpr int kDecodeBlocksPerSm = 8;
 // The shapes alone cap the splits at this many blocks, which sizes the partials before the GPU is
 // known (the arena is planned at compile time): above kDecodeBlocksPerSm an SM of the largest GPUs.
@@ -314,10 +319,9 @@ void check_sdpa_head_dim(const std::string& op, int64_t head_dim) {
 }
 
 // The decode path (ops/kernels/sdpa_decode.cuh) for Sq <= decode_max_rows, which `tiled` (the
-// 64-query-tile kernel's launch) leaves: the keys split in ranges of at least kDecodeMinKeys, as
-// many as make up to kDecodeBlocksPerSm blocks an SM of the GPU it runs on (so the split count,
-// and with it the bits, can differ between GPUs of different SM counts), then the combine where
-// there are two or more. On tensor cores a block takes up to 16 rows of the query heads that
+// 64-query-tile kernel's launch) leaves: the keys split by the SMs of the GPU it runs on (above
+// kDecodeMaxRows; so the split count, and with it the bits, can differ between GPUs of different
+// SM counts), then the combine where there are two or more. On tensor cores a block takes up to 16 rows of the query heads that
 // share a k/v head; otherwise one query head.
 struct AttentionDims {
   Expr n, sq, skv, ldo;  // query heads, query and key lengths, the output's row stride
@@ -338,7 +342,9 @@ void add_decode(Lowering& lowering, const Launch& tiled, const AttentionDims& di
   const Expr keys = causal ? min(skv, sq) : skv;
   const Expr most_splits =
       max(Expr(1), min(ceil_div(keys, Expr(kDecodeMinKeys)), ceil_div(Expr(kDecodeMaxBlocks), units)));
-  const Expr splits = max(Expr(1), min(most_splits, device_sms() * Expr(kDecodeBlocksPerSm) / units));
+  const Expr one_wave = device_sms() * Expr(kDecodeWaveBlocksPerSm) / units;
+  const Expr long_splits = min(ceil_div(keys, Expr(kDecodeLongKeys)), device_sms() * Expr(kDecodeBlocksPerSm) / units);
+  const Expr splits = max(Expr(1), min(most_splits, max(one_wave, long_splits)));
   const Expr combined = when * le(Expr(2), splits);
   lowering.scratch.push_back(
       {"partials", DType::kF32,

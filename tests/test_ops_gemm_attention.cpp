@@ -942,6 +942,40 @@ TEST(GemmAttentionLowering, SdpaGridScaleAndStrides) {
   EXPECT_EQ(simt.kernels.at(0).name, "sdpa_f32_d32_causal");
 }
 
+// A decode step (Sq <= 16, 16-bit, head dim 128, 4 query heads a k/v head) runs the tensor-core
+// decode kernel: a block per (chunk of 16 packed query rows, k/v head, split). Its splits are sized
+// in SMs: down to 128 keys up to one wave of 2 blocks an SM, past that splits of 512 keys or more
+// up to 8 blocks an SM, never above the shapes' cap of 2048 blocks that sizes the partials.
+TEST(GemmAttentionLowering, SdpaDecodeSplitsAreSizedInSms) {
+  const Expr N = Expr::dim("N"), Q = Expr::dim("Q"), T = Expr::dim("T");
+  const TensorType q = tensor(DType::kBF16, {N * Expr(4), Q, 128});
+  const TensorType kv = tensor(DType::kBF16, {N, T, 128});
+  const Lowering lowering = op("sdpa").lower(context("sdpa", {{"causal", false}, {"kv_groups", 4}}, {q, kv, kv}));
+  ASSERT_EQ(lowering.launches.size(), 3u);
+  const Launch& decode = lowering.launches.at(1);
+  const Launch& combine = lowering.launches.at(2);
+  EXPECT_EQ(lowering.kernels.at(decode.kernel).function, "tn_sdpa_decode_mma<__nv_bfloat16, 128, 4, 3, false>");
+  const auto at = [](int64_t n, int64_t rows, int64_t keys) {
+    return Bindings{{"N", n}, {"Q", rows}, {"T", keys}, {"SMS", 132}};
+  };
+  const auto blocks = [&](int64_t n, int64_t rows, int64_t keys) { return decode.grid[0].eval(at(n, rows, keys)); };
+  EXPECT_EQ(blocks(2, 1, 1024), 2 * 8);        // every 128-key split: under a wave
+  EXPECT_EQ(blocks(8, 1, 16384), 8 * 33);      // one wave (264 / 8 k/v heads)
+  EXPECT_EQ(blocks(64, 1, 1024), 64 * 4);      // one wave of 256-key splits, not two of 128
+  EXPECT_EQ(blocks(64, 1, 32768), 64 * 16);    // 8 an SM of 512 keys or more
+  EXPECT_EQ(blocks(8, 8, 65536), 2 * 8 * 66);  // 4 x 8 rows a k/v head: two chunks
+  EXPECT_EQ(blocks(8, 1, 1), 8);
+  EXPECT_EQ(decode.when.eval(at(8, 16, 100)), 1);
+  EXPECT_EQ(decode.when.eval(at(8, 17, 100)), 0);
+  EXPECT_EQ(lowering.launches.at(0).when.eval(at(8, 17, 100)), 1);
+  EXPECT_EQ(combine.grid[0].eval(at(8, 1, 16384)), 32);  // a block a query row
+  EXPECT_EQ(combine.when.eval(at(8, 1, 16384)), 1);
+  EXPECT_EQ(combine.when.eval(at(8, 1, 100)), 0);  // one split: the decode kernel writes the output
+  EXPECT_EQ(combine.dynamic_smem.eval(at(8, 1, 16384)), 4 * 33);
+  // Partials for the shapes' most splits (128 at 16384 keys), whatever the GPU: 32 rows of 130.
+  EXPECT_EQ(lowering.scratch.at(0).elements.eval(at(8, 1, 16384)), 128 * 32 * 130);
+}
+
 // On sm_90, 16-bit attention at head dims 64, 128 and 256 runs the wgmma kernel: persistent blocks
 // (at most one an SM) of 384 threads (a producer and two consumer warpgroups) taking 128 queries
 // at a time, TMA maps of q, k and v over all
