@@ -319,10 +319,10 @@ void check_sdpa_head_dim(const std::string& op, int64_t head_dim) {
 }
 
 // The decode path (ops/kernels/sdpa_decode.cuh) for Sq <= decode_max_rows, which `tiled` (the
-// 64-query-tile kernel's launch) leaves: the keys split by the SMs of the GPU it runs on (above
-// kDecodeMaxRows; so the split count, and with it the bits, can differ between GPUs of different
-// SM counts), then the combine where there are two or more. On tensor cores a block takes up to 16 rows of the query heads that
-// share a k/v head; otherwise one query head.
+// 64-query-tile kernel's launch) leaves: the keys split by the SMs of the GPU it runs on (as the
+// decode constants' comment says; so the split count, and with it the bits, can differ between
+// GPUs of different SM counts), then the combine where there are two or more. On tensor cores a block takes up to
+// 16 rows of the query heads that share a k/v head; otherwise one query head.
 struct AttentionDims {
   Expr n, sq, skv, ldo;  // query heads, query and key lengths, the output's row stride
 };

@@ -21,7 +21,8 @@ __device__ __forceinline__ void tn_cp_async16_to(unsigned dst, const void* src) 
 __device__ __forceinline__ void tn_cp_async16(void* dst, const void* src) { tn_cp_async16_to(tn_smem_addr(dst), src); }
 // 16 bytes from src, or zeros where !copy (src is then not read, but must be a valid address).
 __device__ __forceinline__ void tn_cp_async16_zfill(void* dst, const void* src, bool copy) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(tn_smem_addr(dst)), "l"(src), "r"(copy ? 16 : 0));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(tn_smem_addr(dst)), "l"(src),
+               "r"(copy ? 16 : 0));
 }
 // 4 bytes from src, or zeros where !copy (src is then not read, but must be a valid address).
 __device__ __forceinline__ void tn_cp_async4_zfill(unsigned dst, const void* src, bool copy) {
