@@ -113,7 +113,7 @@ constexpr int kDecodeCombineThreads = 128;
 constexpr int kDecodeMmaWarps = 4;
 constexpr int kDecodeMmaRows = 16;  // the packed query rows of a block: one m16 MMA tile
 int decode_mma_stages(int64_t head_dim) { return head_dim <= 64 ? 4 : head_dim <= 128 ? 3 : 2; }
-int64_t decode_mma_smem(int64_t head_dim, DType dtype) {  // tn_sdpa_decode_mma_smem
+int64_t decode_mma_smem(int64_t head_dim, DType dtype) {  // Q and the rings: tn_sdpa_decode_mma_smem
   const int64_t row = (head_dim + 8) * static_cast<int64_t>(dtype_size(dtype));
   return kDecodeMmaRows * row + int64_t{kDecodeMmaWarps} * decode_mma_stages(head_dim) * 2 * 16 * row;
 }

@@ -955,6 +955,8 @@ TEST(GemmAttentionLowering, SdpaDecodeSplitsAreSizedInSms) {
   const Launch& decode = lowering.launches.at(1);
   const Launch& combine = lowering.launches.at(2);
   EXPECT_EQ(lowering.kernels.at(decode.kernel).function, "tn_sdpa_decode_mma<__nv_bfloat16, 128, 4, 3, false>");
+  // Q (16 rows of 128 + 8 padding) and 4 warps' rings of 3 stages of 16-key K and V tiles, bf16.
+  EXPECT_EQ(decode.dynamic_smem.eval({}), 16 * 136 * 2 + 4 * 3 * 2 * 16 * 136 * 2);
   const auto at = [](int64_t n, int64_t rows, int64_t keys) {
     return Bindings{{"N", n}, {"Q", rows}, {"T", keys}, {"SMS", 132}};
   };

@@ -259,7 +259,6 @@ template <int kDH, int kWarps, int kStages>
 struct tn_sdpa_decode_mma_smem {
   static constexpr int kRows = 16, kKeys = 16, kLd = kDH + 8;  // padded rows: ldmatrix hits distinct banks
   static constexpr int kRingBytes = kWarps * kStages * 2 * kKeys * kLd * 2;
-  static constexpr int kBytes = kRows * kLd * 2 + kRingBytes;
   static_assert(kRingBytes >= kWarps * kRows * (kDH + 2) * 4, "the merge's O and (max, sum) fit the rings");
 };
 
