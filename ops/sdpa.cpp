@@ -112,10 +112,11 @@ constexpr int kDecodeCombineThreads = 128;
 // shared memory about 110 KiB or less (two blocks an SM up to head dim 128).
 constexpr int kDecodeMmaWarps = 4;
 constexpr int kDecodeMmaRows = 16;  // the packed query rows of a block: one m16 MMA tile
+constexpr int kDecodeMmaKeys = 16;  // keys a tile of a warp's ring
 int decode_mma_stages(int64_t head_dim) { return head_dim <= 64 ? 4 : head_dim <= 128 ? 3 : 2; }
 int64_t decode_mma_smem(int64_t head_dim, DType dtype) {  // Q and the rings: tn_sdpa_decode_mma_smem
   const int64_t row = (head_dim + 8) * static_cast<int64_t>(dtype_size(dtype));
-  return kDecodeMmaRows * row + int64_t{kDecodeMmaWarps} * decode_mma_stages(head_dim) * 2 * 16 * row;
+  return kDecodeMmaRows * row + int64_t{kDecodeMmaWarps} * decode_mma_stages(head_dim) * 2 * kDecodeMmaKeys * row;
 }
 bool decode_on_tensor_cores(DType dtype, int64_t head_dim) { return dtype != DType::kF32 && head_dim % 16 == 0; }
 // The query rows up to which the decode path runs: a block's 16 MMA rows on tensor cores (rows
@@ -321,8 +322,8 @@ void check_sdpa_head_dim(const std::string& op, int64_t head_dim) {
 // The decode path (ops/kernels/sdpa_decode.cuh) for Sq <= decode_max_rows, which `tiled` (the
 // 64-query-tile kernel's launch) leaves: the keys split by the SMs of the GPU it runs on (as the
 // decode constants' comment says; so the split count, and with it the bits, can differ between
-// GPUs of different SM counts), then the combine where there are two or more. On tensor cores a block takes up to
-// 16 rows of the query heads that share a k/v head; otherwise one query head.
+// GPUs of different SM counts), then the combine where there are two or more. On tensor cores a
+// block takes up to 16 rows of the query heads that share a k/v head; otherwise one query head.
 struct AttentionDims {
   Expr n, sq, skv, ldo;  // query heads, query and key lengths, the output's row stride
 };

@@ -342,8 +342,7 @@ __device__ __forceinline__ void tn_sdpa_decode_mma(const T* q, const T* k, const
 #pragma unroll
   for (int j = 0; j < kDH / 8; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
 
-    // Warp w takes tiles w, w + kWarps, ...: its i-th is tile w + i kWarps, in slot i % kStages.
-#pragma unroll
+  // Warp w takes tiles w, w + kWarps, ...: its i-th is tile w + i kWarps, in slot i % kStages.
   for (int i = 0; i < kStages - 1; ++i) {
     load(warp + i * kWarps, i);
     tn_cp_async_commit();
