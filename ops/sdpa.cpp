@@ -63,18 +63,33 @@ int variant_blocks_per_sm(const OpContext& ctx) {
 }
 
 // The Hopper kernel (ops/kernels/sdpa_wgmma.cuh), persistent (a block an SM, each taking work
-// items of 128 queries in turn) over a producer and two consumer warpgroups; key tiles of 128 (64 at head dim 256,
-// whose O accumulators take 128 registers a thread); as many ring stages as fit beside Q in shared memory, up to 4.
+// items of 128 queries in turn) over a producer and two consumer warpgroups; key tiles by wgmma_key_tiles; as many
+// ring stages as fit beside Q in shared memory, up to 4.
 constexpr int kWgmmaQueriesPerBlock = 128;
 constexpr int kWgmmaThreads = 384;
-int wgmma_keys_per_tile(int64_t head_dim) { return head_dim <= 128 ? 128 : 64; }
 int wgmma_stages(int64_t head_dim) { return head_dim == 64 ? 4 : 2; }
-int64_t wgmma_dynamic_smem(int64_t head_dim) {
+int64_t wgmma_dynamic_smem(int64_t head_dim, int keys) {
   // Q, the stages' K and V tiles (16-bit), 1024 bytes to align them for the swizzle, and the
-  // mbarriers: a full and an empty one for Q and for each stage.
+  // mbarriers: a full and an empty one for Q and for each stage's K and V.
   const int64_t stages = wgmma_stages(head_dim);
-  return int64_t{kWgmmaQueriesPerBlock} * head_dim * 2 + stages * 2 * wgmma_keys_per_tile(head_dim) * head_dim * 2 +
-         1024 + 8 * (2 + 2 * stages);
+  return int64_t{kWgmmaQueriesPerBlock} * head_dim * 2 + stages * 2 * keys * head_dim * 2 + 1024 + 8 * (2 + 4 * stages);
+}
+
+// The key tiles of the wgmma kernel, each with the key counts it runs at and its kernel name's
+// suffix: 128 keys (64 at head dim 256, whose O accumulators take 128 registers a thread). At
+// head dim 128 without a mask, key ranges of 4096 or more take tiles of 176 (FlashAttention-3's):
+// fewer tiles' fixed costs; shorter ones keep 128, where an item's pipeline fill and drain of the
+// larger tile cost more than that saves. Causal items end on 128-key diagonals.
+struct WgmmaKeyTile {
+  int keys;
+  Expr when;
+  std::string suffix;
+};
+std::vector<WgmmaKeyTile> wgmma_key_tiles(int64_t head_dim, bool causal, const Expr& skv) {
+  if (head_dim > 128) return {{64, Expr(1), ""}};
+  if (head_dim < 128 || causal) return {{128, Expr(1), ""}};
+  constexpr int64_t kLongKeys = 4096;
+  return {{128, le(skv, Expr(kLongKeys - 1)), ""}, {176, le(Expr(kLongKeys), skv), "_k176"}};
 }
 
 // Whether the wgmma kernel takes this problem: sm_90, 16-bit, head dims of whole 64-column
@@ -453,8 +468,7 @@ Lowering lower_attention(const OpContext& ctx, const AttentionHeads& h) {
   // The wgmma kernel's Q and ring; the mma kernel's double-buffered K and V tiles, rows padded by
   // 8 elements; the f32 tiled kernel's Q, P and double-buffered K and V: six 64 x 68 float tiles.
   launch.dynamic_smem =
-      Expr(wgmma          ? wgmma_dynamic_smem(head_dim)
-           : tensor_cores ? int64_t{2} * 2 * kMmaKeysPerTile * (head_dim + 8) * static_cast<int64_t>(dtype_size(dtype))
+      Expr(tensor_cores ? int64_t{2} * 2 * kMmaKeysPerTile * (head_dim + 8) * static_cast<int64_t>(dtype_size(dtype))
            : f32_tiled    ? int64_t{6} * 64 * 68 * 4
                           : 0);
   const Expr elem(static_cast<int64_t>(dtype_size(dtype)));
@@ -472,44 +486,53 @@ Lowering lower_attention(const OpContext& ctx, const AttentionHeads& h) {
                                        variant_blocks > 0 ? fmt::format("_b{}", variant_blocks) : "");
   const std::string w = window_template_arg(window);
   const char* c_type = dtype_c_type(dtype);
-  KernelSource kernel;
-  Launch tiled = launch;  // the decode path's launch is `launch`'s, without the tensor maps
-  if (wgmma) {
-    // TMA boxes of 64 columns (one 128-byte swizzle row) by the block's queries or a key tile,
-    // over all rows of q, k and v.
-    const int keys = wgmma_keys_per_tile(head_dim);
-    const auto map = [](const char* of, const TensorType& x, int box_rows) {
-      return TensorMapSpec{of, x.shape[2], x.shape[0] * x.shape[1], x.row_stride, 64, box_rows, 128};
-    };
-    tiled.args.push_back(tensor_map("q_map", map("q", q, kWgmmaQueriesPerBlock)));
-    tiled.args.push_back(tensor_map("k_map", map("k", k, keys)));
-    tiled.args.push_back(tensor_map("v_map", map("v", v, keys)));
-    kernel = template_kernel(
-        name, "sdpa_wgmma.cuh",
-        fmt::format("tn_sdpa_wgmma<{}, {}, {}, {}, {}>", c_type, head_dim, keys, wgmma_stages(head_dim), causal),
-        tiled.args, threads, TEENY_KERNEL_ORIGIN, 1);
-    kernel.arch_specific = true;
-  } else if (tensor_cores) {
-    kernel = template_kernel(name, "sdpa.cuh",
-                             fmt::format("tn_sdpa_mma<{}, {}, {}, {}, {}, {}{}>", c_type, head_dim, kQueriesPerBlock,
-                                         kMmaKeysPerTile, threads, causal, w),
-                             launch.args, threads, TEENY_KERNEL_ORIGIN, mma_blocks);
-  } else if (f32_tiled) {
-    kernel = template_kernel(name, "sdpa.cuh",
-                             fmt::format("tn_sdpa_f32_tiled<{}, {}, {}, {}, {}{}>", head_dim, kQueriesPerBlock,
-                                         kF32TiledKeysPerTile, threads, causal, w),
-                             launch.args, threads, TEENY_KERNEL_ORIGIN, kF32TiledBlocksPerSm);
-  } else {
-    kernel = template_kernel(name, "sdpa.cuh",
-                             fmt::format("tn_sdpa_per_query<{}, {}, {}, {}, {}, {}{}>", c_type, head_dim, tpq,
-                                         kQueriesPerBlock, kKeysPerTile, causal, w),
-                             launch.args, threads, TEENY_KERNEL_ORIGIN, 1);
-  }
   Lowering lowering;
-  tiled.when = le(Expr(decode_max_rows(dtype, head_dim) + 1), sq);
-  if (tiled.when != Expr(0)) {
+  const Expr tiled_when = le(Expr(decode_max_rows(dtype, head_dim) + 1), sq);
+  // The tiled kernel's launch under `when` (and the decode path's bound), unless that never holds.
+  const auto add_tiled = [&](KernelSource kernel, Launch tiled, const Expr& when) {
+    tiled.when = tiled_when * when;
+    if (tiled.when == Expr(0)) return;
+    tiled.kernel = static_cast<int>(lowering.kernels.size());
     lowering.kernels.push_back(std::move(kernel));
-    lowering.launches.push_back(tiled);
+    lowering.launches.push_back(std::move(tiled));
+  };
+  if (wgmma) {
+    for (const WgmmaKeyTile& tile : wgmma_key_tiles(head_dim, causal, skv)) {
+      // TMA boxes of 64 columns (one 128-byte swizzle row) by the block's queries or a key tile,
+      // over all rows of q, k and v; the decode path's launch is `launch`'s, without them.
+      Launch tiled = launch;
+      const auto map = [](const char* of, const TensorType& x, int box_rows) {
+        return TensorMapSpec{of, x.shape[2], x.shape[0] * x.shape[1], x.row_stride, 64, box_rows, 128};
+      };
+      tiled.args.push_back(tensor_map("q_map", map("q", q, kWgmmaQueriesPerBlock)));
+      tiled.args.push_back(tensor_map("k_map", map("k", k, tile.keys)));
+      tiled.args.push_back(tensor_map("v_map", map("v", v, tile.keys)));
+      tiled.dynamic_smem = Expr(wgmma_dynamic_smem(head_dim, tile.keys));
+      KernelSource kernel = template_kernel(
+          name + tile.suffix, "sdpa_wgmma.cuh",
+          fmt::format("tn_sdpa_wgmma<{}, {}, {}, {}, {}>", c_type, head_dim, tile.keys, wgmma_stages(head_dim), causal),
+          tiled.args, threads, TEENY_KERNEL_ORIGIN, 1);
+      kernel.arch_specific = true;
+      add_tiled(std::move(kernel), std::move(tiled), tile.when);
+    }
+  } else if (tensor_cores) {
+    add_tiled(template_kernel(name, "sdpa.cuh",
+                              fmt::format("tn_sdpa_mma<{}, {}, {}, {}, {}, {}{}>", c_type, head_dim, kQueriesPerBlock,
+                                          kMmaKeysPerTile, threads, causal, w),
+                              launch.args, threads, TEENY_KERNEL_ORIGIN, mma_blocks),
+              launch, Expr(1));
+  } else if (f32_tiled) {
+    add_tiled(template_kernel(name, "sdpa.cuh",
+                              fmt::format("tn_sdpa_f32_tiled<{}, {}, {}, {}, {}{}>", head_dim, kQueriesPerBlock,
+                                          kF32TiledKeysPerTile, threads, causal, w),
+                              launch.args, threads, TEENY_KERNEL_ORIGIN, kF32TiledBlocksPerSm),
+              launch, Expr(1));
+  } else {
+    add_tiled(template_kernel(name, "sdpa.cuh",
+                              fmt::format("tn_sdpa_per_query<{}, {}, {}, {}, {}, {}{}>", c_type, head_dim, tpq,
+                                          kQueriesPerBlock, kKeysPerTile, causal, w),
+                              launch.args, threads, TEENY_KERNEL_ORIGIN, 1),
+              launch, Expr(1));
   }
   add_decode(lowering, launch, {n, sq, skv, ctx.output.row_stride}, h, dtype, head_dim, ctx.attrs);
   return lowering;

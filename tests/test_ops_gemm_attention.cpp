@@ -951,9 +951,9 @@ TEST(GemmAttentionLowering, SdpaDecodeSplitsAreSizedInSms) {
   const TensorType q = tensor(DType::kBF16, {N * Expr(4), Q, 128});
   const TensorType kv = tensor(DType::kBF16, {N, T, 128});
   const Lowering lowering = op("sdpa").lower(context("sdpa", {{"causal", false}, {"kv_groups", 4}}, {q, kv, kv}));
-  ASSERT_EQ(lowering.launches.size(), 3u);
-  const Launch& decode = lowering.launches.at(1);
-  const Launch& combine = lowering.launches.at(2);
+  ASSERT_EQ(lowering.launches.size(), 4u);  // the wgmma kernel's two key tiles, decode, combine
+  const Launch& decode = lowering.launches.at(2);
+  const Launch& combine = lowering.launches.at(3);
   EXPECT_EQ(lowering.kernels.at(decode.kernel).function, "tn_sdpa_decode_mma<__nv_bfloat16, 128, 4, 3, false>");
   // Q (16 rows of 128 + 8 padding) and 4 warps' rings of 3 stages of 16-key K and V tiles, bf16.
   EXPECT_EQ(decode.dynamic_smem.eval({}), 16 * 136 * 2 + 4 * 3 * 2 * 16 * 136 * 2);
@@ -996,8 +996,9 @@ TEST(GemmAttentionLowering, SdpaWgmmaOnHopper) {
   EXPECT_EQ(launch.block[0], 384);
   EXPECT_EQ(launch.grid[0].eval(bind), 24 * 2);  // 128 queries an item, fewer items than SMs
   EXPECT_EQ(launch.grid[0].eval({{"B", 20}, {"S", 130}, {"SMS", 132}}), 132);
-  // Q (128 x 128), two stages of K and V tiles (128 x 128 each), alignment slack, 6 mbarriers.
-  EXPECT_EQ(launch.dynamic_smem.eval(bind), 128 * 128 * 2 + 2 * 2 * 128 * 128 * 2 + 1024 + 6 * 8);
+  // Q (128 x 128), two stages of K and V tiles (128 x 128 each), alignment slack, 10 mbarriers
+  // (Q's full and empty, a full and an empty one for each stage's K and V).
+  EXPECT_EQ(launch.dynamic_smem.eval(bind), 128 * 128 * 2 + 2 * 2 * 128 * 128 * 2 + 1024 + 10 * 8);
   const KernelArg& k_map = arg(launch, "k_map");
   EXPECT_EQ(k_map.map.of, "k");
   EXPECT_EQ(k_map.map.rows.eval(bind), 24 * 130);
@@ -1012,6 +1013,24 @@ TEST(GemmAttentionLowering, SdpaWgmmaOnHopper) {
   const Lowering d256 = op("sdpa").lower(context("sdpa", {{"causal", false}}, {wide, wide, wide}));
   EXPECT_EQ(d256.kernels.at(0).function, "tn_sdpa_wgmma<__half, 256, 64, 2, false>");
   EXPECT_EQ(arg(d256.launches.at(0), "v_map").map.box_rows, 64);
+  // Without a mask, head dim 128 takes 176-key tiles (FlashAttention-3's) from 4096 keys on, 128
+  // below; the two stages of 176 keys still fit beside Q.
+  const Lowering plain = op("sdpa").lower(context("sdpa", {{"causal", false}}, {q, q, q}));
+  ASSERT_EQ(plain.kernels.size(), 4u);  // two key tiles, then the decode path's kernel and combine
+  EXPECT_EQ(plain.kernels.at(0).name, "sdpa_bf16_d128_wgmma");
+  EXPECT_EQ(plain.kernels.at(1).name, "sdpa_bf16_d128_wgmma_k176");
+  EXPECT_EQ(plain.kernels.at(1).function, "tn_sdpa_wgmma<__nv_bfloat16, 128, 176, 2, false>");
+  const Launch& short_keys = plain.launches.at(0);
+  const Launch& long_keys = plain.launches.at(1);
+  EXPECT_EQ(long_keys.kernel, 1);
+  EXPECT_EQ(arg(long_keys, "k_map").map.box_rows, 176);
+  EXPECT_EQ(long_keys.dynamic_smem.eval(bind), 128 * 128 * 2 + 2 * 2 * 176 * 128 * 2 + 1024 + 10 * 8);
+  for (int64_t s : {17, 4095, 4096, 16384}) {
+    const Bindings at_s = {{"B", 1}, {"S", s}, {"SMS", 132}};
+    EXPECT_EQ(short_keys.when.eval(at_s), s < 4096) << s;
+    EXPECT_EQ(long_keys.when.eval(at_s), s >= 4096) << s;
+  }
+  EXPECT_EQ(short_keys.when.eval({{"B", 1}, {"S", 16}, {"SMS", 132}}), 0);  // the decode path's
 
   const auto kernel = [](const TensorType& x, const nlohmann::json& attrs) {
     return op("sdpa").lower(context("sdpa", attrs, {x, x, x})).kernels.at(0).name;

@@ -127,7 +127,7 @@ __device__ __forceinline__ float tn_tree_reduce(float (&v)[kN], Op op) {
 template <int kKeys>
 __device__ __forceinline__ void tn_sdpa_softmax_step(float (&s)[kKeys / 2], float qk_scale, float (&m_run)[2],
                                                      float (&l_run)[2], float (&alpha)[2]) {
-  static_assert(kKeys % 64 == 0, "whole groups of 8 n-tiles");
+  static_assert(kKeys % 16 == 0 && kKeys >= 64, "n-tiles in pairs, at least 8 of them");
   float part[2][8];  // [row h][partial]
 #pragma unroll
   for (int j = 0; j < 8; ++j)

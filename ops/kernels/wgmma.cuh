@@ -46,14 +46,18 @@ __device__ __forceinline__ void tn_wgmma_wait() {
 #define TN_WGMMA_D80_95 "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
 #define TN_WGMMA_D96_111 "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111"
 #define TN_WGMMA_D112_127 "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+#define TN_WGMMA_D64_87 \
+  "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87"
 #define TN_WGMMA_REGS32 TN_WGMMA_D0_15 ", " TN_WGMMA_D16_31
 #define TN_WGMMA_REGS64 TN_WGMMA_D0_15 ", " TN_WGMMA_D16_31 ", " TN_WGMMA_D32_47 ", " TN_WGMMA_D48_63
+#define TN_WGMMA_REGS88 TN_WGMMA_REGS64 ", " TN_WGMMA_D64_87
 #define TN_WGMMA_REGS96 TN_WGMMA_REGS64 ", " TN_WGMMA_D64_79 ", " TN_WGMMA_D80_95
 #define TN_WGMMA_REGS128 TN_WGMMA_REGS96 ", " TN_WGMMA_D96_111 ", " TN_WGMMA_D112_127
 #define TN_WGMMA_ACC8(i) \
   "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
 #define TN_WGMMA_ACC32(i) TN_WGMMA_ACC8(i), TN_WGMMA_ACC8(i + 8), TN_WGMMA_ACC8(i + 16), TN_WGMMA_ACC8(i + 24)
 #define TN_WGMMA_ACC64 TN_WGMMA_ACC32(0), TN_WGMMA_ACC32(32)
+#define TN_WGMMA_ACC88 TN_WGMMA_ACC64, TN_WGMMA_ACC8(64), TN_WGMMA_ACC8(72), TN_WGMMA_ACC8(80)
 #define TN_WGMMA_ACC96 TN_WGMMA_ACC64, TN_WGMMA_ACC32(64)
 #define TN_WGMMA_ACC128 TN_WGMMA_ACC96, TN_WGMMA_ACC32(96)
 // The instruction text for an m64nNkK MMA of `type` operands; TF32 takes 8 elements of K and no
@@ -98,12 +102,15 @@ __device__ __forceinline__ void tn_wgmma_wait() {
 template <typename T, int kN, bool kTransA = false, bool kTransB = false>
 __device__ __forceinline__ void tn_wgmma(float (&d)[kN / 2], unsigned long long a_desc, unsigned long long b_desc,
                                          bool accumulate = true) {
-  static_assert(kN == 64 || kN == 128 || kN == 192 || kN == 256, "the widths of the GEMM and attention tiles");
+  static_assert(kN == 64 || kN == 128 || kN == 176 || kN == 192 || kN == 256,
+                "the widths of the GEMM and attention tiles");
   static_assert(sizeof(T) == 2 || !(kTransA || kTransB), "TF32 reads K-major operands only");
   if constexpr (kN == 64) {
     TN_WGMMA_ASM("64", TN_WGMMA_REGS32, "%32", "%33", "%34", "%35", "%36", TN_WGMMA_ACC32(0))
   } else if constexpr (kN == 128) {
     TN_WGMMA_ASM("128", TN_WGMMA_REGS64, "%64", "%65", "%66", "%67", "%68", TN_WGMMA_ACC64)
+  } else if constexpr (kN == 176) {
+    TN_WGMMA_ASM("176", TN_WGMMA_REGS88, "%88", "%89", "%90", "%91", "%92", TN_WGMMA_ACC88)
   } else if constexpr (kN == 192) {
     TN_WGMMA_ASM("192", TN_WGMMA_REGS96, "%96", "%97", "%98", "%99", "%100", TN_WGMMA_ACC96)
   } else {

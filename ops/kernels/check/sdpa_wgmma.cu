@@ -25,3 +25,6 @@ TN_ENTRY(sdpa_f16_d128_causal_wgmma, (384, 1)) TN_SDPA_WGMMA_PARAMS(__half) {
 TN_ENTRY(sdpa_bf16_d256_causal_wgmma, (384, 1)) TN_SDPA_WGMMA_PARAMS(__nv_bfloat16) {
   tn_sdpa_wgmma<__nv_bfloat16, 256, 64, 2, true>(TN_SDPA_WGMMA_ARGS);
 }
+TN_ENTRY(sdpa_bf16_d128_wgmma_k176, (384, 1)) TN_SDPA_WGMMA_PARAMS(__nv_bfloat16) {
+  tn_sdpa_wgmma<__nv_bfloat16, 128, 176, 2, false>(TN_SDPA_WGMMA_ARGS);
+}
