@@ -465,12 +465,13 @@ Lowering lower_attention(const OpContext& ctx, const AttentionHeads& h) {
   launch.block = {threads, 1, 1};
   const Expr items = n * ceil_div(sq, Expr(queries_per_block));
   launch.grid = {wgmma ? min(items, device_sms()) : items, Expr(1), Expr(1)};
-  // The wgmma kernel's Q and ring; the mma kernel's double-buffered K and V tiles, rows padded by
-  // 8 elements; the f32 tiled kernel's Q, P and double-buffered K and V: six 64 x 68 float tiles.
+  // The mma kernel's double-buffered K and V tiles, rows padded by 8 elements; the f32 tiled
+  // kernel's Q, P and double-buffered K and V: six 64 x 68 float tiles (the wgmma kernel's: its
+  // key tile's).
   launch.dynamic_smem =
       Expr(tensor_cores ? int64_t{2} * 2 * kMmaKeysPerTile * (head_dim + 8) * static_cast<int64_t>(dtype_size(dtype))
-           : f32_tiled    ? int64_t{6} * 64 * 68 * 4
-                          : 0);
+           : f32_tiled  ? int64_t{6} * 64 * 68 * 4
+                        : 0);
   const Expr elem(static_cast<int64_t>(dtype_size(dtype)));
   // Per head, whatever the layout: q read and the output written once, each k/v head read once
   // (the query heads sharing it run together, so it stays in L2).
