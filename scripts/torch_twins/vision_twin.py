@@ -25,6 +25,9 @@ def parse_args(description, default_batch):
     parser.add_argument("--batch", type=int, nargs="+", default=[default_batch], help="batch sizes to check")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workdir", help="keep the weights, inputs, bundles and outputs here")
+    parser.add_argument("--device", choices=["gpu", "cpu"], default="gpu",
+                        help="gpu (default): teeny runs on the GPU; cpu: teeny's host reference executor runs "
+                        "(no GPU needed)")
     return parser.parse_args()
 
 
@@ -53,9 +56,10 @@ def save_safetensors(path, tensors):
             f.write(data)
 
 
-def export_weights(model, path):
-    """The state dict by dotted name, without BatchNorm's step counter (not a graph param)."""
-    tensors = {name: value.detach().float().cpu().numpy() for name, value in model.state_dict().items()
+def export_weights(model, path, rename=lambda name: name):
+    """The state dict by dotted name (or `rename`'s of it), without BatchNorm's step counter (not a
+    graph param)."""
+    tensors = {rename(name): value.detach().float().cpu().numpy() for name, value in model.state_dict().items()
                if not name.endswith("num_batches_tracked")}
     save_safetensors(path, tensors)
     return sorted(tensors)
@@ -92,14 +96,15 @@ def compare(label, got, want, rtol, atol):
     return not bad.any()
 
 
-def run_twin(args, graph, model, make_input, output, rtol, atol, variants=(("fused", []),), references=None):
-    """Exports `model`, runs every compile variant of `graph` at every batch size, compares.
-    `references` optionally maps a label to another model whose own error against `model` is
-    printed for scale (e.g. PyTorch bf16 vs the float64 reference)."""
+def run_twin(args, graph, model, make_input, output, rtol, atol, variants=(("fused", []),), references=None,
+             rename=lambda name: name):
+    """Exports `model` (its param names through `rename`), runs every compile variant of `graph` at
+    every batch size, compares. `references` optionally maps a label to another model whose own
+    error against `model` is printed for scale (e.g. PyTorch bf16 vs the float64 reference)."""
     workdir = args.workdir or tempfile.mkdtemp(prefix="teeny-twin-")
     os.makedirs(workdir, exist_ok=True)
     weights = os.path.join(workdir, "weights.safetensors")
-    names = export_weights(model, weights)
+    names = export_weights(model, weights, rename)
     print(f"exported {len(names)} tensors to {weights}")
     bundles = []
     for label, flags in variants:
@@ -119,7 +124,7 @@ def run_twin(args, graph, model, make_input, output, rtol, atol, variants=(("fus
         for label, bundle in bundles:
             out_dir = os.path.join(workdir, f"out_{label}_b{batch}")
             teeny(args, "run", bundle, "--bind", f"B={batch}", "--weights", weights, "--input", f"x={x_path}",
-                  "--output-dir", out_dir)
+                  "--output-dir", out_dir, "--device", args.device)
             got = np.load(os.path.join(out_dir, f"{output}.npy"))
             ok &= compare(f"{graph} {label} B={batch} '{output}'", got, want, rtol, atol)
     print("PASS" if ok else "FAIL")
