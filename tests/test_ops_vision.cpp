@@ -708,31 +708,35 @@ TEST(VisionCompile, LeNetCompiles) {
   }
 }
 
-// ResNet-18 at ImageNet size: torchvision's shapes stage by stage, and its 11,689,512 trainable
-// params plus the running mean and variance of 4,800 batchnorm channels, under torchvision's
-// module names with '.' written '_'.
+// ResNet-18 at ImageNet size, f32 and bf16: torchvision's shapes stage by stage, and its
+// 11,689,512 trainable params plus the running mean and variance of 4,800 batchnorm channels, under
+// torchvision's module names with '.' written '_'.
 TEST(VisionCompile, ResNet18HasTorchvisionsShapesAndParams) {
-  const Graph graph = load_graph(graph_path("resnet18.yaml"), registry());
-  const Bundle bundle = compile(graph, test_compile_options());
-  EXPECT_EQ(shape_str(bundle.tensor("maxpool").shape), "[B, 64, 56, 56]");
-  EXPECT_EQ(shape_str(bundle.tensor("layer1_1").shape), "[B, 64, 56, 56]");
-  EXPECT_EQ(shape_str(bundle.tensor("layer2_1").shape), "[B, 128, 28, 28]");
-  EXPECT_EQ(shape_str(bundle.tensor("layer3_1").shape), "[B, 256, 14, 14]");
-  EXPECT_EQ(shape_str(bundle.tensor("layer4_1").shape), "[B, 512, 7, 7]");
-  EXPECT_EQ(shape_str(bundle.tensor("fc").shape), "[B, 1000]");
-  int64_t elements = 0;
-  std::set<std::string> names;
-  for (const BundleParam& p : bundle.params) {
-    int64_t numel = 1;
-    for (const Expr& d : p.shape) numel *= d.eval({});
-    elements += numel;
-    names.insert(p.name);
+  for (const auto& [file, dtype] :
+       {std::pair{"resnet18.yaml", DType::kF32}, std::pair{"resnet18_bf16.yaml", DType::kBF16}}) {
+    SCOPED_TRACE(file);
+    const Bundle bundle = compile(load_graph(graph_path(file), registry()), test_compile_options());
+    EXPECT_EQ(shape_str(bundle.tensor("maxpool").shape), "[B, 64, 56, 56]");
+    EXPECT_EQ(shape_str(bundle.tensor("layer1_1").shape), "[B, 64, 56, 56]");
+    EXPECT_EQ(shape_str(bundle.tensor("layer2_1").shape), "[B, 128, 28, 28]");
+    EXPECT_EQ(shape_str(bundle.tensor("layer3_1").shape), "[B, 256, 14, 14]");
+    EXPECT_EQ(shape_str(bundle.tensor("layer4_1").shape), "[B, 512, 7, 7]");
+    EXPECT_EQ(shape_str(bundle.tensor("fc").shape), "[B, 1000]");
+    EXPECT_EQ(bundle.tensor("fc").dtype, dtype);
+    int64_t elements = 0;
+    std::set<std::string> names;
+    for (const BundleParam& p : bundle.params) {
+      int64_t numel = 1;
+      for (const Expr& d : p.shape) numel *= d.eval({});
+      elements += numel;
+      names.insert(p.name);
+    }
+    EXPECT_EQ(elements, 11689512 + 2 * 4800);
+    for (const char* name :
+         {"conv1.weight", "bn1.running_var", "layer2_0_downsample_0.weight", "layer4_1_bn2.bias", "fc.weight"})
+      EXPECT_EQ(names.count(name), 1u) << name;
+    expect_kernels_in(bundle, dtype);
   }
-  EXPECT_EQ(elements, 11689512 + 2 * 4800);
-  for (const char* name :
-       {"conv1.weight", "bn1.running_var", "layer2_0_downsample_0.weight", "layer4_1_bn2.bias", "fc.weight"})
-    EXPECT_EQ(names.count(name), 1u) << name;
-  expect_kernels_in(bundle, DType::kF32);
 }
 
 // ---- GPU: the example graphs against the host reference (teeny run --check) --------------------
@@ -748,8 +752,8 @@ std::string write_temp_bundle(const Graph& graph, const CompileOptions& options,
 
 // The example graphs, fused and unfused, node by node against the references.
 TEST(GpuVision, GraphsMatchTheirReferences) {
-  for (const char* name :
-       {"lenet5.yaml", "lenet5_bf16.yaml", "yolo_head.yaml", "yolo_head_f16.yaml", "resnet18.yaml"}) {
+  for (const char* name : {"lenet5.yaml", "lenet5_bf16.yaml", "yolo_head.yaml", "yolo_head_f16.yaml", "resnet18.yaml",
+                           "resnet18_bf16.yaml"}) {
     const Graph graph = load_graph(graph_path(name), registry());
     for (bool fuse : {true, false}) {
       CompileOptions options = test_compile_options();
