@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Vision benchmark: teeny against PyTorch on the same GPU, in the same run.
 
-Per op at representative shapes, and each vision graph (lenet5, yolo_head) at B=1 and B=16:
+Per op at representative shapes, and each vision graph (lenet5, yolo_head, resnet18) at B=1 and B=16:
 teeny's median GPU time (`teeny compile --bind B=N` then `teeny profile --format json`:
 runs[0].gpu_time.median_us), PyTorch's
 medians eager, CUDA-graph and of its kernels alone (bench_common.TORCH_MODES; cuDNN, TF32 off),
@@ -28,6 +28,7 @@ import torch.nn.functional as F  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "torch_twins"))
 import lenet5  # noqa: E402
+import resnet18  # noqa: E402
 import yolo_head  # noqa: E402
 
 # PyTorch function builders: each takes the device and returns fn(x) with its own random weights.
@@ -97,6 +98,7 @@ OPS = [
 GRAPHS = [
     ("lenet5", "lenet5.yaml", [1, 32, 32], lambda d: lenet5.LeNet5().to(d).eval()),
     ("yolo_head", "yolo_head.yaml", [3, 256, 256], lambda d: yolo_head.build(d)),
+    ("resnet18", "resnet18.yaml", [3, 224, 224], lambda d: resnet18.build(d)),
 ]
 
 
