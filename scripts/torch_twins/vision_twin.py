@@ -39,6 +39,21 @@ def setup_torch(seed):
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
+def random_batchnorm(model, calibration):
+    """`model` with BatchNorm weights drawn away from 1 and biases away from 0, and the running
+    statistics of one training-mode pass over `calibration` (a cumulative average), so every
+    normalisation does real work; returned in eval mode."""
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, torch.nn.BatchNorm2d):
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.uniform_(-0.2, 0.2)
+                m.momentum = None
+        model.train()
+        model(calibration)
+    return model.eval()
+
+
 def save_safetensors(path, tensors):
     """Writes {name: float32 array} in the safetensors format (header length, JSON header, data)."""
     header, blobs, offset = {}, [], 0
