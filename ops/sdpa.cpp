@@ -466,8 +466,8 @@ Lowering lower_attention(const OpContext& ctx, const AttentionHeads& h) {
   const Expr items = n * ceil_div(sq, Expr(queries_per_block));
   launch.grid = {wgmma ? min(items, device_sms()) : items, Expr(1), Expr(1)};
   // The mma kernel's double-buffered K and V tiles, rows padded by 8 elements; the f32 tiled
-  // kernel's Q, P and double-buffered K and V: six 64 x 68 float tiles (the wgmma kernel's: its
-  // key tile's).
+  // kernel's Q, P and double-buffered K and V: six 64 x 68 float tiles. (Each wgmma launch sets
+  // its own, by its key tile.)
   launch.dynamic_smem =
       Expr(tensor_cores ? int64_t{2} * 2 * kMmaKeysPerTile * (head_dim + 8) * static_cast<int64_t>(dtype_size(dtype))
            : f32_tiled  ? int64_t{6} * 64 * 68 * 4
@@ -498,13 +498,13 @@ Lowering lower_attention(const OpContext& ctx, const AttentionHeads& h) {
     lowering.launches.push_back(std::move(tiled));
   };
   if (wgmma) {
+    // TMA boxes of 64 columns (one 128-byte swizzle row) by the block's queries or a key tile,
+    // over all rows of q, k and v; the decode path's launch is `launch`'s, without them.
+    const auto map = [](const char* of, const TensorType& x, int box_rows) {
+      return TensorMapSpec{of, x.shape[2], x.shape[0] * x.shape[1], x.row_stride, 64, box_rows, 128};
+    };
     for (const WgmmaKeyTile& tile : wgmma_key_tiles(head_dim, causal, skv)) {
-      // TMA boxes of 64 columns (one 128-byte swizzle row) by the block's queries or a key tile,
-      // over all rows of q, k and v; the decode path's launch is `launch`'s, without them.
       Launch tiled = launch;
-      const auto map = [](const char* of, const TensorType& x, int box_rows) {
-        return TensorMapSpec{of, x.shape[2], x.shape[0] * x.shape[1], x.row_stride, 64, box_rows, 128};
-      };
       tiled.args.push_back(tensor_map("q_map", map("q", q, kWgmmaQueriesPerBlock)));
       tiled.args.push_back(tensor_map("k_map", map("k", k, tile.keys)));
       tiled.args.push_back(tensor_map("v_map", map("v", v, tile.keys)));
