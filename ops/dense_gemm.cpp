@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "ops/activation.h"
+#include "ops/kernel_util.h"
 
 namespace teeny::ops {
 namespace {
@@ -12,11 +13,6 @@ constexpr int kPingpongMaxK = 1024;
 // Columns of one TMA store of the 16-bit wgmma epilogue (c_map's box; 64 bytes of 16-bit
 // elements, a 64-byte swizzle row); the kernel class gets it as kStoreGroupCols.
 constexpr int kTmaStoreBox = 32;
-// Shared memory one block may take on sm_90 (227 KiB opt-in), which sizes the pipeline. The
-// stage count is a constant of the kernel's source, so it is chosen per arch, not per device:
-// every sm_90 part has this limit, and binding checks each launch against the device's
-// SMEM_PER_BLOCK.
-constexpr int64_t kMaxBlockSmem = 227 * 1024;
 // Small-M kernels (ops/kernels/gemv.cuh), one variant per bound on M: a kernel sized for 8 or 16
 // x rows wastes its reductions (f32: one warp sum per accumulator) and registers on one row, so
 // M picks the smallest variant that holds it (each launch's `when`). 16-bit: x rows come in MMA
@@ -160,7 +156,7 @@ Expr gemm_tiles(const GemmTile& tile, const Expr& m, const Expr& n) {
 Expr gemm_grid(const GemmTile& tile, const Expr& units) { return tile.wgmma() ? min(units, device_sms()) : units; }
 
 GemmTile fit_gemm_epilogue(GemmTile tile, const GemmEpilogue& epilogue) {
-  while (tile.stages > 2 && gemm_dynamic_smem(tile, epilogue) > kMaxBlockSmem) --tile.stages;
+  while (tile.stages > 2 && gemm_dynamic_smem(tile, epilogue) > kSm90MaxBlockSmem) --tile.stages;
   return tile;
 }
 

@@ -32,6 +32,12 @@ RowPlan plan_rows(const Expr& cols, DType dtype);
 AttrSpec attr_spec(std::string name, AttrType type, std::string doc,
                    std::optional<nlohmann::json> default_value = std::nullopt, std::vector<std::string> choices = {});
 
+// Shared memory one block may take on sm_90 (227 KiB opt-in), which sizes the Hopper kernels'
+// pipelines. A stage count is a constant of a kernel's source, so it is chosen per arch, not per
+// device: every sm_90 part has this limit, and binding checks each launch against the device's
+// SMEM_PER_BLOCK.
+constexpr int64_t kSm90MaxBlockSmem = 227 * 1024;
+
 // Elements of `dtype` per 16-byte vector.
 int vector_width(DType dtype);
 

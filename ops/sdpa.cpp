@@ -67,12 +67,19 @@ int variant_blocks_per_sm(const OpContext& ctx) {
 // ring stages as fit beside Q in shared memory, up to 4.
 constexpr int kWgmmaQueriesPerBlock = 128;
 constexpr int kWgmmaThreads = 384;
-int wgmma_stages(int64_t head_dim) { return head_dim == 64 ? 4 : 2; }
-int64_t wgmma_dynamic_smem(int64_t head_dim, int keys) {
+constexpr int kWgmmaMaxStages = 4;
+int64_t wgmma_smem_with(int64_t head_dim, int keys, int64_t stages) {
   // Q, the stages' K and V tiles (16-bit), 1024 bytes to align them for the swizzle, and the
   // mbarriers: a full and an empty one for Q and for each stage's K and V.
-  const int64_t stages = wgmma_stages(head_dim);
   return int64_t{kWgmmaQueriesPerBlock} * head_dim * 2 + stages * 2 * keys * head_dim * 2 + 1024 + 8 * (2 + 4 * stages);
+}
+int wgmma_stages(int64_t head_dim, int keys) {
+  int stages = kWgmmaMaxStages;
+  while (stages > 2 && wgmma_smem_with(head_dim, keys, stages) > kSm90MaxBlockSmem) --stages;
+  return stages;
+}
+int64_t wgmma_dynamic_smem(int64_t head_dim, int keys) {
+  return wgmma_smem_with(head_dim, keys, wgmma_stages(head_dim, keys));
 }
 
 // The key tiles of the wgmma kernel, each with the key counts it runs at and its kernel name's
@@ -511,7 +518,7 @@ Lowering lower_attention(const OpContext& ctx, const AttentionHeads& h) {
       tiled.dynamic_smem = Expr(wgmma_dynamic_smem(head_dim, tile.keys));
       KernelSource kernel = template_kernel(
           name + tile.suffix, "sdpa_wgmma.cuh",
-          fmt::format("tn_sdpa_wgmma<{}, {}, {}, {}, {}>", c_type, head_dim, tile.keys, wgmma_stages(head_dim), causal),
+          fmt::format("tn_sdpa_wgmma<{}, {}, {}, {}, {}>", c_type, head_dim, tile.keys, wgmma_stages(head_dim, tile.keys), causal),
           tiled.args, threads, TEENY_KERNEL_ORIGIN, 1);
       kernel.arch_specific = true;
       add_tiled(std::move(kernel), std::move(tiled), tile.when);

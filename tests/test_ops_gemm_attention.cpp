@@ -991,14 +991,15 @@ TEST(GemmAttentionLowering, SdpaWgmmaOnHopper) {
   const Lowering lowering = op("sdpa").lower(context("sdpa", {{"causal", true}}, {q, q, q}));
   EXPECT_EQ(lowering.kernels.at(0).name, "sdpa_bf16_d128_causal_wgmma");
   EXPECT_TRUE(lowering.kernels.at(0).arch_specific);
-  EXPECT_EQ(lowering.kernels.at(0).function, "tn_sdpa_wgmma<__nv_bfloat16, 128, 128, 2, true>");
+  EXPECT_EQ(lowering.kernels.at(0).function, "tn_sdpa_wgmma<__nv_bfloat16, 128, 128, 3, true>");
   const Launch& launch = lowering.launches.at(0);
   EXPECT_EQ(launch.block[0], 384);
   EXPECT_EQ(launch.grid[0].eval(bind), 24 * 2);  // 128 queries an item, fewer items than SMs
   EXPECT_EQ(launch.grid[0].eval({{"B", 20}, {"S", 130}, {"SMS", 132}}), 132);
-  // Q (128 x 128), two stages of K and V tiles (128 x 128 each), alignment slack, 10 mbarriers
-  // (Q's full and empty, a full and an empty one for each stage's K and V).
-  EXPECT_EQ(launch.dynamic_smem.eval(bind), 128 * 128 * 2 + 2 * 2 * 128 * 128 * 2 + 1024 + 10 * 8);
+  // Q (128 x 128), three stages of K and V tiles (128 x 128 each: as many as fit in sm_90's
+  // 227 KiB), alignment slack, 14 mbarriers (Q's full and empty, a full and an empty one for each
+  // stage's K and V).
+  EXPECT_EQ(launch.dynamic_smem.eval(bind), 128 * 128 * 2 + 3 * 2 * 128 * 128 * 2 + 1024 + 14 * 8);
   const KernelArg& k_map = arg(launch, "k_map");
   EXPECT_EQ(k_map.map.of, "k");
   EXPECT_EQ(k_map.map.rows.eval(bind), 24 * 130);
@@ -1014,7 +1015,7 @@ TEST(GemmAttentionLowering, SdpaWgmmaOnHopper) {
   EXPECT_EQ(d256.kernels.at(0).function, "tn_sdpa_wgmma<__half, 256, 64, 2, false>");
   EXPECT_EQ(arg(d256.launches.at(0), "v_map").map.box_rows, 64);
   // Without a mask, head dim 128 takes 176-key tiles (FlashAttention-3's) from 4096 keys on, 128
-  // below; the two stages of 176 keys still fit beside Q.
+  // below; two stages of 176 keys fit beside Q, three do not.
   const Lowering plain = op("sdpa").lower(context("sdpa", {{"causal", false}}, {q, q, q}));
   ASSERT_EQ(plain.kernels.size(), 4u);  // two key tiles, then the decode path's kernel and combine
   EXPECT_EQ(plain.kernels.at(0).name, "sdpa_bf16_d128_wgmma");

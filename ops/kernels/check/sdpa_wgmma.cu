@@ -17,10 +17,10 @@ TN_ENTRY(sdpa_f16_d64_wgmma, (384, 1)) TN_SDPA_WGMMA_PARAMS(__half) {
   tn_sdpa_wgmma<__half, 64, 128, 4, false>(TN_SDPA_WGMMA_ARGS);
 }
 TN_ENTRY(sdpa_bf16_d128_wgmma, (384, 1)) TN_SDPA_WGMMA_PARAMS(__nv_bfloat16) {
-  tn_sdpa_wgmma<__nv_bfloat16, 128, 128, 2, false>(TN_SDPA_WGMMA_ARGS);
+  tn_sdpa_wgmma<__nv_bfloat16, 128, 128, 3, false>(TN_SDPA_WGMMA_ARGS);
 }
 TN_ENTRY(sdpa_f16_d128_causal_wgmma, (384, 1)) TN_SDPA_WGMMA_PARAMS(__half) {
-  tn_sdpa_wgmma<__half, 128, 128, 2, true>(TN_SDPA_WGMMA_ARGS);
+  tn_sdpa_wgmma<__half, 128, 128, 3, true>(TN_SDPA_WGMMA_ARGS);
 }
 TN_ENTRY(sdpa_bf16_d256_causal_wgmma, (384, 1)) TN_SDPA_WGMMA_PARAMS(__nv_bfloat16) {
   tn_sdpa_wgmma<__nv_bfloat16, 256, 64, 2, true>(TN_SDPA_WGMMA_ARGS);
