@@ -516,10 +516,10 @@ Lowering lower_attention(const OpContext& ctx, const AttentionHeads& h) {
       tiled.args.push_back(tensor_map("k_map", map("k", k, tile.keys)));
       tiled.args.push_back(tensor_map("v_map", map("v", v, tile.keys)));
       tiled.dynamic_smem = Expr(wgmma_dynamic_smem(head_dim, tile.keys));
-      KernelSource kernel = template_kernel(
-          name + tile.suffix, "sdpa_wgmma.cuh",
-          fmt::format("tn_sdpa_wgmma<{}, {}, {}, {}, {}>", c_type, head_dim, tile.keys, wgmma_stages(head_dim, tile.keys), causal),
-          tiled.args, threads, TEENY_KERNEL_ORIGIN, 1);
+      KernelSource kernel = template_kernel(name + tile.suffix, "sdpa_wgmma.cuh",
+                                            fmt::format("tn_sdpa_wgmma<{}, {}, {}, {}, {}>", c_type, head_dim,
+                                                        tile.keys, wgmma_stages(head_dim, tile.keys), causal),
+                                            tiled.args, threads, TEENY_KERNEL_ORIGIN, 1);
       kernel.arch_specific = true;
       add_tiled(std::move(kernel), std::move(tiled), tile.when);
     }
