@@ -56,7 +56,7 @@ OpDef conv2d_op() {
   def.name = "conv2d";
   def.doc =
       "2-D convolution over x [B, C, H, W]; weight [Co, C/groups, kH, kW], bias [Co]; "
-      "implicit GEMM (1x1 on the GEMM path), depthwise kernel when groups = C";
+      "implicit GEMM on tensor cores (3xTF32 for f32), depthwise kernel when groups = C";
   def.inputs = {{"x", "[B, C, H, W]"}};
   def.attrs = conv_attr_specs();
   def.attrs.push_back({"bias", AttrType::kBool, "add a bias [Co]", nlohmann::json(true), {}, false, std::nullopt});
@@ -69,10 +69,12 @@ OpDef conv2d_op() {
   def.params = conv2d_params;
   def.param_slots = {"weight", "bias"};
   def.lower = [](const OpContext& ctx) {
-    const ConvEpilogue epilogue{ctx.attrs.boolean("bias") ? ConvEpilogue::kBias : ConvEpilogue::kNone, 0.0};
-    return lower_conv("conv2d", conv_geometry("conv2d", ctx), "weight", epilogue);
+    ConvEpilogue epilogue;
+    epilogue.bias = ctx.attrs.boolean("bias");
+    return lower_conv("conv2d", conv_geometry("conv2d", ctx), "weight", "bias", epilogue);
   };
   def.reference = conv2d_reference;
+  def.tuning = conv_tuning();
   def.backward = conv2d_backward;
   def.conformance_cases = [] {
     using nlohmann::json;

@@ -1,9 +1,8 @@
 // conv2d_bn_silu: Conv (no bias) -> inference BatchNorm -> SiLU in one kernel, the Ultralytics
 // `Conv` block with its slot names (conv.weight, bn.*), every param in x's dtype. The batch norm
 // is folded per output channel in the kernel's epilogue (in f32), and the SiLU is the silu op's
-// functor. Lowering:
-// ops/vision_common.cpp; kernels: ops/kernels/conv2d.cuh; the graph pass that forms this op from
-// three nodes: ops/fuse_conv_bn_silu.cpp.
+// functor. Lowering: ops/vision_common.cpp; kernels: ops/kernels/conv2d.cuh. The graph pass
+// fuse_conv_epilogue makes the same kernel (a fused.conv2d) from the three nodes.
 #include <cmath>
 
 #include "core/autodiff.h"
@@ -66,10 +65,14 @@ OpDef conv2d_bn_silu_op() {
   def.params = conv2d_bn_silu_params;
   def.param_slots = {"conv.weight", "bn.weight", "bn.bias", "bn.running_mean", "bn.running_var"};
   def.lower = [](const OpContext& ctx) {
-    return lower_conv(kOp, conv_geometry(kOp, ctx), "conv.weight",
-                      ConvEpilogue{ConvEpilogue::kBnSilu, ctx.attrs.real("eps")});
+    ConvEpilogue epilogue;
+    epilogue.bn = true;
+    epilogue.eps = ctx.attrs.real("eps");
+    epilogue.activation = "silu";
+    return lower_conv(kOp, conv_geometry(kOp, ctx), "conv.weight", "", epilogue);
   };
   def.reference = conv2d_bn_silu_reference;
+  def.tuning = conv_tuning();
   // Its batch norm is folded from running statistics; in a training graph batch norm normalizes by
   // the batch's (model.train()), which the fused kernel cannot, so it refuses rather than train
   // something else than PyTorch would.

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 
 #include "ops/activation.h"
 #include "ops/conformance.h"
@@ -123,6 +124,7 @@ ConvGeometry conv_geometry(const std::string& op, const OpContext& ctx) {
   g.in_w = x.shape[3];
   g.out_h = window_extent("height", g.in_h, a.kh, a.sh, a.ph, a.dh);
   g.out_w = window_extent("width", g.in_w, a.kw, a.sw, a.pw, a.dw);
+  g.variant = ctx.variant;
   return g;
 }
 
@@ -137,32 +139,23 @@ namespace {
 
 // ---- epilogue --------------------------------------------------------------------------------
 
-std::vector<KernelArg> epilogue_args(const ConvEpilogue& e, DType dtype) {
-  switch (e.kind) {
-    case ConvEpilogue::kNone:
-      return {};
-    case ConvEpilogue::kBias:
-      return {param("bias", "bias", dtype)};
-    case ConvEpilogue::kBnSilu:
-      return {param("bn.weight", "bn_weight", dtype), param("bn.bias", "bn_bias", dtype),
-              param("bn.running_mean", "bn_mean", dtype), param("bn.running_var", "bn_var", dtype), f32("eps", e.eps)};
-  }
-  return {};
+// The epilogue's params after the weight, in the entry's order.
+std::vector<KernelArg> epilogue_params(const ConvEpilogue& e, const std::string& bias_slot, DType dtype) {
+  if (e.bias) return {param(bias_slot, "bias", dtype)};
+  if (!e.bn) return {};
+  return {param("bn.weight", "bn_weight", dtype), param("bn.bias", "bn_bias", dtype),
+          param("bn.running_mean", "bn_mean", dtype), param("bn.running_var", "bn_var", dtype), f32("eps", e.eps)};
 }
 
 // The entry of ops/kernels/conv2d.cuh that takes the epilogue's params, for `kernel` (a
 // tn_conv2d_igemm or tn_conv2d_depthwise) over elements of `dtype`.
 std::string conv_entry(const ConvEpilogue& e, DType dtype, const std::string& kernel) {
-  const char* type = dtype_c_type(dtype);
-  switch (e.kind) {
-    case ConvEpilogue::kNone:
-      return fmt::format("tn_conv2d<{}, {}>", type, kernel);
-    case ConvEpilogue::kBias:
-      return fmt::format("tn_conv2d_bias<{}, {}>", type, kernel);
-    case ConvEpilogue::kBnSilu:
-      return fmt::format("tn_conv2d_bn_act<{}, {}, {}>", type, kernel, activation("silu").functor);
-  }
-  return "";
+  const char* entry = e.residual ? "tn_conv2d_bn_add_act"
+                      : e.bn     ? "tn_conv2d_bn_act"
+                      : e.bias   ? "tn_conv2d_bias"
+                                 : "tn_conv2d";
+  const std::string act = e.activation == "none" ? "tn_act_none" : activation(e.activation).functor;
+  return fmt::format("{}<{}, {}, {}>", entry, dtype_c_type(dtype), kernel, act);
 }
 
 // The op and dtype that start the kernel names: "conv2d_bf16".
@@ -177,22 +170,27 @@ std::string channels_name(const ConvGeometry& g) {
   return name;
 }
 
+// "_bias", "_bn_add_relu", ...: what the epilogue does, in order.
 std::string epilogue_tag(const ConvEpilogue& e) {
-  switch (e.kind) {
-    case ConvEpilogue::kNone:
-      return "";
-    case ConvEpilogue::kBias:
-      return "_bias";
-    case ConvEpilogue::kBnSilu:
-      return "_bnsilu";
-  }
-  return "";
+  std::string tag = e.bias ? "_bias" : e.bn ? "_bn" : "";
+  if (e.residual) tag += "_add";
+  if (e.activation != "none") tag += "_" + e.activation;
+  return tag;
 }
 
 // The conv's constants as the template argument tn_conv_shape<...> of conv2d.cuh.
 std::string conv_shape_template(const ConvGeometry& g) {
   return fmt::format("tn_conv_shape<{}, {}, {}, {}>", g.in_channels, g.a.out_channels, g.a.groups,
                      window_template(g.a));
+}
+
+constexpr const char* kConvMmaVariant = "mma";
+constexpr const char* kConvSimtVariant = "simt";
+
+// Per group, pixel tiles across x and channel tiles across y.
+std::array<Expr, 3> conv_gemm_grid(const ConvGeometry& g, int block_co, int block_p) {
+  return {ceil_div(g.batch * g.out_h * g.out_w, Expr(block_p)), Expr((g.cout_per_group() + block_co - 1) / block_co),
+          Expr(g.a.groups)};
 }
 
 int pow2_at_least(int64_t n) {
@@ -270,6 +268,46 @@ KernelSource implicit_gemm_kernel(const std::string& op, const ConvGeometry& g, 
                          "conv2d.cuh", conv_entry(e, g.dtype, kernel), args, t.threads(), TEENY_KERNEL_ORIGIN);
 }
 
+// ---- implicit GEMM on tensor cores -----------------------------------------------------------
+//
+// conv2d_mma.cuh's tn_conv2d_mma: a CTA computes a block_co x block_p tile of y on warp MMAs, one
+// pixel of the tile a thread gathering its X column.
+struct ConvMmaTile {
+  int block_co, block_p, warps_co, warps_p;
+  int threads() const { return warps_co * warps_p * 32; }
+};
+
+// Tiles from large to small. X is gathered once per CTA for all of its channels, and the gather is
+// the kernel's bound, so tall tiles come first; as for the CUDA-core tiles, a single image should
+// fill about one wave of the largest sm_90 part (the tile is a constant of the source).
+ConvMmaTile choose_conv_mma_tile(const ConvGeometry& g) {
+  static constexpr ConvMmaTile kMenu[] = {
+      {128, 128, 4, 2}, {64, 128, 2, 2}, {64, 64, 2, 2}, {32, 64, 2, 2}, {16, 64, 1, 4}};
+  constexpr int64_t kTargetCtas = 132;
+  const int64_t images = g.batch.const_value().value_or(1);
+  const int64_t pixels = images * (g.out_h * g.out_w).const_value().value_or(64 * 64);
+  const int64_t cog = g.cout_per_group();
+  const int64_t co_cap = std::max(16, pow2_at_least(cog));
+  const ConvMmaTile* chosen = nullptr;
+  for (const ConvMmaTile& t : kMenu) {
+    if (t.block_co > co_cap) continue;
+    chosen = &t;
+    const int64_t ctas = (cog + t.block_co - 1) / t.block_co * ((pixels + t.block_p - 1) / t.block_p);
+    if (ctas * g.a.groups >= kTargetCtas) break;
+  }
+  return *chosen;
+}
+
+KernelSource mma_kernel(const std::string& op, const ConvGeometry& g, const ConvMmaTile& t, const ConvEpilogue& e,
+                        const std::vector<KernelArg>& args) {
+  const std::string kernel = fmt::format("tn_conv2d_mma<{}, tn_conv_mma_tile<{}, {}, {}, {}>>", conv_shape_template(g),
+                                         t.block_co, t.block_p, t.warps_co, t.warps_p);
+  const std::string path = g.pointwise() ? "1x1" : window_name(g.a);
+  return template_kernel(fmt::format("{}_mma_{}_{}_{}x{}{}", kernel_prefix(op, g), path, channels_name(g), t.block_co,
+                                     t.block_p, epilogue_tag(e)),
+                         "conv2d_mma.cuh", conv_entry(e, g.dtype, kernel), args, t.threads(), TEENY_KERNEL_ORIGIN);
+}
+
 // ---- depthwise -------------------------------------------------------------------------------
 //
 // groups == C: conv2d.cuh's tn_conv2d_depthwise, a tile_h x tile_w output tile of one (image,
@@ -284,11 +322,30 @@ KernelSource depthwise_kernel(const std::string& op, const ConvGeometry& g, cons
 
 }  // namespace
 
-Lowering lower_conv(const std::string& op, const ConvGeometry& g, const std::string& weight_slot,
-                    const ConvEpilogue& epilogue) {
-  std::vector<KernelArg> args = {input(0, "x", g.dtype), param(weight_slot, "weight", g.dtype)};
+OpTuning conv_tuning() {
+  OpTuning tuning;
+  tuning.dims = [](const OpContext& ctx) {
+    const TensorType& x = ctx.inputs.at(0);
+    return std::vector<std::pair<std::string, Expr>>{{"B", x.shape[0]}, {"H", x.shape[2]}, {"W", x.shape[3]}};
+  };
+  tuning.variants = [](const OpContext& ctx) {
+    if (conv_geometry("conv2d", ctx).depthwise()) return std::vector<OpVariant>{};
+    return std::vector<OpVariant>{{kConvMmaVariant}, {kConvSimtVariant}};
+  };
+  return tuning;
+}
+
+Lowering lower_conv(const std::string& name_op, const ConvGeometry& g, const std::string& weight_slot,
+                    const std::string& bias_slot, const ConvEpilogue& epilogue) {
+  if (epilogue.residual && !epilogue.bn) throw Error("lower_conv: a residual comes after a batch norm");
+  if (!g.variant.empty() && (g.depthwise() || (g.variant != kConvMmaVariant && g.variant != kConvSimtVariant)))
+    throw OpError("op", fmt::format("a {}conv has no variant '{}'", g.depthwise() ? "depthwise " : "", g.variant));
+  const std::string& op = name_op;
+  std::vector<KernelArg> args = {input(0, "x", g.dtype)};
+  if (epilogue.residual) args.push_back(input(1, "residual", g.dtype));
+  args.push_back(param(weight_slot, "weight", g.dtype));
   int64_t channel_params = 0;
-  for (KernelArg& arg : epilogue_args(epilogue, g.dtype)) {
+  for (KernelArg& arg : epilogue_params(epilogue, bias_slot, g.dtype)) {
     channel_params += arg.kind == ArgKind::kParam;
     args.push_back(std::move(arg));
   }
@@ -309,15 +366,21 @@ Lowering lower_conv(const std::string& op, const ConvGeometry& g, const std::str
     launch.block = {tile_h * tile_w, 1, 1};
     launch.grid = {g.batch * Expr(g.a.out_channels), ceil_div(g.out_h, Expr(tile_h)) * ceil_div(g.out_w, Expr(tile_w)),
                    Expr(1)};
-  } else {
+  } else if (g.variant == kConvSimtVariant) {
     const ConvTile tile = choose_conv_tile(g);
     lowering.kernels.push_back(implicit_gemm_kernel(op, g, tile, epilogue, args));
     launch.block = {tile.threads(), 1, 1};
-    launch.grid = {ceil_div(g.batch * g.out_h * g.out_w, Expr(tile.block_p)),
-                   Expr((g.cout_per_group() + tile.block_co - 1) / tile.block_co), Expr(g.a.groups)};
+    launch.grid = conv_gemm_grid(g, tile.block_co, tile.block_p);
+  } else {
+    const ConvMmaTile tile = choose_conv_mma_tile(g);
+    lowering.kernels.push_back(mma_kernel(op, g, tile, epilogue, args));
+    launch.block = {tile.threads(), 1, 1};
+    launch.grid = conv_gemm_grid(g, tile.block_co, tile.block_p);
   }
   launch.args = std::move(args);
-  launch.bytes = conv_bytes(g) + Expr(static_cast<int64_t>(dtype_size(g.dtype)) * channel_params * g.a.out_channels);
+  const Expr elem(static_cast<int64_t>(dtype_size(g.dtype)));
+  launch.bytes = conv_bytes(g) + elem * Expr(channel_params * g.a.out_channels) +
+                 (epilogue.residual ? elem * product(g.output_shape()) : Expr(0));
   launch.flops = conv_flops(g);
   lowering.launches.push_back(std::move(launch));
   return lowering;

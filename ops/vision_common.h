@@ -65,6 +65,7 @@ struct ConvGeometry {
   DType dtype = DType::kF32;  // of x, the params and y
   int64_t in_channels = 0;
   Expr batch, in_h, in_w, out_h, out_w;
+  std::string variant;  // the context's (OpContext::variant): "" is the default kernel
 
   int64_t cin_per_group() const { return in_channels / a.groups; }
   int64_t cout_per_group() const { return a.out_channels / a.groups; }
@@ -79,20 +80,29 @@ struct ConvGeometry {
 // naming the key; `op` names the op in messages.
 ConvGeometry conv_geometry(const std::string& op, const OpContext& ctx);
 
-// Per-output-channel step after accumulation, fused into the conv kernel. kBnSilu: inference
-// batch norm folded per channel, then the silu op's own functor (ops/kernels/activation.cuh), so
-// the fused node computes what conv2d -> batchnorm2d -> silu does.
+// What the conv kernel does after accumulating, per output element: y = act(bn(conv + bias) +
+// residual), with a bias, or an inference batch norm folded per channel (not both), then the
+// residual (with a batch norm only: ResNet's block end), then an activation of
+// ops/activation.h ("none": none), so a fused node computes what its separate nodes do.
 struct ConvEpilogue {
-  enum Kind { kNone, kBias, kBnSilu } kind = kNone;
-  double eps = 0.0;  // kBnSilu
+  bool bias = false;
+  bool bn = false;
+  double eps = 0.0;  // bn's
+  bool residual = false;
+  std::string activation = "none";
 };
 
-// One kernel and one launch for the conv: depthwise kernel when groups == C, the 1x1 GEMM
-// path for pointwise convs, the implicit-GEMM kernel otherwise. Param args, all in g.dtype:
-// `weight_slot`, then `bias` (kBias) or `bn.weight, bn.bias, bn.running_mean, bn.running_var`
-// (kBnSilu).
-Lowering lower_conv(const std::string& op, const ConvGeometry& g, const std::string& weight_slot,
-                    const ConvEpilogue& epilogue);
+// The conv ops' kernel variants for `teeny tune` (docs/kernels.md): the implicit GEMM on tensor
+// cores ("mma", the default) or on CUDA cores ("simt"); depthwise convs have one kernel.
+OpTuning conv_tuning();
+
+// One kernel and one launch for the conv: the depthwise kernel when groups == C, else the implicit
+// GEMM of g.variant (tensor cores by default). Args: x (input 0), the residual
+// (input 1) if any, then params, all in g.dtype: `weight_slot`, then `bias_slot` (a bias) or
+// `bn.weight, bn.bias, bn.running_mean, bn.running_var` (a batch norm). Kernel names start with
+// `name_op`.
+Lowering lower_conv(const std::string& name_op, const ConvGeometry& g, const std::string& weight_slot,
+                    const std::string& bias_slot, const ConvEpilogue& epilogue);
 
 // Bytes and FLOPs of the conv itself (epilogue params excluded).
 Expr conv_flops(const ConvGeometry& g);

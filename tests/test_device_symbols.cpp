@@ -321,7 +321,7 @@ TEST_F(OneBundleManyGpus, BatchNormDeclaresAPositiveVarianceAndSkipsPyTorchsCoun
     EXPECT_FALSE(param("weight").hints.random_range.has_value());
   }
   EXPECT_NE(std::find_if(bundle.nodes.begin(), bundle.nodes.end(),
-                         [](const BundleNode& n) { return n.op == "conv2d_bn_silu"; }),
+                         [](const BundleNode& n) { return n.op == "fused.conv2d"; }),
             bundle.nodes.end())
       << "the second batch norm is fused";
 

@@ -429,8 +429,8 @@ outputs: [n]
 
 const GraphPass& fusion_pass() {
   for (const GraphPass& pass : registry().passes())
-    if (pass.name == "fuse_conv_bn_silu") return pass;
-  throw std::runtime_error("fuse_conv_bn_silu is not registered");
+    if (pass.name == "fuse_conv_epilogue") return pass;
+  throw std::runtime_error("fuse_conv_epilogue is not registered");
 }
 
 // x -> c1 (conv2d, `conv_attrs`) -> bn1 -> act (silu), then `tail` nodes; outputs `outputs`.
@@ -447,34 +447,92 @@ nodes:
                      conv_attrs, tail, outputs);
 }
 
+const std::map<std::string, std::string> kC1Bn1Params = {{"conv.weight", "c1.weight"},
+                                                         {"bn.weight", "bn1.weight"},
+                                                         {"bn.bias", "bn1.bias"},
+                                                         {"bn.running_mean", "bn1.running_mean"},
+                                                         {"bn.running_var", "bn1.running_var"}};
+
 TEST(VisionFusion, RewritesConvBnSilu) {
   Graph graph = parse(chain("{out_channels: 8, kernel_size: 3, stride: 2, padding: 1, bias: false}",
                             "  - {name: pool, op: maxpool2d, inputs: [act], attrs: {kernel_size: 2}}\n", "[pool]"));
   const Shape before = graph.nodes.at(2).ctx.output.shape;
-  EXPECT_EQ(fusion_pass().apply(graph, registry()), 1);
+  EXPECT_EQ(fusion_pass().apply(graph, registry()), 2);  // the batch norm, then the silu
   ASSERT_EQ(graph.nodes.size(), 2u);
   const Node& fused = graph.nodes[0];
   EXPECT_EQ(fused.name, "act");
-  EXPECT_EQ(fused.op->name, "conv2d_bn_silu");
+  EXPECT_EQ(fused.op->name, "fused.conv2d");
   EXPECT_EQ(fused.inputs, std::vector<std::string>{"x"});
   EXPECT_EQ(fused.ctx.output.shape, before);
   EXPECT_EQ(fused.fused_from, (std::vector<std::string>{"c1", "bn1", "act"}));
-  EXPECT_EQ(fused.param_names, (std::map<std::string, std::string>{{"conv.weight", "c1.weight"},
-                                                                   {"bn.weight", "bn1.weight"},
-                                                                   {"bn.bias", "bn1.bias"},
-                                                                   {"bn.running_mean", "bn1.running_mean"},
-                                                                   {"bn.running_var", "bn1.running_var"}}));
+  EXPECT_EQ(fused.param_names, kC1Bn1Params);
+  EXPECT_TRUE(fused.ctx.attrs.boolean("bn"));
+  EXPECT_FALSE(fused.ctx.attrs.boolean("bias"));
+  EXPECT_EQ(fused.ctx.attrs.text("activation"), "silu");
   EXPECT_DOUBLE_EQ(fused.ctx.attrs.real("eps"), 0.002);  // the batch norm's eps, not the fused default
   EXPECT_EQ(fused.ctx.attrs.pair("stride"), (std::pair<int64_t, int64_t>{2, 2}));
-  EXPECT_FALSE(fused.ctx.attrs.has("bias"));
   EXPECT_EQ(graph.nodes[1].name, "pool");  // the consumer still finds its input by name
   EXPECT_EQ(graph.nodes[1].inputs, std::vector<std::string>{"act"});
 }
 
-TEST(VisionFusion, LeavesConvWithBias) {
+// ResNet's basic block: conv -> bn -> relu -> conv -> bn -> add(., x) -> relu is two fused.conv2d,
+// the second adding x after its batch norm; a conv with a bias takes an activation but no batch
+// norm.
+TEST(VisionFusion, RewritesResNetBlockAndBiasActivation) {
+  Graph graph = parse(R"(name: t
+dims: {B: {min: 1, max: 64, default: 2}}
+inputs: {x: {dtype: f32, shape: [B, 8, 16, 16]}}
+nodes:
+  - {name: c1, op: conv2d, inputs: [x], attrs: {out_channels: 8, kernel_size: 3, padding: 1, bias: false}}
+  - {name: bn1, op: batchnorm2d, inputs: [c1]}
+  - {name: r1, op: relu, inputs: [bn1]}
+  - {name: c2, op: conv2d, inputs: [r1], attrs: {out_channels: 8, kernel_size: 3, padding: 1, bias: false}}
+  - {name: bn2, op: batchnorm2d, inputs: [c2]}
+  - {name: sum, op: add, inputs: [bn2, x]}
+  - {name: out, op: relu, inputs: [sum]}
+  - {name: head, op: conv2d, inputs: [out], attrs: {out_channels: 4, kernel_size: 1}}
+  - {name: bn_after_bias, op: batchnorm2d, inputs: [head]}
+  - {name: y, op: tanh, inputs: [bn_after_bias]}
+outputs: [y]
+)");
+  EXPECT_EQ(fusion_pass().apply(graph, registry()), 5);
+  ASSERT_EQ(graph.nodes.size(), 5u);
+  const Node& first = graph.nodes[0];
+  EXPECT_EQ(first.name, "r1");
+  EXPECT_EQ(first.fused_from, (std::vector<std::string>{"c1", "bn1", "r1"}));
+  EXPECT_EQ(first.ctx.attrs.text("activation"), "relu");
+  const Node& second = graph.nodes[1];
+  EXPECT_EQ(second.name, "out");
+  EXPECT_EQ(second.op->name, "fused.conv2d");
+  EXPECT_EQ(second.inputs, (std::vector<std::string>{"r1", "x"}));
+  EXPECT_EQ(second.ctx.inputs.size(), 2u);
+  EXPECT_EQ(second.fused_from, (std::vector<std::string>{"c2", "bn2", "sum", "out"}));
+  EXPECT_EQ(second.param_names.at("bn.running_var"), "bn2.running_var");
+  EXPECT_EQ(second.ctx.attrs.text("activation"), "relu");
+  // head has a bias: its batch norm stays, and the tanh reads the batch norm, not a conv.
+  EXPECT_EQ(graph.nodes[2].name, "head");
+  EXPECT_EQ(graph.nodes[2].op->name, "conv2d");
+  EXPECT_EQ(graph.nodes[3].op->name, "batchnorm2d");
+}
+
+TEST(VisionFusion, FusesAnActivationAfterABias) {
   Graph graph = parse(chain("{out_channels: 8, kernel_size: 3}"));
+  // c1 has a bias: bn1 stays; act reads bn1, which is no conv.
   EXPECT_EQ(fusion_pass().apply(graph, registry()), 0);
   EXPECT_EQ(graph.nodes.size(), 3u);
+  Graph lenet = parse(R"(name: t
+dims: {B: {min: 1, max: 64, default: 2}}
+inputs: {x: {dtype: f32, shape: [B, 1, 28, 28]}}
+nodes:
+  - {name: c1, op: conv2d, inputs: [x], attrs: {out_channels: 6, kernel_size: 5, padding: 2}}
+  - {name: r1, op: relu, inputs: [c1]}
+outputs: [r1]
+)");
+  EXPECT_EQ(fusion_pass().apply(lenet, registry()), 1);
+  ASSERT_EQ(lenet.nodes.size(), 1u);
+  EXPECT_TRUE(lenet.nodes[0].ctx.attrs.boolean("bias"));
+  EXPECT_EQ(lenet.nodes[0].param_names,
+            (std::map<std::string, std::string>{{"conv.weight", "c1.weight"}, {"conv.bias", "c1.bias"}}));
 }
 
 TEST(VisionFusion, LeavesConvWithSecondConsumer) {
@@ -484,10 +542,13 @@ TEST(VisionFusion, LeavesConvWithSecondConsumer) {
   EXPECT_EQ(graph.nodes.size(), 4u);
 }
 
-TEST(VisionFusion, LeavesBatchNormThatIsAGraphOutput) {
+TEST(VisionFusion, StopsAtABatchNormThatIsAGraphOutput) {
   Graph graph = parse(chain("{out_channels: 8, kernel_size: 3, bias: false}", "", "[act, bn1]"));
-  EXPECT_EQ(fusion_pass().apply(graph, registry()), 0);
-  EXPECT_EQ(graph.nodes.size(), 3u);
+  EXPECT_EQ(fusion_pass().apply(graph, registry()), 1);  // conv and batch norm: bn1 is still produced
+  ASSERT_EQ(graph.nodes.size(), 2u);
+  EXPECT_EQ(graph.nodes[0].name, "bn1");
+  EXPECT_EQ(graph.nodes[0].param_names, kC1Bn1Params);
+  EXPECT_EQ(graph.nodes[1].op->name, "silu");
 }
 
 // ---- lowering, NVRTC and verification --------------------------------------------------------
@@ -570,7 +631,14 @@ TEST(VisionCompile, EveryConformanceKernelCompilesAndVerifies) {
   EXPECT_GE(graphs, 79);
 }
 
-// The conv kernels' tile (the template argument tn_conv_tile<block_co, block_p, block_k,
+// A node's lowering as `teeny tune` builds its `variant` ("": the default).
+Lowering lower_variant(const Node& node, const std::string& variant) {
+  OpContext ctx = node.ctx;
+  ctx.variant = variant;
+  return node.op->lower(ctx);
+}
+
+// The CUDA-core conv kernels' tile (the template argument tn_conv_tile<block_co, block_p, block_k,
 // thread_co, thread_p>) and their block are generated from one ConvTile: the block is
 // (block_co / thread_co) * (block_p / thread_p) threads, and differs from the tile's size.
 TEST(VisionCompile, FusedTileConstantsAndBlockAgree) {
@@ -578,7 +646,7 @@ TEST(VisionCompile, FusedTileConstantsAndBlockAgree) {
   for (const char* name : {"fused", "fused_pw", "conv_wide", "conv_thin"}) {
     SCOPED_TRACE(name);
     const Node& node = *graph.find_node(name);
-    const Lowering lowering = node.op->lower(node.ctx);
+    const Lowering lowering = lower_variant(node, "simt");
     ASSERT_EQ(lowering.kernels.size(), 1u);
     const std::string& function = lowering.kernels[0].function;
     std::smatch m;
@@ -594,22 +662,74 @@ TEST(VisionCompile, FusedTileConstantsAndBlockAgree) {
   }
 }
 
+// The tensor-core conv's tile: the tallest whose CTAs make about a wave (132) for the shape, no
+// taller than the channels need, and a block of 32 threads a warp of the tile's warp grid.
+TEST(VisionCompile, MmaConvTileFollowsChannelsAndPixels) {
+  struct Case {
+    const char* attrs;
+    const char* shape;
+    const char* tile;
+    int threads;
+  };
+  for (const Case& c : {
+           // 100352 pixels: 2 x 784 CTAs of the tallest tile.
+           Case{"{out_channels: 256, kernel_size: 3, padding: 1}", "[32, 64, 56, 56]", "128, 128, 4, 2", 256},
+           // One 56x56 image: 128 x 128 tiles make 50 CTAs, 64 x 128 100, 64 x 64 196.
+           Case{"{out_channels: 256, kernel_size: 3, padding: 1}", "[B, 64, 56, 56]", "64, 64, 2, 2", 128},
+           // 24 channels need no more than 32 rows.
+           Case{"{out_channels: 24, kernel_size: 1}", "[64, 64, 28, 28]", "32, 64, 2, 2", 128},
+           // 6 channels take the 16-row tile (LeNet's first conv).
+           Case{"{out_channels: 6, kernel_size: 5}", "[B, 1, 32, 32]", "16, 64, 1, 4", 128},
+       }) {
+    SCOPED_TRACE(c.shape);
+    const Graph graph = parse(one_op("conv2d", c.attrs, c.shape, DType::kBF16));
+    const Node& node = *graph.find_node("n");
+    const Lowering lowering = node.op->lower(node.ctx);
+    EXPECT_NE(lowering.kernels.at(0).function.find(fmt::format("tn_conv_mma_tile<{}>", c.tile)), std::string::npos)
+        << lowering.kernels.at(0).function;
+    EXPECT_EQ(lowering.launches.at(0).block, (std::array<int, 3>{c.threads, 1, 1}));
+    EXPECT_EQ(lowering.kernels.at(0).max_threads, c.threads);
+  }
+}
+
+// The conv ops' variants for `teeny tune`: both implicit GEMMs, none for a depthwise conv, and an
+// unknown name is an error naming it.
+TEST(VisionCompile, ConvVariantsForTune) {
+  const Graph graph = parse(kZoo);
+  for (const char* name : {"conv_grouped", "fused", "pw_vec"}) {
+    const Node& node = *graph.find_node(name);
+    std::vector<std::string> names;
+    for (const OpVariant& v : node.op->tuning.variants(node.ctx)) names.push_back(v.name);
+    EXPECT_EQ(names, (std::vector<std::string>{"mma", "simt"})) << name;
+  }
+  const Node& dw = *graph.find_node("dw");
+  EXPECT_TRUE(dw.op->tuning.variants(dw.ctx).empty());
+  try {
+    lower_variant(*graph.find_node("conv_grouped"), "wgmma");
+    FAIL() << "no error";
+  } catch (const OpError& e) {
+    EXPECT_STREQ(e.what(), "a conv has no variant 'wgmma'");
+  }
+  EXPECT_THROW(lower_variant(dw, "simt"), OpError);
+}
+
 // The conv paths of the zoo's nodes, in whichever dtype `graph` has.
 void expect_conv_paths(const Graph& graph) {
-  auto kernel_name = [&](const char* node) {
-    const Node& n = *graph.find_node(node);
-    return n.op->lower(n.ctx).kernels.at(0).name;
+  auto kernel_name = [&](const char* node, const std::string& variant = "") {
+    return lower_variant(*graph.find_node(node), variant).kernels.at(0).name;
   };
-  EXPECT_NE(kernel_name("pw_vec").find("gemm1x1"), std::string::npos);
-  EXPECT_NE(kernel_name("pw_odd").find("gemm1x1"), std::string::npos);
-  EXPECT_NE(kernel_name("conv_grouped").find("igemm_k3x3s2x2"), std::string::npos);
+  EXPECT_NE(kernel_name("pw_vec").find("_mma_1x1_"), std::string::npos);
+  EXPECT_NE(kernel_name("conv_grouped").find("_mma_k3x3s2x2"), std::string::npos);
+  EXPECT_EQ(kernel_name("conv_grouped"), kernel_name("conv_grouped", "mma"));
+  EXPECT_NE(kernel_name("pw_vec", "simt").find("gemm1x1"), std::string::npos);
+  EXPECT_NE(kernel_name("pw_odd", "simt").find("gemm1x1"), std::string::npos);
+  EXPECT_NE(kernel_name("conv_grouped", "simt").find("igemm_k3x3s2x2"), std::string::npos);
   EXPECT_NE(kernel_name("dw").find("_dw_"), std::string::npos);
   EXPECT_NE(kernel_name("fused_dw").find("_dw_"), std::string::npos);
-  // The 1x1 path loads 4 pixels at once (tn_conv2d_igemm's last template argument) when planes
-  // allow, in any dtype.
+  // The CUDA cores' 1x1 path loads 4 pixels at once (tn_conv2d_igemm's last template argument)
+  // when planes allow, in any dtype.
   auto vector_width = [&](const char* node) {
-    const Node& n = *graph.find_node(node);
-    const std::string function = n.op->lower(n.ctx).kernels.at(0).function;
+    const std::string function = lower_variant(*graph.find_node(node), "simt").kernels.at(0).function;
     std::smatch m;
     EXPECT_TRUE(std::regex_search(function, m, std::regex(R"(tn_conv_tile<[\d, ]+>, (\d+)>)"))) << function;
     return m.empty() ? 0 : std::stoi(m[1]);
@@ -656,20 +776,20 @@ void expect_kernels_in(const Bundle& bundle, DType dtype) {
   for (const BundleKernel& k : bundle.kernels) EXPECT_NE(k.name.find(dtype_name(dtype)), std::string::npos) << k.name;
 }
 
-// yolo_head in `dtype`: the fusion pass makes the three written-out triples conv2d_bn_silu nodes
-// and keeps every param name.
+// yolo_head in `dtype`: the fusion pass makes the three written-out conv -> bn -> silu triples
+// fused.conv2d nodes (two rewrites each) and keeps every param name.
 void expect_yolo_head_fuses(const Graph& graph, DType dtype) {
   CompileStats fused_stats, unfused_stats;
   const Bundle fused = compile(graph, test_compile_options(), &fused_stats);
   CompileOptions no_fuse = test_compile_options();
   no_fuse.fuse = false;
   const Bundle unfused = compile(graph, no_fuse, &unfused_stats);
-  EXPECT_EQ(fused_stats.passes_applied, 3);  // b2, b5, h4_dw
+  EXPECT_EQ(fused_stats.passes_applied, 6);  // b2, b5, h4_dw: the batch norm, then the silu
   EXPECT_EQ(unfused_stats.passes_applied, 0);
   EXPECT_EQ(unfused.nodes.size(), fused.nodes.size() + 6);
   const BundleNode* b5 = fused.find_node("b5");
   ASSERT_NE(b5, nullptr);
-  EXPECT_EQ(b5->op, "conv2d_bn_silu");
+  EXPECT_EQ(b5->op, "fused.conv2d");
   EXPECT_EQ(b5->fused_from, (std::vector<std::string>{"b5_conv", "b5_bn", "b5"}));
   std::set<std::string> names;
   for (const BundleParam& p : fused.params) names.insert(p.name);
@@ -723,6 +843,13 @@ TEST(VisionCompile, ResNet18HasTorchvisionsShapesAndParams) {
     EXPECT_EQ(shape_str(bundle.tensor("layer4_1").shape), "[B, 512, 7, 7]");
     EXPECT_EQ(shape_str(bundle.tensor("fc").shape), "[B, 1000]");
     EXPECT_EQ(bundle.tensor("fc").dtype, dtype);
+    // fuse_conv_epilogue: every conv with its batch norm, residual add and relu, 69 nodes to 24.
+    std::map<std::string, int> ops;
+    for (const BundleNode& n : bundle.nodes) ++ops[n.op];
+    EXPECT_EQ(ops, (std::map<std::string, int>{
+                       {"fused.conv2d", 20}, {"maxpool2d", 1}, {"global_avgpool", 1}, {"flatten", 1}, {"linear", 1}}));
+    EXPECT_EQ(bundle.find_node("layer1_0")->fused_from,
+              (std::vector<std::string>{"layer1_0_conv2", "layer1_0_bn2", "layer1_0_add", "layer1_0"}));
     int64_t elements = 0;
     std::set<std::string> names;
     for (const BundleParam& p : bundle.params) {

@@ -1,7 +1,8 @@
-// Convolutions over NCHW (ops/vision_common.cpp, for conv2d and conv2d_bn_silu): the implicit GEMM
-// with its 1x1 path, and the depthwise kernel, each with a per-output-channel epilogue fused into
-// its stores. Activations and params share the storage type T (float, __half, __nv_bfloat16);
-// loads convert to f32, products accumulate in f32 on CUDA cores, and stores round to T.
+// Convolutions over NCHW on CUDA cores (ops/vision_common.cpp, for the conv ops): the implicit GEMM
+// with its 1x1 path (`teeny tune`'s `simt` variant; conv2d_mma.cuh's tensor-core kernel is the
+// default), and the depthwise kernel, each with a per-output-channel epilogue fused into its stores. Activations and
+// params share the storage type T (float, __half, __nv_bfloat16); loads convert to f32, products accumulate in f32 on
+// CUDA cores, and stores round to T.
 //
 // A kernel is a struct (tn_conv2d_igemm, tn_conv2d_depthwise) whose static run() takes the
 // epilogue; the entries (tn_conv2d, tn_conv2d_bias, tn_conv2d_bn_act) take the epilogue's params in
@@ -29,39 +30,41 @@ struct tn_conv_shape : Window {
 
 // ---- epilogues -------------------------------------------------------------------------------
 // channel(co) reads what output channel co needs, once; the Channel it returns turns each of the
-// channel's accumulators into the output value.
+// channel's accumulators into the output value: y = Act(acc * scale + shift + residual[off]), off
+// the output's offset (the residual has the output's shape), Act an activation.cuh functor.
 
-struct tn_conv_plain {
-  struct Channel {
-    __device__ __forceinline__ float operator()(float acc) const { return acc; }
-  };
-  __device__ __forceinline__ Channel channel(int) const { return {}; }
+template <typename T, template <typename> class Act, bool kResidual>
+struct tn_conv_channel {
+  float scale, shift;
+  const T* residual;
+  __device__ __forceinline__ float operator()(float acc, long long off) const {
+    const float v = fmaf(acc, scale, shift);
+    return Act<T>()(kResidual ? v + tn_ldg_f32(residual + off) : v);
+  }
 };
 
-template <typename T>
-struct tn_conv_bias {
-  const T* bias;
-  struct Channel {
-    float shift;
-    __device__ __forceinline__ float operator()(float acc) const { return acc + shift; }
-  };
-  __device__ __forceinline__ Channel channel(int co) const { return {tn_ldg_f32(bias + co)}; }
-};
-
-// Inference batch norm folded per channel, then the activation Act (activation.cuh).
+// The bias (or none) per channel, then Act.
 template <typename T, template <typename> class Act>
+struct tn_conv_bias {
+  const T* bias;  // nullptr: no bias
+  using Channel = tn_conv_channel<T, Act, false>;
+  __device__ __forceinline__ Channel channel(int co) const {
+    return {1.f, bias != nullptr ? tn_ldg_f32(bias + co) : 0.f, nullptr};
+  }
+};
+
+// Inference batch norm folded per channel, then the residual (kResidual) and Act.
+template <typename T, template <typename> class Act, bool kResidual>
 struct tn_conv_bn_act {
   const T *weight, *bias, *mean, *var;
   float eps;
-  struct Channel {
-    float scale, shift;
-    __device__ __forceinline__ float operator()(float acc) const { return Act<T>()(fmaf(acc, scale, shift)); }
-  };
+  const T* residual;
+  using Channel = tn_conv_channel<T, Act, kResidual>;
   __device__ __forceinline__ Channel channel(int co) const {
     // sqrtf (IEEE) rather than rsqrtf, to stay within float rounding of PyTorch.
     const float scale = tn_ldg_f32(weight + co) / sqrtf(tn_ldg_f32(var + co) + eps);
     const float shift = tn_ldg_f32(bias + co) - tn_ldg_f32(mean + co) * scale;
-    return {scale, shift};
+    return {scale, shift, residual};
   }
 };
 
@@ -257,7 +260,8 @@ struct tn_conv2d_igemm {
 #pragma unroll
         for (int j = 0; j < kThreadP; ++j) {
           const float acc = accs[i][j];
-          if (out_off[j] >= 0) y[out_off[j] + (long long)co * hw_out] = tn_cast<T>(channel(acc));
+          const long long off = out_off[j] + (long long)co * hw_out;
+          if (out_off[j] >= 0) y[off] = tn_cast<T>(channel(acc, off));
         }
       }
     }
@@ -310,7 +314,8 @@ struct tn_conv2d_depthwise {
         acc = fmaf(patch[(ty * Shape::kSh + kh * Shape::kDh) * kPatchW + tx * Shape::kSw + kw * Shape::kDw],
                    w[kh * Shape::kKw + kw], acc);
     const typename Epilogue::Channel channel = epilogue.channel(co);
-    y[(long long)plane * out_h * out_w + oh * out_w + ow] = tn_cast<T>(channel(acc));
+    const long long off = (long long)plane * out_h * out_w + oh * out_w + ow;
+    y[off] = tn_cast<T>(channel(acc, off));
   }
 };
 
@@ -318,20 +323,28 @@ struct tn_conv2d_depthwise {
 // T: the storage type of x, the params and y; Kernel: a tn_conv2d_igemm or tn_conv2d_depthwise;
 // `sizes` are its run()'s sizes.
 
-template <typename T, class Kernel, typename... Sizes>
+template <typename T, class Kernel, template <typename> class Act, typename... Sizes>
 __device__ __forceinline__ void tn_conv2d(const T* x, const T* weight, T* y, Sizes... sizes) {
-  Kernel::run(x, weight, tn_conv_plain{}, y, sizes...);
+  Kernel::run(x, weight, tn_conv_bias<T, Act>{nullptr}, y, sizes...);
 }
 
-template <typename T, class Kernel, typename... Sizes>
+template <typename T, class Kernel, template <typename> class Act, typename... Sizes>
 __device__ __forceinline__ void tn_conv2d_bias(const T* x, const T* weight, const T* bias, T* y, Sizes... sizes) {
-  Kernel::run(x, weight, tn_conv_bias<T>{bias}, y, sizes...);
+  Kernel::run(x, weight, tn_conv_bias<T, Act>{bias}, y, sizes...);
 }
 
 template <typename T, class Kernel, template <typename> class Act, typename... Sizes>
 __device__ __forceinline__ void tn_conv2d_bn_act(const T* x, const T* weight, const T* bn_weight, const T* bn_bias,
                                                  const T* bn_mean, const T* bn_var, float eps, T* y, Sizes... sizes) {
-  Kernel::run(x, weight, tn_conv_bn_act<T, Act>{bn_weight, bn_bias, bn_mean, bn_var, eps}, y, sizes...);
+  Kernel::run(x, weight, tn_conv_bn_act<T, Act, false>{bn_weight, bn_bias, bn_mean, bn_var, eps, nullptr}, y, sizes...);
+}
+
+// With a residual (the output's shape) added after the batch norm, before Act: ResNet's block end.
+template <typename T, class Kernel, template <typename> class Act, typename... Sizes>
+__device__ __forceinline__ void tn_conv2d_bn_add_act(const T* x, const T* residual, const T* weight, const T* bn_weight,
+                                                     const T* bn_bias, const T* bn_mean, const T* bn_var, float eps,
+                                                     T* y, Sizes... sizes) {
+  Kernel::run(x, weight, tn_conv_bn_act<T, Act, true>{bn_weight, bn_bias, bn_mean, bn_var, eps, residual}, y, sizes...);
 }
 
 #endif  // TEENY_CONV2D_CUH
