@@ -79,6 +79,12 @@ OpDef conv2d_op() {
   def.conformance_cases = [] {
     using nlohmann::json;
     const std::vector<Bindings> b1_b2 = {{{"B", 1}}, {{"B", 2}}};
+    // 17 images of 1024 pixels: the tensor cores' tallest tile, 128 x 128, makes 136 CTAs.
+    const VisionCase big_tiles = {"3x3 p1 16 -> 128, 17 images of 32x32 (128x128 tiles)",
+                                  "[17, 16, 32, 32]",
+                                  {{"out_channels", 128}, {"kernel_size", 3}, {"padding", 1}},
+                                  {},
+                                  {{}}};
     std::vector<VisionCase> cases = {
         {"3x3 s2 p1 groups 2, odd 15x13",
          "[B, 8, 15, 13]",
@@ -112,7 +118,8 @@ OpDef conv2d_op() {
          "[B, 16, 72, 72]",
          {{"out_channels", 128}, {"kernel_size", 1}},
          {"B"},
-         b1_b2}};
+         b1_b2},
+        big_tiles};
     // Each kernel path once more in 16-bit, with channel counts that are not multiples of 8.
     for (VisionCase& c : in_16bit_dtypes(
              {{"3x3 s2 p1 groups 2, 6 -> 10, odd 17x13",
@@ -124,7 +131,13 @@ OpDef conv2d_op() {
                {{"out_channels", 24}, {"kernel_size", 1}, {"bias", false}}},
               {"depthwise x2 multiplier, s2 p1, odd 17x13",
                "[B, 6, 17, 13]",
-               {{"out_channels", 12}, {"kernel_size", 3}, {"stride", 2}, {"padding", 1}, {"groups", 6}}}}))
+               {{"out_channels", 12}, {"kernel_size", 3}, {"stride", 2}, {"padding", 1}, {"groups", 6}}},
+              {"3x3 p1 16 -> 128 at 96x96 (64x128 tiles)",
+               "[B, 16, 96, 96]",
+               {{"out_channels", 128}, {"kernel_size", 3}, {"padding", 1}},
+               {"B"},
+               b1_b2},
+              big_tiles}))
       cases.push_back(std::move(c));
     return vision_cases("conv2d", cases);
   };
