@@ -130,26 +130,11 @@ Node fused_node(const Node& conv, const Node& consumer, const Step& step, const 
 int fuse_conv_epilogue(Graph& graph, const Registry& registry) {
   const OpDef& fused = fused_op(registry, "fuse_conv_epilogue", "fused.conv2d");
   auto is_conv = [](const Node& node) { return node.op->name == "conv2d"; };
-  if (std::none_of(graph.nodes.begin(), graph.nodes.end(), is_conv)) return 0;
-  // One scan in graph order, as fuse_linear_epilogue's: a rewrite keeps every name's use count, so
-  // the uses counted at the start stay true, and the fused node is seen again by its own consumer
-  // later in the scan, so conv -> bn -> add -> relu fuses in three steps.
-  const GraphUses uses(graph);
-  std::vector<bool> absorbed(graph.nodes.size(), false);
-  int rewrites = 0;
-  for (size_t i = 0; i < graph.nodes.size(); ++i) {
-    std::optional<Step> step = step_at(graph, uses, i);
-    if (!step) continue;
-    graph.nodes[i] = fused_node(graph.nodes[step->conv], graph.nodes[i], *step, fused);
-    absorbed[step->conv] = true;
-    ++rewrites;
-  }
-  if (rewrites == 0) return 0;
-  std::vector<Node> kept;
-  for (size_t i = 0; i < graph.nodes.size(); ++i)
-    if (!absorbed[i]) kept.push_back(std::move(graph.nodes[i]));
-  graph.nodes = std::move(kept);
-  return rewrites;
+  return fuse_chains(graph, is_conv, [&](const Graph& g, const GraphUses& uses, size_t i) -> std::optional<ChainStep> {
+    std::optional<Step> step = step_at(g, uses, i);
+    if (!step) return std::nullopt;
+    return ChainStep{fused_node(g.nodes[step->conv], g.nodes[i], *step, fused), step->conv};
+  });
 }
 
 }  // namespace

@@ -90,29 +90,13 @@ std::optional<Rewrite> rewrite_at(const Graph& graph, const GraphUses& uses, siz
 
 int fuse_linear_epilogue(Graph& graph, const Registry& registry) {
   const OpDef& fused = fused_op(registry, "fuse_linear_epilogue", "fused.linear");
-  // Without a linear there is nothing to fuse: then neither the uses nor a new node list are made.
   auto is_linear = [](const Node& node) { return node.op->name == "linear" || node.op->name == "fused.linear"; };
-  if (std::none_of(graph.nodes.begin(), graph.nodes.end(), is_linear)) return 0;
-  // One scan in graph order. A rewrite keeps every name's use count (the fused node reads what
-  // the linear and its consumer read, in the consumer's place and under its name), so the uses
-  // counted at the start stay true; and the fused node is seen again by its own consumer, later
-  // in the scan, so a linear -> gelu -> add chain fuses in two steps.
-  const GraphUses uses(graph);
-  std::vector<bool> absorbed(graph.nodes.size(), false);
-  int rewrites = 0;
-  for (size_t i = 0; i < graph.nodes.size(); ++i) {
-    std::optional<Rewrite> rewrite = rewrite_at(graph, uses, i);
-    if (!rewrite) continue;
-    graph.nodes[i] = fused_node(graph.nodes[rewrite->linear], graph.nodes[i], *rewrite, fused);
-    absorbed[rewrite->linear] = true;
-    ++rewrites;
-  }
-  if (rewrites == 0) return 0;
-  std::vector<Node> kept;
-  for (size_t i = 0; i < graph.nodes.size(); ++i)
-    if (!absorbed[i]) kept.push_back(std::move(graph.nodes[i]));
-  graph.nodes = std::move(kept);
-  return rewrites;
+  return fuse_chains(
+      graph, is_linear, [&](const Graph& g, const GraphUses& uses, size_t i) -> std::optional<ChainStep> {
+        std::optional<Rewrite> rewrite = rewrite_at(g, uses, i);
+        if (!rewrite) return std::nullopt;
+        return ChainStep{fused_node(g.nodes[rewrite->linear], g.nodes[i], *rewrite, fused), rewrite->linear};
+      });
 }
 
 }  // namespace

@@ -63,6 +63,28 @@ int fuse_patterns(Graph& graph, const std::string& last_op,
   return rewrites;
 }
 
+int fuse_chains(
+    Graph& graph, const std::function<bool(const Node& node)>& starts,
+    const std::function<std::optional<ChainStep>(const Graph& graph, const GraphUses& uses, size_t i)>& step) {
+  if (std::none_of(graph.nodes.begin(), graph.nodes.end(), starts)) return 0;
+  const GraphUses uses(graph);
+  std::vector<bool> absorbed(graph.nodes.size(), false);
+  int rewrites = 0;
+  for (size_t i = 0; i < graph.nodes.size(); ++i) {
+    std::optional<ChainStep> found = step(graph, uses, i);
+    if (!found) continue;
+    graph.nodes[i] = std::move(found->replacement);
+    absorbed[found->absorbed] = true;
+    ++rewrites;
+  }
+  if (rewrites == 0) return 0;
+  std::vector<Node> kept;
+  for (size_t i = 0; i < graph.nodes.size(); ++i)
+    if (!absorbed[i]) kept.push_back(std::move(graph.nodes[i]));
+  graph.nodes = std::move(kept);
+  return rewrites;
+}
+
 const OpDef& fused_op(const Registry& registry, const std::string& pass, const std::string& op) {
   const OpDef* def = registry.find(op);
   if (def == nullptr) throw Error("graph pass " + pass + ": op '" + op + "' is not registered");

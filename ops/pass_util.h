@@ -44,6 +44,23 @@ struct Fusion {
 int fuse_patterns(Graph& graph, const std::string& last_op,
                   const std::function<std::optional<Fusion>(const Node& node, const GraphUses& uses)>& match);
 
+// One step of an epilogue chain: the node that takes the matched node's place, and the position
+// of the earlier node it absorbs (the chain's head so far).
+struct ChainStep {
+  Node replacement;
+  size_t absorbed;
+};
+
+// The loop of an epilogue-chain pass (conv -> bn -> add -> relu): `step` sees every node in graph
+// order, with the uses as they were before the pass, and may return a ChainStep. A rewrite keeps
+// every name's use count (the replacement reads what both nodes read, in the consumer's place and
+// under its name), so those uses stay true, and the replacement is seen again by its own consumer
+// later in the scan: a chain fuses one step at a time. Without a node that `starts` a chain nothing
+// is done. Returns the number of rewrites.
+int fuse_chains(
+    Graph& graph, const std::function<bool(const Node& node)>& starts,
+    const std::function<std::optional<ChainStep>(const Graph& graph, const GraphUses& uses, size_t i)>& step);
+
 // The op `pass` creates; throws Error if the registry lacks it.
 const OpDef& fused_op(const Registry& registry, const std::string& pass, const std::string& op);
 
