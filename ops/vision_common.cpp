@@ -184,6 +184,11 @@ std::string conv_shape_template(const ConvGeometry& g) {
                      window_template(g.a));
 }
 
+// About one wave of the largest sm_90 part. A tile is a constant of the kernel's source, so it is
+// chosen from the shape alone when compiling, not per device: a GPU with fewer SMs runs the same
+// CTAs in more waves.
+constexpr int64_t kTargetCtas = 132;
+
 constexpr const char* kConvMmaVariant = "mma";
 constexpr const char* kConvSimtVariant = "simt";
 
@@ -192,6 +197,15 @@ std::array<Expr, 3> conv_gemm_grid(const ConvGeometry& g, int block_co, int bloc
   return {ceil_div(g.batch * g.out_h * g.out_w, Expr(block_p)), Expr((g.cout_per_group() + block_co - 1) / block_co),
           Expr(g.a.groups)};
 }
+
+// The CTAs of that grid.
+Expr conv_ctas(const ConvGeometry& g, int block_co, int block_p) {
+  const std::array<Expr, 3> grid = conv_gemm_grid(g, block_co, block_p);
+  return grid[0] * grid[1] * grid[2];
+}
+
+// So many images that any tile makes a wave.
+constexpr int64_t kManyImages = 1 << 20;
 
 int pow2_at_least(int64_t n) {
   int p = 1;
@@ -233,10 +247,6 @@ ConvTile choose_conv_tile(const ConvGeometry& g) {
       ConvTile::block(32, 32).per_thread(4, 2), ConvTile::block(16, 64).per_thread(2, 4),
       ConvTile::block(8, 64).per_thread(1, 4)};
   const ConvTile& smallest = kMenu[std::size(kMenu) - 1];
-  // About one wave of the largest sm_90 part. The tile is a constant of the kernel's source, so
-  // it is chosen from the shape alone when compiling, not per device: a GPU with fewer SMs runs
-  // the same CTAs in more waves.
-  constexpr int64_t kTargetCtas = 132;
   const int64_t images = g.batch.const_value().value_or(1);
   const int64_t pixels = images * (g.out_h * g.out_w).const_value().value_or(64 * 64);
   const int64_t cog = g.cout_per_group();
@@ -277,14 +287,12 @@ struct ConvMmaTile {
   int threads() const { return warps_co * warps_p * 32; }
 };
 
-// Tiles from large to small. X is gathered once per CTA for all of its channels, and the gather is
-// the kernel's bound, so tall tiles come first; as for the CUDA-core tiles, a single image should
-// fill about one wave of the largest sm_90 part (the tile is a constant of the source).
-ConvMmaTile choose_conv_mma_tile(const ConvGeometry& g) {
+// The first tile of the menu (large to small) whose CTAs over `images` images make about a wave,
+// else the smallest the channels allow. X is gathered once per CTA for all of its channels, and
+// the gather is what bounds the kernel, so tall tiles come first.
+ConvMmaTile choose_conv_mma_tile(const ConvGeometry& g, int64_t images) {
   static constexpr ConvMmaTile kMenu[] = {
       {128, 128, 4, 2}, {64, 128, 2, 2}, {64, 64, 2, 2}, {32, 64, 2, 2}, {16, 64, 1, 4}};
-  constexpr int64_t kTargetCtas = 132;
-  const int64_t images = g.batch.const_value().value_or(1);
   const int64_t pixels = images * (g.out_h * g.out_w).const_value().value_or(64 * 64);
   const int64_t cog = g.cout_per_group();
   const int64_t co_cap = std::max(16, pow2_at_least(cog));
@@ -296,6 +304,10 @@ ConvMmaTile choose_conv_mma_tile(const ConvGeometry& g) {
     if (ctas * g.a.groups >= kTargetCtas) break;
   }
   return *chosen;
+}
+
+bool operator==(const ConvMmaTile& a, const ConvMmaTile& b) {
+  return a.block_co == b.block_co && a.block_p == b.block_p && a.warps_co == b.warps_co && a.warps_p == b.warps_p;
 }
 
 KernelSource mma_kernel(const std::string& op, const ConvGeometry& g, const ConvMmaTile& t, const ConvEpilogue& e,
@@ -372,7 +384,7 @@ Lowering lower_conv(const std::string& name_op, const ConvGeometry& g, const std
     launch.block = {tile.threads(), 1, 1};
     launch.grid = conv_gemm_grid(g, tile.block_co, tile.block_p);
   } else {
-    const ConvMmaTile tile = choose_conv_mma_tile(g);
+    const ConvMmaTile tile = choose_conv_mma_tile(g, g.batch.const_value().value_or(1));
     lowering.kernels.push_back(mma_kernel(op, g, tile, epilogue, args));
     launch.block = {tile.threads(), 1, 1};
     launch.grid = conv_gemm_grid(g, tile.block_co, tile.block_p);
@@ -382,6 +394,20 @@ Lowering lower_conv(const std::string& name_op, const ConvGeometry& g, const std
   launch.bytes = conv_bytes(g) + elem * Expr(channel_params * g.a.out_channels) +
                  (epilogue.residual ? elem * product(g.output_shape()) : Expr(0));
   launch.flops = conv_flops(g);
+  lowering.launches.push_back(launch);
+
+  // The batch is usually symbolic, and the tile above is chosen for one image, so that B = 1 fills
+  // the GPU. Where the tallest tile alone makes a wave, it takes over: X gathered fewer times.
+  const ConvMmaTile tallest = choose_conv_mma_tile(g, kManyImages);
+  if (g.depthwise() || g.variant == kConvSimtVariant || g.batch.const_value() || tallest == choose_conv_mma_tile(g, 1))
+    return lowering;
+  Launch& first = lowering.launches[0];
+  launch.kernel = 1;
+  launch.when = le(Expr(kTargetCtas), conv_ctas(g, tallest.block_co, tallest.block_p));
+  first.when = Expr(1) - launch.when;
+  lowering.kernels.push_back(mma_kernel(op, g, tallest, epilogue, launch.args));
+  launch.block = {tallest.threads(), 1, 1};
+  launch.grid = conv_gemm_grid(g, tallest.block_co, tallest.block_p);
   lowering.launches.push_back(std::move(launch));
   return lowering;
 }

@@ -363,15 +363,18 @@ TEST(VisionDtypes, EveryOpFollowsItsInputsDtype) {
         for (const ParamSpec& p : node.op->params(node.ctx)) EXPECT_EQ(p.dtype, dtype) << p.slot;
       }
       const Lowering lowering = node.op->lower(node.ctx);
-      ASSERT_EQ(lowering.kernels.size(), 1u);
-      const KernelSource& kernel = lowering.kernels[0];
-      EXPECT_NE(kernel.name.find(fmt::format("_{}_", dtype_name(dtype))), std::string::npos) << kernel.name;
-      EXPECT_NE(kernel.function.find(fmt::format("<{}, ", dtype_c_type(dtype))), std::string::npos) << kernel.function;
-      for (const KernelArg& arg : lowering.launches.at(0).args) {
-        if (arg.kind == ArgKind::kInput || arg.kind == ArgKind::kParam || arg.kind == ArgKind::kOutput) {
-          EXPECT_EQ(arg.dtype, dtype) << arg.name;
-        }
+      ASSERT_FALSE(lowering.kernels.empty());
+      for (const KernelSource& kernel : lowering.kernels) {
+        EXPECT_NE(kernel.name.find(fmt::format("_{}_", dtype_name(dtype))), std::string::npos) << kernel.name;
+        EXPECT_NE(kernel.function.find(fmt::format("<{}, ", dtype_c_type(dtype))), std::string::npos)
+            << kernel.function;
       }
+      for (const Launch& launch : lowering.launches)
+        for (const KernelArg& arg : launch.args) {
+          if (arg.kind == ArgKind::kInput || arg.kind == ArgKind::kParam || arg.kind == ArgKind::kOutput) {
+            EXPECT_EQ(arg.dtype, dtype) << arg.name;
+          }
+        }
     }
 }
 
@@ -690,6 +693,32 @@ TEST(VisionCompile, MmaConvTileFollowsChannelsAndPixels) {
     EXPECT_EQ(lowering.launches.at(0).block, (std::array<int, 3>{c.threads, 1, 1}));
     EXPECT_EQ(lowering.kernels.at(0).max_threads, c.threads);
   }
+}
+
+// With a symbolic batch, the tile for one image runs until the tallest tile alone makes a wave:
+// 256 channels at 56x56 take 2 x ceil(B * 3136 / 128) CTAs of 128 x 128, at least 132 from B = 3.
+TEST(VisionCompile, MmaConvTakesTheTallestTileFromAWaveOfIt) {
+  const Graph graph =
+      parse(one_op("conv2d", "{out_channels: 256, kernel_size: 3, padding: 1}", "[B, 64, 56, 56]", DType::kBF16));
+  const Node& node = *graph.find_node("n");
+  const Lowering lowering = node.op->lower(node.ctx);
+  ASSERT_EQ(lowering.launches.size(), 2u);
+  const Launch &one = lowering.launches[0], &tall = lowering.launches[1];
+  EXPECT_NE(lowering.kernels.at(one.kernel).function.find("tn_conv_mma_tile<64, 64, 2, 2>"), std::string::npos);
+  EXPECT_NE(lowering.kernels.at(tall.kernel).function.find("tn_conv_mma_tile<128, 128, 4, 2>"), std::string::npos);
+  EXPECT_EQ(tall.block, (std::array<int, 3>{256, 1, 1}));
+  for (int64_t b : {1, 2, 3, 64}) {
+    const Bindings at{{"B", b}};
+    EXPECT_EQ(one.when.eval(at), b < 3 ? 1 : 0) << b;
+    EXPECT_EQ(tall.when.eval(at), b < 3 ? 0 : 1) << b;
+  }
+  // A bound batch, a tile already the tallest, or the CUDA-core variant: one launch.
+  for (const char* shape : {"[32, 64, 56, 56]", "[B, 64, 224, 224]"}) {
+    const Graph bound = parse(one_op("conv2d", "{out_channels: 256, kernel_size: 3, padding: 1}", shape, DType::kBF16));
+    const Node& n = *bound.find_node("n");
+    EXPECT_EQ(n.op->lower(n.ctx).launches.size(), 1u) << shape;
+  }
+  EXPECT_EQ(lower_variant(node, "simt").launches.size(), 1u);
 }
 
 // The conv ops' variants for `teeny tune`: both implicit GEMMs, none for a depthwise conv, and an
