@@ -16,15 +16,7 @@ namespace {
 constexpr const char* kOp = "conv2d_bn_silu";
 
 std::vector<ParamSpec> conv2d_bn_silu_params(const OpContext& ctx) {
-  const ConvGeometry g = conv_geometry(kOp, ctx);
-  const Shape channels = {Expr(g.a.out_channels)};
-  std::vector<ParamSpec> params = {{"conv.weight", g.weight_shape(), g.dtype, ParamInit::kTrained, {}}};
-  for (const char* slot : {"bn.weight", "bn.bias", "bn.running_mean", "bn.running_var"})
-    params.push_back({slot, channels, g.dtype, ParamInit::kTrained, {}});
-  params[4].hints.random_range = std::array<double, 2>{0.5, 1.5};  // a variance: positive
-  params[3].hints.unused_state = {"num_batches_tracked"};          // PyTorch's step counter
-  params[3].hints.buffer = params[4].hints.buffer = true;
-  return params;
+  return conv_params(conv_geometry(kOp, ctx), false, true);
 }
 
 HostTensor conv2d_bn_silu_reference(const RefContext& ref) {

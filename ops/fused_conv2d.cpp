@@ -47,17 +47,7 @@ TensorType infer_fused_conv2d(const OpDef& meta, const OpContext& ctx) {
 std::vector<ParamSpec> fused_conv2d_params(const OpContext& ctx) {
   const ConvGeometry g = conv_geometry(kOp, ctx);
   const ConvEpilogue e = epilogue_of(ctx);
-  const Shape channels = {Expr(g.a.out_channels)};
-  std::vector<ParamSpec> params = {{"conv.weight", g.weight_shape(), g.dtype, ParamInit::kTrained, {}}};
-  if (e.bias) params.push_back({"conv.bias", channels, g.dtype, ParamInit::kTrained, {}});
-  if (e.bn) {
-    for (const char* slot : {"bn.weight", "bn.bias", "bn.running_mean", "bn.running_var"})
-      params.push_back({slot, channels, g.dtype, ParamInit::kTrained, {}});
-    params[4].hints.random_range = std::array<double, 2>{0.5, 1.5};  // a variance: positive
-    params[3].hints.unused_state = {"num_batches_tracked"};          // PyTorch's step counter
-    params[3].hints.buffer = params[4].hints.buffer = true;
-  }
-  return params;
+  return conv_params(g, e.bias, e.bn);
 }
 
 HostTensor fused_conv2d_reference(const RefContext& ref) {

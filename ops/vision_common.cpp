@@ -128,6 +128,20 @@ ConvGeometry conv_geometry(const std::string& op, const OpContext& ctx) {
   return g;
 }
 
+std::vector<ParamSpec> conv_params(const ConvGeometry& g, bool bias, bool bn) {
+  const Shape channels = {Expr(g.a.out_channels)};
+  std::vector<ParamSpec> params = {{"conv.weight", g.weight_shape(), g.dtype, ParamInit::kTrained, {}}};
+  if (bias) params.push_back({"conv.bias", channels, g.dtype, ParamInit::kTrained, {}});
+  if (!bn) return params;
+  for (const char* slot : {"bn.weight", "bn.bias", "bn.running_mean", "bn.running_var"})
+    params.push_back({slot, channels, g.dtype, ParamInit::kTrained, {}});
+  ParamSpec &mean = params[params.size() - 2], &var = params.back();
+  var.hints.random_range = std::array<double, 2>{0.5, 1.5};  // a variance: positive
+  mean.hints.unused_state = {"num_batches_tracked"};         // PyTorch's step counter
+  mean.hints.buffer = var.hints.buffer = true;
+  return params;
+}
+
 Expr conv_flops(const ConvGeometry& g) { return Expr(2 * g.reduction()) * product(g.output_shape()); }
 
 Expr conv_bytes(const ConvGeometry& g) {

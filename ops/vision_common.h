@@ -80,6 +80,10 @@ struct ConvGeometry {
 // naming the key; `op` names the op in messages.
 ConvGeometry conv_geometry(const std::string& op, const OpContext& ctx);
 
+// A fused conv's params: conv.weight, then conv.bias (`bias`) and bn.weight, bn.bias,
+// bn.running_mean, bn.running_var (`bn`), in g.dtype.
+std::vector<ParamSpec> conv_params(const ConvGeometry& g, bool bias, bool bn);
+
 // What the conv kernel does after accumulating, per output element: y = act(bn(conv + bias) +
 // residual), with a bias, or an inference batch norm folded per channel (not both), then the
 // residual (with a batch norm only: ResNet's block end), then an activation of

@@ -69,6 +69,38 @@ struct tn_conv_bn_act {
 };
 
 // ---- implicit GEMM ---------------------------------------------------------------------------
+
+// Where one output pixel (`pix` of image `img`) reads X[k, n] from x for one group: the 1x1 path
+// reads x[img, group's first channel + k, pix]; otherwise `x` is the image's first channel of the
+// group and (ih0, iw0) the window's corner for the pixel.
+template <class Shape, typename T>
+struct tn_conv_source {
+  const T* x;
+  int ih0 = 0, iw0 = 0;
+  __device__ __forceinline__ tn_conv_source(const T* x_all, int img, int pix, int group, int in_h, int in_w, int out_w,
+                                            int hw_out) {
+    if constexpr (Shape::kPointwise) {
+      x = x_all + ((long long)img * Shape::kCIn + group * Shape::kCg) * hw_out + pix;
+    } else {
+      const int oh = pix / out_w, ow = pix - oh * out_w;
+      ih0 = oh * Shape::kSh - Shape::kPh;
+      iw0 = ow * Shape::kSw - Shape::kPw;
+      x = x_all + ((long long)img * Shape::kCIn + group * Shape::kCg) * in_h * in_w;
+    }
+  }
+  // X[k, n]'s element, or nullptr where the window is outside the image (zero padding).
+  __device__ __forceinline__ const T* at(int k, int in_h, int in_w, int hw_out) const {
+    if constexpr (Shape::kPointwise) {
+      return x + (long long)k * hw_out;
+    } else {
+      const int c = k / Shape::kKhw, r = k - c * Shape::kKhw;
+      const int kh = r / Shape::kKw, kw = r - kh * Shape::kKw;
+      const int ih = ih0 + kh * Shape::kDh, iw = iw0 + kw * Shape::kDw;
+      if ((unsigned)ih >= (unsigned)in_h || (unsigned)iw >= (unsigned)in_w) return nullptr;
+      return x + ((long long)c * in_h + ih) * in_w + iw;
+    }
+  }
+};
 //
 // Per group: y[co, n] = sum_k W[co, k] * X[k, n] with n = (b, oh, ow) flattened over the batch and
 // k = (c, kh, kw); X is gathered from x on the fly (im2col never materialised). A CTA computes a
@@ -150,18 +182,7 @@ struct tn_conv2d_igemm {
     const bool n_ok = n_load < n_total;
     const int img = n_ok ? (int)(n_load / hw_out) : 0;
     const int pix = n_ok ? (int)(n_load - (long long)img * hw_out) : 0;
-    // The 1x1 path reads X[k, n] as x[img, group*kCg + k, pix] directly; otherwise x_src is the
-    // image's first channel of the group, and (ih0, iw0) the window's corner for pixel n.
-    const T* x_src;
-    int ih0 = 0, iw0 = 0;
-    if constexpr (Shape::kPointwise) {
-      x_src = x + ((long long)img * Shape::kCIn + group * Shape::kCg) * hw_out + pix;
-    } else {
-      const int oh = pix / out_w, ow = pix - oh * out_w;
-      ih0 = oh * Shape::kSh - Shape::kPh;
-      iw0 = ow * Shape::kSw - Shape::kPw;
-      x_src = x + ((long long)img * Shape::kCIn + group * Shape::kCg) * in_h * in_w;
-    }
+    const tn_conv_source<Shape, T> src(x, img, pix, group, in_h, in_w, out_w, hw_out);
 
     float a_reg[kALoads];
     BVec b_reg[kBLoads];
@@ -177,25 +198,16 @@ struct tn_conv2d_igemm {
         if constexpr (kVec == 4) {
           float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
           if (n_ok && k < kK) {
-            const T* p = x_src + (long long)k * hw_out;
+            const T* p = src.at(k, in_h, in_w, hw_out);
             if (x_aligned)
               v = tn_conv_load4_aligned(p);
             else
               v = make_float4(tn_ldg_f32(p), tn_ldg_f32(p + 1), tn_ldg_f32(p + 2), tn_ldg_f32(p + 3));
           }
           b_reg[i] = v;
-        } else if constexpr (Shape::kPointwise) {
-          b_reg[i] = n_ok && k < kK ? tn_ldg_f32(x_src + (long long)k * hw_out) : 0.f;
         } else {
-          float v = 0.f;
-          if (n_ok && k < kK) {
-            const int c = k / Shape::kKhw, r = k - c * Shape::kKhw;
-            const int kh = r / Shape::kKw, kw = r - kh * Shape::kKw;
-            const int ih = ih0 + kh * Shape::kDh, iw = iw0 + kw * Shape::kDw;
-            if ((unsigned)ih < (unsigned)in_h && (unsigned)iw < (unsigned)in_w)
-              v = tn_ldg_f32(x_src + ((long long)c * in_h + ih) * in_w + iw);
-          }
-          b_reg[i] = v;
+          const T* p = n_ok && k < kK ? src.at(k, in_h, in_w, hw_out) : nullptr;
+          b_reg[i] = p != nullptr ? tn_ldg_f32(p) : 0.f;
         }
       }
     };

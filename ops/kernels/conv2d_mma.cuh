@@ -68,30 +68,13 @@ struct tn_conv2d_mma {
     const bool n_ok = n_mine < n_total;
     const int img = n_ok ? (int)(n_mine / hw_out) : 0;
     const int pix = n_ok ? (int)(n_mine - (long long)img * hw_out) : 0;
-    const T* x_src;  // the 1x1 path's x[img, group's first channel, pix]; else the image's group
-    int ih0 = 0, iw0 = 0;
-    if constexpr (Shape::kPointwise) {
-      x_src = x + ((long long)img * Shape::kCIn + group * Shape::kCg) * hw_out + pix;
-    } else {
-      const int oh = pix / out_w, ow = pix - oh * out_w;
-      ih0 = oh * Shape::kSh - Shape::kPh;
-      iw0 = ow * Shape::kSw - Shape::kPw;
-      x_src = x + ((long long)img * Shape::kCIn + group * Shape::kCg) * in_h * in_w;
-    }
+    const tn_conv_source<Shape, T> src(x, img, pix, group, in_h, in_w, out_w, hw_out);
 
     // X[k, my pixel]'s bits, zero outside the image, the reduction or the batch.
     auto gather = [&](int k) -> unsigned {
       if (!n_ok || k >= kK) return 0u;
-      const T* p;
-      if constexpr (Shape::kPointwise) {
-        p = x_src + (long long)k * hw_out;
-      } else {
-        const int c = k / Shape::kKhw, r = k - c * Shape::kKhw;
-        const int kh = r / Shape::kKw, kw = r - kh * Shape::kKw;
-        const int ih = ih0 + kh * Shape::kDh, iw = iw0 + kw * Shape::kDw;
-        if ((unsigned)ih >= (unsigned)in_h || (unsigned)iw >= (unsigned)in_w) return 0u;
-        p = x_src + ((long long)c * in_h + ih) * in_w + iw;
-      }
+      const T* p = src.at(k, in_h, in_w, hw_out);
+      if (p == nullptr) return 0u;
       if constexpr (sizeof(T) == 4)
         return __float_as_uint(__ldg(reinterpret_cast<const float*>(p)));
       else
