@@ -56,7 +56,7 @@ OpDef conv2d_op() {
   def.name = "conv2d";
   def.doc =
       "2-D convolution over x [B, C, H, W]; weight [Co, C/groups, kH, kW], bias [Co]; "
-      "implicit GEMM on tensor cores (3xTF32 for f32), depthwise kernel when groups = C";
+      "implicit GEMM (on tensor cores as tune variant mma), depthwise kernel when groups = C";
   def.inputs = {{"x", "[B, C, H, W]"}};
   def.attrs = conv_attr_specs();
   def.attrs.push_back({"bias", AttrType::kBool, "add a bias [Co]", nlohmann::json(true), {}, false, std::nullopt});

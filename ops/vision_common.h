@@ -96,12 +96,12 @@ struct ConvEpilogue {
   std::string activation = "none";
 };
 
-// The conv ops' kernel variants for `teeny tune` (docs/kernels.md): the implicit GEMM on tensor
-// cores ("mma", the default) or on CUDA cores ("simt"); depthwise convs have one kernel.
+// The conv ops' kernel variants for `teeny tune` (docs/kernels.md): the implicit GEMM on CUDA
+// cores ("simt", the default) or on tensor cores ("mma"); depthwise convs have one kernel.
 OpTuning conv_tuning();
 
-// One kernel and one launch for the conv: the depthwise kernel when groups == C, else the implicit
-// GEMM of g.variant (tensor cores by default). Args: x (input 0), the residual
+// The conv's kernels and launches: the depthwise kernel when groups == C, else the implicit GEMM
+// of g.variant (CUDA cores by default). Args: x (input 0), the residual
 // (input 1) if any, then params, all in g.dtype: `weight_slot`, then `bias_slot` (a bias) or
 // `bn.weight, bn.bias, bn.running_mean, bn.running_var` (a batch norm). Kernel names start with
 // `name_op`.

@@ -32,7 +32,9 @@ TEST(GpuConvF32, TensorCorePathKeepsF32Accuracy) {
       "outputs: [y]\n",
       kBatch, kIn, kOut, kSize);
   const Graph graph = parse_graph(spec, "f32_conv.yaml", registry());
-  const Bundle bundle = compile_graph(graph, registry(), CompileOptions{});
+  CompileOptions compile_options;
+  compile_options.variants["y"] = "mma";
+  const Bundle bundle = compile_graph(graph, registry(), compile_options);
   BoundBundle bound = bind_bundle(bundle, bundle_bindings(bundle, {}), "f32_conv");
   DataOptions options;
   options.seed = 7;

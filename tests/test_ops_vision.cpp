@@ -687,7 +687,7 @@ TEST(VisionCompile, MmaConvTileFollowsChannelsAndPixels) {
     SCOPED_TRACE(c.shape);
     const Graph graph = parse(one_op("conv2d", c.attrs, c.shape, DType::kBF16));
     const Node& node = *graph.find_node("n");
-    const Lowering lowering = node.op->lower(node.ctx);
+    const Lowering lowering = lower_variant(node, "mma");
     EXPECT_NE(lowering.kernels.at(0).function.find(fmt::format("tn_conv_mma_tile<{}>", c.tile)), std::string::npos)
         << lowering.kernels.at(0).function;
     EXPECT_EQ(lowering.launches.at(0).block, (std::array<int, 3>{c.threads, 1, 1}));
@@ -701,7 +701,7 @@ TEST(VisionCompile, MmaConvTakesTheTallestTileFromAWaveOfIt) {
   const Graph graph =
       parse(one_op("conv2d", "{out_channels: 256, kernel_size: 3, padding: 1}", "[B, 64, 56, 56]", DType::kBF16));
   const Node& node = *graph.find_node("n");
-  const Lowering lowering = node.op->lower(node.ctx);
+  const Lowering lowering = lower_variant(node, "mma");
   ASSERT_EQ(lowering.launches.size(), 2u);
   const Launch &one = lowering.launches[0], &tall = lowering.launches[1];
   EXPECT_NE(lowering.kernels.at(one.kernel).function.find("tn_conv_mma_tile<64, 64, 2, 2>"), std::string::npos);
@@ -716,7 +716,7 @@ TEST(VisionCompile, MmaConvTakesTheTallestTileFromAWaveOfIt) {
   for (const char* shape : {"[32, 64, 56, 56]", "[B, 64, 224, 224]"}) {
     const Graph bound = parse(one_op("conv2d", "{out_channels: 256, kernel_size: 3, padding: 1}", shape, DType::kBF16));
     const Node& n = *bound.find_node("n");
-    EXPECT_EQ(n.op->lower(n.ctx).launches.size(), 1u) << shape;
+    EXPECT_EQ(lower_variant(n, "mma").launches.size(), 1u) << shape;
   }
   EXPECT_EQ(lower_variant(node, "simt").launches.size(), 1u);
 }
@@ -747,9 +747,9 @@ void expect_conv_paths(const Graph& graph) {
   auto kernel_name = [&](const char* node, const std::string& variant = "") {
     return lower_variant(*graph.find_node(node), variant).kernels.at(0).name;
   };
-  EXPECT_NE(kernel_name("pw_vec").find("_mma_1x1_"), std::string::npos);
-  EXPECT_NE(kernel_name("conv_grouped").find("_mma_k3x3s2x2"), std::string::npos);
-  EXPECT_EQ(kernel_name("conv_grouped"), kernel_name("conv_grouped", "mma"));
+  EXPECT_NE(kernel_name("pw_vec", "mma").find("_mma_1x1_"), std::string::npos);
+  EXPECT_NE(kernel_name("conv_grouped", "mma").find("_mma_k3x3s2x2"), std::string::npos);
+  EXPECT_EQ(kernel_name("conv_grouped"), kernel_name("conv_grouped", "simt"));
   EXPECT_NE(kernel_name("pw_vec", "simt").find("gemm1x1"), std::string::npos);
   EXPECT_NE(kernel_name("pw_odd", "simt").find("gemm1x1"), std::string::npos);
   EXPECT_NE(kernel_name("conv_grouped", "simt").find("igemm_k3x3s2x2"), std::string::npos);

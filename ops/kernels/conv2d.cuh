@@ -1,8 +1,8 @@
 // Convolutions over NCHW on CUDA cores (ops/vision_common.cpp, for the conv ops): the implicit GEMM
-// with its 1x1 path (`teeny tune`'s `simt` variant; conv2d_mma.cuh's tensor-core kernel is the
-// default), and the depthwise kernel, each with a per-output-channel epilogue fused into its stores. Activations and
-// params share the storage type T (float, __half, __nv_bfloat16); loads convert to f32, products accumulate in f32 on
-// CUDA cores, and stores round to T.
+// with its 1x1 path (the default; `teeny tune`'s variant `simt`, beside conv2d_mma.cuh's `mma`),
+// and the depthwise kernel, each with a per-output-channel epilogue fused into its stores.
+// Activations and params share the storage type T (float, __half, __nv_bfloat16); loads convert
+// to f32, products accumulate in f32 on CUDA cores, and stores round to T.
 //
 // A kernel is a struct (tn_conv2d_igemm, tn_conv2d_depthwise) whose static run() takes the
 // epilogue; the entries (tn_conv2d, tn_conv2d_bias, tn_conv2d_bn_act) take the epilogue's params in

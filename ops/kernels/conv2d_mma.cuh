@@ -1,8 +1,8 @@
-// Convolutions on tensor cores (ops/vision_common.cpp picks this for every convolution that is not
-// depthwise): conv2d.cuh's implicit GEMM, per group y[co, n] = sum_k W[co, k] * X[k, n] with
-// n = (image, pixel) and k = (channel, kh, kw), on warp MMAs (mma.cuh): m16n8k16 for 16-bit T, and
-// for f32 3xTF32 m16n8k8, which keeps f32 accuracy as `linear` does. Accumulation is f32 either way,
-// and the epilogues and entries are conv2d.cuh's.
+// Convolutions on tensor cores (`teeny tune`'s variant `mma` of the conv ops, ops/vision_common.cpp):
+// conv2d.cuh's implicit GEMM, per group y[co, n] = sum_k W[co, k] * X[k, n] with n = (image,
+// pixel) and k = (channel, kh, kw), on warp MMAs (mma.cuh): m16n8k16 for 16-bit T, and for f32
+// 3xTF32 m16n8k8, which keeps f32 accuracy as `linear` does. Accumulation is f32 either way, and
+// the epilogues and entries are conv2d.cuh's.
 //
 // Both shared tiles are k-contiguous, so ldmatrix reads both without transposes: W's rows as they
 // lie in memory (16-byte cp.async chunks where a row allows), and X transposed, one row per pixel.
