@@ -30,7 +30,7 @@ import subprocess
 import sys
 import tempfile
 
-from bench_common import RESULTS_DIR, REPO, TORCH_MODES, band_summaries, case_result, teeny_profile, write_results
+from bench_common import RESULTS_DIR, REPO, TORCH_MODES, case_result, print_bands, teeny_profile, write_results
 
 SMS, TILE = 132, 64  # the H200's SMs; the prefill kernels' query tile
 PREFILL_DIMS = [64, 128, 256]
@@ -175,10 +175,7 @@ def main():
                 "torch": torch.__version__, "dtype": args.dtype, "iterations": args.iterations,
                 "teeny_environment": env}
     path = write_results("attention", torch.cuda.get_device_name(), run_info, rows, args.results_dir)
-    print("\n| band | cases | geomean teeny/best | worst |\n| --- | ---: | ---: | --- |")
-    for band in band_summaries(rows):
-        print(f"| {band['band']} | {band['cases']} | {band['geomean_teeny_over_best']:.2f} | "
-              f"{band['worst']['teeny_over_best']:.2f} {band['worst']['case']} |")
+    print_bands(rows)
     print(f"results: {path}")
     return 0
 

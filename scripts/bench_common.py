@@ -180,6 +180,22 @@ def band_summaries(cases):
     return summaries
 
 
+
+def print_bands(rows):
+    """Prints band_summaries(rows) as a Markdown table (with the untuned columns where timed)."""
+    bands = band_summaries(rows)
+    untuned = any("worst_untuned" in band for band in bands)
+    print("\n| band | cases | geomean teeny/best | worst |"
+          + (" geomean untuned/best | worst untuned |" if untuned else ""))
+    print("| --- | ---: | ---: | --- |" + (" ---: | --- |" if untuned else ""))
+    for band in bands:
+        line = (f"| {band['band']} | {band['cases']} | {band['geomean_teeny_over_best']:.2f} | "
+                f"{band['worst']['teeny_over_best']:.2f} {band['worst']['case']} |")
+        if "worst_untuned" in band:
+            line += (f" {band['geomean_teeny_untuned_over_best']:.2f} | "
+                     f"{band['worst_untuned']['teeny_untuned_over_best']:.2f} {band['worst_untuned']['case']} |")
+        print(line)
+
 def gpu_slug(device_name):
     """"NVIDIA H200" -> "nvidia-h200": lower case, runs of anything else than [a-z0-9] as one dash."""
     return re.sub(r"[^a-z0-9]+", "-", device_name.lower()).strip("-")

@@ -26,7 +26,7 @@ import subprocess
 import sys
 import tempfile
 
-from bench_common import RESULTS_DIR, REPO, TORCH_MODES, band_summaries, case_result, teeny_profile, write_results
+from bench_common import RESULTS_DIR, REPO, TORCH_MODES, case_result, print_bands, teeny_profile, write_results
 
 BATCHES = [1, 8, 32, 128]
 DTYPES = ["f32", "bf16"]
@@ -176,10 +176,7 @@ def main():
                 "tf32": False, "torch_16bit_layout": "channels_last", "iterations": args.iterations,
                 "batches": args.batches, "dtypes": args.dtypes, "filter": args.filter, "teeny_environment": env}
     path = write_results("conv", torch.cuda.get_device_name(), run_info, rows, args.results_dir)
-    print("\n| band | cases | geomean teeny/best | worst |\n| --- | ---: | ---: | --- |")
-    for band in band_summaries(rows):
-        print(f"| {band['band']} | {band['cases']} | {band['geomean_teeny_over_best']:.2f} | "
-              f"{band['worst']['teeny_over_best']:.2f} {band['worst']['case']} |")
+    print_bands(rows)
     print(f"results: {path}")
     return 0
 

@@ -29,7 +29,7 @@ import sys
 import tempfile
 import time
 
-from bench_common import (RESULTS_DIR, REPO, TORCH_MODES, band_summaries, case_result, import_torch, kernel_span_us,
+from bench_common import (RESULTS_DIR, REPO, TORCH_MODES, case_result, import_torch, kernel_span_us, print_bands,
                           teeny_profile, torch_cells, torch_header, torch_medians, write_results)
 
 torch = import_torch("bench_gemm")
@@ -168,21 +168,6 @@ def parse_args():
     if args.tune and args.tuning == "none":
         parser.error("--tune writes a tuning file: give it --tuning FILE or no --tuning, not --tuning none")
     return args
-
-
-def print_bands(rows):
-    bands = band_summaries(rows)
-    untuned = any("worst_untuned" in band for band in bands)
-    print("\n| band | cases | geomean teeny/best | worst |"
-          + (" geomean untuned/best | worst untuned |" if untuned else ""))
-    print("| --- | ---: | ---: | --- |" + (" ---: | --- |" if untuned else ""))
-    for band in bands:
-        line = (f"| {band['band']} | {band['cases']} | {band['geomean_teeny_over_best']:.2f} | "
-                f"{band['worst']['teeny_over_best']:.2f} {band['worst']['case']} |")
-        if "worst_untuned" in band:
-            line += (f" {band['geomean_teeny_untuned_over_best']:.2f} | "
-                     f"{band['worst_untuned']['teeny_untuned_over_best']:.2f} {band['worst_untuned']['case']} |")
-        print(line)
 
 
 def main():
