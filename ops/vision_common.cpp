@@ -363,12 +363,11 @@ OpTuning conv_tuning() {
   return tuning;
 }
 
-Lowering lower_conv(const std::string& name_op, const ConvGeometry& g, const std::string& weight_slot,
+Lowering lower_conv(const std::string& op, const ConvGeometry& g, const std::string& weight_slot,
                     const std::string& bias_slot, const ConvEpilogue& epilogue) {
   if (epilogue.residual && !epilogue.bn) throw Error("lower_conv: a residual comes after a batch norm");
   if (!g.variant.empty() && (g.depthwise() || (g.variant != kConvMmaVariant && g.variant != kConvSimtVariant)))
     throw OpError("op", fmt::format("a {}conv has no variant '{}'", g.depthwise() ? "depthwise " : "", g.variant));
-  const std::string& op = name_op;
   std::vector<KernelArg> args = {input(0, "x", g.dtype)};
   if (epilogue.residual) args.push_back(input(1, "residual", g.dtype));
   args.push_back(param(weight_slot, "weight", g.dtype));
@@ -386,45 +385,46 @@ Lowering lower_conv(const std::string& name_op, const ConvGeometry& g, const std
 
   Lowering lowering;
   Launch launch;
-  if (g.depthwise()) {
-    // Tiles sized to the feature map (when known) so small maps do not idle most threads.
-    const int tile_w = std::clamp(pow2_at_least(g.out_w.const_value().value_or(32)), 8, 32);
-    const int tile_h = std::clamp(pow2_at_least(g.out_h.const_value().value_or(256)), 32 / tile_w, 256 / tile_w);
-    lowering.kernels.push_back(depthwise_kernel(op, g, epilogue, args, tile_h, tile_w));
-    launch.block = {tile_h * tile_w, 1, 1};
-    launch.grid = {g.batch * Expr(g.a.out_channels), ceil_div(g.out_h, Expr(tile_h)) * ceil_div(g.out_w, Expr(tile_w)),
-                   Expr(1)};
-  } else if (g.variant != kConvMmaVariant) {
-    const ConvTile tile = choose_conv_tile(g);
-    lowering.kernels.push_back(implicit_gemm_kernel(op, g, tile, epilogue, args));
-    launch.block = {tile.threads(), 1, 1};
-    launch.grid = conv_gemm_grid(g, tile.block_co, tile.block_p);
-  } else {
-    const ConvMmaTile tile = choose_conv_mma_tile(g, g.batch.const_value().value_or(1));
-    lowering.kernels.push_back(mma_kernel(op, g, tile, epilogue, args));
-    launch.block = {tile.threads(), 1, 1};
-    launch.grid = conv_gemm_grid(g, tile.block_co, tile.block_p);
-  }
-  launch.args = std::move(args);
+  launch.args = args;
   const Expr elem(static_cast<int64_t>(dtype_size(g.dtype)));
   launch.bytes = conv_bytes(g) + elem * Expr(channel_params * g.a.out_channels) +
                  (epilogue.residual ? elem * product(g.output_shape()) : Expr(0));
   launch.flops = conv_flops(g);
-  lowering.launches.push_back(launch);
-
-  // The batch is usually symbolic, and the tile above is chosen for one image, so that B = 1 fills
-  // the GPU. Where the tallest tile alone makes a wave, it takes over: X gathered fewer times.
-  const ConvMmaTile tallest = choose_conv_mma_tile(g, kManyImages);
-  if (g.depthwise() || g.variant != kConvMmaVariant || g.batch.const_value() || tallest == choose_conv_mma_tile(g, 1))
-    return lowering;
-  Launch& first = lowering.launches[0];
-  launch.kernel = 1;
-  launch.when = le(Expr(kTargetCtas), conv_ctas(g, tallest.block_co, tallest.block_p));
-  first.when = Expr(1) - launch.when;
-  lowering.kernels.push_back(mma_kernel(op, g, tallest, epilogue, launch.args));
-  launch.block = {tallest.threads(), 1, 1};
-  launch.grid = conv_gemm_grid(g, tallest.block_co, tallest.block_p);
-  lowering.launches.push_back(std::move(launch));
+  // Each kernel with its launch: `threads` a block, over `grid`, where `when` holds.
+  auto add = [&](KernelSource kernel, int threads, std::array<Expr, 3> grid, Expr when) {
+    launch.kernel = static_cast<int>(lowering.kernels.size());
+    launch.block = {threads, 1, 1};
+    launch.grid = std::move(grid);
+    launch.when = std::move(when);
+    lowering.kernels.push_back(std::move(kernel));
+    lowering.launches.push_back(launch);
+  };
+  if (g.depthwise()) {
+    // Tiles sized to the feature map (when known) so small maps do not idle most threads.
+    const int tile_w = std::clamp(pow2_at_least(g.out_w.const_value().value_or(32)), 8, 32);
+    const int tile_h = std::clamp(pow2_at_least(g.out_h.const_value().value_or(256)), 32 / tile_w, 256 / tile_w);
+    add(depthwise_kernel(op, g, epilogue, args, tile_h, tile_w), tile_h * tile_w,
+        {g.batch * Expr(g.a.out_channels), ceil_div(g.out_h, Expr(tile_h)) * ceil_div(g.out_w, Expr(tile_w)), Expr(1)},
+        Expr(1));
+  } else if (g.variant != kConvMmaVariant) {
+    const ConvTile tile = choose_conv_tile(g);
+    add(implicit_gemm_kernel(op, g, tile, epilogue, args), tile.threads(),
+        conv_gemm_grid(g, tile.block_co, tile.block_p), Expr(1));
+  } else {
+    // The batch is usually symbolic: the tile is chosen for one image, so that B = 1 fills the
+    // GPU, and where the tallest tile alone makes a wave, it takes over (X gathered fewer times).
+    const ConvMmaTile first = choose_conv_mma_tile(g, g.batch.const_value().value_or(1));
+    const ConvMmaTile tallest = choose_conv_mma_tile(g, kManyImages);
+    const std::array<Expr, 3> first_grid = conv_gemm_grid(g, first.block_co, first.block_p);
+    if (g.batch.const_value() || tallest == first) {
+      add(mma_kernel(op, g, first, epilogue, args), first.threads(), first_grid, Expr(1));
+    } else {
+      const Expr tallest_runs = le(Expr(kTargetCtas), conv_ctas(g, tallest.block_co, tallest.block_p));
+      add(mma_kernel(op, g, first, epilogue, args), first.threads(), first_grid, Expr(1) - tallest_runs);
+      add(mma_kernel(op, g, tallest, epilogue, args), tallest.threads(),
+          conv_gemm_grid(g, tallest.block_co, tallest.block_p), tallest_runs);
+    }
+  }
   return lowering;
 }
 

@@ -101,11 +101,10 @@ struct ConvEpilogue {
 OpTuning conv_tuning();
 
 // The conv's kernels and launches: the depthwise kernel when groups == C, else the implicit GEMM
-// of g.variant (CUDA cores by default). Args: x (input 0), the residual
-// (input 1) if any, then params, all in g.dtype: `weight_slot`, then `bias_slot` (a bias) or
-// `bn.weight, bn.bias, bn.running_mean, bn.running_var` (a batch norm). Kernel names start with
-// `name_op`.
-Lowering lower_conv(const std::string& name_op, const ConvGeometry& g, const std::string& weight_slot,
+// of g.variant (CUDA cores by default). Args: x (input 0), the residual (input 1) if any, then
+// params, all in g.dtype: `weight_slot`, then `bias_slot` (a bias) or `bn.weight, bn.bias,
+// bn.running_mean, bn.running_var` (a batch norm). Kernel names start with `op`.
+Lowering lower_conv(const std::string& op, const ConvGeometry& g, const std::string& weight_slot,
                     const std::string& bias_slot, const ConvEpilogue& epilogue);
 
 // Bytes and FLOPs of the conv itself (epilogue params excluded).
